@@ -1,0 +1,23 @@
+"""Quiver's client SDK: messages, producers, consumers, admin, and the wire protocol."""
+
+from .errors import QuiverError
+from .message import (ConsumeResult, Message, MessageExt, MessageSelector, PullStatus, SendResult,
+                      SendStatus, TransactionState)
+
+__all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer",
+           "Admin", "SendStatus", "SendResult", "ConsumeResult", "TransactionState", "MessageSelector",
+           "PullStatus", "QuiverError"]
+
+
+def __getattr__(name):
+    # Clients pull in zmq and threads: import them on first use.
+    if name in ("Producer", "TransactionProducer"):
+        from . import producer
+        return getattr(producer, name)
+    if name in ("PullConsumer", "PushConsumer"):
+        from . import consumer
+        return getattr(consumer, name)
+    if name == "Admin":
+        from .admin import Admin
+        return Admin
+    raise AttributeError(name)

@@ -1,0 +1,149 @@
+"""Admin: topics, routes, cluster info, message lookups, offsets. Needs no start()."""
+
+import logging
+
+from . import record
+from .client import ClientBase, MessageQueue
+from .codes import RequestCode
+from .errors import ClientError, QueryNotFoundError, QuiverError
+from .message import MessageExt, parse_offset_msg_id
+from .validation import check_topic
+
+log = logging.getLogger(__name__)
+
+
+class Admin(ClientBase):
+    def __init__(self, namesrv=None, timeout: float = 5.0):
+        super().__init__(namesrv, timeout)
+        self.start()
+
+    # ---- topics ---------------------------------------------------------------------
+
+    def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
+                     brokers: list[str] | None = None) -> dict:
+        """Create (or update) a topic on every broker, or on the named ones."""
+        check_topic(topic, for_create=True)
+        addrs = self.all_broker_addrs()
+        if brokers:
+            missing = set(brokers) - set(addrs)
+            if missing:
+                raise ClientError(f"unknown brokers: {sorted(missing)}")
+            addrs = {b: addrs[b] for b in brokers}
+        if not addrs:
+            raise ClientError("no broker is registered with the name servers")
+        ext = {"topic": topic, "read": queues, "write": queues, "perm": perm, "order": order}
+        out = {name: self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext).ext["config"]
+               for name, addr in addrs.items()}
+        self._routes.pop(topic, None)
+        return out
+
+    def delete_topic(self, topic: str) -> None:
+        for name, addr in self.all_broker_addrs().items():
+            try:
+                self.call_broker(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+            except QuiverError as exc:
+                if getattr(exc, "code", None) != 17:
+                    raise
+        self._routes.pop(topic, None)
+
+    def topic_route(self, topic: str) -> dict:
+        return self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})["route"]
+
+    def topic_list(self) -> list[str]:
+        return self.call_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)["topics"]
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return self.route(topic, refresh=True).read_queues
+
+    # ---- messages ---------------------------------------------------------------------
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                     end_ms: int = 2 ** 62) -> list[MessageExt]:
+        out = []
+        route = self.route(topic, refresh=True)
+        for broker, addr in sorted(route.addrs.items()):
+            try:
+                env = self.call_broker(addr, RequestCode.QUERY_MESSAGE,
+                                       {"t": topic, "key": key, "n": max_num, "b": begin_ms, "e": end_ms})
+            except QueryNotFoundError:
+                continue
+            out.extend(MessageExt.from_record(record.decode_at(b), broker) for b in env.bodies)
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
+
+    def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """By offset msgId (broker address + commitlog offset), or by unique id within `topic`."""
+        brokers = self.all_broker_addrs()
+        try:
+            addr, offset = parse_offset_msg_id(msg_id)
+        except ValueError:
+            addr, offset = None, None
+        by_addr = {a: n for n, a in brokers.items()}
+        if addr in by_addr:
+            env = self.call_broker(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+            return MessageExt.from_record(record.decode_at(env.bodies[0]), by_addr[addr])
+        if topic is None:
+            raise ClientError(f"{msg_id!r} is not an offset msgId of a live broker: pass the topic to look up a unique id")
+        for m in self.query_by_key(topic, msg_id):
+            if m.msg_id == msg_id:
+                return m
+        raise QueryNotFoundError(f"no message {msg_id!r} in topic {topic!r}")
+
+    # ---- offsets -------------------------------------------------------------------------
+
+    def _queue_call(self, mq: MessageQueue, code, **ext) -> dict:
+        addr = self.broker_addr(mq.broker, mq.topic)
+        return self.call_broker(addr, code, {"t": mq.topic, "q": mq.queue_id, **ext}).ext
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._queue_call(mq, RequestCode.GET_MAX_OFFSET)["offset"]
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._queue_call(mq, RequestCode.GET_MIN_OFFSET)["offset"]
+
+    def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
+        return self._queue_call(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ts=ts_ms)["offset"]
+
+    def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        try:
+            return self._queue_call(mq, RequestCode.QUERY_CONSUMER_OFFSET, g=group)["offset"]
+        except QueryNotFoundError:
+            return None
+
+    def reset_offset(self, group: str, topic: str, ts_ms: int) -> dict[MessageQueue, int]:
+        """Move a group's offsets on every queue of `topic` to the first message at/after ts_ms."""
+        out = {}
+        for mq in self.queues(topic):
+            off = self.search_offset(mq, ts_ms)
+            self._queue_call(mq, RequestCode.UPDATE_CONSUMER_OFFSET, g=group, o=off)
+            out[mq] = off
+        return out
+
+    def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict]:
+        """Per queue: broker offset, consumer offset, lag."""
+        rows = []
+        for topic in topics or self.topic_list():
+            try:
+                queues = self.queues(topic)
+            except QuiverError:
+                continue
+            for mq in queues:
+                consumer = self.consumer_offset(group, mq)
+                if consumer is None and topics is None:
+                    continue
+                broker = self.max_offset(mq)
+                rows.append({"topic": mq.topic, "broker": mq.broker, "queue_id": mq.queue_id,
+                             "broker_offset": broker, "consumer_offset": consumer,
+                             "lag": broker - (consumer or 0)})
+        return rows
+
+    # ---- cluster ---------------------------------------------------------------------------
+
+    def status(self, addr: str) -> dict:
+        return self.call_broker(addr, RequestCode.STATUS).ext["status"]
+
+    def ping(self, addr: str, timeout: float = 1.0) -> dict:
+        return self.call_broker(addr, RequestCode.PING, timeout=timeout).ext
+
+    def clean_expired(self, broker_addr: str) -> int:
+        return self.call_broker(broker_addr, RequestCode.ADMIN_CLEAN_EXPIRED).ext["deleted_segments"]

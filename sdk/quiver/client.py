@@ -1,0 +1,156 @@
+"""What every client shares: name servers, route cache, broker calls, fault avoidance.
+
+Routes come from any reachable name server and are refreshed every 30 s (and
+on demand after a failure). A broker that failed or answered slowly is avoided
+for a while (RocketMQ 5's latency table), so sends go elsewhere at once.
+"""
+
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, QuiverError, TopicNotExistError
+from .settings import split_addrs
+from .transport import Transport
+
+log = logging.getLogger(__name__)
+
+# RocketMQ 5 latency fault table: latency >= left -> avoid for right (ms)
+_LATENCY_MAX = (15_000, 5_000, 3_000, 1_800, 550, 100, 50)
+_NOT_AVAILABLE = (30_000, 10_000, 6_000, 5_000, 2_000, 0, 0)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker: str
+    queue_id: int
+
+
+class Route:
+    """A topic's queues: broker name -> address, writable and readable queues."""
+
+    def __init__(self, topic: str, data: dict):
+        self.topic = topic
+        self.addrs = {b["broker_name"]: b["addrs"].get("0") or next(iter(b["addrs"].values()), None)
+                      for b in data.get("brokers", [])}
+        self.filter_servers = data.get("filter_servers", {})
+        write, read = [], []
+        for q in data.get("queues", []):
+            name = q["broker_name"]
+            if not self.addrs.get(name):
+                continue
+            if q["perm"] & 2:
+                write.extend(MessageQueue(topic, name, i) for i in range(q["write"]))
+            if q["perm"] & 4:
+                read.extend(MessageQueue(topic, name, i) for i in range(q["read"]))
+        self.write_queues = sorted(write)
+        self.read_queues = sorted(read)
+
+
+class ClientBase:
+    """Owns the Transport, the name-server list and the route cache."""
+
+    route_refresh_s = 30.0
+
+    def __init__(self, namesrv, request_timeout: float = 3.0):
+        self.namesrvs = split_addrs(namesrv if namesrv is not None else os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
+        if not self.namesrvs:
+            raise ClientError("no name server given: pass namesrv='host:port;host:port'")
+        self.request_timeout = request_timeout
+        self.client_id = f"{socket.gethostname()}@{os.getpid()}#{time.monotonic_ns()}"
+        self.transport: Transport | None = None
+        self._routes: dict[str, tuple[float, Route]] = {}
+        self._avoid: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._started = False
+
+    # ---- lifecycle ------------------------------------------------------------
+
+    def start(self):
+        if not self._started:
+            self.transport = Transport(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id)
+            self._started = True
+        return self
+
+    def shutdown(self) -> None:
+        if self._started:
+            self._started = False
+            self.transport.close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    def _on_push(self, addr, env):
+        return None
+
+    def _need_started(self) -> None:
+        if not self._started:
+            raise ClientError(f"{type(self).__name__} is not started: call start() first")
+
+    # ---- name server ---------------------------------------------------------------
+
+    def call_namesrv(self, code: int, ext: dict | None = None) -> dict:
+        last: Exception | None = None
+        for addr in self.namesrvs:
+            try:
+                return self.transport.call(addr, code, ext, timeout=self.request_timeout).ext
+            except TopicNotExistError:
+                raise
+            except QuiverError as exc:
+                last = exc
+        raise ClientError(f"no name server answered ({'; '.join(self.namesrvs)}): {last}")
+
+    def route(self, topic: str, refresh: bool = False) -> Route:
+        now = time.monotonic()
+        cached = self._routes.get(topic)
+        if cached and not refresh and now - cached[0] < self.route_refresh_s:
+            return cached[1]
+        data = self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})["route"]
+        route = Route(topic, data)
+        self._routes[topic] = (now, route)
+        return route
+
+    def cluster_info(self) -> dict:
+        return self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)["cluster"]
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        if topic:
+            addr = self.route(topic).addrs.get(broker)
+            if addr:
+                return addr
+        info = self.cluster_info()["brokers"].get(broker)
+        if not info:
+            raise ClientError(f"broker {broker!r} is not registered with any name server")
+        return info["addrs"].get("0") or next(iter(info["addrs"].values()))
+
+    def all_broker_addrs(self) -> dict[str, str]:
+        return {name: b["addrs"].get("0") or next(iter(b["addrs"].values()))
+                for name, b in self.cluster_info()["brokers"].items() if b["addrs"]}
+
+    # ---- fault avoidance -----------------------------------------------------------------
+
+    def note_latency(self, broker: str, latency_ms: float, failed: bool = False) -> None:
+        if failed:
+            latency_ms = 10_000
+        for bound, avoid in zip(_LATENCY_MAX, _NOT_AVAILABLE):
+            if latency_ms >= bound:
+                if avoid:
+                    self._avoid[broker] = time.monotonic() + avoid / 1000
+                return
+
+    def available(self, broker: str) -> bool:
+        until = self._avoid.get(broker)
+        return until is None or until <= time.monotonic()
+
+    def call_broker(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float | None = None,
+                    ok=(ResponseCode.SUCCESS,)):
+        self._need_started()
+        return self.transport.call(addr, code, ext, bodies, timeout or self.request_timeout, ok)

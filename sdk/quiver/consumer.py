@@ -1,0 +1,250 @@
+"""PullConsumer: subscribe, poll, commit, seek, seek_to_timestamp.
+
+Each assigned queue keeps one long-polling pull in flight; replies are decoded
+(one struct format per record) into a local buffer that `poll()` drains. The
+tag expression is checked on the broker by hash and again here by string.
+Offsets: `poll()` advances the consumed position, `commit()` stores it on the
+broker (also every 5 s with auto_commit, and on shutdown).
+"""
+
+import collections
+import logging
+import threading
+import time
+
+from . import record, tags
+from .client import ClientBase, MessageQueue
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, QueryNotFoundError, QuiverError
+from .message import MessageExt, MessageSelector
+
+log = logging.getLogger(__name__)
+
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED)
+
+
+class _QueueState:
+    __slots__ = ("mq", "addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen")
+
+    def __init__(self, mq, addr, offset):
+        self.mq, self.addr = mq, addr
+        self.next = offset          # next offset to pull
+        self.consumed = offset      # next offset the app has not polled yet
+        self.committed = None
+        self.in_flight = False
+        self.buffered = 0
+        self.paused = False
+        self.gen = 0                # bumped by seek: replies of older pulls are dropped
+
+
+class PullConsumer(ClientBase):
+    def __init__(self, group: str, namesrv=None, consume_from="last", pull_batch_size: int = 32,
+                 suspend_ms: int = 15_000, auto_commit: bool = True, auto_commit_interval_s: float = 5.0,
+                 buffer_per_queue: int = 1000):
+        super().__init__(namesrv)
+        self.group = group
+        self.consume_from = consume_from
+        self.pull_batch_size = pull_batch_size
+        self.suspend_ms = suspend_ms
+        self.auto_commit = auto_commit
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.buffer_per_queue = buffer_per_queue
+        self.subscriptions: dict[str, MessageSelector] = {}
+        self._queues: dict[MessageQueue, _QueueState] = {}
+        self._buffer = collections.deque()
+        self._cond = threading.Condition()
+        self._timer: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def subscribe(self, topic: str, expression="*") -> None:
+        sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
+        if sel.type != "TAG":
+            raise ClientError("SQL92 subscriptions need the filter service (not in this build); use tags")
+        self.subscriptions[topic] = sel
+        if self._started:
+            self._assign(topic)
+
+    def start(self):
+        super().start()
+        for topic in self.subscriptions:
+            self._assign(topic)
+        self._stop.clear()
+        self._timer = threading.Thread(target=self._housekeeping, name="pull-consumer-tasks", daemon=True)
+        self._timer.start()
+        return self
+
+    def assignment(self) -> list[MessageQueue]:
+        return sorted(self._queues)
+
+    # ---- assignment and offsets ---------------------------------------------------
+
+    def _assign(self, topic: str) -> None:
+        route = self.route(topic, refresh=True)
+        for mq in route.read_queues:
+            if mq in self._queues:
+                continue
+            addr = route.addrs[mq.broker]
+            st = _QueueState(mq, addr, self._initial_offset(mq, addr))
+            self._queues[mq] = st
+            self._pull(st)
+
+    def _initial_offset(self, mq: MessageQueue, addr: str) -> int:
+        ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id}
+        try:
+            return self.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+        except QueryNotFoundError:
+            pass
+        if self.consume_from == "first":
+            return self.call_broker(addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+        if isinstance(self.consume_from, int) and not isinstance(self.consume_from, bool):
+            ext["ts"] = self.consume_from
+            return self.call_broker(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext["offset"]
+        return self.call_broker(addr, RequestCode.GET_MAX_OFFSET, ext).ext["offset"]
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        st = self._queues.get(mq)
+        if st is None:
+            raise ClientError(f"{mq} is not assigned to this consumer")
+        with self._cond:
+            st.gen += 1
+            self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+            st.buffered = 0
+            st.next = st.consumed = offset
+            st.in_flight = False
+        self._pull(st)
+
+    def seek_to_timestamp(self, ts_ms: int) -> None:
+        for mq, st in list(self._queues.items()):
+            ext = {"t": mq.topic, "q": mq.queue_id, "ts": int(ts_ms)}
+            self.seek(mq, self.call_broker(st.addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext["offset"])
+
+    def seek_to_begin(self) -> None:
+        for mq, st in list(self._queues.items()):
+            ext = {"t": mq.topic, "q": mq.queue_id}
+            self.seek(mq, self.call_broker(st.addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"])
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        st = self._queues.get(mq)
+        return st.committed if st else None
+
+    def commit(self) -> None:
+        """Store the consumed position of every queue on its broker."""
+        for st in list(self._queues.values()):
+            off = st.consumed
+            if st.committed == off:
+                continue
+            self.call_broker(st.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                             {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": off})
+            st.committed = off
+
+    # ---- pulling (IO-thread callbacks) --------------------------------------------------
+
+    def _pull(self, st: _QueueState) -> None:
+        if not self._started or st.in_flight or st.paused:
+            return
+        if st.buffered >= self.buffer_per_queue:
+            st.paused = True
+            return
+        st.in_flight = True
+        sel = self.subscriptions.get(st.mq.topic)
+        ext = {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": st.next, "n": self.pull_batch_size,
+               "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
+        gen = st.gen
+        try:
+            self.transport.send(st.addr, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(st, gen, r),
+                                timeout=self.suspend_ms / 1000 + 15)
+        except QuiverError:
+            st.in_flight = False
+
+    def _pulled(self, st: _QueueState, gen: int, env) -> None:
+        if gen != st.gen:
+            return
+        st.in_flight = False
+        if isinstance(env, Exception) or env.code not in _PULL_OK:
+            if not self._started:
+                return
+            log.warning("pull %s failed: %s", st.mq, env if isinstance(env, Exception) else env.remark)
+            threading.Timer(1.0, self._pull, (st,)).start()
+            return
+        nxt = env.ext.get("next", st.next)
+        if env.code == ResponseCode.SUCCESS and env.bodies:
+            wanted = tags.parse(self.subscriptions[st.mq.topic].expression) if st.mq.topic in self.subscriptions else None
+            broker = st.mq.broker
+            msgs = []
+            for rec in record.decode_many(env.bodies[0]):
+                m = MessageExt.from_record(rec, broker)
+                if wanted is None or m.tags in wanted:
+                    msgs.append(m)
+            with self._cond:
+                if gen != st.gen:
+                    return
+                st.next = nxt
+                if msgs:
+                    self._buffer.append((st, msgs, nxt))
+                    st.buffered += len(msgs)
+                    self._cond.notify_all()
+                elif st.consumed < nxt and st.buffered == 0:
+                    st.consumed = nxt  # all filtered out: still consumed
+        elif env.code == ResponseCode.PULL_OFFSET_MOVED:
+            log.info("offset of %s moved from %d to %d", st.mq, st.next, nxt)
+            with self._cond:
+                st.next = nxt
+                if st.buffered == 0:
+                    st.consumed = nxt
+        else:
+            st.next = nxt
+        self._pull(st)
+
+    # ---- app side ---------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """Messages pulled so far (waits up to timeout for the first)."""
+        self._need_started()
+        out: list[MessageExt] = []
+        resume = []
+        with self._cond:
+            if not self._buffer:
+                self._cond.wait(timeout)
+            while self._buffer and (max_messages is None or len(out) < max_messages):
+                st, msgs, nxt = self._buffer[0]
+                room = len(msgs) if max_messages is None else max_messages - len(out)
+                take = msgs[:room]
+                out.extend(take)
+                st.buffered -= len(take)
+                if len(take) == len(msgs):
+                    self._buffer.popleft()
+                    st.consumed = nxt
+                else:
+                    self._buffer[0] = (st, msgs[room:], nxt)
+                    st.consumed = take[-1].queue_offset + 1
+                if st.paused and st.buffered < self.buffer_per_queue // 2:
+                    st.paused = False
+                    resume.append(st)
+        for st in resume:
+            self._pull(st)
+        return out
+
+    def _housekeeping(self) -> None:
+        last_commit = time.monotonic()
+        while not self._stop.wait(0.5):
+            if self.auto_commit and time.monotonic() - last_commit >= self.auto_commit_interval_s:
+                last_commit = time.monotonic()
+                try:
+                    self.commit()
+                except QuiverError as exc:
+                    log.warning("auto commit failed: %s", exc)
+            for st in list(self._queues.values()):
+                if not st.in_flight and not st.paused:
+                    self._pull(st)
+
+    def shutdown(self) -> None:
+        if not self._started:
+            return
+        self._stop.set()
+        if self.auto_commit:
+            try:
+                self.commit()
+            except QuiverError as exc:
+                log.warning("final commit failed: %s", exc)
+        super().shutdown()

@@ -1,0 +1,324 @@
+"""Producer: send, send_async (auto-batched, pipelined), send_oneway, send_batch, send_orderly.
+
+`send_async` keeps at most one request in flight per (broker, queue); messages
+that arrive meanwhile wait in that queue's buffer and leave together as one
+batch when the reply returns: no linger timer, batching grows with load
+(bounded by count and bytes). Failed sends are retried on another broker
+(RocketMQ: 2 retries), and the failing broker is avoided for a while.
+"""
+
+import itertools
+import logging
+import threading
+import time
+from concurrent.futures import Future
+
+from . import record
+from .client import ClientBase, MessageQueue
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, MessageIllegalError, QuiverError, error_for
+from .message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, WAIT, Message,
+                      SendResult, SendStatus, UniqueIdMaker, java_hash, offset_msg_id, host_bytes)
+from .validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+             ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.GO_AWAY}
+_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+           ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+           ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+def _retryable(exc: Exception) -> bool:
+    return isinstance(exc, ClientError) or getattr(exc, "code", None) in RETRYABLE
+
+
+class _Batcher:
+    """One queue's send buffer: at most one request in flight."""
+    __slots__ = ("lock", "in_flight", "items", "bytes")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.in_flight = False
+        self.items: list = []
+        self.bytes = 0
+
+
+class Producer(ClientBase):
+    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv=None, send_timeout: float = 3.0, retries: int = 2,
+                 auto_batch: bool = True, batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        super().__init__(namesrv, send_timeout)
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retries = retries
+        self.auto_batch = auto_batch
+        self.batch_max_messages = batch_max_messages
+        self.batch_max_bytes = batch_max_bytes
+        self.max_message_bytes = max_message_bytes
+        self._ids = UniqueIdMaker()
+        self._rr = itertools.count()
+        self._batchers: dict[MessageQueue, _Batcher] = {}
+        self._batchers_lock = threading.Lock()
+
+    # ---- message -> wire ------------------------------------------------------------
+
+    def _encode(self, msg: Message) -> tuple[str, str]:
+        """(msg id, properties string) after validating the message."""
+        check_topic(msg.topic, for_send=True)
+        check_body(msg.body, self.max_message_bytes)
+        msg_id = self._ids.next()
+        parts = [f"{UNIQ_KEY}\x01{msg_id}\x02"]
+        if msg.tags:
+            parts.append(f"{TAGS}\x01{msg.tags}\x02")
+        keys = msg.key_list()
+        if keys:
+            parts.append(f"{KEYS}\x01{' '.join(keys)}\x02")
+        if msg.delay_level:
+            parts.append(f"{DELAY}\x01{int(msg.delay_level)}\x02")
+        due = msg.deliver_at
+        if due is None and msg.delay_ms is not None:
+            due = int(time.time() * 1000) + int(msg.delay_ms)
+        if due is not None and not msg.delay_level:
+            parts.append(f"{TIMER_DELIVER_MS}\x01{int(due)}\x02")
+        for k, v in msg.properties.items():
+            if k in RESERVED_PROPERTIES:
+                raise MessageIllegalError(f"property {k!r} is reserved by Quiver: use another name")
+            if not k or "\x01" in k or "\x02" in k or "\x01" in str(v) or "\x02" in str(v):
+                raise MessageIllegalError(f"property {k!r} has an empty name or a control character")
+            parts.append(f"{k}\x01{v}\x02")
+        props = "".join(parts)
+        if len(props) > 8000:
+            check_properties_size(len(props.encode()))
+        return msg_id, props
+
+    def _result(self, env, mq: MessageQueue, addr: str, msg_ids: list[str]) -> list[SendResult]:
+        status = _STATUS.get(env.code)
+        if status is None:
+            raise error_for(env.code, env.remark or "")
+        ext = env.ext
+        store_host = self._store_host(addr)
+        first = ext["o"]
+        return [SendResult(status, mid, offset_msg_id(store_host, p), mq.broker, ext.get("q", mq.queue_id),
+                           first + i, ext.get("t", mq.topic))
+                for i, (mid, p) in enumerate(zip(msg_ids, ext["p"]))]
+
+    _host_cache: dict = {}
+
+    def _store_host(self, addr: str) -> bytes:
+        h = self._host_cache.get(addr)
+        if h is None:
+            host, port = addr.rsplit(":", 1)
+            h = self._host_cache[addr] = host_bytes(host, int(port))
+        return h
+
+    # ---- queue selection ----------------------------------------------------------------
+
+    def _pick(self, topic: str, avoid: str | None = None, key: str | None = None) -> tuple[MessageQueue, str]:
+        route = self.route(topic)
+        queues = route.write_queues
+        if not queues:
+            raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue")
+        if key is not None:
+            mq = queues[abs(java_hash(key)) % len(queues)]
+            return mq, route.addrs[mq.broker]
+        n = len(queues)
+        start = next(self._rr)
+        fallback = None
+        for i in range(n):
+            mq = queues[(start + i) % n]
+            if mq.broker == avoid:
+                fallback = fallback or mq
+                continue
+            if self.available(mq.broker):
+                return mq, route.addrs[mq.broker]
+            fallback = fallback or mq
+        mq = fallback or queues[start % n]
+        return mq, route.addrs[mq.broker]
+
+    def route(self, topic: str, refresh: bool = False):
+        try:
+            return super().route(topic, refresh)
+        except QuiverError as exc:
+            if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            return self._default_route(topic)
+
+    def _default_route(self, topic: str):
+        """No route yet: offer every broker (it auto-creates the topic if allowed)."""
+        from .client import Route
+        brokers = [{"broker_name": n, "addrs": {"0": a}} for n, a in self.all_broker_addrs().items()]
+        if not brokers:
+            raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic!r} and no broker is registered")
+        return Route(topic, {"brokers": brokers, "queues": [
+            {"broker_name": b["broker_name"], "read": 4, "write": 4, "perm": 6} for b in brokers]})
+
+    # ---- sync --------------------------------------------------------------------------------
+
+    def send(self, msg: Message, timeout: float | None = None) -> SendResult:
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        return self._send_sync(msg.topic, [msg_id], [props], [msg.body], [msg.flag],
+                               RequestCode.SEND_MESSAGE, timeout)[0]
+
+    def send_orderly(self, msg: Message, sharding_key: str, timeout: float | None = None) -> SendResult:
+        """Same key -> same queue (no retry on another queue: that would break order)."""
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        mq, addr = self._pick(msg.topic, key=str(sharding_key))
+        env = self.call_broker(addr, RequestCode.SEND_MESSAGE, self._ext(mq, [props], [msg.flag]), [msg.body],
+                               timeout or self.send_timeout, ok=tuple(_STATUS))
+        return self._result(env, mq, addr, [msg_id])[0]
+
+    def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
+        self._need_started()
+        if not msgs:
+            raise MessageIllegalError("batch is empty")
+        topic = msgs[0].topic
+        ids, props, bodies, flags = [], [], [], []
+        for m in msgs:
+            if m.topic != topic:
+                raise MessageIllegalError(f"a batch goes to one topic: {m.topic!r} != {topic!r}")
+            if m.delay_level or m.deliver_at is not None or m.delay_ms is not None:
+                raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
+            mid, p = self._encode(m)
+            ids.append(mid); props.append(p); bodies.append(m.body); flags.append(m.flag)
+        if sum(map(len, bodies)) > self.max_message_bytes:
+            raise MessageIllegalError(f"batch is {sum(map(len, bodies))} bytes; the limit is {self.max_message_bytes}: split it")
+        return self._send_sync(topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout)
+
+    def _ext(self, mq: MessageQueue, props: list[str], flags: list[int]) -> dict:
+        return {"t": mq.topic, "q": mq.queue_id, "b": int(time.time() * 1000), "g": self.group,
+                "m": [[f, p] for f, p in zip(flags, props)]}
+
+    def _send_sync(self, topic, ids, props, bodies, flags, code, timeout) -> list[SendResult]:
+        deadline = time.monotonic() + (timeout or self.send_timeout)
+        avoid, last = None, None
+        for attempt in range(self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            mq, addr = self._pick(topic, avoid)
+            t0 = time.monotonic()
+            try:
+                env = self.transport.call(addr, code, self._ext(mq, props, flags), bodies, left, ok=tuple(_STATUS))
+                self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                return self._result(env, mq, addr, ids)
+            except QuiverError as exc:
+                last = exc
+                if not _retryable(exc):
+                    raise
+                self.note_latency(mq.broker, 0, failed=True)
+                avoid = mq.broker
+                self.route(topic, refresh=True)
+                log.info("send to %s failed (%s); retrying elsewhere", mq.broker, exc)
+        raise last or ClientError(f"send to {topic!r} timed out")
+
+    # ---- oneway ----------------------------------------------------------------------------------
+
+    def send_oneway(self, msg: Message) -> None:
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        mq, addr = self._pick(msg.topic)
+        ext = self._ext(mq, [props], [msg.flag])
+        ext["w"] = False
+        self.transport.oneway(addr, RequestCode.SEND_MESSAGE, ext, [msg.body])
+
+    # ---- async, auto-batched -------------------------------------------------------------------------
+
+    def send_async(self, msg: Message, callback=None) -> Future:
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        fut: Future = Future()
+        if callback is not None:
+            fut.add_done_callback(callback)
+        self._enqueue(msg.topic, (msg_id, props, msg.body, msg.flag, fut, 0), None)
+        return fut
+
+    def _enqueue(self, topic: str, item, avoid) -> None:
+        try:
+            mq, addr = self._pick(topic, avoid)
+        except QuiverError as exc:
+            item[4].set_exception(exc)
+            return
+        if not self.auto_batch:
+            self._dispatch(mq, addr, [item])
+            return
+        b = self._batchers.get(mq)
+        if b is None:
+            with self._batchers_lock:
+                b = self._batchers.setdefault(mq, _Batcher())
+        with b.lock:
+            if b.in_flight:
+                b.items.append(item)
+                return
+            b.in_flight = True
+        self._dispatch(mq, addr, [item], b)
+
+    def _dispatch(self, mq, addr, items, batcher=None) -> None:
+        code = RequestCode.SEND_BATCH_MESSAGE if len(items) > 1 else RequestCode.SEND_MESSAGE
+        ext = self._ext(mq, [i[1] for i in items], [i[3] for i in items])
+        t0 = time.monotonic()
+
+        def done(env):
+            if batcher is not None:
+                self._next_batch(mq, addr, batcher)
+            self._complete(mq, addr, items, env, t0)
+        try:
+            self.transport.send(addr, code, ext, [i[2] for i in items], done, self.send_timeout)
+        except QuiverError as exc:
+            done(exc)
+
+    def _next_batch(self, mq, addr, b: _Batcher) -> None:
+        with b.lock:
+            if not b.items:
+                b.in_flight = False
+                return
+            take, size, n = [], 0, 0
+            for item in b.items:
+                if n >= self.batch_max_messages or (n and size + len(item[2]) > self.batch_max_bytes):
+                    break
+                take.append(item)
+                size += len(item[2])
+                n += 1
+            del b.items[:n]
+        self._dispatch(mq, addr, take, b)
+
+    def _complete(self, mq, addr, items, env, t0) -> None:
+        if isinstance(env, Exception):
+            exc = env
+        else:
+            try:
+                results = self._result(env, mq, addr, [i[0] for i in items])
+            except QuiverError as e:
+                exc = e
+            else:
+                self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                for item, res in zip(items, results):
+                    item[4].set_result(res)
+                return
+        self.note_latency(mq.broker, 0, failed=True)
+        for msg_id, props, body, flag, fut, attempt in items:
+            if attempt < self.retries and _retryable(exc):
+                self._enqueue(mq.topic, (msg_id, props, body, flag, fut, attempt + 1), mq.broker)
+            elif not fut.done():
+                fut.set_exception(exc)
+
+    def shutdown(self) -> None:
+        """Waits (bounded) for in-flight async sends before closing."""
+        deadline = time.monotonic() + self.send_timeout
+        while time.monotonic() < deadline and any(b.in_flight for b in list(self._batchers.values())):
+            time.sleep(0.01)
+        super().shutdown()
+
+
+class TransactionProducer(Producer):
+    """Transactional sends arrive with the transaction issue; the class exists for the public API."""
+
+    def __init__(self, group: str, namesrv=None, checker=None, **kw):
+        super().__init__(group, namesrv, **kw)
+        self.checker = checker
+
+    def send_in_transaction(self, msg, execute, arg=None):
+        raise ClientError("transactional messages need the txn-checker release: not available in this build")

@@ -1,0 +1,241 @@
+"""Client-side sockets: one DEALER per peer, owned by one IO thread.
+
+Any thread may call `call()` (blocking) or `send()` (callback): the request is
+queued, the IO thread is woken through an eventfd, sends it on the peer's
+DEALER and matches the reply by request id, so many requests to one peer are
+in flight at once (pipelined). Requests a server pushes to us (no "r" in the
+header) go to `on_push(peer, envelope)` on a small worker pool, never on the
+IO thread. A peer whose DEALER has been silent while requests were due is
+closed and recreated (liveness), with the waiting requests failed fast.
+"""
+
+import collections
+import itertools
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import zmq
+
+from . import protocol
+from .errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
+from .codes import ResponseCode
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+
+
+def next_request_id() -> int:
+    return next(_ids)
+
+
+class Transport:
+    """The IO thread and its DEALER sockets. Shared by the clients of a process."""
+
+    def __init__(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None):
+        self._ctx = zmq.Context.instance()
+        self._queue = collections.deque()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._pending: dict[int, tuple] = {}
+        self._peers: dict[str, zmq.Socket] = {}
+        self._by_socket: dict[zmq.Socket, str] = {}
+        self._on_push = on_push
+        self._push_pool = ThreadPoolExecutor(4, thread_name_prefix=f"{name}-push")
+        self._identity_prefix = identity_prefix
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{name}-io", daemon=True)
+        self._thread.start()
+
+    # ---- caller side ----------------------------------------------------
+
+    def send(self, addr: str, code: int, ext: dict | None, bodies, callback, timeout: float = 3.0) -> int:
+        """Queue a request; `callback(envelope | QuiverError)` runs on the IO thread."""
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        req_id = next(_ids)
+        self._pending[req_id] = (callback, time.monotonic() + timeout, addr)
+        self._queue.append((addr, protocol.request(code, req_id, ext, bodies), req_id))
+        os.eventfd_write(self._wake_fd, 1)
+        return req_id
+
+    def oneway(self, addr: str, code: int, ext: dict | None = None, bodies=()) -> None:
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        self._queue.append((addr, protocol.request(code, next(_ids), ext, bodies), 0))
+        os.eventfd_write(self._wake_fd, 1)
+
+    def reply_to_push(self, addr: str, frames: list) -> None:
+        self._queue.append((addr, frames, 0))
+        os.eventfd_write(self._wake_fd, 1)
+
+    def call_future(self, addr: str, code: int, ext: dict | None = None, bodies=(),
+                    timeout: float = 3.0) -> Future:
+        fut: Future = Future()
+
+        def done(result):
+            if isinstance(result, Exception):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
+        self.send(addr, code, ext, bodies, done, timeout)
+        return fut
+
+    def call(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float = 3.0,
+             ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
+        """Blocking request; raises the server's error unless its code is in `ok`."""
+        env = self.call_future(addr, code, ext, bodies, timeout).result(timeout + 1.0)
+        if env.code not in ok:
+            raise error_for(env.code, env.remark or "")
+        return env
+
+    def close(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        os.eventfd_write(self._wake_fd, 1)
+        self._thread.join(5)
+        self._push_pool.shutdown(wait=False, cancel_futures=True)
+        os.close(self._wake_fd)
+
+    # ---- IO thread ------------------------------------------------------
+
+    def _peer(self, addr: str) -> zmq.Socket:
+        sock = self._peers.get(addr)
+        if sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 100_000)
+            sock.setsockopt(zmq.RCVHWM, 100_000)
+            # Queue only on a live connection: a request to a dead peer must fail
+            # (and be retried elsewhere), not be stored when the peer returns.
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            if self._identity_prefix:
+                sock.setsockopt(zmq.IDENTITY, f"{self._identity_prefix}@{addr}".encode())
+            sock.connect(f"tcp://{addr}")
+            self._peers[addr] = sock
+            self._by_socket[sock] = addr
+            self._poller.register(sock, zmq.POLLIN)
+        return sock
+
+    def drop_peer(self, addr: str) -> None:
+        """Close a peer's socket from any thread (it is recreated on next use)."""
+        self._queue.append((addr, None, 0))
+        os.eventfd_write(self._wake_fd, 1)
+
+    def _close_peer(self, addr: str) -> None:
+        sock = self._peers.pop(addr, None)
+        if sock is not None:
+            self._by_socket.pop(sock, None)
+            self._poller.unregister(sock)
+            sock.close(0)
+
+    def _run(self) -> None:
+        self._poller = zmq.Poller()
+        self._poller.register(self._wake_fd, zmq.POLLIN)
+        next_scan = time.monotonic() + 0.05
+        self._backlog = collections.deque()
+        try:
+            while not self._stopped.is_set():
+                events = self._poller.poll(5 if self._backlog else 50)
+                for sock, _ in events:
+                    if sock == self._wake_fd:
+                        try:
+                            os.eventfd_read(self._wake_fd)
+                        except BlockingIOError:
+                            pass
+                    else:
+                        self._drain(sock)
+                self._flush_queue()
+                now = time.monotonic()
+                if now >= next_scan:
+                    self._expire(now)
+                    next_scan = now + 0.05
+        except Exception:
+            log.exception("transport IO thread failed")
+        finally:
+            for addr in list(self._peers):
+                self._close_peer(addr)
+            for req_id in list(self._pending):
+                self._fail(req_id, ClientError("transport closed"))
+
+    def _flush_queue(self) -> None:
+        if self._backlog:
+            waiting, self._backlog = self._backlog, collections.deque()
+            now = time.monotonic()
+            for addr, frames, req_id, since in waiting:
+                if (req_id and req_id not in self._pending) or (not req_id and now - since > 3.0):
+                    continue  # expired meanwhile: its caller has been told
+                self._send(addr, frames, req_id, since)
+        q = self._queue
+        while q:
+            addr, frames, req_id = q.popleft()
+            if frames is None:
+                self._close_peer(addr)
+                continue
+            self._send(addr, frames, req_id, None)
+
+    def _send(self, addr, frames, req_id, since) -> None:
+        try:
+            self._peer(addr).send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+        except zmq.Again:
+            # not connected (yet): retry until the request's deadline
+            self._backlog.append((addr, frames, req_id, since or time.monotonic()))
+        except zmq.ZMQError as exc:
+            log.warning("send to %s failed: %s", addr, exc)
+            if req_id:
+                self._fail(req_id, ClientError(f"send to {addr} failed: {exc}"))
+
+    def _drain(self, sock) -> None:
+        addr = self._by_socket.get(sock)
+        for _ in range(1000):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                env = protocol.decode(frames)
+            except ProtocolError as exc:
+                rid = protocol.request_id_of(exc)
+                log.warning("malformed frame from %s: %s", addr, exc)
+                if rid in self._pending:
+                    self._fail(rid, exc)
+                continue
+            if env.is_reply:
+                entry = self._pending.pop(env.id, None)
+                if entry is not None:
+                    self._deliver(entry[0], env)
+                elif env.id == protocol.UNATTRIBUTED_ID:
+                    log.warning("%s rejected a frame: %s", addr, env.remark)
+            elif self._on_push is not None:
+                self._push_pool.submit(self._handle_push, addr, env)
+
+    def _handle_push(self, addr, env) -> None:
+        try:
+            out = self._on_push(addr, env)
+            if out is not None:
+                self.reply_to_push(addr, out)
+        except Exception:
+            log.exception("handling pushed request %s from %s failed", env.code, addr)
+
+    @staticmethod
+    def _deliver(callback, result) -> None:
+        try:
+            callback(result)
+        except Exception:
+            log.exception("request callback failed")
+
+    def _fail(self, req_id: int, exc: QuiverError) -> None:
+        entry = self._pending.pop(req_id, None)
+        if entry is not None:
+            self._deliver(entry[0], exc)
+
+    def _expire(self, now: float) -> None:
+        late = [rid for rid, (_, deadline, _) in list(self._pending.items()) if deadline <= now]
+        for rid in late:
+            entry = self._pending.get(rid)
+            if entry is None:
+                continue
+            self._fail(rid, RequestTimeoutError(f"no reply from {entry[2]} in time (request {rid})"))

@@ -1,0 +1,1 @@
+"""Quiver broker: CommitLog, ConsumeQueue and IndexFile store, send/pull/offset/admin requests."""

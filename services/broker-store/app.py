@@ -1,0 +1,180 @@
+"""The broker process: store + metadata + the service loop + periodic jobs.
+
+All store and metadata mutations happen on the service thread. APScheduler
+(one BackgroundScheduler, jobs registered in `_jobs`) only hands work to that
+thread, except offset persistence, which writes a snapshot on its own thread.
+"""
+
+import logging
+import os
+import time
+from collections import Counter
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from quiver.codes import RequestCode
+from quiver.errors import TopicNotExistError
+from quiver.message import host_bytes
+from quiver.service import Service
+from quiver.settings import split_addrs
+from quiver.transport import Transport
+from quiver.validation import is_system_topic
+
+from .clients import ClientRegistry
+from .handlers import make_handlers
+from .metadata import Metadata
+from .pulling import Puller
+from .sending import Sender
+from .store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    def __init__(self, config):
+        self.config = config
+        os.makedirs(config.store_dir, exist_ok=True)
+        self.counters = Counter()
+        adv_host, adv_port = config.advertised.rsplit(":", 1)
+        self.store_host = host_bytes(adv_host, int(adv_port))
+        self.store = MessageStore(
+            config.store_dir, segment_bytes=config.segment_bytes, cq_entries_per_file=config.cq_entries_per_file,
+            index_slots=config.index_slots, index_entries=config.index_entries, flush_sync=config.flush == "sync",
+            flush_interval_ms=config.flush_interval_ms, store_host=self.store_host,
+            delay_levels_ms=config.delay_levels_ms, file_reserved_hours=config.file_reserved_hours,
+            delete_when_hours=config.delete_when_hours, on_flushed=self._flushed_from_thread)
+        url = config.metadata_url or f"sqlite:///{os.path.join(config.store_dir, 'metadata.db')}"
+        self.metadata = Metadata(url)
+        self.topics = self.metadata.topics
+        self.clients = ClientRegistry()
+        self.service = Service(config.listen, {}, "broker-store", self.status)
+        self.sender = Sender(self)
+        self.puller = Puller(self)
+        self.service.handlers.update(make_handlers(self))
+        self.service.counters = self.counters
+        self.transport = Transport("broker")
+        self.namesrvs = split_addrs(config.namesrv)
+        self.data_version = {"state": 0, "ts": int(time.time() * 1000), "counter": 0}
+        self.scheduler = BackgroundScheduler(daemon=True)
+        self.filter_servers: set[str] = set()
+
+    # ---- topics ----------------------------------------------------------------
+
+    def topic_config(self, topic: str, create: bool = False, system: bool = False, queues: int | None = None) -> dict:
+        conf = self.topics.get(topic)
+        if conf is not None:
+            return conf
+        if not create or (not system and (not self.config.auto_create_topics or is_system_topic(topic))):
+            raise TopicNotExistError(
+                f"topic {topic!r} does not exist: create it (quiver topic create) or run the broker with --auto-create-topics")
+        n = queues or self.config.default_topic_queues
+        log.info("auto-creating topic %s with %d queues", topic, n)
+        return self.put_topic(topic, n, n, 6)
+
+    def put_topic(self, topic, read, write, perm=6, order=False) -> dict:
+        conf = self.metadata.put_topic(topic, read, write, perm, order=order)
+        self.data_version["counter"] += 1
+        self.register_all()
+        return conf
+
+    def delete_topic(self, topic: str) -> None:
+        self.metadata.delete_topic(topic)
+        self.store.delete_topic(topic)
+        self.data_version["counter"] += 1
+        self.register_all()
+
+    def born_host(self, ext) -> bytes:
+        bh = ext.get("bh")
+        if isinstance(bh, str) and ":" in bh:
+            host, port = bh.rsplit(":", 1)
+            try:
+                return host_bytes(host, int(port))
+            except ValueError:
+                pass
+        return b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+
+    # ---- name servers -------------------------------------------------------------
+
+    def register_all(self) -> None:
+        ext = {"cluster": self.config.cluster, "broker_name": self.config.name,
+               "broker_addr": self.config.advertised, "broker_id": self.config.broker_id,
+               "data_version": dict(self.data_version), "topics": self.topics,
+               "filter_servers": sorted(self.filter_servers)}
+        for addr in self.namesrvs:
+            self.transport.send(addr, RequestCode.REGISTER_BROKER, ext,
+                                (), lambda r, a=addr: self._registered(a, r), timeout=5.0)
+
+    def _registered(self, addr, result) -> None:
+        if isinstance(result, Exception) or result.code != 0:
+            log.warning("registration with name server %s failed: %s", addr,
+                        result if isinstance(result, Exception) else result.remark)
+
+    # ---- consumers -------------------------------------------------------------------
+
+    def notify_group_changed(self, group: str) -> None:
+        for info in self.clients.consumers.get(group, {}).values():
+            self.service.push(info.identity, RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"g": group})
+
+    # ---- threads -> service thread ---------------------------------------------------
+
+    def _flushed_from_thread(self, offset: int) -> None:
+        self.service.call_soon_threadsafe(self.sender.on_flushed, offset)
+
+    def _jobs(self) -> None:
+        soon = self.service.call_soon_threadsafe
+        c = self.config
+        self.scheduler.add_job(lambda: soon(self.register_all), "interval",
+                               seconds=c.register_interval_ms / 1000, id="register")
+        self.scheduler.add_job(self.metadata.persist_offsets, "interval",
+                               seconds=c.offset_persist_interval_ms / 1000, id="offsets")
+        self.scheduler.add_job(lambda: soon(self.store.clean_expired), "interval",
+                               seconds=c.clean_interval_ms / 1000, id="retention")
+        self.scheduler.add_job(lambda: soon(self._expire_clients), "interval", seconds=10, id="clients")
+
+    def _expire_clients(self) -> None:
+        for group in self.clients.expire():
+            self.notify_group_changed(group)
+
+    def _sync_flush_watch(self) -> None:
+        self.sender.expire_step()
+        self.service.call_later(0.05, self._sync_flush_watch)
+
+    def status(self) -> dict:
+        return {"role": "broker", "broker_name": self.config.name, "addr": self.config.advertised,
+                "cluster": self.config.cluster, "flush": self.config.flush, "topics": len(self.topics),
+                "held_pulls": self.puller.held_count(), "store": self.store.stats()}
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.store.open()
+        self.service.bind()
+        self.register_all()
+        self._jobs()
+        self.scheduler.start()
+        if self.config.flush == "sync":
+            self.service.call_later(0.05, self._sync_flush_watch)
+        log.info("broker %s serving on %s (advertised %s, flush %s)", self.config.name, self.config.listen,
+                 self.config.advertised, self.config.flush)
+        try:
+            self.service.run()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        try:
+            self.scheduler.shutdown(wait=False)
+        except Exception:
+            pass
+        ext = {"cluster": self.config.cluster, "broker_name": self.config.name,
+               "broker_addr": self.config.advertised, "broker_id": self.config.broker_id}
+        futs = [self.transport.call_future(a, RequestCode.UNREGISTER_BROKER, ext, timeout=1.0) for a in self.namesrvs]
+        for f in futs:
+            try:
+                f.result(1.5)
+            except Exception:
+                pass
+        self.transport.close()
+        self.store.close()
+        self.metadata.close()
+        self.service.close()

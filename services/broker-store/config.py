@@ -1,0 +1,88 @@
+"""Broker settings (each a --flag and a QUIVER_* env var). Defaults are RocketMQ's."""
+
+import os
+from dataclasses import dataclass
+
+from quiver.settings import default_identity, setting
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    """'1s 5s 1m' -> [1000, 5000, 60000]."""
+    out = []
+    for item in text.split():
+        unit = "ms" if item.endswith("ms") else item[-1]
+        num = item[:-len(unit)]
+        if unit not in _UNITS_MS or not num.isdigit():
+            raise ValueError(f"bad delay level {item!r}: use a number with ms, s, m, h or d")
+        out.append(int(num) * _UNITS_MS[unit])
+    if not out:
+        raise ValueError("delay levels are empty")
+    return out
+
+
+@dataclass(frozen=True)
+class Config:
+    """Quiver broker-store."""
+    listen: str = setting("0.0.0.0:10911", "HOST:PORT to bind")
+    advertise: str = setting("", "HOST:PORT clients reach (default: hostname:port, 127.0.0.1 on a local bind)")
+    namesrv: str = setting("127.0.0.1:9876", "name servers, 'h:p;h:p'")
+    data_dir: str = setting("./data/broker", "where the store lives (a per-broker sub-directory is used)")
+    broker_name: str = setting("", "broker name (default: broker-<hostname>)")
+    broker_id: int = setting(0, "0 = master")
+    cluster: str = setting("DefaultCluster", "cluster name")
+    flush: str = setting("async", "sync | async: SEND_OK after fdatasync, or background flush")
+    flush_interval_ms: int = setting(500, "async flush period")
+    sync_flush_timeout_ms: int = setting(5000, "sync flush deadline before FLUSH_DISK_TIMEOUT")
+    segment_bytes: int = setting(1 << 30, "CommitLog segment size")
+    cq_entries_per_file: int = setting(300_000, "ConsumeQueue entries per file")
+    index_slots: int = setting(5_000_000, "IndexFile hash slots")
+    index_entries: int = setting(20_000_000, "IndexFile entries per file")
+    metadata_url: str = setting("", "SQLAlchemy URL for topics/groups/offsets (default: SQLite in data dir)")
+    register_interval_ms: int = setting(30_000, "re-register with name servers this often")
+    auto_create_topics: bool = setting(True, "create a topic on first send")
+    default_topic_queues: int = setting(4, "queues of an auto-created topic")
+    max_message_bytes: int = setting(4 * 1024 * 1024, "largest body accepted")
+    delay_levels: str = setting(DEFAULT_DELAY_LEVELS, "delay level table (units ms, s, m, h, d)")
+    timer_horizon_ms: int = setting(40 * 86_400_000, "furthest allowed delivery time of a timer message")
+    file_reserved_hours: int = setting(72, "CommitLog retention")
+    delete_when: str = setting("04", "hours of day when expired segments are deleted, 'HH;HH'")
+    offset_persist_interval_ms: int = setting(5000, "consumer offsets are written this often")
+    clean_interval_ms: int = setting(10_000, "retention check period")
+    long_poll_max_ms: int = setting(30_000, "cap on a pull's suspend time")
+    log_level: str = setting("INFO", "logging level")
+
+    def __post_init__(self):
+        if self.flush not in ("sync", "async"):
+            raise ValueError("flush must be 'sync' or 'async'")
+        parse_delay_levels(self.delay_levels)
+        if self.segment_bytes < 4096:
+            raise ValueError("segment_bytes must be >= 4096")
+
+    @property
+    def name(self) -> str:
+        return self.broker_name or default_identity("broker")
+
+    @property
+    def advertised(self) -> str:
+        if self.advertise:
+            return self.advertise
+        host, port = self.listen.rsplit(":", 1)
+        if host in ("0.0.0.0", "", "*"):
+            import socket
+            host = socket.gethostname()
+        return f"{host}:{port}"
+
+    @property
+    def store_dir(self) -> str:
+        return os.path.join(self.data_dir, self.name)
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.delay_levels)
+
+    @property
+    def delete_when_hours(self) -> tuple[int, ...]:
+        return tuple(int(h) for h in self.delete_when.replace(",", ";").split(";") if h.strip())

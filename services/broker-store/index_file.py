@@ -1,0 +1,214 @@
+"""IndexFiles: a hash index from message key to CommitLog offset (RocketMQ's layout).
+
+Owns the `index/` files and their format; not the keys' meaning (store decides
+which keys a record has) nor the records (callers recheck the key on the record,
+because different keys share hashes)::
+
+    index/<yyyyMMddHHmmssSSS>           one sparse file, mmapped
+      header 40:  beginTimestamp 8 | endTimestamp 8 | beginPhyOffset 8 | endPhyOffset 8
+                  | hashSlotCount 4 | indexCount 4
+      slots:      slot_count x 4     latest entry number in that bucket, 0 = empty
+      entries:    entry_count x 20   keyHash 4 | phyOffset 8 | timeDiff 4 | prevEntry 4
+
+Entry numbers start at 1 (0 means "none", so the chain ends there); timeDiff is
+seconds since beginTimestamp. A full file is left as is and a new one started.
+
+Key hash: zlib.crc32 of the UTF-8 key, masked to 31 bits — not Java's
+String.hashCode as in RocketMQ, because crc32 is one C call where hashCode is a
+Python loop per character, and the file is ours alone. `key_hash(prefix_crc, k)`
+chains crc32 so "topic#" is hashed once per batch.
+
+Threading: the main thread puts and queries; the flush thread calls `flush()`,
+and files are closed only under the store's flush lock.
+"""
+
+import logging
+import mmap
+import os
+import struct
+import time
+import zlib
+
+log = logging.getLogger(__name__)
+
+HEADER = struct.Struct(">qqqqii")
+HEADER_SIZE = HEADER.size  # 40
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+ENTRY_SIZE = ENTRY.size  # 20
+INT_MAX = 2**31 - 1
+
+
+def prefix_crc(topic: str) -> int:
+    return zlib.crc32(topic.encode() + b"#")
+
+
+def key_hash(prefix: int, key: str) -> int:
+    """Hash of topic#key given prefix_crc(topic): crc32 continues over the key."""
+    return zlib.crc32(key.encode(), prefix) & 0x7FFFFFFF
+
+
+class IndexFile:
+    def __init__(self, path: str, slots: int, entries: int):
+        self.path = path
+        exists = os.path.exists(path)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if exists:
+            (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.used_slots,
+             self.count) = HEADER.unpack(os.pread(self.fd, HEADER_SIZE, 0))
+        else:
+            self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
+            self.used_slots, self.count = 0, 1
+        self.slots, self.max_entries = slots, entries
+        size = HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE
+        if os.fstat(self.fd).st_size < size:
+            os.ftruncate(self.fd, size)  # sparse: only touched pages take disk
+        self.mm = mmap.mmap(self.fd, size)
+        self._entries_at = HEADER_SIZE + slots * 4
+        self.dirty = not exists
+        if not exists:
+            self.sync_header()  # count=1 on disk before any entry
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.max_entries
+
+    def put(self, h: int, phys: int, ts: int) -> bool:
+        """Add one key; False when the file is full. The header is written by sync_header."""
+        n = self.count
+        if n >= self.max_entries:
+            return False
+        mm = self.mm
+        if n == 1:
+            self.begin_ts, self.begin_phy = ts, phys
+        slot_pos = HEADER_SIZE + (h % self.slots) * 4
+        (prev,) = SLOT.unpack_from(mm, slot_pos)
+        if prev <= 0 or prev >= n:
+            prev = 0
+            self.used_slots += 1
+        diff = (ts - self.begin_ts) // 1000
+        diff = 0 if diff < 0 else INT_MAX if diff > INT_MAX else diff
+        ENTRY.pack_into(mm, self._entries_at + n * ENTRY_SIZE, h, phys, diff, prev)
+        SLOT.pack_into(mm, slot_pos, n)
+        self.count = n + 1
+        if ts > self.end_ts:
+            self.end_ts = ts
+        if phys > self.end_phy:
+            self.end_phy = phys
+        self.dirty = True
+        return True
+
+    def sync_header(self) -> None:
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
+                         self.used_slots, self.count)
+
+    def candidates(self, h: int, begin_ms: int, end_ms: int):
+        """CommitLog offsets of entries with hash `h` in the time range, newest first.
+
+        timeDiff has second resolution, so the range is widened by a second; the
+        caller rechecks the exact store time on the record.
+        """
+        mm = self.mm
+        (n,) = SLOT.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)
+        steps = 0
+        while 0 < n < self.count and steps < self.max_entries:
+            eh, phys, diff, prev = ENTRY.unpack_from(mm, self._entries_at + n * ENTRY_SIZE)
+            ts = self.begin_ts + diff * 1000
+            if eh == h and begin_ms - 1000 <= ts <= end_ms + 1000:
+                yield phys
+            if prev >= n:  # chains only point backwards; anything else is damage
+                break
+            n = prev
+            steps += 1
+
+    def flush(self) -> None:
+        # No sync_header here: the flush thread would write a half-batch header.
+        if self.dirty:
+            self.dirty = False
+            self.mm.flush()
+
+    def close(self) -> None:
+        self.sync_header()
+        self.mm.close()
+        os.close(self.fd)
+
+
+class IndexService:
+    """All index files, oldest first; puts go to the last one."""
+
+    def __init__(self, directory: str, slots: int, entries: int):
+        self.dir = directory
+        self.slots, self.entries = slots, entries
+        self.files: list[IndexFile] = []
+
+    def load(self) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        for name in sorted(os.listdir(self.dir)):
+            if name.isdigit():
+                self.files.append(IndexFile(os.path.join(self.dir, name), self.slots,
+                                            self.entries))
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        self.files.clear()
+
+    @property
+    def end_phy(self) -> int:
+        """Offset of the newest indexed record (-1 if none): rebuilds skip up to it.
+
+        The header is written once per batch, after all its keys, so a record at
+        or below end_phy has all its keys in the index.
+        """
+        for f in reversed(self.files):
+            if f.count > 1:
+                return f.end_phy
+        return -1
+
+    def _roll(self) -> IndexFile:
+        name = time.strftime("%Y%m%d%H%M%S") + f"{int(time.time() * 1000) % 1000:03d}"
+        while any(os.path.basename(f.path) >= name for f in self.files):
+            name = str(int(name) + 1)  # two files in one ms: keep names unique and sorted
+        f = IndexFile(os.path.join(self.dir, name), self.slots, self.entries)
+        self.files.append(f)
+        return f
+
+    def put_keys(self, hashes: list[int], phys: int, ts: int) -> None:
+        f = self.files[-1] if self.files else self._roll()
+        for h in hashes:
+            if not f.put(h, phys, ts):
+                f.sync_header()
+                f = self._roll()
+                f.put(h, phys, ts)
+
+    def sync_header(self) -> None:
+        if self.files:
+            self.files[-1].sync_header()
+
+    def query(self, h: int, begin_ms: int, end_ms: int):
+        """Candidate offsets, newest file first (duplicates possible after a rebuild)."""
+        for f in reversed(self.files):
+            if f.count <= 1 or f.begin_ts > end_ms + 1000 or f.end_ts < begin_ms - 1000:
+                continue
+            yield from f.candidates(h, begin_ms, end_ms)
+
+    def flush(self) -> None:
+        for f in list(self.files):
+            f.flush()
+
+    def clamp_end(self, end_phy: int) -> None:
+        """After the CommitLog was cut at `end_phy`: newer records must be indexed again."""
+        for f in self.files:
+            if f.end_phy >= end_phy:
+                f.end_phy = end_phy - 1
+                f.sync_header()
+
+    def delete_below(self, min_phy: int) -> int:
+        """Delete files (not the newest) whose entries all point below `min_phy`."""
+        n = 0
+        while len(self.files) > 1 and self.files[0].end_phy < min_phy:
+            f = self.files.pop(0)
+            f.close()
+            os.unlink(f.path)
+            n += 1
+        return n

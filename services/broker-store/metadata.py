@@ -1,0 +1,121 @@
+"""Broker metadata through SQLAlchemy: topics, subscription groups, consumer offsets.
+
+SQLite in the data dir by default; any SQLAlchemy URL (PostgreSQL...) by flag.
+Offsets live in memory and are written in one transaction every few seconds
+(and on shutdown), as RocketMQ persists consumerOffset.json.
+"""
+
+import threading
+import time
+
+from sqlalchemy import (BigInteger, Column, Integer, MetaData, String, Table, create_engine, delete,
+                        insert, select, update)
+
+_meta = MetaData()
+topics_t = Table("topics", _meta,
+                 Column("name", String(255), primary_key=True),
+                 Column("read_queues", Integer, nullable=False),
+                 Column("write_queues", Integer, nullable=False),
+                 Column("perm", Integer, nullable=False),
+                 Column("sysflag", Integer, nullable=False, default=0),
+                 Column("order_topic", Integer, nullable=False, default=0))
+groups_t = Table("subscription_groups", _meta,
+                 Column("name", String(255), primary_key=True),
+                 Column("retry_max_times", Integer, nullable=False, default=16),
+                 Column("consume_enable", Integer, nullable=False, default=1))
+offsets_t = Table("consumer_offsets", _meta,
+                  Column("grp", String(255), primary_key=True),
+                  Column("topic", String(255), primary_key=True),
+                  Column("queue_id", Integer, primary_key=True),
+                  Column("offset", BigInteger, nullable=False),
+                  Column("updated_ms", BigInteger, nullable=False))
+
+
+class Metadata:
+    def __init__(self, url: str):
+        self.engine = create_engine(url, future=True)
+        _meta.create_all(self.engine)
+        self.topics: dict[str, dict] = {}
+        self.groups: dict[str, dict] = {}
+        self.offsets: dict[tuple[str, str, int], int] = {}
+        self._dirty: set = set()
+        self._lock = threading.Lock()  # the persist job runs on another thread
+        self._load()
+
+    def _load(self) -> None:
+        with self.engine.connect() as conn:
+            for r in conn.execute(select(topics_t)):
+                self.topics[r.name] = {"read": r.read_queues, "write": r.write_queues, "perm": r.perm,
+                                       "sysflag": r.sysflag, "order": bool(r.order_topic)}
+            for r in conn.execute(select(groups_t)):
+                self.groups[r.name] = {"retry_max_times": r.retry_max_times, "consume_enable": bool(r.consume_enable)}
+            for r in conn.execute(select(offsets_t)):
+                self.offsets[(r.grp, r.topic, r.queue_id)] = r.offset
+
+    # ---- topics ---------------------------------------------------------------
+
+    def put_topic(self, name: str, read: int, write: int, perm: int = 6, sysflag: int = 0, order=False) -> dict:
+        conf = {"read": read, "write": write, "perm": perm, "sysflag": sysflag, "order": bool(order)}
+        row = {"read_queues": read, "write_queues": write, "perm": perm, "sysflag": sysflag, "order_topic": int(bool(order))}
+        with self.engine.begin() as conn:
+            if name in self.topics:
+                conn.execute(update(topics_t).where(topics_t.c.name == name).values(**row))
+            else:
+                conn.execute(insert(topics_t).values(name=name, **row))
+        self.topics[name] = conf
+        return conf
+
+    def delete_topic(self, name: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(topics_t).where(topics_t.c.name == name))
+            conn.execute(delete(offsets_t).where(offsets_t.c.topic == name))
+        self.topics.pop(name, None)
+        with self._lock:
+            for key in [k for k in self.offsets if k[1] == name]:
+                self.offsets.pop(key, None)
+                self._dirty.discard(key)
+
+    # ---- groups -----------------------------------------------------------------
+
+    def put_group(self, name: str, retry_max_times: int = 16) -> None:
+        with self.engine.begin() as conn:
+            if name in self.groups:
+                conn.execute(update(groups_t).where(groups_t.c.name == name).values(retry_max_times=retry_max_times))
+            else:
+                conn.execute(insert(groups_t).values(name=name, retry_max_times=retry_max_times, consume_enable=1))
+        self.groups[name] = {"retry_max_times": retry_max_times, "consume_enable": True}
+
+    # ---- offsets --------------------------------------------------------------------
+
+    def get_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.offsets.get((group, topic, queue_id))
+
+    def set_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        key = (group, topic, queue_id)
+        with self._lock:
+            self.offsets[key] = offset
+            self._dirty.add(key)
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        return {(t, q): o for (g, t, q), o in self.offsets.items() if g == group}
+
+    def persist_offsets(self) -> int:
+        """Write changed offsets in one transaction; returns how many."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            rows = [(k, self.offsets[k]) for k in dirty if k in self.offsets]
+        if not rows:
+            return 0
+        now = int(time.time() * 1000)
+        with self.engine.begin() as conn:
+            for (g, t, q), off in rows:
+                res = conn.execute(update(offsets_t).where(
+                    (offsets_t.c.grp == g) & (offsets_t.c.topic == t) & (offsets_t.c.queue_id == q)
+                ).values(offset=off, updated_ms=now))
+                if res.rowcount == 0:
+                    conn.execute(insert(offsets_t).values(grp=g, topic=t, queue_id=q, offset=off, updated_ms=now))
+        return len(rows)
+
+    def close(self) -> None:
+        self.persist_offsets()
+        self.engine.dispose()

@@ -1,0 +1,111 @@
+"""The pull path and long polling.
+
+A pull that finds nothing new is held (up to its suspend time) per
+(topic, queue) and re-run the moment a put for that queue becomes visible —
+not on a timer tick. The reply body is the stored records, concatenated, in
+one frame; the SDK decodes them with one struct format.
+"""
+
+import logging
+import time
+
+from quiver import tags
+from quiver.codes import ResponseCode
+from quiver.errors import InvalidParameterError, TopicNotExistError
+
+log = logging.getLogger(__name__)
+
+_FOUND = "FOUND"
+
+
+class Puller:
+    def __init__(self, app):
+        self.app = app
+        self.store = app.store
+        self.held: dict[tuple[str, int], list] = {}
+        self.max_suspend_ms = app.config.long_poll_max_ms
+
+    def handle(self, req) -> None:
+        ext = req.ext
+        topic, queue_id, offset = ext.get("t"), ext.get("q"), ext.get("o")
+        if type(queue_id) is not int or type(offset) is not int or not isinstance(topic, str):
+            raise InvalidParameterError("pull needs 't' (topic), 'q' (queue id) and 'o' (offset)")
+        conf = self.app.topics.get(topic)
+        if conf is None:
+            raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
+        if not 0 <= queue_id < max(conf["read"], 1):
+            raise InvalidParameterError(f"queue {queue_id} is not a read queue of {topic!r} (it has {conf['read']})")
+        if ext.get("tp", "TAG") not in ("TAG", None):
+            raise InvalidParameterError("SQL92 subscriptions are pulled through a filter server, not the broker")
+        group = ext.get("g")
+        commit = ext.get("co")
+        if group and type(commit) is int and commit >= 0:
+            self.app.metadata.set_offset(group, topic, queue_id, commit)
+        max_msgs = max(1, min(int(ext.get("n", 32)), 1024))
+        suspend_ms = min(int(ext.get("s", 0)), self.max_suspend_ms)
+        key = (topic, queue_id)
+        task = [req, topic, queue_id, offset, max_msgs, tags.hashes(ext.get("sub")), int(ext.get("mb", 4 << 20)), None]
+        if not self._try(task, final=suspend_ms <= 0):
+            task[7] = self.app.service.call_later(suspend_ms / 1000, self._expire, key, task)
+            self.held.setdefault(key, []).append(task)
+            self.app.counters["pulls_held"] += 1
+
+    def _try(self, task, final: bool) -> bool:
+        """Run the pull; answer unless it found nothing new and may wait. True if answered."""
+        req, topic, queue_id, offset, max_msgs, hashes, max_bytes, _ = task
+        res = self.store.get_messages(topic, queue_id, offset, max_msgs, hashes, max_bytes)
+        status = res.status.name
+        ext = {"next": res.next_offset, "min": res.min_offset, "max": res.max_offset}
+        if status == _FOUND and res.count > 0:
+            self.app.counters["pulled_messages"] += res.count
+            req.reply(ResponseCode.SUCCESS, "", ext, (res.data,))
+            return True
+        if status == "NO_MATCHED_MESSAGE":
+            req.reply(ResponseCode.PULL_RETRY_IMMEDIATELY, "no message matched the subscription", ext)
+            return True
+        if status == "OFFSET_TOO_SMALL":
+            req.reply(ResponseCode.PULL_OFFSET_MOVED, f"offset {offset} is below the queue's min {res.min_offset}", ext)
+            return True
+        if status == "OFFSET_OVERFLOW_BADLY":
+            req.reply(ResponseCode.PULL_OFFSET_MOVED, f"offset {offset} is beyond the queue's max {res.max_offset}", ext)
+            return True
+        if status == "NO_MESSAGE_IN_QUEUE" and offset != 0:
+            ext["next"] = 0
+            req.reply(ResponseCode.PULL_OFFSET_MOVED, "the queue is empty; start from 0", ext)
+            return True
+        # nothing new yet (OFFSET_OVERFLOW_ONE, empty queue at 0, or not yet flushed)
+        if not final:
+            return False
+        ext["next"] = offset
+        req.reply(ResponseCode.PULL_NOT_FOUND, "no new message", ext)
+        return True
+
+    def notify(self, topic: str, queue_id: int) -> None:
+        key = (topic, queue_id)
+        waiting = self.held.get(key)
+        if not waiting:
+            return
+        keep = []
+        for task in waiting:
+            if task[0].answered:
+                continue
+            if self._try(task, final=False):
+                self.app.service.cancel(task[7])
+            else:
+                keep.append(task)
+        if keep:
+            self.held[key] = keep
+        else:
+            del self.held[key]
+
+    def _expire(self, key, task) -> None:
+        waiting = self.held.get(key)
+        if waiting and task in waiting:
+            waiting.remove(task)
+            if not waiting:
+                del self.held[key]
+        if not task[0].answered:
+            self._try(task, final=True)
+
+    def held_count(self) -> int:
+        return sum(len(v) for v in self.held.values())

@@ -1,0 +1,153 @@
+"""The send path: validate a single or batch send, park delayed messages, put, reply.
+
+A request carries one body frame per message and the per-message fields as
+compact arrays in its header (`m`: [[flag, properties], ...]). The whole batch
+is one put (one write, one CRC pass per body, one ConsumeQueue run). With
+SYNC flush the reply waits for the group commit that covers the batch's end
+offset; past the deadline it answers FLUSH_DISK_TIMEOUT (the data is stored).
+"""
+
+import logging
+import time
+from collections import deque
+
+from quiver import record
+from quiver.codes import ResponseCode
+from quiver.errors import (InvalidParameterError, MessageIllegalError, ServiceNotAvailableError,
+                           TopicNotExistError)
+from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
+from quiver.record import get_property as get_props_value
+from quiver.validation import (MAX_PROPERTIES_BYTES, SCHEDULE_TOPIC, TIMER_TOPIC, check_properties_size,
+                               check_topic)
+
+log = logging.getLogger(__name__)
+
+
+class Sender:
+    def __init__(self, app):
+        self.app = app
+        self.config = app.config
+        self.store = app.store
+        self.levels_ms = app.config.delay_levels_ms
+        self.sync = app.config.flush == "sync"
+        self.timeout_s = app.config.sync_flush_timeout_ms / 1000
+        self.waiting: deque = deque()  # (end_offset, deadline, req, ext, topic, qid), in offset order
+        self.max_bytes = app.config.max_message_bytes
+
+    # ---- request -------------------------------------------------------------
+
+    def handle(self, req, batch: bool) -> None:
+        ext, bodies = req.ext, req.env.bodies
+        topic = ext.get("t")
+        check_topic(topic, for_send=True)
+        metas = ext.get("m")
+        if not isinstance(metas, list) or len(metas) != len(bodies) or not bodies:
+            raise InvalidParameterError(
+                f"send needs one body frame per entry of 'm' (got {len(bodies)} bodies, "
+                f"{len(metas) if isinstance(metas, list) else 'no'} entries)")
+        if not batch and len(bodies) != 1:
+            raise InvalidParameterError("SEND_MESSAGE carries exactly one message; use SEND_BATCH_MESSAGE")
+        total = 0
+        flags, props = [], []
+        for body, meta in zip(bodies, metas):
+            n = len(body)
+            if n == 0:
+                raise MessageIllegalError("body is empty: a message needs at least one byte")
+            if n > self.max_bytes:
+                raise MessageIllegalError(f"body is {n} bytes; the limit is {self.max_bytes} (max_message_bytes)")
+            total += n
+            flag, prop = meta[0], meta[1]
+            if type(flag) is not int or type(prop) is not str:
+                raise InvalidParameterError("each 'm' entry is [flag:int, properties:str]")
+            if len(prop) > MAX_PROPERTIES_BYTES // 4 or len(prop.encode()) > MAX_PROPERTIES_BYTES:
+                check_properties_size(len(prop.encode()))
+            flags.append(flag)
+            props.append(prop)
+        if batch and total > self.max_bytes:
+            raise MessageIllegalError(f"batch is {total} bytes; the limit is {self.max_bytes}: split it")
+        conf = self.app.topic_config(topic, create=True)
+        queue_id = ext.get("q", 0)
+        if type(queue_id) is not int or not 0 <= queue_id < conf["write"]:
+            raise InvalidParameterError(
+                f"queue {queue_id!r} is not a write queue of {topic!r} (it has {conf['write']})")
+        if not conf["perm"] & 2:
+            raise ServiceNotAvailableError(f"topic {topic!r} is not writable on this broker")
+        sys_flag = int(ext.get("sf", 0))
+        delayed = [get_props_value(p, DELAY) for p in props]
+        timer = [get_props_value(p, TIMER_DELIVER_MS) for p in props]
+        if any(delayed) or any(timer):
+            if batch and len(bodies) > 1:
+                raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
+            topic, queue_id, props = self._park(topic, queue_id, props[0], delayed[0], timer[0])
+        self._put(req, topic, queue_id, bodies, props, flags, sys_flag, ext)
+
+    def _park(self, topic, queue_id, prop, delay, deliver_at):
+        """Move a delayed message to its schedule topic, keeping where it belongs."""
+        extra = f"{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}\x02"
+        if delay:
+            try:
+                level = int(delay)
+            except ValueError:
+                raise MessageIllegalError(f"DELAY must be a level number, got {delay!r}") from None
+            if level <= 0:
+                return topic, queue_id, prop
+            level = min(level, len(self.levels_ms))  # clamped like RocketMQ
+            self.app.topic_config(SCHEDULE_TOPIC, create=True, system=True, queues=len(self.levels_ms))
+            return SCHEDULE_TOPIC, level - 1, prop + extra
+        try:
+            due = int(deliver_at)
+        except ValueError:
+            raise MessageIllegalError(f"deliver time must be epoch ms, got {deliver_at!r}") from None
+        now = int(time.time() * 1000)
+        horizon = self.config.timer_horizon_ms
+        if due - now > horizon:
+            raise MessageIllegalError(
+                f"delivery time is {(due - now) // 1000} s ahead; the limit is {horizon // 1000} s")
+        if due <= now:
+            return topic, queue_id, prop  # due already: a normal message
+        self.app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
+        return TIMER_TOPIC, 0, prop + extra
+
+    def _put(self, req, topic, queue_id, bodies, props, flags, sys_flag, ext) -> None:
+        born_ts = ext.get("b") or int(time.time() * 1000)
+        res = self.store.put_batch(topic, queue_id, bodies, props, flags, sys_flag, born_ts,
+                                   self.app.born_host(ext), int(ext.get("rc", 0)), int(ext.get("po", 0)))
+        if res.status.name == "DISK_FULL":
+            raise ServiceNotAvailableError("broker disk is full (over 90 % used): writes refused until space is freed")
+        self.app.counters["put_messages"] += len(bodies)
+        out = {"t": topic, "q": queue_id, "o": res.first_queue_offset, "p": res.phys_offsets}
+        if self.sync:
+            # visible to consumers (and, with WAIT, answered) only once flushed
+            if not ext.get("w", True):
+                req.reply(ResponseCode.SUCCESS, "", out)
+                req = None
+            self.waiting.append((res.end_offset, time.monotonic() + self.timeout_s, req, out, topic, queue_id))
+            self.store.request_flush(res.end_offset)
+            return
+        req.reply(ResponseCode.SUCCESS, "", out)
+        self.app.puller.notify(topic, queue_id)
+
+    # ---- group commit completion (service thread) ---------------------------------
+
+    def on_flushed(self, offset: int) -> None:
+        touched = set()
+        w = self.waiting
+        while w and w[0][0] <= offset:
+            _, _, req, out, topic, qid = w.popleft()
+            if req is not None:
+                req.reply(ResponseCode.SUCCESS, "", out)
+            touched.add((topic, qid))
+        for topic, qid in touched:
+            self.app.puller.notify(topic, qid)
+
+    def expire_step(self) -> None:
+        now = time.monotonic()
+        w = self.waiting
+        for entry in w:
+            if entry[1] > now:
+                break  # deadlines grow with the offsets
+            _, _, req, out, _, _ = entry
+            if req is None or req.answered:
+                continue
+            req.reply(ResponseCode.FLUSH_DISK_TIMEOUT,
+                      f"stored but not flushed within {self.config.sync_flush_timeout_ms} ms", out)

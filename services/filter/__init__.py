@@ -1,0 +1,1 @@
+"""Quiver filter service: the SQL92 selector engine and tag filters."""

@@ -1,0 +1,1 @@
+"""Quiver name server: brokers register here; clients ask it for routes. Memory only."""
