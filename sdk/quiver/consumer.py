@@ -192,8 +192,11 @@ class PullConsumer(ClientBase):
                 st.next = nxt
                 if st.buffered == 0:
                     st.consumed = nxt
-        else:
-            st.next = nxt
+        else:  # NO_NEW_MSG or NO_MATCHED_MSG: nothing to hand over, position still moves
+            with self._cond:
+                st.next = nxt
+                if st.buffered == 0 and st.consumed < nxt:
+                    st.consumed = nxt
         self._pull(st)
 
     # ---- app side ---------------------------------------------------------------------

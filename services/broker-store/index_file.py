@@ -73,30 +73,44 @@ class IndexFile:
     def full(self) -> bool:
         return self.count >= self.max_entries
 
-    def put(self, h: int, phys: int, ts: int) -> bool:
-        """Add one key; False when the file is full. The header is written by sync_header."""
+    def put_many(self, items: list[tuple[int, int]], ts: int, start: int = 0) -> int:
+        """Add (keyHash, phyOffset) items from `start` with one store time; returns how
+        many it took (fewer when the file fills). The header is written by sync_header.
+
+        One loop over locals: this runs for every key of every message put.
+        """
         n = self.count
-        if n >= self.max_entries:
-            return False
-        mm = self.mm
+        room = self.max_entries - n
+        if room <= 0:
+            return 0
+        todo = items[start:start + room]
+        if not todo:
+            return 0
+        mm, slots, entries_at = self.mm, self.slots, self._entries_at
+        slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
         if n == 1:
-            self.begin_ts, self.begin_phy = ts, phys
-        slot_pos = HEADER_SIZE + (h % self.slots) * 4
-        (prev,) = SLOT.unpack_from(mm, slot_pos)
-        if prev <= 0 or prev >= n:
-            prev = 0
-            self.used_slots += 1
+            self.begin_ts, self.begin_phy = ts, todo[0][1]
         diff = (ts - self.begin_ts) // 1000
         diff = 0 if diff < 0 else INT_MAX if diff > INT_MAX else diff
-        ENTRY.pack_into(mm, self._entries_at + n * ENTRY_SIZE, h, phys, diff, prev)
-        SLOT.pack_into(mm, slot_pos, n)
-        self.count = n + 1
+        used = 0
+        for h, phys in todo:
+            slot_pos = HEADER_SIZE + (h % slots) * 4
+            (prev,) = slot_unpack(mm, slot_pos)
+            if prev <= 0 or prev >= n:
+                prev = 0
+                used += 1
+            entry_pack(mm, entries_at + n * ENTRY_SIZE, h, phys, diff, prev)
+            slot_pack(mm, slot_pos, n)
+            n += 1
+        self.count = n
+        self.used_slots += used
         if ts > self.end_ts:
             self.end_ts = ts
-        if phys > self.end_phy:
-            self.end_phy = phys
+        last_phys = todo[-1][1]
+        if last_phys > self.end_phy:
+            self.end_phy = last_phys
         self.dirty = True
-        return True
+        return len(todo)
 
     def sync_header(self) -> None:
         HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
@@ -173,13 +187,14 @@ class IndexService:
         self.files.append(f)
         return f
 
-    def put_keys(self, hashes: list[int], phys: int, ts: int) -> None:
+    def put_many(self, items: list[tuple[int, int]], ts: int) -> None:
+        """Index (keyHash, phyOffset) pairs in order, rolling to a new file when full."""
         f = self.files[-1] if self.files else self._roll()
-        for h in hashes:
-            if not f.put(h, phys, ts):
-                f.sync_header()
-                f = self._roll()
-                f.put(h, phys, ts)
+        done = f.put_many(items, ts)
+        while done < len(items):
+            f.sync_header()
+            f = self._roll()
+            done += f.put_many(items, ts, done)
 
     def sync_header(self) -> None:
         if self.files:

@@ -240,31 +240,38 @@ class MessageStore:
     def _dispatch(self, topic: str, queue_id: int, tx: int, store_ts: int,
                   phys_offsets: list[int], sizes: list[int], props: list[str],
                   to_cq: bool = True, to_index: bool = True) -> None:
-        """ConsumeQueue and index entries for records of one queue (put and recovery)."""
-        if to_cq and (tx == record.TX_NOT or tx == record.TX_COMMIT):
+        """ConsumeQueue and index entries for records of one queue (put and recovery).
+
+        One pass over the properties finds tag, KEYS and UNIQ_KEY: this is per
+        message work on the hot path, so it scans with str.find, not a dict.
+        """
+        to_cq = to_cq and (tx == record.TX_NOT or tx == record.TX_COMMIT)
+        to_index = to_index and tx != record.TX_ROLLBACK
+        special = topic == SCHEDULE_TOPIC or topic == TIMER_TOPIC
+        codes: list[int] = []
+        keyed: list[tuple[int, int]] = []
+        pre = prefix_crc(topic)
+        for phys, p in zip(phys_offsets, props):
+            p = "\x02" + p  # every property now starts with \x02: one find per name
+            if to_cq and not special:
+                codes.append(tag_hash(_prop(p, _TAGS_AT)))
+            if to_index:
+                uniq = _prop(p, _UNIQ_AT)
+                if uniq:
+                    keyed.append((key_hash(pre, uniq), phys))
+                keys = _prop(p, _KEYS_AT)
+                if keys:
+                    keyed.extend((key_hash(pre, k), phys) for k in keys.split(" ") if k)
+        if to_cq:
             if topic == SCHEDULE_TOPIC:
                 levels = self.delay_levels_ms
-                code = store_ts + levels[min(max(queue_id, 0), len(levels) - 1)]
-                codes = [code] * len(sizes)
+                codes = [store_ts + levels[min(max(queue_id, 0), len(levels) - 1)]] * len(sizes)
             elif topic == TIMER_TOPIC:
                 codes = [_int(record.get_property(p, TIMER_DELIVER_MS)) for p in props]
-            else:
-                get = record.get_property
-                codes = [tag_hash(get(p, TAGS)) for p in props]
             self._cq(topic, queue_id).append(b"".join(map(ENTRY.pack, phys_offsets, sizes,
                                                            codes)))
-        if to_index and tx != record.TX_ROLLBACK:
-            pre = prefix_crc(topic)
-            get = record.get_property
-            put_keys = self.index.put_keys
-            for phys, p in zip(phys_offsets, props):
-                uniq = get(p, UNIQ_KEY)
-                keys = get(p, KEYS)
-                hashes = [key_hash(pre, uniq)] if uniq else []
-                if keys:
-                    hashes += [key_hash(pre, k) for k in keys.split(" ") if k]
-                if hashes:
-                    put_keys(hashes, phys, store_ts)
+        if keyed:
+            self.index.put_many(keyed, store_ts)
             self.index.sync_header()
 
     # ---- flush -------------------------------------------------------------------
@@ -503,6 +510,21 @@ class MessageStore:
             "index_files": len(self.index.files), "disk_ratio": self.disk_ratio_fn(),
             "disk_full": self._disk_full,
         }
+
+
+_TAGS_AT = record.PROP_SEP + TAGS + record.NAME_SEP
+_KEYS_AT = record.PROP_SEP + KEYS + record.NAME_SEP
+_UNIQ_AT = record.PROP_SEP + UNIQ_KEY + record.NAME_SEP
+
+
+def _prop(s: str, marker: str) -> str | None:
+    """Value after `marker` ("\x02NAME\x01") in a properties string prefixed by \x02."""
+    i = s.find(marker)
+    if i < 0:
+        return None
+    i += len(marker)
+    j = s.find(record.PROP_SEP, i)
+    return s[i:j] if j >= 0 else s[i:]
 
 
 def _int(s: str | None) -> int:

@@ -74,7 +74,13 @@ def parse_error(source: str, pos: int, problem: str, hint: str = "") -> Subscrip
 
 def show(text: str, limit: int = 32) -> str:
     """Quote a piece of the source for a message, shortened if long."""
-    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    if not text.isprintable():
+        return repr(text)
+    if len(text) >= 2 and text[0] == "'" and text[-1] == "'":
+        return text  # a string literal is already quoted
+    return f"'{text}'"
 
 
 class Lexer:

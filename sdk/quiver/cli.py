@@ -1,0 +1,268 @@
+"""The `quiver` command: run a local cluster and administer a running one."""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+STATE_FILE = "quiver-up.json"
+
+
+def _admin(args):
+    from .admin import Admin
+    return Admin(namesrv=args.namesrv)
+
+
+def _print(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))
+
+
+# ---- local cluster ----------------------------------------------------------------
+
+def cmd_up(args) -> int:
+    from .local import LocalCluster
+    cluster = LocalCluster(args.data_dir)
+    os.makedirs(cluster.data_dir, exist_ok=True)
+    brokers = int(dict(s.split("=") for s in args.scale or []).get("broker-store", 1))
+    try:
+        cluster.add_namesrv(args.namesrv_port)
+        cluster.wait()
+        extra = ["--flush", args.flush, "--auto-create-topics" if args.auto_create else "--no-auto-create-topics"]
+        for i in range(brokers):
+            cluster.add_broker(args.broker_port + i if args.broker_port else None, None, *extra)
+        cluster.wait()
+        cluster.wait_registered(brokers)
+    except Exception as exc:
+        print(f"quiver up failed: {exc}", file=sys.stderr)
+        cluster.stop()
+        return 1
+    state = os.path.join(cluster.data_dir, STATE_FILE)
+    cluster.write_state(state)
+    print(f"Quiver is up (data in {cluster.data_dir}):")
+    for svc in cluster.describe():
+        print(f"  {svc['role']:<8} {svc['name']:<10} {svc['addr']:<22} pid {svc['pid']}")
+    print(f"  namesrv for clients: {cluster.namesrv}")
+    if args.demo:
+        from .demo import run_demo
+        run_demo(cluster.namesrv)
+    if args.detach:
+        print("running in the background; stop with: quiver down")
+        return 0
+    print("Ctrl-C stops every service")
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    try:
+        while not stop and all(s.alive() for s in cluster.services):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    cluster.stop()
+    os.unlink(state)
+    print("stopped")
+    return 0
+
+
+def _state(args) -> dict | None:
+    path = os.path.join(os.path.abspath(args.data_dir), STATE_FILE)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError:
+        return None
+
+
+def cmd_down(args) -> int:
+    state = _state(args)
+    if not state:
+        print("nothing started by `quiver up` here")
+        return 0
+    for svc in reversed(state["services"]):
+        try:
+            os.kill(svc["pid"], signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        for _ in range(100):
+            try:
+                os.kill(svc["pid"], 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(svc["pid"], signal.SIGKILL)
+        print(f"stopped {svc['name']} (pid {svc['pid']})")
+    os.unlink(os.path.join(os.path.abspath(args.data_dir), STATE_FILE))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .transport import Transport
+    from .codes import RequestCode
+    from .errors import QuiverError
+    state = _state(args)
+    addrs = [(s["name"], s["role"], s["addr"]) for s in state["services"]] if state else []
+    if not addrs:
+        admin = _admin(args)
+        addrs = [("namesrv", "namesrv", a) for a in admin.namesrvs]
+        try:
+            addrs += [(n, "broker", a) for n, a in admin.all_broker_addrs().items()]
+        except QuiverError as exc:
+            print(f"name server unreachable: {exc}")
+        admin.shutdown()
+    t = Transport("status")
+    bad = 0
+    for name, role, addr in addrs:
+        try:
+            st = t.call(addr, RequestCode.STATUS, timeout=2.0).ext["status"]
+            print(f"{name:<12} {role:<8} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s")
+        except QuiverError as exc:
+            bad += 1
+            print(f"{name:<12} {role:<8} {addr:<22} DOWN {exc}")
+    t.close()
+    return 1 if bad else 0
+
+
+def cmd_ping(args) -> int:
+    from .transport import Transport
+    from .local import ping
+    t = Transport("ping")
+    ok = ping(t, args.addr, args.timeout)
+    t.close()
+    print("pong" if ok else f"no answer from {args.addr}")
+    return 0 if ok else 1
+
+
+# ---- admin ------------------------------------------------------------------------
+
+def cmd_topic(args) -> int:
+    a = _admin(args)
+    try:
+        if args.action == "create":
+            _print(a.create_topic(args.topic, queues=args.queues, order=args.order))
+        elif args.action == "delete":
+            a.delete_topic(args.topic)
+            print(f"deleted {args.topic}")
+        elif args.action == "route":
+            _print(a.topic_route(args.topic))
+        else:
+            _print(a.topic_list())
+    finally:
+        a.shutdown()
+    return 0
+
+
+def cmd_msg(args) -> int:
+    from .message import Message
+    if args.action == "send":
+        from .producer import Producer
+        with Producer("CLI_PRODUCER", namesrv=args.namesrv) as p:
+            r = p.send(Message(args.topic, args.body.encode(), tags=args.tags, keys=args.keys or None))
+        _print({"status": r.status.value, "msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
+                "broker": r.broker, "queue_id": r.queue_id, "queue_offset": r.queue_offset})
+        return 0
+    a = _admin(args)
+    try:
+        msgs = a.query_by_key(args.topic, args.key) if args.action == "query" else [a.view_message(args.id, args.topic)]
+        for m in msgs:
+            _print({"msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id, "topic": m.topic, "tags": m.tags,
+                    "keys": m.keys, "broker": m.broker, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+                    "store_timestamp": m.store_timestamp, "properties": m.properties,
+                    "body": m.body.decode(errors="replace")[:200]})
+    finally:
+        a.shutdown()
+    return 0
+
+
+def cmd_consumer(args) -> int:
+    a = _admin(args)
+    try:
+        if args.action == "progress":
+            rows = a.consumer_progress(args.group, args.topic and [args.topic])
+            print(f"{'topic':<24} {'broker':<12} {'queue':>5} {'broker_off':>10} {'consumer_off':>12} {'lag':>8}")
+            for r in rows:
+                print(f"{r['topic']:<24} {r['broker']:<12} {r['queue_id']:>5} {r['broker_offset']:>10} "
+                      f"{str(r['consumer_offset']):>12} {r['lag']:>8}")
+        else:
+            _print({str(k): v for k, v in a.reset_offset(args.group, args.topic, args.timestamp).items()})
+    finally:
+        a.shutdown()
+    return 0
+
+
+def cmd_cluster(args) -> int:
+    a = _admin(args)
+    try:
+        _print(a.cluster_info())
+    finally:
+        a.shutdown()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quiver", description="Quiver message system: local cluster and admin CLI")
+    p.add_argument("--namesrv", default=os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    up = sub.add_parser("up", help="start a local cluster on loopback")
+    up.add_argument("--data-dir", default="./data")
+    up.add_argument("--namesrv-port", type=int, default=9876)
+    up.add_argument("--broker-port", type=int, default=10911)
+    up.add_argument("--scale", action="append", help="SERVICE=N, e.g. broker-store=3")
+    up.add_argument("--flush", choices=["sync", "async"], default="async")
+    up.add_argument("--no-auto-create", dest="auto_create", action="store_false")
+    up.add_argument("--demo", action="store_true", help="send, consume and query a few messages once up")
+    up.add_argument("--detach", action="store_true", help="leave the cluster running and return")
+    up.set_defaults(fn=cmd_up)
+    for name, fn in (("down", cmd_down), ("status", cmd_status)):
+        sp = sub.add_parser(name, help=f"{name} the local cluster")
+        sp.add_argument("--data-dir", default="./data")
+        sp.set_defaults(fn=fn)
+    pg = sub.add_parser("ping", help="PING a service")
+    pg.add_argument("addr")
+    pg.add_argument("--timeout", type=float, default=1.0)
+    pg.set_defaults(fn=cmd_ping)
+
+    tp = sub.add_parser("topic", help="create, delete, route, list topics")
+    tp.add_argument("action", choices=["create", "delete", "route", "list"])
+    tp.add_argument("topic", nargs="?")
+    tp.add_argument("--queues", type=int, default=4)
+    tp.add_argument("--order", action="store_true")
+    tp.set_defaults(fn=cmd_topic)
+
+    mp = sub.add_parser("msg", help="send, query by key, view by id")
+    mp.add_argument("action", choices=["send", "query", "view"])
+    mp.add_argument("--topic")
+    mp.add_argument("--key")
+    mp.add_argument("--id")
+    mp.add_argument("--body", default="")
+    mp.add_argument("--tags")
+    mp.add_argument("--keys", nargs="*")
+    mp.set_defaults(fn=cmd_msg)
+
+    cp = sub.add_parser("consumer", help="consumer group progress and offset reset")
+    cp.add_argument("action", choices=["progress", "reset"])
+    cp.add_argument("group")
+    cp.add_argument("--topic")
+    cp.add_argument("--timestamp", type=int, help="epoch ms (reset)")
+    cp.set_defaults(fn=cmd_consumer)
+
+    cl = sub.add_parser("cluster", help="brokers and clusters known to the name server")
+    cl.set_defaults(fn=cmd_cluster)
+    return p
+
+
+def main(argv=None) -> int:
+    import logging
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    from .errors import QuiverError
+    try:
+        return args.fn(args) or 0
+    except QuiverError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
