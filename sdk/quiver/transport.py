@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from . import protocol
 from .errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
@@ -26,6 +27,7 @@ from .codes import ResponseCode
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
+CONNECT_WAIT_S = 1.0  # a request waits this long for a first connection to its peer
 
 
 def next_request_id() -> int:
@@ -114,10 +116,13 @@ class Transport:
             sock.setsockopt(zmq.IMMEDIATE, 1)
             if self._identity_prefix:
                 sock.setsockopt(zmq.IDENTITY, f"{self._identity_prefix}@{addr}".encode())
+            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
             sock.connect(f"tcp://{addr}")
             self._peers[addr] = sock
             self._by_socket[sock] = addr
+            self._monitors[mon] = addr
             self._poller.register(sock, zmq.POLLIN)
+            self._poller.register(mon, zmq.POLLIN)
         return sock
 
     def drop_peer(self, addr: str) -> None:
@@ -130,10 +135,18 @@ class Transport:
         if sock is not None:
             self._by_socket.pop(sock, None)
             self._poller.unregister(sock)
+            for mon, a in list(self._monitors.items()):
+                if a == addr:
+                    del self._monitors[mon]
+                    self._poller.unregister(mon)
+                    mon.close(0)
+            sock.disable_monitor()
             sock.close(0)
 
     def _run(self) -> None:
         self._poller = zmq.Poller()
+        self._monitors: dict = {}
+        self._down: set[str] = set()
         self._poller.register(self._wake_fd, zmq.POLLIN)
         next_scan = time.monotonic() + 0.05
         self._backlog = collections.deque()
@@ -146,6 +159,8 @@ class Transport:
                             os.eventfd_read(self._wake_fd)
                         except BlockingIOError:
                             pass
+                    elif sock in self._monitors:
+                        self._on_monitor(sock)
                     else:
                         self._drain(sock)
                 self._flush_queue()
@@ -161,6 +176,25 @@ class Transport:
             for req_id in list(self._pending):
                 self._fail(req_id, ClientError("transport closed"))
 
+    def _on_monitor(self, mon) -> None:
+        addr = self._monitors[mon]
+        lost = False
+        while True:
+            try:
+                event = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))["event"]
+            except zmq.Again:
+                break
+            lost = event == zmq.EVENT_DISCONNECTED
+            if lost:
+                self._down.add(addr)
+            else:
+                self._down.discard(addr)
+        if lost:
+            # the peer went away: whatever it had not answered will never be answered
+            gone = [rid for rid, entry in list(self._pending.items()) if entry[2] == addr]
+            for rid in gone:
+                self._fail(rid, ClientError(f"connection to {addr} lost before it replied"))
+
     def _flush_queue(self) -> None:
         if self._backlog:
             waiting, self._backlog = self._backlog, collections.deque()
@@ -168,6 +202,10 @@ class Transport:
             for addr, frames, req_id, since in waiting:
                 if (req_id and req_id not in self._pending) or (not req_id and now - since > 3.0):
                     continue  # expired meanwhile: its caller has been told
+                if addr in self._down or now - since > CONNECT_WAIT_S:
+                    if req_id:
+                        self._fail(req_id, ClientError(f"{addr} is not reachable"))
+                    continue
                 self._send(addr, frames, req_id, since)
         q = self._queue
         while q:

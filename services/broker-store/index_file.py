@@ -37,6 +37,7 @@ SLOT = struct.Struct(">i")
 ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
 INT_MAX = 2**31 - 1
+HASH_MASK = 0x7FFFFFFF
 
 
 def prefix_crc(topic: str) -> int:
@@ -45,7 +46,7 @@ def prefix_crc(topic: str) -> int:
 
 def key_hash(prefix: int, key: str) -> int:
     """Hash of topic#key given prefix_crc(topic): crc32 continues over the key."""
-    return zlib.crc32(key.encode(), prefix) & 0x7FFFFFFF
+    return zlib.crc32(key.encode(), prefix) & HASH_MASK
 
 
 class IndexFile:

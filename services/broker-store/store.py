@@ -29,6 +29,7 @@ import os
 import shutil
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,8 +39,8 @@ from quiver.message import KEYS, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, tag_hash
 from . import recovery, retention
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
-from .consume_queue import ENTRY, ConsumeQueue
-from .index_file import IndexService, key_hash, prefix_crc
+from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
+from .index_file import HASH_MASK, IndexService, key_hash, prefix_crc
 
 log = logging.getLogger(__name__)
 
@@ -243,25 +244,32 @@ class MessageStore:
         """ConsumeQueue and index entries for records of one queue (put and recovery).
 
         One pass over the properties finds tag, KEYS and UNIQ_KEY: this is per
-        message work on the hot path, so it scans with str.find, not a dict.
+        message work on the hot path, so it is inlined str.find, not a dict
+        (the key hash is index_file.key_hash, spelled out for the same reason).
         """
         to_cq = to_cq and (tx == record.TX_NOT or tx == record.TX_COMMIT)
         to_index = to_index and tx != record.TX_ROLLBACK
-        special = topic == SCHEDULE_TOPIC or topic == TIMER_TOPIC
+        want_tags = to_cq and topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
         codes: list[int] = []
         keyed: list[tuple[int, int]] = []
         pre = prefix_crc(topic)
+        crc32 = zlib.crc32
+        sep = record.PROP_SEP
+        lt, lu, lk = len(_TAGS_AT), len(_UNIQ_AT), len(_KEYS_AT)
         for phys, p in zip(phys_offsets, props):
-            p = "\x02" + p  # every property now starts with \x02: one find per name
-            if to_cq and not special:
-                codes.append(tag_hash(_prop(p, _TAGS_AT)))
+            p = f"{sep}{p}{sep}"  # each "\x02NAME\x01" now has a "\x02" after its value
+            if want_tags:
+                i = p.find(_TAGS_AT)
+                codes.append(tag_hash(p[i + lt:p.find(sep, i + lt)]) if i >= 0 else 0)
             if to_index:
-                uniq = _prop(p, _UNIQ_AT)
-                if uniq:
-                    keyed.append((key_hash(pre, uniq), phys))
-                keys = _prop(p, _KEYS_AT)
-                if keys:
-                    keyed.extend((key_hash(pre, k), phys) for k in keys.split(" ") if k)
+                i = p.find(_UNIQ_AT)
+                if i >= 0:
+                    keyed.append((crc32(p[i + lu:p.find(sep, i + lu)].encode(), pre)
+                                  & HASH_MASK, phys))
+                i = p.find(_KEYS_AT)
+                if i >= 0:
+                    keyed.extend((crc32(k.encode(), pre) & HASH_MASK, phys)
+                                 for k in p[i + lk:p.find(sep, i + lk)].split(" ") if k)
         if to_cq:
             if topic == SCHEDULE_TOPIC:
                 levels = self.delay_levels_ms
@@ -370,23 +378,31 @@ class MessageStore:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi, b"", 0)
         max_msgs = max(1, max_msgs)
         scan = max_msgs if tag_hashes is None else max(max_msgs, FILTER_SCAN_ENTRIES)
-        raw = cq.read(offset, min(scan, hi - offset))
+        left = min(scan, hi - offset)
         min_phys = self.commit_log.min_offset
         picked: list[tuple[int, int]] = []
         total = 0
         nxt = offset
-        for phys, size, code in ENTRY.iter_unpack(raw):
-            if (tag_hashes is not None and code not in tag_hashes) or size <= 0 \
-                    or phys < min_phys:
+        full = False
+        while left > 0 and not full:
+            raw = cq.read(nxt, left)  # one pread; a second only at a CQ file boundary
+            if not raw:
+                break
+            left -= len(raw) // ENTRY_SIZE
+            for phys, size, code in ENTRY.iter_unpack(raw):
+                if (tag_hashes is not None and code not in tag_hashes) or size <= 0 \
+                        or phys < min_phys:
+                    nxt += 1
+                    continue
+                if picked and total + size > max_bytes:
+                    full = True
+                    break
+                picked.append((phys, size))
+                total += size
                 nxt += 1
-                continue
-            if picked and total + size > max_bytes:
-                break
-            picked.append((phys, size))
-            total += size
-            nxt += 1
-            if len(picked) >= max_msgs:
-                break
+                if len(picked) >= max_msgs:
+                    full = True
+                    break
         self._counts["get_calls"] += 1
         if not picked:
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
@@ -515,16 +531,6 @@ class MessageStore:
 _TAGS_AT = record.PROP_SEP + TAGS + record.NAME_SEP
 _KEYS_AT = record.PROP_SEP + KEYS + record.NAME_SEP
 _UNIQ_AT = record.PROP_SEP + UNIQ_KEY + record.NAME_SEP
-
-
-def _prop(s: str, marker: str) -> str | None:
-    """Value after `marker` ("\x02NAME\x01") in a properties string prefixed by \x02."""
-    i = s.find(marker)
-    if i < 0:
-        return None
-    i += len(marker)
-    j = s.find(record.PROP_SEP, i)
-    return s[i:j] if j >= 0 else s[i:]
 
 
 def _int(s: str | None) -> int:

@@ -54,7 +54,9 @@ class Node:
         self.pos = pos
         self.end = end
         self.args = args
-        self.depth = 1 + max((c.depth for c in children), default=0)
+        # A chain of one AND/OR is evaluated flat, so it adds no depth.
+        flat = kind in (AND, OR)
+        self.depth = max((c.depth + (not (flat and c.kind == kind)) for c in children), default=1)
 
     def __repr__(self) -> str:
         return f"Node({self.kind}, {self.args!r})"

@@ -1,0 +1,71 @@
+"""CommitLog record codec: RocketMQ's field order, CRC, v1/v2 topic length."""
+
+import pytest
+
+from quiver import record
+from quiver.message import host_bytes
+
+HOST = host_bytes("127.0.0.1", 10911)
+
+
+def _rec(body=b"hello", topic="Orders", props="TAGS\x01A\x02"):
+    return record.encode(body, topic.encode(), 3, 7, 11, 4096, 0, 1000, HOST, 2000, HOST, 2, 0, props.encode())
+
+
+def test_round_trip_fields_in_rocketmq_order():
+    raw = _rec()
+    assert len(raw) == 91 + 5 + 6 + len("TAGS\x01A\x02")   # RocketMQ: 91 + body + topic + props
+    rec = record.decode_at(raw, check_crc=True)
+    assert (rec.queue_id, rec.flag, rec.queue_offset, rec.phys_offset) == (3, 7, 11, 4096)
+    assert (rec.born_ts, rec.store_ts, rec.reconsume, rec.body, rec.topic) == (1000, 2000, 2, b"hello", "Orders")
+    assert rec.properties() == {"TAGS": "A"}
+    assert rec.body_crc == record.crc(b"hello") and rec.body_crc <= 0x7FFFFFFF
+
+
+def test_non_ascii_topic_props_and_long_topic_uses_v2_magic():
+    long_topic = "t" * 200
+    raw = record.encode(b"\x00\xff", long_topic.encode(), 0, 0, 0, 0, 0, 0, HOST, 0, HOST, 0, 0,
+                        "名前\x01値\x02".encode())
+    assert record.peek(raw, 0)[1] == record.MAGIC_V2
+    rec = record.decode_at(raw)
+    assert rec.topic == long_topic and rec.properties() == {"名前": "値"}
+    assert len(raw) == record.record_size(2, 200, len("名前\x01値\x02".encode()))
+
+
+def test_max_size_body_round_trip():
+    body = b"\xab" * (4 * 1024 * 1024)
+    assert record.decode_at(_rec(body), check_crc=True).body == body
+
+
+def test_decode_many_skips_blank_filler():
+    raw = _rec(b"a") + _rec(b"b") + record.blank(64)
+    assert [r.body for r in record.decode_many(raw)] == [b"a", b"b"]
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda raw: raw[:-1],                                   # torn tail
+    lambda raw: raw[:50],                                   # torn header
+    lambda raw: b"\x00\x00\x00\x10" + raw[4:],              # size lies
+    lambda raw: raw[:4] + b"\xde\xad\xbe\xef" + raw[8:],    # bad magic
+])
+def test_corrupt_records_raise_bad_record(mutate):
+    with pytest.raises(record.BadRecord):
+        record.decode_at(mutate(_rec()), check_crc=True)
+
+
+def test_flipped_body_byte_fails_crc_only_when_checked():
+    raw = bytearray(_rec(b"payload"))
+    raw[record.FIXED_SIZE] ^= 0xFF
+    record.decode_at(bytes(raw))                   # structure still fine
+    with pytest.raises(record.BadRecord, match="CRC"):
+        record.decode_at(bytes(raw), check_crc=True)
+
+
+def test_properties_helpers():
+    props = {"a": "1", "UNIQ_KEY": "X", "k": ""}
+    s = record.format_properties(props)
+    assert record.parse_properties(s) == props
+    assert record.get_property(s, "a") == "1" and record.get_property(s, "UNIQ_KEY") == "X"
+    assert record.get_property(s, "k") == "" and record.get_property(s, "missing") is None
+    assert record.get_property("xa\x01no\x02a\x01yes\x02", "a") == "yes"
+    assert record.parse_properties("") == {}
