@@ -24,6 +24,10 @@ _LATENCY_MAX = (15_000, 5_000, 3_000, 1_800, 550, 100, 50)
 _NOT_AVAILABLE = (30_000, 10_000, 6_000, 5_000, 2_000, 0, 0)
 
 
+def _ignore(_result) -> None:
+    pass
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class MessageQueue:
     topic: str
@@ -71,16 +75,57 @@ class ClientBase:
 
     # ---- lifecycle ------------------------------------------------------------
 
+    heartbeat_interval_s = 30.0
+
     def start(self):
         if not self._started:
             self.transport = Transport(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id)
             self._started = True
+            self._hb_stop = threading.Event()
+            if self.heartbeat_payload() is not None:
+                self.send_heartbeats()
+                threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         return self
 
     def shutdown(self) -> None:
         if self._started:
+            self._hb_stop.set()
+            self.before_close()
             self._started = False
             self.transport.close()
+
+    # ---- heartbeats and pushed requests ----------------------------------------------
+
+    def heartbeat_payload(self) -> dict | None:
+        """{"producers": [...], "consumers": [...]} for HEART_BEAT, or None to send none."""
+        return None
+
+    def heartbeat_brokers(self) -> dict[str, str]:
+        """Broker name -> address this client heartbeats to (default: every broker)."""
+        return self.all_broker_addrs()
+
+    def send_heartbeats(self) -> None:
+        payload = self.heartbeat_payload()
+        if payload is None:
+            return
+        ext = {"client_id": self.client_id, **payload}
+        try:
+            brokers = self.heartbeat_brokers()
+        except QuiverError as exc:
+            log.warning("heartbeat skipped: %s", exc)
+            return
+        for addr in brokers.values():
+            self.transport.send(addr, RequestCode.HEART_BEAT, ext, (), _ignore, self.request_timeout)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._hb_stop.wait(self.heartbeat_interval_s):
+            self.send_heartbeats()
+
+    def before_close(self) -> None:
+        """Hook for subclasses: last words to brokers while the transport is still open."""
+
+    # handlers for requests a broker pushes: {RequestCode: method(addr, env) -> frames | None}
+    push_handlers: dict = {}
 
     def __enter__(self):
         return self.start()
@@ -89,7 +134,11 @@ class ClientBase:
         self.shutdown()
 
     def _on_push(self, addr, env):
-        return None
+        handler = self.push_handlers.get(env.code)
+        if handler is None:
+            log.debug("ignoring pushed request %s from %s", env.code, addr)
+            return None
+        return handler(self, addr, env)
 
     def _need_started(self) -> None:
         if not self._started:

@@ -131,6 +131,19 @@ class LocalCluster:
         self.services.append(svc.start())
         return svc
 
+    def add_service(self, role: str, module: str, *extra: str, port: int | None = None,
+                    name: str | None = None, data: bool = True) -> ServiceProcess:
+        """Any other service (scheduler, txn-checker, filter ...) pointed at the name servers."""
+        n = sum(s.role == role for s in self.services)
+        name = name or f"{role}-{n}"
+        args = ["--namesrv", self.namesrv, *extra]
+        if data:
+            args += ["--data-dir", os.path.join(self.data_dir, role, name)]
+        svc = ServiceProcess(name, module, self._addr(port), args,
+                             os.path.join(self.data_dir, "logs", f"{name}.log"), role)
+        self.services.append(svc.start())
+        return svc
+
     def restart(self, svc: ServiceProcess) -> ServiceProcess:
         svc.stop()
         svc.start()

@@ -3,6 +3,7 @@
 Send and pull live in sending.py and pulling.py; the small ones are here.
 """
 
+import importlib
 import logging
 
 from quiver.codes import RequestCode, ResponseCode
@@ -131,7 +132,7 @@ def make_handlers(app):
         n = store.clean_expired(force=True)
         req.reply(ResponseCode.SUCCESS, "", {"deleted_segments": n})
 
-    return {
+    table = {
         RequestCode.SEND_MESSAGE: send,
         RequestCode.SEND_MESSAGE_V2: send,
         RequestCode.SEND_BATCH_MESSAGE: send_batch,
@@ -151,6 +152,14 @@ def make_handlers(app):
         RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
         RequestCode.ADMIN_CLEAN_EXPIRED: clean_expired,
     }
+    # Feature modules add their own codes; each owns its handlers and state.
+    for name in EXTENSIONS:
+        table.update(importlib.import_module(f"quiver_broker.{name}").make_handlers(app))
+    return table
+
+
+# Feature modules of this package with `make_handlers(app) -> {RequestCode: fn}`.
+EXTENSIONS: tuple[str, ...] = ()
 
 
 def _raw(rec) -> bytes:

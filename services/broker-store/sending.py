@@ -110,8 +110,11 @@ class Sender:
 
     def _put(self, req, topic, queue_id, bodies, props, flags, sys_flag, ext) -> None:
         born_ts = ext.get("b") or int(time.time() * 1000)
-        res = self.store.put_batch(topic, queue_id, bodies, props, flags, sys_flag, born_ts,
-                                   self.app.born_host(ext), int(ext.get("rc", 0)), int(ext.get("po", 0)))
+        try:
+            res = self.store.put_batch(topic, queue_id, bodies, props, flags, sys_flag, born_ts,
+                                       self.app.born_host(ext), int(ext.get("rc", 0)), int(ext.get("po", 0)))
+        except ValueError as exc:  # a record larger than a CommitLog segment
+            raise MessageIllegalError(f"message does not fit a CommitLog segment: {exc}") from None
         if res.status.name == "DISK_FULL":
             raise ServiceNotAvailableError("broker disk is full (over 90 % used): writes refused until space is freed")
         self.app.counters["put_messages"] += len(bodies)

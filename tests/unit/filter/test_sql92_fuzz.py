@@ -1,4 +1,4 @@
-"""Fuzzing the SQL92 engine: random token soups and mutated corpus expressions.
+"""Fuzzing the SQL92 engine: token soups, generated selectors, mutated corpus expressions.
 
 Seeded and bounded (runs in about a second). Properties checked:
 - compile() raises nothing but SubscriptionParseError, always with a position
@@ -59,6 +59,42 @@ def _mutation(rng: random.Random) -> str:
     return expr
 
 
+def _operand(rng: random.Random, depth: int) -> str:
+    roll = rng.random()
+    if roll < 0.45 or depth > 3:
+        return rng.choice(["a", "b", "c", "TAGS", "now"])
+    if roll < 0.8:
+        return rng.choice(["0", "3", "-3", "5L", "2147483648", "2.5", "-1e3", "'x'", "'3'", "TRUE", "NULL"])
+    if roll < 0.9:
+        return "-" + _operand(rng, depth + 1)
+    return "(" + _operand(rng, depth + 1) + ")"
+
+
+def _condition(rng: random.Random, depth: int = 0) -> str:
+    """A mostly well-formed random selector, so that evaluation gets exercised."""
+    roll = rng.random()
+    if depth < 3 and roll < 0.25:
+        op = rng.choice([" AND ", " OR "])
+        return _condition(rng, depth + 1) + op + _condition(rng, depth + 1)
+    if depth < 3 and roll < 0.32:
+        return rng.choice(["NOT ", "NOT (", "("]) + _condition(rng, depth + 1) + ("" if roll < 0.27 else ")")
+    left = _operand(rng, depth)
+    kind = rng.randrange(6)
+    if kind == 0:
+        return f"{left} {rng.choice(['=', '<>', '>', '>=', '<', '<='])} {_operand(rng, depth)}"
+    if kind == 1:
+        return f"{left} {rng.choice(['', 'NOT '])}BETWEEN {_operand(rng, depth)} AND {_operand(rng, depth)}"
+    if kind == 2:
+        items = ", ".join(rng.choice(["'x'", "'3'", "''", "'a b'"]) for _ in range(rng.randint(1, 6)))
+        return f"{left} {rng.choice(['', 'NOT '])}IN ({items})"
+    if kind == 3:
+        return f"{left} IS {rng.choice(['', 'NOT '])}NULL"
+    if kind == 4:
+        op = rng.choice(["CONTAINS", "STARTSWITH", "ENDSWITH"])
+        return f"{left} {rng.choice(['', 'NOT '])}{op} {rng.choice(['x', '', '3', ' '])!r}"
+    return left
+
+
 def _check(expr: str, rng: random.Random) -> bool:
     """Exercise one expression; returns whether strict mode accepted it."""
     try:
@@ -94,6 +130,18 @@ def test_fuzz_token_soup_and_corpus_mutations():
         accepted += _check(expr, rng)
     # The generator must reach the evaluator often enough to mean something.
     assert accepted > 300
+
+
+def test_fuzz_generated_expressions_and_their_mutations():
+    rng = random.Random(SEED + 2)
+    accepted = 0
+    for i in range(3000):
+        expr = _condition(rng)
+        if i % 3 == 0:
+            at = rng.randint(0, len(expr))
+            expr = expr[:at] + rng.choice(VOCABULARY) + expr[at:]
+        accepted += _check(expr, rng)
+    assert accepted > 1000
 
 
 def test_fuzz_random_characters():

@@ -1,0 +1,1 @@
+"""Quiver benchmarks: ratios against ceilings measured in the same run."""

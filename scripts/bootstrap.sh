@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Creates .venv at the repo root and installs Quiver with its test extras. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "Quiver needs Python >= 3.11 (found: $("$PY" --version 2>&1))" >&2; exit 1
+fi
+if ! "$PY" -m venv --help >/dev/null 2>&1; then
+  apt-get update -qq && apt-get install -y -qq python3-venv
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e ".[test]"
