@@ -41,6 +41,10 @@ class RequestCode(IntEnum):
     PING = 9000
     STATUS = 9001
     ADMIN_CLEAN_EXPIRED = 9002
+    # scheduler (issue 4): broker side SCHEDULE_REPUT / SCHEDULE_INIT, scheduler side SCHEDULE_CANCEL
+    SCHEDULE_REPUT = 9100
+    SCHEDULE_INIT = 9101
+    SCHEDULE_CANCEL = 9102
 
 
 class ResponseCode(IntEnum):

@@ -136,12 +136,18 @@ class MessageExt:
 class SendResult:
     status: SendStatus
     msg_id: str
-    offset_msg_id: str
     broker: str
     queue_id: int
     queue_offset: int
     topic: str = ""
+    store_host: bytes = b""
+    commit_log_offset: int = -1
     transaction_id: str | None = None
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Broker address + CommitLog offset (computed on demand: most callers never ask)."""
+        return offset_msg_id(self.store_host, self.commit_log_offset)
 
 
 # ---- ids -------------------------------------------------------------------

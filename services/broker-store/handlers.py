@@ -159,7 +159,7 @@ def make_handlers(app):
 
 
 # Feature modules of this package with `make_handlers(app) -> {RequestCode: fn}`.
-EXTENSIONS: tuple[str, ...] = ()
+EXTENSIONS: tuple[str, ...] = ("schedule",)
 
 
 def _raw(rec) -> bytes:

@@ -22,6 +22,23 @@ from quiver.validation import (MAX_PROPERTIES_BYTES, SCHEDULE_TOPIC, TIMER_TOPIC
 
 log = logging.getLogger(__name__)
 
+_DELAY_AT = DELAY + "\x01"
+_TIMER_AT = TIMER_DELIVER_MS + "\x01"
+
+
+def unpack_bodies(frames: list, lengths) -> list:
+    """A batch's bodies travel packed in one frame with their lengths in the header."""
+    if len(frames) != 1 or not isinstance(lengths, list) or not lengths:
+        raise InvalidParameterError("'l' (body lengths) goes with exactly one packed body frame")
+    buf = memoryview(frames[0])
+    if sum(lengths) != len(buf) or min(lengths) < 0:
+        raise InvalidParameterError(f"body lengths add up to {sum(lengths)}, the frame has {len(buf)} bytes")
+    out, pos = [], 0
+    for n in lengths:
+        out.append(buf[pos:pos + n])
+        pos += n
+    return out
+
 
 class Sender:
     def __init__(self, app):
@@ -38,6 +55,8 @@ class Sender:
 
     def handle(self, req, batch: bool) -> None:
         ext, bodies = req.ext, req.env.bodies
+        if "l" in ext:
+            bodies = unpack_bodies(bodies, ext["l"])
         topic = ext.get("t")
         check_topic(topic, for_send=True)
         metas = ext.get("m")
@@ -73,12 +92,11 @@ class Sender:
         if not conf["perm"] & 2:
             raise ServiceNotAvailableError(f"topic {topic!r} is not writable on this broker")
         sys_flag = int(ext.get("sf", 0))
-        delayed = [get_props_value(p, DELAY) for p in props]
-        timer = [get_props_value(p, TIMER_DELIVER_MS) for p in props]
-        if any(delayed) or any(timer):
+        if any(_DELAY_AT in p or _TIMER_AT in p for p in props):  # C-level scan, no per-message parse
             if batch and len(bodies) > 1:
                 raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
-            topic, queue_id, props = self._park(topic, queue_id, props[0], delayed[0], timer[0])
+            topic, queue_id, props = self._park(topic, queue_id, props[0], get_props_value(props[0], DELAY),
+                                                get_props_value(props[0], TIMER_DELIVER_MS))
         self._put(req, topic, queue_id, bodies, props, flags, sys_flag, ext)
 
     def _park(self, topic, queue_id, prop, delay, deliver_at):

@@ -72,8 +72,7 @@ def is_condition(node: Node) -> bool:
 def parse(source: str, ignore_trailing: bool = False) -> Node:
     """Parse a selector into a tree whose root is a condition, or raise SubscriptionParseError."""
     if not isinstance(source, str):
-        err = parse_error("", 0, f"a selector must be a string, not {type(source).__name__}")
-        raise err
+        raise parse_error("", 0, f"a selector must be a string, not {type(source).__name__}")
     try:
         return _parse_once(source, eof_comments=False, ignore_trailing=ignore_trailing)
     except SubscriptionParseError:
@@ -160,7 +159,8 @@ class _Parser:
         while self.peek().kind == "OR":
             self.advance()
             right = self.and_expr()
-            left = self.make(OR, left.pos, (self.as_condition(left), self.as_condition(right)), (left, right))
+            operands = (self.as_condition(left), self.as_condition(right))
+            left = self.make(OR, left.pos, operands, (left, right))
         return left
 
     def and_expr(self) -> Node:
@@ -168,7 +168,8 @@ class _Parser:
         while self.peek().kind == "AND":
             self.advance()
             right = self.equality_expr()
-            left = self.make(AND, left.pos, (self.as_condition(left), self.as_condition(right)), (left, right))
+            operands = (self.as_condition(left), self.as_condition(right))
+            left = self.make(AND, left.pos, operands, (left, right))
         return left
 
     def equality_expr(self) -> Node:
@@ -297,7 +298,8 @@ class _Parser:
             raise parse_error(self.source, tok.pos, f"number {show(tok.text)} is too large for a double")
         if value == 0.0:
             # RocketMQ checks value < Double.MIN_VALUE, which rejects 0.0 itself.
-            raise parse_error(self.source, tok.pos, f"number {show(tok.text)} is zero or too small for a double",
+            raise parse_error(self.source, tok.pos,
+                              f"number {show(tok.text)} is zero or too small for a double",
                               "RocketMQ rejects float literals equal to 0; write 0")
         return value
 

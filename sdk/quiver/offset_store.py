@@ -1,0 +1,125 @@
+"""Consumer offsets: on the broker (clustering) or in a local JSON file (broadcasting).
+
+Both stores keep offsets in memory (`update` only moves forward unless told
+otherwise) and persist them every few seconds, when a queue is dropped, and
+on shutdown. `read` gives the stored offset of a queue or None when the group
+never stored one (then the consumer applies consume_from).
+
+Local files live at `<dir>/<instance>/<group>/offsets.json`, RocketMQ's
+LocalFileOffsetStore layout; they are replaced atomically (write + rename).
+"""
+
+import json
+import logging
+import os
+import threading
+
+from .client import MessageQueue
+from .codes import RequestCode
+from .errors import QueryNotFoundError, QuiverError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_OFFSET_DIR = os.path.join(os.path.expanduser("~"), ".quiver_offsets")
+
+
+def _ignore(_result) -> None:
+    pass
+
+
+class _Memory:
+    def __init__(self):
+        self.offsets: dict[MessageQueue, int] = {}
+        self.lock = threading.Lock()
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool = True) -> None:
+        with self.lock:
+            old = self.offsets.get(mq)
+            if old is None or not increase_only or offset > old:
+                self.offsets[mq] = offset
+
+    def get(self, mq: MessageQueue) -> int | None:
+        return self.offsets.get(mq)
+
+    def remove(self, mq: MessageQueue) -> None:
+        with self.lock:
+            self.offsets.pop(mq, None)
+
+
+class RemoteOffsetStore(_Memory):
+    """Offsets kept by the broker of each queue (UPDATE/QUERY_CONSUMER_OFFSET)."""
+
+    def __init__(self, client, group: str):
+        super().__init__()
+        self.client = client
+        self.group = group
+
+    def read(self, mq: MessageQueue, addr: str) -> int | None:
+        ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id}
+        try:
+            return self.client.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+        except QueryNotFoundError:
+            return None
+
+    def persist(self, mq: MessageQueue, addr: str, sync: bool = False) -> None:
+        off = self.get(mq)
+        if off is None:
+            return
+        ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id, "o": off}
+        if sync:
+            self.client.call_broker(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+        else:
+            self.client.transport.send(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, (), _ignore,
+                                       self.client.request_timeout)
+
+    def persist_all(self, addrs: dict[MessageQueue, str], sync: bool = False) -> None:
+        for mq, addr in addrs.items():
+            try:
+                self.persist(mq, addr, sync)
+            except QuiverError as exc:
+                log.warning("offset of %s not stored: %s", mq, exc)
+
+
+class LocalFileOffsetStore(_Memory):
+    """Offsets of one client instance and group in a JSON file (broadcasting)."""
+
+    def __init__(self, directory: str | None, instance: str, group: str):
+        super().__init__()
+        base = directory or os.environ.get("QUIVER_OFFSET_DIR") or DEFAULT_OFFSET_DIR
+        self.path = os.path.join(base, instance, group, "offsets.json")
+        self._stored: dict[MessageQueue, int] = {}
+        self._load()
+
+    def _load(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            log.warning("local offsets %s unreadable (%s): starting from consume_from", self.path, exc)
+            return
+        for row in data.get("offsets", []):
+            try:
+                self._stored[MessageQueue(row["topic"], row["broker"], int(row["queue_id"]))] = int(row["offset"])
+            except (KeyError, TypeError, ValueError):
+                continue
+
+    def read(self, mq: MessageQueue, addr: str | None = None) -> int | None:
+        return self._stored.get(mq)
+
+    def persist(self, mq: MessageQueue, addr: str | None = None, sync: bool = False) -> None:
+        self.persist_all({mq: addr})
+
+    def persist_all(self, addrs=None, sync: bool = False) -> None:
+        with self.lock:
+            self._stored.update(self.offsets)
+            rows = [{"topic": mq.topic, "broker": mq.broker, "queue_id": mq.queue_id, "offset": off}
+                    for mq, off in sorted(self._stored.items())]
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"offsets": rows}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

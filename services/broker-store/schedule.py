@@ -1,0 +1,144 @@
+"""Broker side of the scheduler (issue 4): SCHEDULE_INIT and SCHEDULE_REPUT.
+
+Owns the two requests a scheduler process makes of a broker; the scheduler
+itself (services/scheduler) owns waiting, progress and cancellation.
+
+- SCHEDULE_INIT: creates SCHEDULE_TOPIC_XXXX (one queue per delay level) and
+  the timer topic if missing, and answers the broker's delay table
+  (`delay_levels_ms`): the broker owns the table, the scheduler computes a
+  level message's due time as store_timestamp + delay_levels_ms[queue_id],
+  exactly what the ConsumeQueue tagsCode holds.
+- SCHEDULE_REPUT: a batch of parked messages (one body frame each, fields in
+  `m` = [[flag, properties, born_ts, reconsume, sys_flag, due_ms], ...]) is
+  put back where it belongs: topic/queue from REAL_TOPIC/REAL_QID, DELAY and
+  TIMER_* dropped, keys/tags/other properties kept (REAL_* stay, as in
+  RocketMQ), SCHEDULE_ORIGIN_ID = the producer's msgId (UNIQ_KEY, unchanged
+  too) and SCHEDULE_DUE_MS = the due time. System topics are allowed here
+  (the SEND path refuses them). With `"roll": true` the entries are instead
+  re-appended to the timer topic unchanged (a timer rolled forward past
+  CommitLog retention). Consecutive entries for one queue are one put.
+  A message whose real topic is gone or is the half topic is dropped and
+  reported in `dropped` (indices).
+"""
+
+import logging
+import time
+
+from quiver import record
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import InvalidParameterError, QuiverError, ServiceNotAvailableError
+from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
+from quiver.validation import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_ORIGIN_ID = "SCHEDULE_ORIGIN_ID"
+SCHEDULE_DUE_MS = "SCHEDULE_DUE_MS"
+_DROP = (DELAY, TIMER_DELIVER_MS, "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str]:
+    """(real topic, real queue id, properties to store) of a parked message."""
+    p = record.parse_properties(props)
+    topic = p.get(REAL_TOPIC)
+    try:
+        qid = int(p.get(REAL_QID, "0"))
+    except ValueError:
+        qid = 0
+    for name in _DROP:
+        p.pop(name, None)
+    uniq = p.get(UNIQ_KEY)
+    if uniq:
+        p[SCHEDULE_ORIGIN_ID] = uniq
+    if due_ms:
+        p[SCHEDULE_DUE_MS] = str(int(due_ms))
+    return topic, qid, record.format_properties(p)
+
+
+def make_handlers(app):
+    store = app.store
+    levels = app.config.delay_levels_ms
+
+    def init(req):
+        app.topic_config(SCHEDULE_TOPIC, create=True, system=True, queues=len(levels))
+        app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
+        req.reply(ResponseCode.SUCCESS, "", {
+            "delay_levels_ms": levels, "broker_name": app.config.name,
+            "schedule_queues": app.topics[SCHEDULE_TOPIC]["read"], "timer_queues": app.topics[TIMER_TOPIC]["read"],
+            "timer_horizon_ms": app.config.timer_horizon_ms, "now_ms": int(time.time() * 1000)})
+
+    def reput(req):
+        ext, bodies = req.ext, req.env.bodies
+        metas = ext.get("m")
+        if not isinstance(metas, list) or len(metas) != len(bodies) or not bodies:
+            raise InvalidParameterError("SCHEDULE_REPUT needs one body frame per entry of 'm'")
+        roll = bool(ext.get("roll"))
+        groups: list[list] = []   # [key, bodies, props, flags, born_ts]
+        dropped: list[int] = []
+        for i, (body, meta) in enumerate(zip(bodies, metas)):
+            if not isinstance(meta, list) or len(meta) < 6 or type(meta[1]) is not str:
+                raise InvalidParameterError("each 'm' entry is [flag, properties, born_ts, reconsume, sys_flag, due_ms]")
+            flag, props, born_ts, reconsume, sys_flag, due = meta[:6]
+            if roll:
+                topic, qid = TIMER_TOPIC, 0
+            else:
+                topic, qid, props = restore(props, due)
+                target = _target(app, topic)
+                if target is None:
+                    dropped.append(i)
+                    continue
+                qid = qid if 0 <= qid < target["write"] else qid % max(target["write"], 1)
+            key = (topic, qid, int(reconsume or 0), int(sys_flag or 0))
+            if groups and groups[-1][0] == key:
+                g = groups[-1]
+            else:
+                g = [key, [], [], [], int(born_ts or 0)]
+                groups.append(g)
+            g[1].append(body)
+            g[2].append(props)
+            g[3].append(int(flag or 0))
+        if roll:
+            app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
+        _put_groups(app, req, groups, dropped, len(bodies))
+
+    return {RequestCode.SCHEDULE_INIT: init, RequestCode.SCHEDULE_REPUT: reput}
+
+
+def _target(app, topic: str | None) -> dict | None:
+    if not topic or topic == HALF_TOPIC:
+        return None
+    try:
+        return app.topic_config(topic, create=True, system=topic.startswith(RETRY_PREFIX))
+    except QuiverError as exc:
+        log.warning("re-put to %r dropped: %s", topic, exc)
+        app.counters["schedule_reput_dropped"] += 1
+        return None
+
+
+def _put_groups(app, req, groups, dropped, total) -> None:
+    store = app.store
+    born_host = app.born_host(req.ext)
+    sender = app.sender
+    store_ts = 0
+    end = None
+    touched = []
+    for (topic, qid, reconsume, sys_flag), bodies, props, flags, born_ts in groups:
+        res = store.put_batch(topic, qid, bodies, props, flags, sys_flag, born_ts or int(time.time() * 1000),
+                              born_host, reconsume, 0)
+        if res.status.name == "DISK_FULL":
+            raise ServiceNotAvailableError("broker disk is full: re-put refused")
+        store_ts = store_ts or res.store_ts
+        end = res.end_offset
+        touched.append((topic, qid, res.end_offset))
+    app.counters["schedule_reput"] += total - len(dropped)
+    out = {"n": total - len(dropped), "dropped": dropped, "ts": store_ts or int(time.time() * 1000)}
+    if sender.sync and end is not None:
+        deadline = time.monotonic() + sender.timeout_s
+        for n, (topic, qid, off) in enumerate(touched):
+            last = n == len(touched) - 1
+            sender.waiting.append((off, deadline, req if last else None, out, topic, qid))
+        store.request_flush(end)
+        return
+    req.reply(ResponseCode.SUCCESS, "", out)
+    for topic, qid, _ in touched:
+        app.puller.notify(topic, qid)

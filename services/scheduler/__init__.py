@@ -1,0 +1,1 @@
+"""Quiver scheduler: delivers delay-level and timer messages (python -m quiver_scheduler)."""
