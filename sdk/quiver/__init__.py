@@ -14,9 +14,12 @@ def __getattr__(name):
     if name in ("Producer", "TransactionProducer"):
         from . import producer
         return getattr(producer, name)
-    if name in ("PullConsumer", "PushConsumer"):
-        from . import consumer
-        return getattr(consumer, name)
+    if name == "PullConsumer":
+        from .consumer import PullConsumer
+        return PullConsumer
+    if name == "PushConsumer":
+        from .push_consumer import PushConsumer
+        return PushConsumer
     if name == "Admin":
         from .admin import Admin
         return Admin

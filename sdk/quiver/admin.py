@@ -1,13 +1,13 @@
-"""Admin: topics, routes, cluster info, message lookups, offsets. Needs no start()."""
+"""Admin: topics, routes, cluster info, message lookups, offsets, group progress, dead letters. Needs no start()."""
 
 import logging
 
 from . import record
 from .client import ClientBase, MessageQueue
-from .codes import RequestCode
-from .errors import ClientError, QueryNotFoundError, QuiverError
-from .message import MessageExt, parse_offset_msg_id
-from .validation import check_topic
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
+from .message import RESERVED_PROPERTIES, Message, MessageExt, parse_offset_msg_id
+from .validation import DLQ_PREFIX, check_topic
 
 log = logging.getLogger(__name__)
 
@@ -119,23 +119,80 @@ class Admin(ClientBase):
             out[mq] = off
         return out
 
+    def consumer_stats(self, group: str) -> dict:
+        """Every broker's view of a group: rows per queue, members, subscription conflicts."""
+        rows, clients, conflicts = [], set(), {}
+        for broker, addr in sorted(self.all_broker_addrs().items()):
+            ext = self.call_broker(addr, RequestCode.GET_CONSUME_STATS, {"g": group}).ext
+            rows.extend({"broker": broker, **r} for r in ext.get("rows", []))
+            clients.update(ext.get("clients", []))
+            for topic, exprs in (ext.get("conflicts") or {}).items():
+                for expr, cids in exprs.items():
+                    merged = conflicts.setdefault(topic, {}).setdefault(expr, [])
+                    merged.extend(c for c in cids if c not in merged)
+        rows.sort(key=lambda r: (r["topic"], r["broker"], r["queue_id"]))
+        return {"rows": rows, "clients": sorted(clients), "conflicts": conflicts}
+
     def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict]:
-        """Per queue: broker offset, consumer offset, lag."""
-        rows = []
-        for topic in topics or self.topic_list():
-            try:
-                queues = self.queues(topic)
-            except QuiverError:
-                continue
-            for mq in queues:
-                consumer = self.consumer_offset(group, mq)
-                if consumer is None and topics is None:
-                    continue
-                broker = self.max_offset(mq)
-                rows.append({"topic": mq.topic, "broker": mq.broker, "queue_id": mq.queue_id,
-                             "broker_offset": broker, "consumer_offset": consumer,
-                             "lag": broker - (consumer or 0)})
+        """Per queue: broker offset, consumer offset, lag, last consume time (store ms), owning client id."""
+        rows = self.consumer_stats(group)["rows"]
+        if topics:
+            rows = [r for r in rows if r["topic"] in topics]
         return rows
+
+    def subscription_conflicts(self, group: str) -> dict:
+        """topic -> {"TAG:expr": [client ids]} where members of `group` subscribe differently."""
+        return self.consumer_stats(group)["conflicts"]
+
+    def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
+        """Subscription group config on every broker (max reconsume times before the DLQ)."""
+        for addr in self.all_broker_addrs().values():
+            self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                             {"g": group, "retry_max_times": retry_max_times})
+
+    # ---- dead letters ------------------------------------------------------------------------
+
+    def dlq_messages(self, group: str, max_num: int = 64) -> list[MessageExt]:
+        """Messages in `%DLQ%<group>` (every broker), oldest first."""
+        topic = f"{DLQ_PREFIX}{group}"
+        out = []
+        try:
+            route = self.route(topic, refresh=True)
+        except TopicNotExistError:
+            return []
+        for mq in route.read_queues:
+            addr = route.addrs[mq.broker]
+            off = self.min_offset(mq)
+            while len(out) < max_num:
+                env = self.call_broker(addr, RequestCode.PULL_MESSAGE,
+                                       {"t": topic, "q": mq.queue_id, "o": off, "n": min(32, max_num - len(out))},
+                                       ok=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
+                                           ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_RETRY_IMMEDIATELY))
+                if env.code != ResponseCode.SUCCESS or not env.bodies:
+                    break
+                out.extend(MessageExt.from_record(r, mq.broker) for r in record.decode_many(env.bodies[0]))
+                off = env.ext["next"]
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
+
+    def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list:
+        """Send chosen dead letters (by msg id or origin msg id; all when None) back to their original topic."""
+        from .producer import Producer
+        chosen = [m for m in self.dlq_messages(group, max_num=1 << 20)
+                  if msg_ids is None or m.msg_id in msg_ids or m.properties.get("DLQ_ORIGIN_MESSAGE_ID") in msg_ids]
+        if not chosen:
+            return []
+        results = []
+        with Producer("QUIVER_DLQ_RESEND", namesrv=";".join(self.namesrvs)) as p:
+            for m in chosen:
+                topic = m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC")
+                if not topic:
+                    raise ClientError(f"dead letter {m.msg_id} does not name its original topic")
+                props = {k: v for k, v in m.properties.items()
+                         if k not in RESERVED_PROPERTIES and not k.startswith("DLQ_")}
+                results.append(p.send(Message(topic, m.body, tags=m.tags, keys=m.keys or None, properties=props,
+                                              flag=m.flag)))
+        return results
 
     # ---- cluster ---------------------------------------------------------------------------
 

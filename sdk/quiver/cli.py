@@ -21,19 +21,32 @@ def _print(obj) -> None:
 
 # ---- local cluster ----------------------------------------------------------------
 
+def _compose_path(given: str | None) -> str:
+    if given:
+        return given
+    for cand in ("compose.yaml", os.path.join(os.path.dirname(__file__), "..", "..", "compose.yaml")):
+        if os.path.exists(cand):
+            return os.path.abspath(cand)
+    raise SystemExit("no compose.yaml here: pass --compose PATH")
+
+
 def cmd_up(args) -> int:
+    from . import compose
     from .local import LocalCluster
+    specs = compose.load(_compose_path(args.compose))
+    scale = {}
+    for item in args.scale or []:
+        name, _, n = item.partition("=")
+        if name not in {s.name for s in specs} or not n.isdigit():
+            raise SystemExit(f"--scale {item}: use SERVICE=N with a service of compose.yaml")
+        scale[name] = int(n)
     cluster = LocalCluster(args.data_dir)
     os.makedirs(cluster.data_dir, exist_ok=True)
-    brokers = int(dict(s.split("=") for s in args.scale or []).get("broker-store", 1))
+    overrides = {s.name: {"QUIVER_FLUSH": args.flush,
+                          "QUIVER_AUTO_CREATE_TOPICS": "true" if args.auto_create else "false"}
+                 for s in specs if s.role == "broker"}
     try:
-        cluster.add_namesrv(args.namesrv_port)
-        cluster.wait()
-        extra = ["--flush", args.flush, "--auto-create-topics" if args.auto_create else "--no-auto-create-topics"]
-        for i in range(brokers):
-            cluster.add_broker(args.broker_port + i if args.broker_port else None, None, *extra)
-        cluster.wait()
-        cluster.wait_registered(brokers)
+        compose.start(cluster, specs, scale, free_ports=args.free_ports, overrides=overrides)
     except Exception as exc:
         print(f"quiver up failed: {exc}", file=sys.stderr)
         cluster.stop()
@@ -42,7 +55,7 @@ def cmd_up(args) -> int:
     cluster.write_state(state)
     print(f"Quiver is up (data in {cluster.data_dir}):")
     for svc in cluster.describe():
-        print(f"  {svc['role']:<8} {svc['name']:<10} {svc['addr']:<22} pid {svc['pid']}")
+        print(f"  {svc['role']:<12} {svc['name']:<16} {svc['addr']:<22} pid {svc['pid']}")
     print(f"  namesrv for clients: {cluster.namesrv}")
     if args.demo:
         from .demo import run_demo
@@ -115,10 +128,10 @@ def cmd_status(args) -> int:
     for name, role, addr in addrs:
         try:
             st = t.call(addr, RequestCode.STATUS, timeout=2.0).ext["status"]
-            print(f"{name:<12} {role:<8} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s")
+            print(f"{name:<16} {role:<12} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s")
         except QuiverError as exc:
             bad += 1
-            print(f"{name:<12} {role:<8} {addr:<22} DOWN {exc}")
+            print(f"{name:<16} {role:<12} {addr:<22} DOWN {exc}")
     t.close()
     return 1 if bad else 0
 
@@ -174,17 +187,47 @@ def cmd_msg(args) -> int:
     return 0
 
 
+def _ms(ts) -> str:
+    if not ts:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000))
+
+
 def cmd_consumer(args) -> int:
     a = _admin(args)
     try:
         if args.action == "progress":
-            rows = a.consumer_progress(args.group, args.topic and [args.topic])
-            print(f"{'topic':<24} {'broker':<12} {'queue':>5} {'broker_off':>10} {'consumer_off':>12} {'lag':>8}")
+            stats = a.consumer_stats(args.group)
+            rows = [r for r in stats["rows"] if not args.topic or r["topic"] == args.topic]
+            print(f"{'topic':<24} {'broker':<12} {'queue':>5} {'broker_off':>10} {'consumer_off':>12} {'lag':>8} "
+                  f"{'last_consume':<19} client")
             for r in rows:
                 print(f"{r['topic']:<24} {r['broker']:<12} {r['queue_id']:>5} {r['broker_offset']:>10} "
-                      f"{str(r['consumer_offset']):>12} {r['lag']:>8}")
-        else:
+                      f"{str(r['consumer_offset']):>12} {r['lag']:>8} {_ms(r.get('last_consume_time')):<19} "
+                      f"{r.get('client_id') or '-'}")
+            print(f"clients: {', '.join(stats['clients']) or '(none online)'}")
+            for topic, exprs in stats["conflicts"].items():
+                print(f"WARNING: members of {args.group} subscribe to {topic} differently "
+                      f"(messages may be lost): " + "; ".join(f"{e} <- {', '.join(c)}" for e, c in exprs.items()))
+        elif args.action == "reset":
+            if args.timestamp is None or not args.topic:
+                print("error: reset needs --topic and --timestamp (epoch ms)", file=sys.stderr)
+                return 2
             _print({str(k): v for k, v in a.reset_offset(args.group, args.topic, args.timestamp).items()})
+        elif args.action == "dlq":
+            for m in a.dlq_messages(args.group, args.max):
+                print(f"{m.msg_id}  origin={m.properties.get('DLQ_ORIGIN_TOPIC', '?')} "
+                      f"origin_id={m.properties.get('DLQ_ORIGIN_MESSAGE_ID', '?')} "
+                      f"reconsumed={m.properties.get('RECONSUME_TIME', m.reconsume_times)} "
+                      f"stored={_ms(m.store_timestamp)} body={m.body[:60]!r}")
+        elif args.action == "resend":
+            res = a.resend_dlq(args.group, args.id or None)
+            for r in res:
+                print(f"resent {r.msg_id} -> {r.topic} queue {r.queue_id} offset {r.queue_offset}")
+            print(f"{len(res)} message(s) resent")
+        else:  # config
+            a.set_group_config(args.group, args.retry_max_times)
+            print(f"group {args.group}: retry_max_times={args.retry_max_times}")
     finally:
         a.shutdown()
     return 0
@@ -206,9 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     up = sub.add_parser("up", help="start a local cluster on loopback")
     up.add_argument("--data-dir", default="./data")
-    up.add_argument("--namesrv-port", type=int, default=9876)
-    up.add_argument("--broker-port", type=int, default=10911)
-    up.add_argument("--scale", action="append", help="SERVICE=N, e.g. broker-store=3")
+    up.add_argument("--compose", help="compose file (default: ./compose.yaml)")
+    up.add_argument("--scale", action="append", help="SERVICE=N, e.g. broker-store=3 (repeatable)")
+    up.add_argument("--free-ports", action="store_true", help="any free ports instead of the compose ports")
     up.add_argument("--flush", choices=["sync", "async"], default="async")
     up.add_argument("--no-auto-create", dest="auto_create", action="store_false")
     up.add_argument("--demo", action="store_true", help="send, consume and query a few messages once up")
@@ -240,11 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--keys", nargs="*")
     mp.set_defaults(fn=cmd_msg)
 
-    cp = sub.add_parser("consumer", help="consumer group progress and offset reset")
-    cp.add_argument("action", choices=["progress", "reset"])
+    cp = sub.add_parser("consumer", help="consumer group progress, offset reset, dead letters, group config")
+    cp.add_argument("action", choices=["progress", "reset", "dlq", "resend", "config"])
     cp.add_argument("group")
     cp.add_argument("--topic")
     cp.add_argument("--timestamp", type=int, help="epoch ms (reset)")
+    cp.add_argument("--id", nargs="*", help="dead-letter msg ids to resend (resend; default all)")
+    cp.add_argument("--max", type=int, default=64, help="messages to list (dlq)")
+    cp.add_argument("--retry-max-times", type=int, default=16, help="max reconsume times (config)")
     cp.set_defaults(fn=cmd_consumer)
 
     cl = sub.add_parser("cluster", help="brokers and clusters known to the name server")

@@ -30,10 +30,13 @@ class RequestCode(IntEnum):
     UNLOCK_BATCH_MQ = 42
     CHECK_CLIENT_CONFIG = 46
     REGISTER_BROKER = 103
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_CONSUME_STATS = 208
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     DELETE_TOPIC_IN_BROKER = 215
+    REGISTER_FILTER_SERVER = 301  # filter server -> its broker, periodically (issue 6)
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
@@ -45,6 +48,9 @@ class RequestCode(IntEnum):
     SCHEDULE_REPUT = 9100
     SCHEDULE_INIT = 9101
     SCHEDULE_CANCEL = 9102
+    # transactions (issue 5): txn-checker -> broker, admin -> broker
+    TRANSACTION_CHECK = 9200     # re-put / discard / ask the producer group about half messages
+    TRANSACTION_LIST_OPEN = 9201  # open half messages with age and check count
 
 
 class ResponseCode(IntEnum):

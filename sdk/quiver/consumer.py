@@ -5,6 +5,9 @@ Each assigned queue keeps one long-polling pull in flight; replies are decoded
 tag expression is checked on the broker by hash and again here by string.
 Offsets: `poll()` advances the consumed position, `commit()` stores it on the
 broker (also every 5 s with auto_commit, and on shutdown).
+SQL92 subscriptions (`MessageSelector.sql(...)`) are checked at subscribe /
+start time and pulled through a filter server of each queue's broker
+(filter_route.py); offsets are still committed to the broker.
 """
 
 import collections
@@ -12,7 +15,7 @@ import logging
 import threading
 import time
 
-from . import record, tags
+from . import filter_route, record, tags
 from .client import ClientBase, MessageQueue
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QueryNotFoundError, QuiverError
@@ -25,7 +28,7 @@ _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL
 
 
 class _QueueState:
-    __slots__ = ("mq", "addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen")
+    __slots__ = ("mq", "addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen", "via")
 
     def __init__(self, mq, addr, offset):
         self.mq, self.addr = mq, addr
@@ -36,6 +39,7 @@ class _QueueState:
         self.buffered = 0
         self.paused = False
         self.gen = 0                # bumped by seek: replies of older pulls are dropped
+        self.via = addr             # where pulls go: the broker, or a filter server (SQL92)
 
 
 class PullConsumer(ClientBase):
@@ -56,17 +60,27 @@ class PullConsumer(ClientBase):
         self._cond = threading.Condition()
         self._timer: threading.Thread | None = None
         self._stop = threading.Event()
+        self._filters = filter_route.FilterServers(self.client_id)
+        self._stale_routes: set[str] = set()
 
     def subscribe(self, topic: str, expression="*") -> None:
         sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
-        if sel.type != "TAG":
-            raise ClientError("SQL92 subscriptions need the filter service (not in this build); use tags")
+        if sel.type not in ("TAG", "SQL92"):
+            raise ClientError(f"unknown selector type {sel.type!r}: use MessageSelector.tags or .sql")
+        if self._started:
+            filter_route.check_subscription(self, topic, sel, self.group)
         self.subscriptions[topic] = sel
         if self._started:
             self._assign(topic)
 
     def start(self):
         super().start()
+        try:
+            for topic, sel in self.subscriptions.items():
+                filter_route.check_subscription(self, topic, sel, self.group)
+        except QuiverError:
+            super().shutdown()
+            raise
         for topic in self.subscriptions:
             self._assign(topic)
         self._stop.clear()
@@ -150,26 +164,46 @@ class PullConsumer(ClientBase):
         sel = self.subscriptions.get(st.mq.topic)
         ext = {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": st.next, "n": self.pull_batch_size,
                "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
+        if filter_route.is_sql(sel):
+            ext["tp"] = "SQL92"
+            cached = self._routes.get(st.mq.topic)  # never block here: this may run on the IO thread
+            try:
+                if cached is None:
+                    raise filter_route.NoFilterServerError(f"no route for {st.mq.topic} yet")
+                st.via = self._filters.pull_address(cached[1], st.mq, sel)
+            except QuiverError as exc:
+                self._filters.log_unavailable(exc)
+                self._stale_routes.add(st.mq.topic)
+                st.in_flight = False  # housekeeping retries after refreshing the route
+                return
+        else:
+            st.via = st.addr
         gen = st.gen
+        via = st.via
         try:
-            self.transport.send(st.addr, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(st, gen, r),
+            self.transport.send(via, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(st, gen, r, via),
                                 timeout=self.suspend_ms / 1000 + 15)
         except QuiverError:
             st.in_flight = False
 
-    def _pulled(self, st: _QueueState, gen: int, env) -> None:
+    def _pulled(self, st: _QueueState, gen: int, env, via: str | None = None) -> None:
         if gen != st.gen:
             return
         st.in_flight = False
         if isinstance(env, Exception) or env.code not in _PULL_OK:
             if not self._started:
                 return
+            if via != st.addr and filter_route.should_fail_over(env):
+                self._filters.failed(via)  # a dead filter server: the next pull goes to another one
+                self._pull(st)
+                return
             log.warning("pull %s failed: %s", st.mq, env if isinstance(env, Exception) else env.remark)
             threading.Timer(1.0, self._pull, (st,)).start()
             return
         nxt = env.ext.get("next", st.next)
         if env.code == ResponseCode.SUCCESS and env.bodies:
-            wanted = tags.parse(self.subscriptions[st.mq.topic].expression) if st.mq.topic in self.subscriptions else None
+            sel = self.subscriptions.get(st.mq.topic)
+            wanted = tags.parse(sel.expression) if sel is not None and sel.type == "TAG" else None
             broker = st.mq.broker
             msgs = []
             for rec in record.decode_many(env.bodies[0]):
@@ -231,6 +265,16 @@ class PullConsumer(ClientBase):
     def _housekeeping(self) -> None:
         last_commit = time.monotonic()
         while not self._stop.wait(0.5):
+            for topic, sel in list(self.subscriptions.items()):  # new filter servers show up in routes
+                cached = self._routes.get(topic)
+                if filter_route.is_sql(sel) and (cached is None or time.monotonic() - cached[0] > self.route_refresh_s):
+                    self._stale_routes.add(topic)
+            for topic in list(self._stale_routes):
+                self._stale_routes.discard(topic)
+                try:
+                    self.route(topic, refresh=True)
+                except QuiverError as exc:
+                    log.warning("route refresh for %s failed: %s", topic, exc)
             if self.auto_commit and time.monotonic() - last_commit >= self.auto_commit_interval_s:
                 last_commit = time.monotonic()
                 try:

@@ -112,14 +112,14 @@ class LocalFileOffsetStore(_Memory):
         self.persist_all({mq: addr})
 
     def persist_all(self, addrs=None, sync: bool = False) -> None:
-        with self.lock:
+        with self.lock:  # also serialises writers: one tmp file
             self._stored.update(self.offsets)
             rows = [{"topic": mq.topic, "broker": mq.broker, "queue_id": mq.queue_id, "offset": off}
                     for mq, off in sorted(self._stored.items())]
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = f"{self.path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"offsets": rows}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = f"{self.path}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"offsets": rows}, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)

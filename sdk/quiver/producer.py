@@ -187,6 +187,47 @@ class Producer(ClientBase):
 
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
         self._need_started()
+        topic, ids, props, bodies, flags = self._encode_batch(msgs)
+        return self._send_sync(topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout)
+
+    def send_batch_async(self, msgs: list[Message]) -> Future:
+        """One batch request without waiting: Future[list[SendResult]] (retried elsewhere on failure)."""
+        self._need_started()
+        topic, ids, props, bodies, flags = self._encode_batch(msgs)
+        fut = LightFuture()
+        self._batch_attempt(fut, topic, ids, props, bodies, flags, None, 0)
+        return fut
+
+    def _batch_attempt(self, fut, topic, ids, props, bodies, flags, avoid, attempt) -> None:
+        try:
+            mq, addr = self._pick(topic, avoid)
+        except QuiverError as exc:
+            fut.set_exception(exc)
+            return
+        ext = self._ext(mq, props, flags)
+        t0 = time.monotonic()
+
+        def done(env):
+            try:
+                if isinstance(env, Exception):
+                    raise env
+                results = self._result(env, mq, addr, ids)
+            except QuiverError as exc:
+                self.note_latency(mq.broker, 0, failed=True)
+                if attempt < self.retries and _retryable(exc):
+                    self._batch_attempt(fut, topic, ids, props, bodies, flags, mq.broker, attempt + 1)
+                else:
+                    fut.set_exception(exc)
+                return
+            self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+            fut.set_result(results)
+        try:
+            self.transport.send(addr, RequestCode.SEND_BATCH_MESSAGE, ext, pack_bodies(ext, bodies), done,
+                                self.send_timeout)
+        except QuiverError as exc:
+            done(exc)
+
+    def _encode_batch(self, msgs: list[Message]):
         if not msgs:
             raise MessageIllegalError("batch is empty")
         topic = msgs[0].topic
@@ -200,7 +241,7 @@ class Producer(ClientBase):
             ids.append(mid); props.append(p); bodies.append(m.body); flags.append(m.flag)
         if sum(map(len, bodies)) > self.max_message_bytes:
             raise MessageIllegalError(f"batch is {sum(map(len, bodies))} bytes; the limit is {self.max_message_bytes}: split it")
-        return self._send_sync(topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout)
+        return topic, ids, props, bodies, flags
 
     def _ext(self, mq: MessageQueue, props: list[str], flags: list[int]) -> dict:
         return {"t": mq.topic, "q": mq.queue_id, "b": int(time.time() * 1000), "g": self.group,

@@ -52,6 +52,7 @@ class Config:
     offset_persist_interval_ms: int = setting(5000, "consumer offsets are written this often")
     clean_interval_ms: int = setting(10_000, "retention check period")
     long_poll_max_ms: int = setting(30_000, "cap on a pull's suspend time")
+    client_expiry_ms: int = setting(120_000, "drop a client silent this long (RocketMQ channelExpiredTimeout)")
     log_level: str = setting("INFO", "logging level")
 
     def __post_init__(self):

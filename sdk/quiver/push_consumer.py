@@ -1,0 +1,690 @@
+"""PushConsumer: a group shares queues; a listener gets messages as they arrive.
+
+Each owned queue has a ProcessQueue with one long-polling pull in flight (IO
+thread callbacks, no thread per queue). Pulled messages are cached per queue
+and handed to a consume thread pool. The committed offset of a queue is its
+lowest unfinished message (or the pull position when nothing is cached), kept
+in memory, piggy-backed on pulls, persisted every 5 s, on drop and on shutdown.
+
+Concurrent mode: failures go back to the broker (CONSUMER_SEND_MSG_BACK) and
+return through `%RETRY%<group>`, which the consumer subscribes to by itself.
+Orderly mode: queues are locked on the broker (LOCK_BATCH_MQ), one thread per
+queue, a failing batch is retried in place after a suspend, and past the max
+reconsume times it goes to the dead-letter topic. Broadcasting: every client
+takes every queue, offsets in a local JSON file, failures are dropped.
+
+Owns process queues, pulling, flow control and consume dispatch; allocation is
+rebalance.py, offset persistence offset_store.py.
+"""
+
+import heapq
+import itertools
+import logging
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import filter_route, record, tags
+from .client import ClientBase, MessageQueue
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, QuiverError, TopicNotExistError
+from .message import RETRY_TOPIC, ORIGIN_MESSAGE_ID, ConsumeResult, MessageExt, MessageSelector
+from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
+from .rebalance import Rebalancer
+from .validation import RETRY_PREFIX, check_group
+
+log = logging.getLogger(__name__)
+
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED)
+LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker lease: 60 s)
+MAX_CONSUME_CONTINUOUSLY_S = 60.0
+
+
+class _Timer:
+    """One thread running delayed calls (pull back-off, suspends, periodic jobs)."""
+
+    def __init__(self, name: str):
+        self._heap: list = []
+        self._cond = threading.Condition()
+        self._seq = itertools.count()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call_later(self, delay_s: float, fn, *args) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._seq), fn, args))
+            self._cond.notify()
+
+    def every(self, interval_s: float, fn) -> None:
+        def tick():
+            try:
+                fn()
+            finally:
+                if not self._stopped:
+                    self.call_later(interval_s, tick)
+        self.call_later(interval_s, tick)
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        break
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+                if self._stopped:
+                    return
+                _, _, fn, args = heapq.heappop(self._heap)
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("timer job %s failed", getattr(fn, "__name__", fn))
+
+
+class ProcessQueue:
+    """Cached messages of one owned queue, keyed by queue offset (pulled in order)."""
+
+    def __init__(self, mq: MessageQueue, addr: str, offset: int):
+        self.mq, self.addr = mq, addr
+        self.lock = threading.Lock()
+        self.msgs: dict[int, MessageExt] = {}
+        self.bytes = 0
+        self.next_offset = offset
+        self.dropped = False
+        # orderly
+        self.consume_lock = threading.Lock()
+        self.locked = False
+        self.lock_ts = 0.0
+        self.scheduled = False
+        self.suspended_until = 0.0
+        self.rebalance_t0: float | None = None
+
+    def add(self, msgs: list[MessageExt], next_offset: int) -> None:
+        with self.lock:
+            for m in msgs:
+                self.msgs[m.queue_offset] = m
+                self.bytes += len(m.body)
+            self.next_offset = next_offset
+
+    def remove(self, msgs) -> int:
+        """Forget finished messages; returns the offset now safe to commit."""
+        with self.lock:
+            for m in msgs:
+                if self.msgs.pop(m.queue_offset, None) is not None:
+                    self.bytes -= len(m.body)
+            return self.commit_offset()
+
+    def commit_offset(self) -> int:
+        for off in self.msgs:  # the lowest unfinished message
+            return off
+        return self.next_offset
+
+    def head(self, n: int) -> list[MessageExt]:
+        with self.lock:
+            return list(itertools.islice(self.msgs.values(), n))
+
+    def span(self) -> int:
+        if len(self.msgs) < 2:
+            return 0
+        return next(reversed(self.msgs)) - next(iter(self.msgs))
+
+
+class PushConsumer(ClientBase):
+    def __init__(self, group: str, namesrv=None, broadcast: bool = False, consume_from="last",
+                 max_reconsume_times: int = 16, threads: int = 20, batch_size: int = 1, *,
+                 allocate="averagely", pull_batch_size: int = 32, suspend_ms: int = 15_000,
+                 offset_dir: str | None = None, instance_name: str = "DEFAULT",
+                 suspend_current_queue_ms: int = 1000, persist_interval_s: float = 5.0,
+                 rebalance_interval_s: float = 20.0, heartbeat_interval_s: float = 30.0,
+                 lock_interval_s: float = 20.0, pull_threshold_for_queue: int = 1000,
+                 pull_threshold_bytes_for_queue: int = 100 << 20, max_span: int = 2000,
+                 pull_delay_on_error_s: float = 3.0):
+        super().__init__(namesrv)
+        check_group(group)
+        if consume_from not in ("last", "first") and not (isinstance(consume_from, int)
+                                                         and not isinstance(consume_from, bool)):
+            raise ValueError("consume_from is 'last', 'first' or an epoch-ms timestamp")
+        if not 1 <= threads <= 1000 or not 1 <= batch_size <= 1024 or not 1 <= pull_batch_size <= 1024:
+            raise ValueError("threads 1-1000, batch_size 1-1024, pull_batch_size 1-1024")
+        self.group = group
+        self.broadcast = broadcast
+        self.consume_from = consume_from
+        self.max_reconsume_times = max_reconsume_times
+        self.threads = threads
+        self.batch_size = batch_size
+        self.pull_batch_size = pull_batch_size
+        self.suspend_ms = suspend_ms
+        self.suspend_current_queue_s = suspend_current_queue_ms / 1000
+        self.persist_interval_s = persist_interval_s
+        self.rebalance_interval_s = rebalance_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.lock_interval_s = lock_interval_s
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_bytes_for_queue = pull_threshold_bytes_for_queue
+        self.max_span = max_span
+        self.pull_delay_on_error_s = pull_delay_on_error_s
+        self.retry_topic = f"{RETRY_PREFIX}{group}"
+        self.subscriptions: dict[str, MessageSelector] = {}
+        self._listener = None
+        self._orderly = False
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._rebalancer = Rebalancer(self, group, allocate, broadcast)
+        self.offsets = (LocalFileOffsetStore(offset_dir, f"{self.client_host}@{instance_name}", group)
+                        if broadcast else RemoteOffsetStore(self, group))
+        self._running = False
+        self._wake = threading.Event()
+        self._rebalance_lock = threading.Lock()
+        self._notified_at: float | None = None
+        self._active = 0
+        self._active_cond = threading.Condition()
+        self._drop_threads: list[threading.Thread] = []
+        self.rebalance_latencies_ms: list[float] = []  # notification -> new owner's first pull
+        self._filter_servers = filter_route.FilterServers(self.client_id)  # SQL92 pull routing (issue 6)
+
+    client_host = socket.gethostname()
+
+    # ---- public API -----------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression="*") -> None:
+        sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
+        if sel.type not in ("TAG", "SQL92"):
+            raise ClientError(f"unknown selector type {sel.type!r}: use MessageSelector.tags or .sql")
+        if self._running:
+            filter_route.check_subscription(self, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
+        self.subscriptions[topic] = sel
+        if self._running:
+            self.send_heartbeats()
+            self._wake.set()
+
+    def register(self, fn, orderly: bool = False) -> None:
+        """fn(msgs: list[MessageExt]) -> ConsumeResult; raising counts as RECONSUME_LATER."""
+        if self._running:
+            raise ClientError("register the listener before start()")
+        self._listener = fn
+        self._orderly = orderly
+
+    def start(self):
+        if self._running:
+            return self
+        if self._listener is None:
+            raise ClientError("no listener: call register(fn) before start()")
+        if not self.subscriptions:
+            raise ClientError("no subscription: call subscribe(topic, expression) before start()")
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"consume-{self.group}")
+        self._timer = _Timer(f"push-consumer-{self.group}")
+        self._running = True
+        super().start()
+        try:  # SQL92 subscriptions are compiled by a filter server before any message flows
+            for topic, sel in list(self.subscriptions.items()):
+                filter_route.check_subscription(self, topic, sel, self.group)
+        except QuiverError:
+            self.shutdown()
+            raise
+        if not self.broadcast:
+            self._ensure_retry_topic()
+        self.rebalance()
+        self._rb_thread = threading.Thread(target=self._rebalance_loop, name="rebalance", daemon=True)
+        self._rb_thread.start()
+        self._timer.every(self.persist_interval_s, self.persist_offsets)
+        if self._orderly and not self.broadcast:
+            self._timer.every(self.lock_interval_s, self._lock_all)
+        return self
+
+    def __enter__(self):
+        # `with PushConsumer(...) as c: c.subscribe(...); c.register(fn); c.start()` works too
+        if self._listener is not None and self.subscriptions:
+            return self.start()
+        return self
+
+    def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
+        return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self.retry_topic)
+
+    def shutdown(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        self._wake.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._active_cond:  # let running listener calls finish and commit
+            self._active_cond.wait_for(lambda: self._active == 0, timeout=5.0)
+        with self._rebalance_lock:
+            for mq in list(self._pqs):
+                self._drop(mq)
+        for t in self._drop_threads:
+            t.join(5.0)
+        self.persist_offsets(sync=True)
+        self._timer.stop()
+        super().shutdown()
+
+    # ---- heartbeats, notifications, shutdown words ---------------------------------------------
+
+    def _topics(self) -> list[str]:
+        topics = list(self.subscriptions)
+        if not self.broadcast:
+            topics.append(self.retry_topic)
+        return topics
+
+    def heartbeat_payload(self) -> dict:
+        subs = {t: {"type": s.type, "expression": s.expression} for t, s in self.subscriptions.items()}
+        if not self.broadcast:
+            subs[self.retry_topic] = {"type": "TAG", "expression": "*"}
+        return {"consumers": [{
+            "group": self.group, "subscriptions": subs, "consume_type": "PUSH",
+            "model": "BROADCASTING" if self.broadcast else "CLUSTERING",
+            "consume_from": str(self.consume_from), "orderly": self._orderly,
+            "queues": [[mq.topic, mq.broker, mq.queue_id] for mq in list(self._pqs)]}]}
+
+    def _on_ids_changed(self, addr, env):
+        if env.ext.get("g") in (None, self.group):
+            if self._notified_at is None:
+                self._notified_at = time.monotonic()
+            self._wake.set()
+        return None
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed}
+
+    def before_close(self) -> None:
+        try:
+            addrs = self.heartbeat_brokers()
+        except QuiverError:
+            return
+        ext = {"client_id": self.client_id, "consumer_group": self.group}
+        futs = [self.transport.call_future(a, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0) for a in addrs.values()]
+        for f in futs:
+            try:
+                f.result(2.0)
+            except Exception:
+                pass
+
+    def _ensure_retry_topic(self) -> None:
+        """The group's retry topic (1 queue) on every broker, as RocketMQ creates it on heartbeat."""
+        try:
+            self.route(self.retry_topic, refresh=True)
+            return
+        except TopicNotExistError:
+            pass
+        except QuiverError as exc:
+            log.warning("retry topic route: %s", exc)
+            return
+        for name, addr in self.all_broker_addrs().items():
+            try:
+                self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                                 {"topic": self.retry_topic, "read": 1, "write": 1, "perm": 6})
+            except QuiverError as exc:
+                log.warning("creating %s on %s failed: %s", self.retry_topic, name, exc)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            try:
+                self.route(self.retry_topic, refresh=True)
+                return
+            except QuiverError:
+                time.sleep(0.05)
+
+    # ---- rebalance ------------------------------------------------------------------------------
+
+    def _rebalance_loop(self) -> None:
+        while self._running:
+            self._wake.wait(self.rebalance_interval_s)
+            self._wake.clear()
+            if not self._running:
+                return
+            try:
+                self.rebalance()
+            except Exception:
+                log.exception("rebalance of %s failed", self.group)
+
+    def rebalance(self) -> None:
+        with self._rebalance_lock:
+            if not self._running:
+                return
+            t0, self._notified_at = self._notified_at, None
+            changed, missing = False, False
+            for topic, mqs in self._rebalancer.assignment(self._topics()).items():
+                if mqs is None:
+                    continue  # unknown right now: keep what we have
+                want = set(mqs)
+                for mq in [m for m in list(self._pqs) if m.topic == topic and m not in want]:
+                    self._drop(mq)
+                    changed = True
+                for mq in sorted(want - set(self._pqs)):
+                    if self._add(mq, t0):
+                        changed = True
+                    else:
+                        missing = True
+            if changed:
+                log.info("%s now owns %s", self.client_id, [f"{m.topic}:{m.broker}:{m.queue_id}" for m in self.assignment()])
+                self.send_heartbeats()  # brokers learn the owners (consumer progress)
+            if missing:
+                self._timer.call_later(1.0, self._wake.set)  # a lock still held elsewhere
+
+    def _add(self, mq: MessageQueue, t0: float | None) -> bool:
+        try:
+            addr = self.route(mq.topic).addrs[mq.broker]
+            if self._orderly and not self.broadcast and not self._lock(addr, [mq]):
+                return False
+            off = self.offsets.read(mq, addr)
+            if off is None:
+                off = self._start_offset(mq, addr)
+        except (QuiverError, KeyError) as exc:
+            log.warning("cannot take %s: %s", mq, exc)
+            return False
+        pq = ProcessQueue(mq, addr, off)
+        pq.locked, pq.lock_ts = True, time.monotonic()
+        pq.rebalance_t0 = t0
+        self.offsets.update(mq, off, increase_only=False)
+        self._pqs[mq] = pq
+        self._pull(pq)
+        return True
+
+    def _start_offset(self, mq: MessageQueue, addr: str) -> int:
+        """consume_from, for a queue this group never stored an offset for."""
+        ext = {"t": mq.topic, "q": mq.queue_id}
+        retry = mq.topic.startswith(RETRY_PREFIX)
+        if self.consume_from == "first" or (retry and self.consume_from == "last"):
+            code = RequestCode.GET_MIN_OFFSET
+        elif self.consume_from == "last" or retry:
+            code = RequestCode.GET_MAX_OFFSET
+        else:
+            code, ext["ts"] = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.consume_from
+        return self.call_broker(addr, code, ext).ext["offset"]
+
+    def _drop(self, mq: MessageQueue) -> None:
+        """Stop consuming a queue and store its offset before anyone else may take it."""
+        pq = self._pqs.pop(mq, None)
+        if pq is None:
+            return
+        pq.dropped = True
+        if self._orderly and not self.broadcast:
+            # the broker lock is released only after the running batch finished and the offset is stored
+            t = threading.Thread(target=self._finish_orderly_drop, args=(pq,), name="drop", daemon=True)
+            self._drop_threads = [x for x in self._drop_threads if x.is_alive()] + [t]
+            t.start()
+            return
+        self.offsets.update(mq, pq.commit_offset())
+        self._persist_one(pq)
+        self.offsets.remove(mq)
+
+    def _finish_orderly_drop(self, pq: ProcessQueue) -> None:
+        with pq.consume_lock:
+            self.offsets.update(pq.mq, pq.commit_offset())
+            self._persist_one(pq)
+            self.offsets.remove(pq.mq)
+            self._unlock(pq.addr, [pq.mq])
+
+    def _persist_one(self, pq: ProcessQueue) -> None:
+        try:
+            self.offsets.persist(pq.mq, pq.addr, sync=True)
+        except QuiverError as exc:
+            log.warning("offset of dropped %s not stored: %s", pq.mq, exc)
+
+    def persist_offsets(self, sync: bool = False) -> None:
+        pqs = list(self._pqs.values())
+        for pq in pqs:
+            self.offsets.update(pq.mq, pq.commit_offset())
+        try:
+            self.offsets.persist_all({pq.mq: pq.addr for pq in pqs}, sync=sync)
+        except (QuiverError, OSError) as exc:
+            log.warning("persisting offsets failed: %s", exc)
+
+    # ---- broker locks (orderly) -----------------------------------------------------------------------
+
+    def _lock(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        ext = {"g": self.group, "c": self.client_id, "mqs": [[m.topic, m.queue_id] for m in mqs]}
+        try:
+            got = self.call_broker(addr, RequestCode.LOCK_BATCH_MQ, ext).ext.get("locked") or []
+        except QuiverError as exc:
+            log.warning("locking %d queues on %s failed: %s", len(mqs), addr, exc)
+            return set()
+        got = {(t, q) for t, q in got}
+        return {m for m in mqs if (m.topic, m.queue_id) in got}
+
+    def _unlock(self, addr: str, mqs: list[MessageQueue]) -> None:
+        ext = {"g": self.group, "c": self.client_id, "mqs": [[m.topic, m.queue_id] for m in mqs]}
+        try:
+            self.call_broker(addr, RequestCode.UNLOCK_BATCH_MQ, ext)
+        except QuiverError as exc:
+            log.warning("unlocking on %s failed: %s", addr, exc)
+
+    def _lock_all(self) -> None:
+        by_addr: dict[str, list[ProcessQueue]] = {}
+        for pq in list(self._pqs.values()):
+            by_addr.setdefault(pq.addr, []).append(pq)
+        for addr, pqs in by_addr.items():
+            got = self._lock(addr, [pq.mq for pq in pqs])
+            now = time.monotonic()
+            for pq in pqs:
+                was = pq.locked
+                pq.locked = pq.mq in got
+                if pq.locked:
+                    pq.lock_ts = now
+                    if not was:
+                        self._kick_orderly(pq)
+
+    # ---- pulling (IO thread callbacks) -----------------------------------------------------------------
+
+    def _pull(self, pq: ProcessQueue) -> None:
+        if pq.dropped or not self._running:
+            return
+        if (len(pq.msgs) >= self.pull_threshold_for_queue or pq.bytes >= self.pull_threshold_bytes_for_queue
+                or (not self._orderly and pq.span() > self.max_span)):
+            self._timer.call_later(0.05, self._pull, pq)  # flow control
+            return
+        if pq.rebalance_t0 is not None:
+            self.rebalance_latencies_ms.append((time.monotonic() - pq.rebalance_t0) * 1000)
+            pq.rebalance_t0 = None
+        sel = self.subscriptions.get(pq.mq.topic)
+        ext = {"g": self.group, "t": pq.mq.topic, "q": pq.mq.queue_id, "o": pq.next_offset,
+               "n": self.pull_batch_size, "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
+        if not self.broadcast:
+            co = self.offsets.get(pq.mq)
+            if co:
+                ext["co"] = co
+        via = pq.addr
+        if filter_route.is_sql(sel):  # SQL92: through a filter server of the queue's broker, never the broker
+            ext["tp"] = "SQL92"
+            try:
+                via = self._filter_servers.pull_address(self._routes[pq.mq.topic][1], pq.mq, sel)
+            except (QuiverError, KeyError) as exc:
+                self._filter_servers.log_unavailable(exc)
+                self._timer.call_later(1.0, self._refresh_route_and_pull, pq)
+                return
+        try:
+            self.transport.send(via, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(pq, r, via),
+                                timeout=self.suspend_ms / 1000 + 15)
+        except QuiverError:
+            if self._running:
+                self._timer.call_later(self.pull_delay_on_error_s, self._pull, pq)
+
+    def _refresh_route_and_pull(self, pq: ProcessQueue) -> None:
+        try:
+            self.route(pq.mq.topic, refresh=True)
+        except QuiverError as exc:
+            log.warning("route refresh for %s failed: %s", pq.mq.topic, exc)
+        self._pull(pq)
+
+    def _pulled(self, pq: ProcessQueue, env, via: str | None = None) -> None:
+        if pq.dropped or not self._running:
+            return
+        if via and via != pq.addr and filter_route.should_fail_over(env):
+            self._filter_servers.failed(via)  # a dead filter server: the next pull goes to another one
+            self._pull(pq)
+            return
+        if isinstance(env, Exception) or env.code not in _PULL_OK:
+            log.warning("pull %s failed: %s", pq.mq, env if isinstance(env, Exception) else env.remark)
+            self._timer.call_later(self.pull_delay_on_error_s, self._pull, pq)
+            return
+        nxt = env.ext.get("next", pq.next_offset)
+        if env.code == ResponseCode.SUCCESS and env.bodies:
+            msgs = self._decode(pq, env.bodies[0])
+            pq.add(msgs, nxt)  # cached before the position moves: the commit offset never skips them
+            if msgs:
+                self._dispatch(pq, msgs)
+            elif not pq.msgs:
+                self.offsets.update(pq.mq, nxt)
+        else:
+            if env.code == ResponseCode.PULL_OFFSET_MOVED:
+                log.info("offset of %s moved from %d to %d", pq.mq, pq.next_offset, nxt)
+            with pq.lock:
+                pq.next_offset = nxt
+                empty = not pq.msgs
+            if empty:  # nothing cached: the position itself is consumed
+                self.offsets.update(pq.mq, nxt, increase_only=env.code != ResponseCode.PULL_OFFSET_MOVED)
+        self._pull(pq)
+
+    def _decode(self, pq: ProcessQueue, body) -> list[MessageExt]:
+        sel = self.subscriptions.get(pq.mq.topic)
+        wanted = tags.parse(sel.expression) if sel is not None and sel.type == "TAG" else None
+        retry = pq.mq.topic == self.retry_topic
+        out = []
+        for rec in record.decode_many(body):
+            m = MessageExt.from_record(rec, pq.mq.broker)
+            if wanted is not None and m.tags not in wanted:
+                continue
+            if retry:
+                m.topic = m.properties.get(RETRY_TOPIC) or m.topic
+                rt = m.properties.get("RECONSUME_TIME")
+                if rt and rt.isdigit() and int(rt) > m.reconsume_times:
+                    m.reconsume_times = int(rt)
+            out.append(m)
+        return out
+
+    # ---- consuming ------------------------------------------------------------------------------------------
+
+    def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self._orderly:
+            self._kick_orderly(pq)
+            return
+        # a few tasks per pulled batch: parallel across queues and within one, without a task per message
+        bs = self.batch_size
+        chunk = max(bs, -(-len(msgs) // 4))
+        chunk = -(-chunk // bs) * bs
+        for i in range(0, len(msgs), chunk):
+            self._submit(self._consume_concurrently, pq, msgs[i:i + chunk])
+
+    def _submit(self, fn, *args) -> None:
+        if not self._running:
+            return
+        try:
+            self._pool.submit(self._run_task, fn, *args)
+        except RuntimeError:
+            pass  # shutting down: the messages stay uncommitted
+
+    def _run_task(self, fn, *args) -> None:
+        with self._active_cond:
+            self._active += 1
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("consume task failed")
+        finally:
+            with self._active_cond:
+                self._active -= 1
+                if self._active == 0:
+                    self._active_cond.notify_all()
+
+    def _call_listener(self, msgs: list[MessageExt]) -> bool:
+        try:
+            return self._listener(msgs) is ConsumeResult.SUCCESS
+        except Exception:
+            log.exception("listener of %s raised: consuming %d message(s) later", self.group, len(msgs))
+            return False
+
+    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        bs = self.batch_size
+        for i in range(0, len(msgs), bs):
+            if pq.dropped or not self._running:
+                return
+            batch = msgs[i:i + bs]
+            done = batch
+            if not self._call_listener(batch):
+                if self.broadcast:
+                    log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
+                else:
+                    failed = [m for m in batch if not self._send_back(pq, m)]
+                    if failed:  # broker unreachable: retry here later, keep the offset behind them
+                        self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
+                        done = [m for m in batch if m not in failed]
+            off = pq.remove(done)
+            if not pq.dropped:
+                self.offsets.update(pq.mq, off)
+
+    def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
+        ext = {"g": self.group, "offset": m.commit_log_offset, "delay": delay, "ot": m.topic,
+               "omid": m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id, "max": self.max_reconsume_times,
+               "rc": m.reconsume_times}
+        try:
+            self.call_broker(pq.addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+            return True
+        except QuiverError as exc:
+            log.warning("send back of %s failed: %s", m.msg_id, exc)
+            return False
+
+    # ---- orderly ------------------------------------------------------------------------------------------
+
+    def _kick_orderly(self, pq: ProcessQueue) -> None:
+        with pq.lock:
+            if pq.scheduled or pq.dropped or time.monotonic() < pq.suspended_until:
+                return
+            pq.scheduled = True
+        self._submit(self._consume_orderly, pq)
+
+    def _consume_orderly(self, pq: ProcessQueue) -> None:
+        started = time.monotonic()
+        retry_in = None
+        with pq.consume_lock:  # one thread per queue
+            while True:
+                if pq.dropped or not self._running:
+                    break
+                if not self.broadcast and (not pq.locked or time.monotonic() - pq.lock_ts > LOCK_STALE_S):
+                    retry_in = 3.0
+                    self._timer.call_later(0.01, self._relock, pq)
+                    break
+                if time.monotonic() - started > MAX_CONSUME_CONTINUOUSLY_S:
+                    retry_in = 0.01
+                    break
+                batch = pq.head(self.batch_size)
+                if not batch:
+                    break
+                if self._call_listener(batch) or self._give_up(pq, batch):
+                    off = pq.remove(batch)
+                    self.offsets.update(pq.mq, off)
+                    continue
+                retry_in = self.suspend_current_queue_s
+                break
+        with pq.lock:
+            pq.scheduled = False
+            if retry_in is not None:
+                pq.suspended_until = time.monotonic() + retry_in
+        if retry_in is not None:
+            self._timer.call_later(retry_in, self._kick_orderly, pq)
+        elif pq.msgs:
+            self._kick_orderly(pq)  # arrived while we were finishing
+
+    def _give_up(self, pq: ProcessQueue, batch: list[MessageExt]) -> bool:
+        """A failed orderly batch: count the attempt; past the max, dead-letter it and move on."""
+        if any(m.reconsume_times < self.max_reconsume_times for m in batch):
+            for m in batch:
+                m.reconsume_times += 1
+            return False
+        if self.broadcast:
+            log.warning("orderly broadcast consumption failed %d times: dropping %d message(s)",
+                        self.max_reconsume_times, len(batch))
+            return True
+        return all(self._send_back(pq, m, delay=-1) for m in batch)
+
+    def _relock(self, pq: ProcessQueue) -> None:
+        if pq.dropped or not self._running:
+            return
+        if self._lock(pq.addr, [pq.mq]):
+            pq.locked, pq.lock_ts = True, time.monotonic()
+            with pq.lock:
+                pq.suspended_until = 0.0
+            self._kick_orderly(pq)

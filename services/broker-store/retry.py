@@ -1,0 +1,104 @@
+"""Retry and dead letters: CONSUMER_SEND_MSG_BACK and the subscription group config.
+
+A consumer sends a failed message back by its CommitLog offset. The broker
+copies it to `%RETRY%<group>` with delay level 3 + reconsume times (so it goes
+through SCHEDULE_TOPIC_XXXX like any delayed message; the scheduler service
+re-puts it when due), or, once the reconsume count reached the group's max
+(or the consumer asked with delay < 0), to `%DLQ%<group>`. Both topics have one
+queue and are created on demand. The reconsume count travels in the record's
+RECONSUMETIMES field (and the RECONSUME_TIME property, for re-puts that copy
+only properties). This module does not deliver delayed messages.
+"""
+
+import logging
+
+from quiver import record
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import InvalidParameterError, QueryNotFoundError
+from quiver.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
+from quiver.validation import DLQ_PREFIX, RETRY_PREFIX, check_group
+
+log = logging.getLogger(__name__)
+
+RECONSUME_TIME = "RECONSUME_TIME"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+DEFAULT_MAX_RECONSUME_TIMES = 16
+_DROP = (DELAY, REAL_TOPIC, REAL_QID)
+
+
+def _int(ext: dict, name: str, default: int | None = None) -> int:
+    value = ext.get(name, default)
+    if type(value) is not int:
+        raise InvalidParameterError(f"field {name!r} (int) is required")
+    return value
+
+
+def max_reconsume_times(app, group: str, asked) -> int:
+    """The group's configured retry_max_times wins; else what the consumer asked; else 16."""
+    conf = app.metadata.groups.get(group)
+    if conf is not None:
+        return conf["retry_max_times"]
+    return asked if type(asked) is int and asked >= 0 else DEFAULT_MAX_RECONSUME_TIMES
+
+
+def make_handlers(app):
+    store = app.store
+
+    def send_back(req):
+        ext = req.ext
+        group = ext.get("g")
+        check_group(group)
+        offset = _int(ext, "offset")
+        delay = _int(ext, "delay", 0)
+        rec = store.lookup(offset)
+        if rec is None:
+            raise QueryNotFoundError(f"no message at commitlog offset {offset} to send back")
+        props = rec.properties()
+        for name in _DROP:
+            props.pop(name, None)
+        origin = props.get(RETRY_TOPIC) or (ext.get("ot") if rec.topic.startswith(RETRY_PREFIX) else rec.topic) \
+            or rec.topic
+        origin_id = props.get(ORIGIN_MESSAGE_ID) or ext.get("omid") or props.get(UNIQ_KEY) or ""
+        asked_rc = ext.get("rc") if type(ext.get("rc")) is int else 0
+        reconsume = max(rec.reconsume, asked_rc, int(props.get(RECONSUME_TIME, "0") or 0))
+        limit = max_reconsume_times(app, group, ext.get("max"))
+        props[RETRY_TOPIC] = origin
+        props[ORIGIN_MESSAGE_ID] = origin_id
+        if delay < 0 or reconsume >= limit:
+            topic = f"{DLQ_PREFIX}{group}"
+            props[DLQ_ORIGIN_TOPIC] = origin
+            props[DLQ_ORIGIN_MESSAGE_ID] = origin_id
+            props[RECONSUME_TIME] = str(reconsume)
+            app.topic_config(topic, create=True, system=True, queues=1)
+            queue_id, prop = 0, record.format_properties(props)
+            app.counters["dlq_messages"] += 1
+            log.info("message %s of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
+        else:
+            reconsume += 1
+            level = delay if delay > 0 else 3 + reconsume - 1
+            props[RECONSUME_TIME] = str(reconsume)
+            props[MAX_RECONSUME_TIMES] = str(limit)
+            props[DELAY] = str(level)
+            topic = f"{RETRY_PREFIX}{group}"
+            app.topic_config(topic, create=True, system=True, queues=1)
+            topic, queue_id, prop = app.sender._park(topic, 0, record.format_properties(props), str(level), None)
+            app.counters["retry_messages"] += 1
+        put_ext = {"b": rec.born_ts, "bh": host_str(rec.born_host), "rc": reconsume}
+        app.sender._put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put_ext)
+
+    def update_group(req):
+        ext = req.ext
+        group = ext.get("g")
+        check_group(group)
+        times = _int(ext, "retry_max_times", DEFAULT_MAX_RECONSUME_TIMES)
+        if not 0 <= times <= 1_000_000:
+            raise InvalidParameterError("retry_max_times must be between 0 and 1000000")
+        app.metadata.put_group(group, times)
+        req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": app.metadata.groups[group]})
+
+    return {
+        RequestCode.CONSUMER_SEND_MSG_BACK: send_back,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: update_group,
+    }

@@ -1,0 +1,142 @@
+"""The filter server process: a Service loop, its broker attachment, registration.
+
+A filter server serves one broker. `--broker HOST:PORT` names it; otherwise it
+asks the name servers for the cluster and attaches to the live master with the
+fewest filter servers (ties broken by a hash of our own address, so replicas
+started together spread out), and moves only if that broker disappears. It
+registers with its broker at start and every `register_interval_ms` (the
+broker expires it after 30 s of silence and reports it to the name servers,
+so routes carry it); on shutdown it unregisters.
+"""
+
+import logging
+import time
+import zlib
+from collections import Counter
+
+from quiver.codes import RequestCode, ResponseCode
+from quiver.service import Service
+from quiver.settings import split_addrs
+from quiver.transport import Transport
+
+from .handlers import make_handlers
+from .selectors import SelectorCache
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0
+
+
+def pick_broker(cluster: dict, me: str, current: str | None = None) -> str | None:
+    """The master address to attach to: keep `current` while it is live, else the least loaded."""
+    live = cluster.get("live", {})
+    masters = {addr: info for addr, info in live.items() if info.get("broker_id", 0) == 0}
+    if current and current in masters:
+        return current
+    if not masters:
+        return None
+    return min(masters, key=lambda a: (len(masters[a].get("filter_servers") or []),
+                                       zlib.crc32(f"{me}|{a}".encode())))
+
+
+class App:
+    def __init__(self, config):
+        self.config = config
+        self.advertised = config.advertised
+        self.counters = Counter()
+        self.selectors = SelectorCache(config.selector_cache)
+        self.selectivity: dict = {}   # (group, topic, expression) -> EWMA of matched/scanned
+        self.broker: str | None = config.broker or None
+        self.registered_at: float | None = None
+        self.namesrvs = split_addrs(config.namesrv)
+        self.service = Service(config.listen, {}, "filter", self.status)
+        self.service.counters = self.counters
+        self.service.handlers.update(make_handlers(self))
+        self.transport = Transport("filter")
+
+    # ---- attachment and registration (service thread; replies come back through the inbox) -------
+
+    def register_step(self) -> None:
+        """Find our broker if needed, then register with it; schedules the next step."""
+        if self.config.broker:
+            self._register()
+        else:
+            self._ask_cluster(list(self.namesrvs))
+
+    def _ask_cluster(self, namesrvs: list[str]) -> None:
+        if not namesrvs:
+            log.warning("no name server answered; cannot pick a broker (retrying)")
+            self._next(RETRY_S)
+            return
+        addr, rest = namesrvs[0], namesrvs[1:]
+
+        def done(result):
+            self.service.call_soon_threadsafe(self._cluster_answer, result, rest)
+        self.transport.send(addr, RequestCode.GET_BROKER_CLUSTER_INFO, None, (), done, 3.0)
+
+    def _cluster_answer(self, result, rest) -> None:
+        if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
+            self._ask_cluster(rest)
+            return
+        chosen = pick_broker(result.ext.get("cluster", {}), self.advertised, self.broker)
+        if chosen != self.broker:
+            if chosen:
+                log.info("attaching to broker %s", chosen)
+            else:
+                log.warning("no live broker to attach to (retrying)")
+            self.broker = chosen
+        if self.broker:
+            self._register()
+        else:
+            self._next(RETRY_S)
+
+    def _register(self) -> None:
+        broker = self.broker
+
+        def done(result):
+            self.service.call_soon_threadsafe(self._registered, broker, result)
+        self.transport.send(broker, RequestCode.REGISTER_FILTER_SERVER, {"addr": self.advertised}, (), done, 3.0)
+
+    def _registered(self, broker, result) -> None:
+        if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
+            log.warning("registration with broker %s failed: %s", broker,
+                        result if isinstance(result, Exception) else result.remark)
+            self.registered_at = None
+            self._next(RETRY_S)
+            return
+        if self.registered_at is None:
+            log.info("registered with broker %s (%s)", broker, result.ext.get("broker_name"))
+        self.registered_at = time.time()
+        self._next(self.config.register_interval_ms / 1000)
+
+    def _next(self, delay_s: float) -> None:
+        self.service.call_later(min(delay_s, self.config.register_interval_ms / 1000), self.register_step)
+
+    def status(self) -> dict:
+        return {"role": "filter", "addr": self.advertised, "broker": self.broker,
+                "registered": self.registered_at is not None, "selectors": len(self.selectors),
+                "subscriptions": self.selectors.subscriptions()[:50],
+                "selector_cache": {"hits": self.selectors.hits, "misses": self.selectors.misses}}
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.service.bind()
+        self.register_step()
+        log.info("filter server on %s (advertised %s, broker %s)", self.config.listen, self.advertised,
+                 self.broker or "picked from the name servers")
+        try:
+            self.service.run()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        if self.broker:
+            fut = self.transport.call_future(self.broker, RequestCode.REGISTER_FILTER_SERVER,
+                                             {"addr": self.advertised, "unregister": True}, timeout=1.0)
+            try:
+                fut.result(1.5)
+            except Exception:
+                pass
+        self.transport.close()
+        self.service.close()

@@ -1,0 +1,215 @@
+"""The scheduler process: a Service loop (PING/STATUS/SCHEDULE_CANCEL), its units, its jobs.
+
+Threads: the service thread owns all delivery state (levels.py, timers.py)
+and runs the per-queue timers; the SDK's IO thread only hands replies over
+(`request`); one control thread does the blocking work (rebalance, reading a
+unit's start offsets, rebuilding an index); APScheduler jobs, registered in
+`_jobs`, only trigger steps. A unit goes starting -> running (after
+`takeover_delay_ms`, so the previous owner's last commit lands first) -> released.
+"""
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from quiver.codes import RequestCode
+from quiver.errors import QueryNotFoundError, QuiverError
+from quiver.service import Service
+from quiver.validation import SCHEDULE_TOPIC
+
+from . import db as dbm
+from .allocation import LEVEL
+from .db import TimerDB
+from .handlers import make_handlers
+from .levels import Levels
+from .membership import Membership, SchedulerClient
+from .stats import DeliveryStats
+from .timers import Timers, plan_start
+
+log = logging.getLogger(__name__)
+
+
+class App:
+    def __init__(self, config):
+        self.config = config
+        if not config.db_url:
+            os.makedirs(config.data_dir, exist_ok=True)
+        self.db = TimerDB(config.url)
+        self.cancelled: set[str] = self.db.tombstones()
+        self.stats = DeliveryStats()
+        self.client = SchedulerClient(config, self.request_rebalance)
+        self.service = Service(config.listen, make_handlers(self), "scheduler", self.status)
+        self.levels = Levels(self)
+        self.timers = Timers(self)
+        self.membership = Membership(self.client)
+        self.owned: dict = {}          # unit -> "starting" | "running"
+        self.brokers: dict = {}
+        self.control = ThreadPoolExecutor(1, thread_name_prefix="scheduler-control")
+        self._rebalance_pending = threading.Event()
+        self.aps = BackgroundScheduler(daemon=True)
+
+    # ---- IO: replies come back on the service thread ----------------------------------
+
+    def request(self, addr, code, ext, bodies, callback, timeout: float = 3.0) -> None:
+        soon = self.service.call_soon_threadsafe
+        try:
+            self.client.transport.send(addr, code, ext, bodies, lambda r: soon(callback, r), timeout)
+        except QuiverError as exc:
+            soon(callback, exc)
+
+    # ---- rebalance --------------------------------------------------------------------------
+
+    def request_rebalance(self) -> None:
+        if not self._rebalance_pending.is_set():
+            self._rebalance_pending.set()
+            self.control.submit(self._rebalance)
+
+    def _rebalance(self) -> None:
+        self._rebalance_pending.clear()
+        try:
+            mine, brokers = self.membership.step()
+        except QuiverError as exc:
+            log.warning("rebalance skipped: %s", exc)
+            return
+        except Exception:
+            log.exception("rebalance failed")
+            return
+        self.service.call_soon_threadsafe(self.apply_allocation, mine, brokers)
+
+    def apply_allocation(self, mine, brokers) -> None:
+        """Service thread: release what is no longer mine, start (after a delay) what is new."""
+        self.brokers = brokers
+        mine = set(mine)
+        for unit in [u for u in self.owned if u not in mine]:
+            self._release(unit)
+        for unit in sorted(mine - set(self.owned)):
+            self.owned[unit] = "starting"
+            self.service.call_later(self.config.takeover_delay_ms / 1000,
+                                    lambda u=unit: self.control.submit(self._prepare, u))
+
+    def _release(self, unit) -> None:
+        state = self.owned.pop(unit, None)
+        if state == "running":
+            (self.levels if unit.kind == LEVEL else self.timers).stop(unit)
+
+    def _prepare(self, unit) -> None:
+        """Control thread: read where the unit resumes (blocking calls), then begin it."""
+        if self.owned.get(unit) != "starting":
+            return
+        info = self.brokers.get(unit.broker)
+        if info is None:
+            return
+        addr = info["addr"]
+        try:
+            if unit.kind == LEVEL:
+                ext = {"g": self.config.group, "t": SCHEDULE_TOPIC, "q": unit.queue_id}
+                try:
+                    start = self.client.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+                except QueryNotFoundError:
+                    start = self.client.call_broker(addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+            else:
+                start = plan_start(self.client, self.db, self.config.group, unit, addr)
+        except QuiverError as exc:
+            log.warning("cannot start %s yet: %s", unit, exc)
+            self.service.call_soon_threadsafe(self._retry_start, unit)
+            return
+        self.service.call_soon_threadsafe(self._begin, unit, info, start)
+
+    def _retry_start(self, unit) -> None:
+        if self.owned.get(unit) == "starting":
+            self.service.call_later(1.0, lambda: self.control.submit(self._prepare, unit))
+
+    def _begin(self, unit, info, start) -> None:
+        if self.owned.get(unit) != "starting":
+            return
+        self.owned[unit] = "running"
+        if unit.kind == LEVEL:
+            delays = info["delay_levels_ms"]
+            self.levels.start(unit, info["addr"], delays[min(unit.queue_id, len(delays) - 1)], start)
+        else:
+            self.timers.start(unit, info["addr"], start)
+
+    # ---- cancel -------------------------------------------------------------------------------
+
+    def cancel(self, msg_id: str) -> str:
+        """'cancelled', 'too_late' (delivered or being delivered) or 'unknown' (remembered as a tombstone)."""
+        r = self.levels.cancel(msg_id)
+        if r == "delivered" or msg_id in self.timers.in_flight_ids():
+            return "too_late"
+        if r is None:
+            state = self.db.state_of(msg_id)
+            if state == dbm.DELIVERED:
+                return "too_late"
+            if state == dbm.CANCELLED:
+                return "cancelled"
+            if state == dbm.PENDING:
+                self.db.cancel(msg_id)
+                r = "cancelled"
+            elif msg_id in self.stats.recent:
+                return "too_late"
+        self.cancelled.add(msg_id)
+        self.db.add_tombstone(msg_id)
+        return r or "unknown"
+
+    # ---- status and jobs ---------------------------------------------------------------------------
+
+    def status(self) -> dict:
+        running = sorted(u for u, s in self.owned.items() if s == "running")
+        timer_brokers = [u.broker for u in running if u.kind != LEVEL]
+        return {"role": "scheduler", "client_id": self.client.client_id, "members": self.membership.members,
+                "owned": [str(u) for u in running],
+                "starting": [str(u) for u, s in self.owned.items() if s == "starting"],
+                "pending": {"levels": self.levels.pending_by_level(),
+                            "timers": self.db.pending_count(timer_brokers) if timer_brokers else 0},
+                "timers_in_memory": self.timers.in_memory(), "delivered": self.stats.count,
+                "early": self.stats.early, "cancelled_skipped": self.stats.cancelled_skipped,
+                "lag_ms": self.stats.lag_summary()}
+
+    def purge_step(self) -> int:
+        now = int(time.time() * 1000)
+        return self.db.purge(now - self.config.delivered_keep_ms, now - self.config.timer_horizon_ms)
+
+    def _jobs(self) -> None:
+        soon = self.service.call_soon_threadsafe
+        c = self.config
+        self.aps.add_job(self.request_rebalance, "interval", seconds=c.rebalance_interval_ms / 1000, id="rebalance")
+        self.aps.add_job(lambda: soon(self.timers.load_step), "interval", seconds=c.timer_window_ms / 3000,
+                         id="timer-window")
+        self.aps.add_job(lambda: soon(self.timers.roll_step), "interval",
+                         seconds=max(1.0, min(c.roll_after_ms / 4000, 600.0)), id="roll-forward")
+        self.aps.add_job(lambda: self.control.submit(self.purge_step), "interval", seconds=600, id="purge")
+
+    # ---- lifecycle ------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.service.bind()
+        self.client.start()
+        self._jobs()
+        self.aps.start()
+        self.request_rebalance()
+        log.info("scheduler %s serving on %s", self.client.client_id, self.config.listen)
+        try:
+            self.service.run()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        try:
+            self.aps.shutdown(wait=False)
+        except Exception:
+            pass
+        self.levels.stop_all()
+        self.timers.stop_all()
+        self.owned.clear()
+        deadline = time.monotonic() + 1.0
+        while self.client.transport is not None and self.client.transport._pending and time.monotonic() < deadline:
+            self.service._run_inbox()
+            time.sleep(0.01)
+        self.control.shutdown(wait=False, cancel_futures=True)
+        self.client.shutdown()
+        self.db.close()
+        self.service.close()

@@ -1,0 +1,222 @@
+"""Delay-level delivery: one FIFO per owned SCHEDULE_TOPIC_XXXX queue.
+
+Owns the per-queue state machine (runs on the service thread only):
+pull -> buffer (due = store_timestamp + the broker's delay for that level, what
+the ConsumeQueue tagsCode holds) -> one timer for the head's due time ->
+SCHEDULE_REPUT of every due head message (batched, one request in flight per
+queue) -> commit the group's offset on the broker. A crash between a re-put
+and its commit re-delivers that batch only (at-least-once; same msgId).
+Does not own allocation (allocation.py / membership.py) nor timers (timers.py).
+"""
+
+import collections
+import logging
+import time
+
+from quiver import record
+from quiver.codes import RequestCode, ResponseCode
+from quiver.message import UNIQ_KEY, offset_msg_id
+from quiver.validation import SCHEDULE_TOPIC
+
+log = logging.getLogger(__name__)
+
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def msg_id_of(rec) -> str:
+    return record.get_property(rec.props, UNIQ_KEY) or offset_msg_id(rec.store_host, rec.phys_offset)
+
+
+class LevelQueue:
+    __slots__ = ("unit", "addr", "delay_ms", "next_pull", "delivered", "committed", "buffer", "in_flight",
+                 "pulling", "timer", "active", "max_offset", "ids")
+
+    def __init__(self, unit, addr: str, delay_ms: int, offset: int):
+        self.unit, self.addr, self.delay_ms = unit, addr, delay_ms
+        self.next_pull = self.delivered = offset
+        self.committed = offset
+        self.buffer = collections.deque()   # (due_ms, queue_offset, msg_id, record)
+        self.in_flight = None               # list of (due, qoff, id, rec) being re-put
+        self.pulling = False
+        self.timer = None
+        self.active = True
+        self.max_offset = offset
+
+    @property
+    def pending(self) -> int:
+        return max(self.max_offset, self.next_pull) - self.delivered
+
+
+class Levels:
+    def __init__(self, app):
+        self.app = app
+        self.config = app.config
+        self.queues: dict = {}              # unit -> LevelQueue
+        self.buffered: dict[str, LevelQueue] = {}   # msg id -> queue (for cancel)
+        self.in_flight_ids: set[str] = set()
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    def start(self, unit, addr: str, delay_ms: int, offset: int) -> None:
+        q = LevelQueue(unit, addr, delay_ms, offset)
+        self.queues[unit] = q
+        log.info("delivering %s from offset %d (delay %d ms)", unit, offset, delay_ms)
+        self._pull(q)
+
+    def stop(self, unit) -> None:
+        q = self.queues.pop(unit, None)
+        if q is None:
+            return
+        q.active = False
+        if q.timer is not None:
+            self.app.service.cancel(q.timer)
+        for _, _, mid, _ in q.buffer:
+            self.buffered.pop(mid, None)
+        q.buffer.clear()
+        if q.in_flight is None:
+            self._commit(q)
+        log.info("released %s at offset %d", unit, q.delivered)
+
+    def stop_all(self) -> None:
+        for unit in list(self.queues):
+            self.stop(unit)
+
+    # ---- pulling ------------------------------------------------------------------------
+
+    def _pull(self, q: LevelQueue) -> None:
+        if not q.active or q.pulling or len(q.buffer) >= self.config.buffer_per_queue:
+            return
+        q.pulling = True
+        ext = {"g": self.config.group, "t": SCHEDULE_TOPIC, "q": q.unit.queue_id, "o": q.next_pull,
+               "n": self.config.pull_batch, "s": 15_000, "sub": "*"}
+        self.app.request(q.addr, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(q, r), timeout=30.0)
+
+    def _pulled(self, q: LevelQueue, env) -> None:
+        q.pulling = False
+        if not q.active:
+            return
+        if isinstance(env, Exception) or env.code not in _PULL_OK:
+            log.warning("pull %s failed: %s", q.unit, env if isinstance(env, Exception) else env.remark)
+            self.app.service.call_later(1.0, self._pull, q)
+            return
+        ext = env.ext
+        q.max_offset = ext.get("max", q.max_offset)
+        nxt = ext.get("next", q.next_pull)
+        if env.code == ResponseCode.SUCCESS and env.bodies:
+            delay = q.delay_ms
+            buf, ids = q.buffer, self.buffered
+            for rec in record.decode_many(env.bodies[0]):
+                if rec.queue_offset < q.next_pull:
+                    continue
+                mid = msg_id_of(rec)
+                buf.append((rec.store_ts + delay, rec.queue_offset, mid, rec))
+                ids[mid] = q
+            q.next_pull = nxt
+            self._arm(q)
+        elif env.code == ResponseCode.PULL_OFFSET_MOVED:
+            log.warning("%s offset moved %d -> %d (messages expired before delivery)", q.unit, q.next_pull, nxt)
+            q.next_pull = nxt
+            if not q.buffer and q.in_flight is None:
+                q.delivered = nxt
+                self._commit(q)
+        else:
+            q.next_pull = max(q.next_pull, nxt)
+        self._pull(q)
+
+    # ---- delivering ----------------------------------------------------------------------
+
+    def _arm(self, q: LevelQueue) -> None:
+        if not q.active or q.in_flight is not None or not q.buffer:
+            return
+        if q.timer is not None:
+            self.app.service.cancel(q.timer)
+            q.timer = None
+        wait = q.buffer[0][0] - now_ms()
+        if wait > 0:
+            q.timer = self.app.service.call_later(wait / 1000, self._fire, q)
+        else:
+            self._deliver(q)
+
+    def _fire(self, q: LevelQueue) -> None:
+        q.timer = None
+        self._arm(q)
+
+    def _deliver(self, q: LevelQueue) -> None:
+        now = now_ms()
+        buf, cancelled = q.buffer, self.app.cancelled
+        batch, skipped_to = [], None
+        limit = self.config.max_reput_batch
+        while buf and buf[0][0] <= now and len(batch) < limit:
+            item = buf.popleft()
+            self.buffered.pop(item[2], None)
+            if item[2] in cancelled:
+                self.app.stats.cancelled_skipped += 1
+                skipped_to = item[1] + 1
+                continue
+            batch.append(item)
+        if not batch:
+            if skipped_to is not None:
+                q.delivered = skipped_to
+                self._commit(q)
+            self._arm(q)
+            self._pull(q)
+            return
+        q.in_flight = batch
+        self.in_flight_ids.update(i[2] for i in batch)
+        metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, due] for due, _, _, r in batch]
+        self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas}, [i[3].body for i in batch],
+                         lambda env: self._reput_done(q, batch, env), timeout=10.0)
+
+    def _reput_done(self, q: LevelQueue, batch, env) -> None:
+        q.in_flight = None
+        self.in_flight_ids.difference_update(i[2] for i in batch)
+        if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+            log.warning("re-put of %d from %s failed (%s); retrying", len(batch), q.unit,
+                        env if isinstance(env, Exception) else env.remark)
+            if q.active:
+                for item in reversed(batch):
+                    q.buffer.appendleft(item)
+                    self.buffered[item[2]] = q
+                q.timer = self.app.service.call_later(0.2, self._fire, q)
+            return
+        ts = env.ext.get("ts") or now_ms()
+        self.app.stats.delivered(ts, [i[0] for i in batch], [i[2] for i in batch])
+        q.delivered = batch[-1][1] + 1
+        self._commit(q)
+        if q.active:
+            self._arm(q)
+            self._pull(q)
+
+    def _commit(self, q: LevelQueue) -> None:
+        if q.delivered == q.committed:
+            return
+        off = q.delivered
+        ext = {"g": self.config.group, "t": SCHEDULE_TOPIC, "q": q.unit.queue_id, "o": off}
+
+        def done(env):
+            if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+                log.warning("commit %s@%d failed: %s", q.unit, off, env if isinstance(env, Exception) else env.remark)
+            elif off > q.committed:
+                q.committed = off
+        self.app.request(q.addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, (), done)
+
+    # ---- cancel and status -----------------------------------------------------------------
+
+    def cancel(self, msg_id: str) -> str | None:
+        if msg_id in self.in_flight_ids:
+            return "delivered"
+        if msg_id in self.buffered:
+            return "cancelled"
+        return None
+
+    def pending_by_level(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for unit, q in self.queues.items():
+            key = str(unit.queue_id + 1)
+            out[key] = out.get(key, 0) + q.pending
+        return out

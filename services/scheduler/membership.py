@@ -1,0 +1,114 @@
+"""Who the schedulers are and which units are mine (runs on the control thread, blocking calls).
+
+Each scheduler heartbeats to every broker as a consumer of `--group` (client
+id `scheduler|HOST:PORT|pid|nonce`, so the address is in it). A rebalance step:
+ask each broker for its delay table (SCHEDULE_INIT, which also creates the
+system topics), list the group's members (GET_CONSUMER_LIST_BY_GROUP, union
+over brokers), drop members that failed `dead_after` PINGs in a row (a killed
+instance stays listed on the broker for its 120 s client expiry, but stops
+answering PING at once), then take the averaged share of all units.
+Brokers push NOTIFY_CONSUMER_IDS_CHANGED when members come or go; that only
+triggers an early step.
+"""
+
+import logging
+import os
+import time
+from concurrent.futures import wait
+
+from quiver.client import ClientBase
+from quiver.codes import RequestCode
+from quiver.errors import QuiverError
+from quiver.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+
+from .allocation import Unit, addr_of, allocate, client_id, units_of
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerClient(ClientBase):
+    def __init__(self, config, on_members_changed):
+        super().__init__(config.namesrv, request_timeout=3.0)
+        self.group = config.group
+        self.client_id = client_id(config.advertised, os.getpid(), time.monotonic_ns())
+        self.heartbeat_interval_s = config.heartbeat_interval_ms / 1000
+        self._on_changed = on_members_changed
+
+    def heartbeat_payload(self):
+        subs = {t: {"type": "TAG", "expression": "*"} for t in (SCHEDULE_TOPIC, TIMER_TOPIC)}
+        return {"consumers": [{"group": self.group, "subscriptions": subs, "model": "CLUSTERING"}]}
+
+    def _members_changed(self, addr, env):
+        self._on_changed()
+        return None
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _members_changed}
+
+    def before_close(self) -> None:
+        ext = {"client_id": self.client_id, "consumer_group": self.group}
+        futs = []
+        try:
+            addrs = self.all_broker_addrs().values()
+        except QuiverError:
+            addrs = ()
+        for addr in addrs:
+            futs.append(self.transport.call_future(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0))
+        wait(futs, 1.5)
+
+
+class Membership:
+    def __init__(self, client: SchedulerClient, dead_after: int = 3, ping_timeout_s: float = 1.5):
+        self.client = client
+        self.dead_after = dead_after
+        self.ping_timeout_s = ping_timeout_s
+        self.failures: dict[str, int] = {}
+        self.brokers: dict[str, dict] = {}      # broker name -> {"addr", "delay_levels_ms", ...}
+        self.members: list[str] = []
+
+    def step(self) -> tuple[list[Unit], dict[str, dict]]:
+        """(my units, broker info) from a fresh look at brokers and members."""
+        c = self.client
+        brokers = {}
+        for name, addr in c.all_broker_addrs().items():
+            try:
+                info = c.call_broker(addr, RequestCode.SCHEDULE_INIT).ext
+            except QuiverError as exc:
+                log.warning("broker %s (%s) did not answer SCHEDULE_INIT: %s", name, addr, exc)
+                continue
+            brokers[name] = {**info, "addr": addr}
+        ids = {c.client_id}
+        for name, info in brokers.items():
+            try:
+                ids.update(c.call_broker(info["addr"], RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"g": c.group}).ext["ids"])
+            except QuiverError as exc:
+                log.warning("members of %s from %s: %s", c.group, name, exc)
+        live = self._alive(sorted(ids))
+        if live != self.members:
+            log.info("scheduler members: %s", live)
+        self.members, self.brokers = live, brokers
+        units = [u for name, info in sorted(brokers.items())
+                 for u in units_of(name, info["schedule_queues"], info["timer_queues"])]
+        return allocate(units, live, c.client_id), brokers
+
+    def _alive(self, ids: list[str]) -> list[str]:
+        me = self.client.client_id
+        futs = {}
+        for cid in ids:
+            addr = addr_of(cid)
+            if cid == me or addr is None:
+                continue
+            futs[cid] = self.client.transport.call_future(addr, RequestCode.PING, timeout=self.ping_timeout_s)
+        wait(list(futs.values()), self.ping_timeout_s + 0.5)
+        live = [me]
+        for cid, fut in futs.items():
+            ok = fut.done() and fut.exception() is None and fut.result().code == 0
+            if ok and fut.result().ext.get("client_id") != cid:
+                self.failures[cid] = self.dead_after   # its address now belongs to another instance
+                continue
+            self.failures[cid] = 0 if ok else self.failures.get(cid, 0) + 1
+            if self.failures[cid] < self.dead_after:
+                live.append(cid)
+        for cid in list(self.failures):
+            if cid not in futs:
+                del self.failures[cid]
+        return sorted(live)

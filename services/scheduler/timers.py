@@ -1,0 +1,286 @@
+"""Arbitrary delivery times: ingest a broker's timer topic into the TimerDB, deliver when due.
+
+Owns, per owned timer queue (one per broker; service thread only):
+- ingest: pull rmq_sys_wheel_timer queue 0 -> rows (body and properties
+  included) upserted in the TimerDB with the ingested offset in the same
+  transaction -> the group's offset committed on the broker. After that the
+  scheduler no longer needs the CommitLog copy, so retention cannot lose it.
+- memory: only timers due within `timer_window_ms` sit in a heap (due, id);
+  `load_step` moves the window forward from the index.
+- delivery: one timer for the heap head; due rows are fetched from the DB,
+  re-put in a batch, marked DELIVERED; then the delivered watermark W (every
+  ingested timer due at or before W is delivered or cancelled) is stored on
+  the broker as the offset of group `<group>_TIMER_WM`.
+- takeover / lost index (`plan_start`): if the local index is behind the
+  broker's committed offset (file lost, or another instance owned the queue
+  meanwhile), forget this broker's rows and re-read the timer topic from its
+  min offset, keeping records below the committed offset only if due after W.
+- roll forward (`roll_step`): a pending timer whose stored copy is older than
+  `roll_after_ms` is re-appended to the timer topic (SCHEDULE_REPUT roll), so
+  a rebuild from the topic finds it after the original segment expired.
+"""
+
+import heapq
+import logging
+
+from quiver import record
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import QueryNotFoundError
+from quiver.message import TIMER_DELIVER_MS
+from quiver.validation import TIMER_TOPIC
+
+from .db import row_dict
+from .levels import msg_id_of, now_ms
+
+log = logging.getLogger(__name__)
+
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED)
+
+
+def wm_group(group: str) -> str:
+    return f"{group}_TIMER_WM"
+
+
+def plan_start(client, db, group: str, unit, addr: str) -> dict:
+    """Blocking (control thread): where to resume a timer queue, rebuilding the index if needed."""
+    ext = {"t": TIMER_TOPIC, "q": unit.queue_id}
+
+    def offset_of(g):
+        try:
+            return client.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, {**ext, "g": g}).ext["offset"]
+        except QueryNotFoundError:
+            return None
+    committed, wm = offset_of(group), offset_of(wm_group(group))
+    local = db.progress(unit.broker)
+    if local is not None and (committed is None or local >= committed):
+        dropped = db.drop_delivered_by_others(unit.broker, wm) if wm is not None else 0
+        return {"start": local, "rebuild_until": 0, "wm": wm, "dropped": dropped, "mode": "resume"}
+    min_off = client.call_broker(addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+    db.reset_broker(unit.broker)
+    return {"start": min_off, "rebuild_until": committed or 0, "wm": wm if wm is not None else -1,
+            "dropped": 0, "mode": "rebuild" if committed else "fresh"}
+
+
+class TimerQueue:
+    __slots__ = ("unit", "addr", "next_pull", "rebuild_until", "wm", "heap", "in_heap", "loaded_until",
+                 "in_flight", "pulling", "timer", "active", "rolled", "committed")
+
+    def __init__(self, unit, addr, plan):
+        self.unit, self.addr = unit, addr
+        self.next_pull = plan["start"]
+        self.rebuild_until = plan["rebuild_until"]
+        self.wm = plan["wm"]
+        self.heap: list = []
+        self.in_heap: set[str] = set()
+        self.loaded_until = -1
+        self.in_flight = None
+        self.pulling = False
+        self.timer = None
+        self.active = True
+        self.rolled: set[str] = set()
+        self.committed = -1
+
+    @property
+    def rebuilding(self) -> bool:
+        return self.next_pull < self.rebuild_until
+
+
+class Timers:
+    def __init__(self, app):
+        self.app = app
+        self.config = app.config
+        self.db = app.db
+        self.queues: dict = {}   # unit -> TimerQueue
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    def start(self, unit, addr: str, plan: dict) -> None:
+        q = TimerQueue(unit, addr, plan)
+        self.queues[unit] = q
+        log.info("timers of %s: %s from offset %d (rebuild below %d, watermark %s, %d delivered elsewhere)",
+                 unit, plan["mode"], q.next_pull, q.rebuild_until, q.wm, plan["dropped"])
+        self.load(q)
+        self._pull(q)
+
+    def stop(self, unit) -> None:
+        q = self.queues.pop(unit, None)
+        if q is not None:
+            q.active = False
+            if q.timer is not None:
+                self.app.service.cancel(q.timer)
+            log.info("released %s", unit)
+
+    def stop_all(self) -> None:
+        for unit in list(self.queues):
+            self.stop(unit)
+
+    # ---- ingest --------------------------------------------------------------------------
+
+    def _pull(self, q: TimerQueue) -> None:
+        if not q.active or q.pulling:
+            return
+        q.pulling = True
+        ext = {"g": self.config.group, "t": TIMER_TOPIC, "q": q.unit.queue_id, "o": q.next_pull,
+               "n": min(self.config.pull_batch, 512), "s": 15_000, "sub": "*"}
+        self.app.request(q.addr, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(q, r), timeout=30.0)
+
+    def _pulled(self, q: TimerQueue, env) -> None:
+        q.pulling = False
+        if not q.active:
+            return
+        if isinstance(env, Exception) or env.code not in _PULL_OK:
+            log.warning("pull %s failed: %s", q.unit, env if isinstance(env, Exception) else env.remark)
+            self.app.service.call_later(1.0, self._pull, q)
+            return
+        nxt = env.ext.get("next", q.next_pull)
+        if env.code == ResponseCode.SUCCESS and env.bodies:
+            self.ingest(q, record.decode_many(env.bodies[0]), nxt)
+        elif env.code == ResponseCode.PULL_OFFSET_MOVED:
+            log.warning("%s offset moved %d -> %d", q.unit, q.next_pull, nxt)
+            self.ingest(q, [], nxt)
+        elif nxt > q.next_pull:
+            self.ingest(q, [], nxt)
+        self._pull(q)
+
+    def ingest(self, q: TimerQueue, recs, nxt: int) -> None:
+        rows, cancelled, broker = [], self.app.cancelled, q.unit.broker
+        for rec in recs:
+            if rec.queue_offset < q.next_pull:
+                continue
+            mid = msg_id_of(rec)
+            try:
+                due = int(record.get_property(rec.props, TIMER_DELIVER_MS) or 0)
+            except ValueError:
+                due = 0
+            if rec.queue_offset < q.rebuild_until and due <= q.wm:
+                continue  # delivered by the previous owner
+            q.rolled.discard(mid)
+            if mid in cancelled:
+                continue
+            rows.append(row_dict(broker, mid, due, rec))
+        self.db.add(broker, rows, nxt)
+        q.next_pull = nxt
+        for r in rows:
+            if r["due_ms"] <= q.loaded_until:
+                self._push(q, r["due_ms"], r["id"])
+        self._arm(q)
+        if not q.rebuilding:
+            self._commit(q)
+
+    # ---- memory window ------------------------------------------------------------------
+
+    def load(self, q: TimerQueue) -> None:
+        until = now_ms() + self.config.timer_window_ms
+        for due, mid, _ in self.db.due_between([q.unit.broker], q.loaded_until, until):
+            self._push(q, due, mid)
+        q.loaded_until = until
+        self._arm(q)
+
+    def load_step(self) -> None:
+        for q in list(self.queues.values()):
+            self.load(q)
+
+    def _push(self, q: TimerQueue, due: int, mid: str) -> None:
+        if mid not in q.in_heap:
+            q.in_heap.add(mid)
+            heapq.heappush(q.heap, (due, mid))
+
+    # ---- delivery -----------------------------------------------------------------------
+
+    def _arm(self, q: TimerQueue) -> None:
+        if not q.active or q.in_flight is not None or not q.heap:
+            return
+        if q.timer is not None:
+            self.app.service.cancel(q.timer)
+            q.timer = None
+        wait = q.heap[0][0] - now_ms()
+        if wait > 0:
+            q.timer = self.app.service.call_later(wait / 1000, self._fire, q)
+        else:
+            self._deliver(q)
+
+    def _fire(self, q: TimerQueue) -> None:
+        q.timer = None
+        self._arm(q)
+
+    def _deliver(self, q: TimerQueue) -> None:
+        now, heap, limit = now_ms(), q.heap, self.config.max_reput_batch
+        ids = []
+        while heap and heap[0][0] <= now and len(ids) < limit:
+            _, mid = heapq.heappop(heap)
+            q.in_heap.discard(mid)
+            ids.append(mid)
+        rows = [r for r in self.db.fetch_pending(ids) if r.id not in self.app.cancelled] if ids else []
+        if not rows:
+            self._arm(q)
+            return
+        rows.sort(key=lambda r: r.due_ms)
+        q.in_flight = rows
+        metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, r.due_ms] for r in rows]
+        self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas}, [r.body for r in rows],
+                         lambda env: self._reput_done(q, rows, env), timeout=10.0)
+
+    def _reput_done(self, q: TimerQueue, rows, env) -> None:
+        q.in_flight = None
+        if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+            log.warning("timer re-put of %d failed (%s); retrying", len(rows),
+                        env if isinstance(env, Exception) else env.remark)
+            for r in rows:
+                self._push(q, r.due_ms, r.id)
+            if q.active:
+                q.timer = self.app.service.call_later(0.2, self._fire, q)
+            return
+        ids = [r.id for r in rows]
+        self.db.mark_delivered(ids)
+        self.app.stats.delivered(env.ext.get("ts") or now_ms(), [r.due_ms for r in rows], ids)
+        if not q.rebuilding:
+            self._commit(q)
+        self._arm(q)
+
+    def in_flight_ids(self) -> set[str]:
+        return {r.id for q in self.queues.values() for r in (q.in_flight or ())}
+
+    # ---- progress ------------------------------------------------------------------------
+
+    def _commit(self, q: TimerQueue) -> None:
+        """Ingested offset and delivered watermark to the broker (fire and forget)."""
+        low = self.db.min_pending_due(q.unit.broker)
+        wm = (low - 1) if low is not None else now_ms()
+        if q.in_flight:
+            wm = min(wm, q.in_flight[0].due_ms - 1)
+        q.wm = max(q.wm, wm)
+        base = {"t": TIMER_TOPIC, "q": q.unit.queue_id}
+        if q.next_pull != q.committed:
+            q.committed = q.next_pull
+            self.app.request(q.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                             {**base, "g": self.config.group, "o": q.next_pull}, (), _log_failure)
+        self.app.request(q.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                         {**base, "g": wm_group(self.config.group), "o": q.wm}, (), _log_failure)
+
+    # ---- roll forward ---------------------------------------------------------------------
+
+    def roll_step(self) -> int:
+        """Re-append old pending timers to their broker's timer topic; returns how many."""
+        now, n = now_ms(), 0
+        for q in list(self.queues.values()):
+            if q.rebuilding:
+                continue
+            rows = [r for r in self.db.to_roll([q.unit.broker], now - self.config.roll_after_ms,
+                                               now + self.config.timer_window_ms) if r.id not in q.rolled]
+            if not rows:
+                continue
+            q.rolled.update(r.id for r in rows)
+            metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, r.due_ms] for r in rows]
+            self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas, "roll": True}, [r.body for r in rows],
+                             _log_failure, timeout=10.0)
+            n += len(rows)
+        return n
+
+    def in_memory(self) -> int:
+        return sum(len(q.heap) for q in self.queues.values())
+
+
+def _log_failure(env) -> None:
+    if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+        log.warning("broker request failed: %s", env if isinstance(env, Exception) else env.remark)

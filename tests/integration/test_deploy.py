@@ -1,0 +1,93 @@
+"""compose.yaml is valid, matches the service folders, and `quiver up` runs it locally."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from quiver import Admin, Message, Producer, PullConsumer
+from quiver import compose
+from quiver.local import LocalCluster
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPOSE = os.path.join(ROOT, "compose.yaml")
+FOLDER_OF_MODULE = {"quiver_namesrv": "namesrv", "quiver_broker": "broker-store", "quiver_filter": "filter",
+                    "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker"}
+
+
+def test_docker_compose_config_accepts_the_file():
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed (.ci/run installs Debian's package)")
+    for args in ([], ["--profile", "postgres"]):
+        out = subprocess.run([exe, "-f", COMPOSE, *args, "config"], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+
+
+def test_every_service_folder_has_a_compose_service_and_back():
+    with open(COMPOSE) as f:
+        services = yaml.safe_load(f)["services"]
+    ours = {name: svc for name, svc in services.items() if "build" in svc}
+    folders = set(os.listdir(os.path.join(ROOT, "services"))) - {"__pycache__"}
+    assert set(ours) == folders
+    for name, svc in ours.items():
+        assert FOLDER_OF_MODULE[svc["command"][2]] == name
+        assert "healthcheck" in svc and "quiver" in svc["healthcheck"]["test"]
+        assert all(k.startswith("QUIVER_") for k in svc["environment"])
+
+
+def test_quiver_up_scale_status_down_leaves_no_process(tmp_path):
+    quiver = [sys.executable, "-m", "quiver.cli"]
+    data = str(tmp_path / "up")
+    out = subprocess.run([*quiver, "up", "--data-dir", data, "--free-ports", "--scale", "broker-store=2",
+                          "--detach"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    state = json.load(open(os.path.join(data, "quiver-up.json"))) if out.returncode == 0 else None
+    try:
+        assert out.returncode == 0, out.stdout + out.stderr
+        roles = [s["role"] for s in state["services"]]
+        assert roles.count("broker") == 2 and roles.count("namesrv") == 1
+        st = subprocess.run([*quiver, "status", "--data-dir", data], capture_output=True, text=True, timeout=60)
+        assert st.returncode == 0 and st.stdout.count(" UP ") == len(state["services"]), st.stdout
+    finally:
+        subprocess.run([*quiver, "down", "--data-dir", data], capture_output=True, text=True, timeout=60)
+    for svc in (state or {}).get("services", []):
+        with pytest.raises(ProcessLookupError):
+            os.kill(svc["pid"], 0)
+
+
+@pytest.mark.slow
+def test_three_brokers_spread_and_a_broker_leaving_and_rejoining(tmp_path):
+    cluster = LocalCluster(str(tmp_path / "c"))
+    specs = [s for s in compose.load(COMPOSE) if s.role in ("namesrv", "broker")]
+    overrides = {s.name: {"QUIVER_AUTO_CREATE_TOPICS": "true", "QUIVER_REGISTER_INTERVAL_MS": "500"}
+                 for s in specs if s.role == "broker"}
+    try:
+        compose.start(cluster, specs, {"broker-store": 3}, free_ports=True, overrides=overrides, log=lambda *_: None)
+        admin = Admin(namesrv=cluster.namesrv)
+        admin.create_topic("Deploy", queues=2)
+        brokers = [s for s in cluster.services if s.role == "broker"]
+        with Producer("deploy", namesrv=cluster.namesrv, send_timeout=5.0) as p:
+            first = [p.send(Message("Deploy", f"a{i}".encode())) for i in range(60)]
+            assert {r.broker for r in first} == {"broker-a", "broker-b", "broker-c"}
+            brokers[2].stop()
+            during = [p.send(Message("Deploy", f"b{i}".encode())) for i in range(60)]
+            assert {r.broker for r in during} <= {"broker-a", "broker-b"}
+        brokers[2].start()
+        cluster.wait()
+        with PullConsumer("deploy-c", namesrv=cluster.namesrv, consume_from="first") as c:
+            c.subscribe("Deploy")
+            got, deadline = [], time.monotonic() + 20
+            while len(got) < 120 and time.monotonic() < deadline:
+                got += c.poll(0.5)
+        assert sorted(m.body for m in got) == sorted([f"a{i}".encode() for i in range(60)]
+                                                     + [f"b{i}".encode() for i in range(60)])
+        admin.shutdown()
+    finally:
+        for s in cluster.services:
+            if s.alive():
+                s.kill()
