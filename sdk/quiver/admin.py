@@ -199,6 +199,23 @@ class Admin(ClientBase):
     def status(self, addr: str) -> dict:
         return self.call_broker(addr, RequestCode.STATUS).ext["status"]
 
+    def scheduler_addrs(self, group: str = "SCHEDULE_CONSUMER") -> list[str]:
+        """Addresses of the live schedulers (their client ids, listed by the brokers, name them)."""
+        ids = set()
+        for addr in self.all_broker_addrs().values():
+            ids.update(self.call_broker(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"g": group}).ext["ids"])
+        return sorted({p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"})
+
+    def scheduler_status(self, group: str = "SCHEDULE_CONSUMER") -> dict[str, dict]:
+        """STATUS of every scheduler: pending per level and timers, delivery lag p50/p99."""
+        out = {}
+        for addr in self.scheduler_addrs(group):
+            try:
+                out[addr] = self.status(addr)
+            except QuiverError as exc:
+                out[addr] = {"error": str(exc)}
+        return out
+
     def ping(self, addr: str, timeout: float = 1.0) -> dict:
         return self.call_broker(addr, RequestCode.PING, timeout=timeout).ext
 

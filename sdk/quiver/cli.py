@@ -174,6 +174,16 @@ def cmd_msg(args) -> int:
         _print({"status": r.status.value, "msg_id": r.msg_id, "offset_msg_id": r.offset_msg_id,
                 "broker": r.broker, "queue_id": r.queue_id, "queue_offset": r.queue_offset})
         return 0
+    if args.action == "cancel":
+        if not args.id:
+            print("msg cancel needs --id MSGID (the msgId send() returned)", file=sys.stderr)
+            return 2
+        from .producer import Producer
+        with Producer("CLI_PRODUCER", namesrv=args.namesrv) as p:
+            ok = p.cancel_scheduled(args.id)
+        _print({"msg_id": args.id, "topic": args.topic, "cancelled": ok,
+                "detail": "will not be delivered" if ok else "too late: already delivered"})
+        return 0 if ok else 1
     a = _admin(args)
     try:
         msgs = a.query_by_key(args.topic, args.key) if args.action == "query" else [a.view_message(args.id, args.topic)]
@@ -242,6 +252,50 @@ def cmd_cluster(args) -> int:
     return 0
 
 
+def caret_lines(expr: str, position: int | None) -> list[str]:
+    """The line of `expr` holding `position` and a caret under it."""
+    if position is None:
+        return [f"  {expr}"]
+    position = max(0, min(position, len(expr)))
+    start = expr.rfind("\n", 0, position) + 1
+    end = expr.find("\n", position)
+    line = expr[start:end if end >= 0 else len(expr)]
+    return [f"  {line}", "  " + " " * (position - start) + "^"]
+
+
+def cmd_filter(args) -> int:
+    """Evaluate a SQL92 selector locally (the CLI is a tool, so it may import the engine)."""
+    try:
+        from quiver_filter import sql92
+    except ImportError:
+        print("error: the SQL92 engine (package quiver_filter) is not installed", file=sys.stderr)
+        return 2
+    from .errors import SubscriptionParseError
+    props = {}
+    for item in args.props or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"error: --props takes KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        props[key] = value
+    try:
+        sel = sql92.compile(args.expression)
+    except SubscriptionParseError as exc:
+        print(f"error: {exc.remark}", file=sys.stderr)
+        print("\n".join(caret_lines(args.expression, getattr(exc, "position", None))), file=sys.stderr)
+        return 2
+    try:
+        value = sel.evaluate(props)
+        shown = {True: "TRUE", False: "FALSE", None: "NULL"}.get(value, repr(value))
+    except sql92.EvaluationError as exc:
+        value, shown = None, f"evaluation error ({exc})"
+    matched = value is True
+    print(f"{shown} -> {'match' if matched else 'no match'}")
+    if args.verbose:
+        print(f"properties read: {', '.join(sorted(sel.property_names)) or '(none)'}")
+    return 0 if matched else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quiver", description="Quiver message system: local cluster and admin CLI")
     p.add_argument("--namesrv", default=os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
@@ -273,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument("--order", action="store_true")
     tp.set_defaults(fn=cmd_topic)
 
-    mp = sub.add_parser("msg", help="send, query by key, view by id")
-    mp.add_argument("action", choices=["send", "query", "view"])
+    mp = sub.add_parser("msg", help="send, query by key, view by id, cancel a scheduled message")
+    mp.add_argument("action", choices=["send", "query", "view", "cancel"])
     mp.add_argument("--topic")
     mp.add_argument("--key")
     mp.add_argument("--id")
@@ -295,6 +349,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cluster", help="brokers and clusters known to the name server")
     cl.set_defaults(fn=cmd_cluster)
+
+    fp = sub.add_parser("filter", help="SQL92 selectors: check an expression against properties")
+    fp.add_argument("action", choices=["check"])
+    fp.add_argument("expression")
+    fp.add_argument("--props", nargs="*", metavar="KEY=VALUE", help="message properties (TAGS, KEYS too)")
+    fp.add_argument("-v", "--verbose", action="store_true")
+    fp.set_defaults(fn=cmd_filter)
     return p
 
 

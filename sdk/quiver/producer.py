@@ -360,6 +360,54 @@ class Producer(ClientBase):
             elif not fut.done():
                 fut.set_exception(exc)
 
+    def cancel_scheduled(self, msg_id: str, group: str = "SCHEDULE_CONSUMER", timeout: float = 3.0) -> bool:
+        """Cancel a delayed/timer message not yet delivered: True if cancelled, False if too late.
+
+        The cancel goes to every live scheduler (their addresses are in the
+        client ids of the scheduler group, listed by any broker); each answers
+        cancelled / too_late / unknown and remembers the id as a tombstone, so
+        a message not yet read by its owner is skipped when it is. "unknown"
+        everywhere is checked against the brokers' index of the schedule and
+        timer topics: still parked -> True, nowhere -> QueryNotFoundError.
+        """
+        from .errors import QueryNotFoundError, ServiceNotAvailableError
+        from .validation import SCHEDULE_TOPIC, TIMER_TOPIC
+        self._need_started()
+        brokers = self.all_broker_addrs()
+        ids = set()
+        for addr in brokers.values():
+            try:
+                ids.update(self.call_broker(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"g": group}).ext["ids"])
+            except QuiverError as exc:
+                log.warning("scheduler list from %s: %s", addr, exc)
+        addrs = {p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"}
+        futs = [self.transport.call_future(a, RequestCode.SCHEDULE_CANCEL, {"id": msg_id}, timeout=timeout)
+                for a in sorted(addrs)]
+        answers = []
+        for f in futs:
+            try:
+                env = f.result(timeout + 1)
+                if env.code == ResponseCode.SUCCESS:
+                    answers.append(env.ext.get("result"))
+            except QuiverError:
+                pass
+        if not answers:
+            raise ServiceNotAvailableError(f"no scheduler of group {group!r} answered: cannot cancel {msg_id}")
+        if "cancelled" in answers:
+            return True
+        if "too_late" in answers:
+            return False
+        for name, addr in brokers.items():
+            for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+                try:
+                    self.call_broker(addr, RequestCode.QUERY_MESSAGE, {"t": topic, "key": msg_id, "n": 1})
+                    return True   # parked, not yet read by a scheduler: the tombstones stop it
+                except QueryNotFoundError:
+                    continue
+                except QuiverError as exc:
+                    log.warning("lookup of %s on %s: %s", msg_id, name, exc)
+        raise QueryNotFoundError(f"no scheduled message {msg_id!r}: wrong id, or delivered long ago")
+
     def shutdown(self) -> None:
         """Waits (bounded) for in-flight async sends before closing."""
         deadline = time.monotonic() + self.send_timeout

@@ -368,7 +368,7 @@ class PushConsumer(ClientBase):
     def _add(self, mq: MessageQueue, t0: float | None) -> bool:
         try:
             addr = self.route(mq.topic).addrs[mq.broker]
-            if self._orderly and not self.broadcast and not self._lock(addr, [mq]):
+            if self._orderly and not self.broadcast and not self._lock_mqs(addr, [mq]):
                 return False
             off = self.offsets.read(mq, addr)
             if off is None:
@@ -417,7 +417,7 @@ class PushConsumer(ClientBase):
             self.offsets.update(pq.mq, pq.commit_offset())
             self._persist_one(pq)
             self.offsets.remove(pq.mq)
-            self._unlock(pq.addr, [pq.mq])
+            self._unlock_mqs(pq.addr, [pq.mq])
 
     def _persist_one(self, pq: ProcessQueue) -> None:
         try:
@@ -436,7 +436,7 @@ class PushConsumer(ClientBase):
 
     # ---- broker locks (orderly) -----------------------------------------------------------------------
 
-    def _lock(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
+    def _lock_mqs(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
         ext = {"g": self.group, "c": self.client_id, "mqs": [[m.topic, m.queue_id] for m in mqs]}
         try:
             got = self.call_broker(addr, RequestCode.LOCK_BATCH_MQ, ext).ext.get("locked") or []
@@ -446,7 +446,7 @@ class PushConsumer(ClientBase):
         got = {(t, q) for t, q in got}
         return {m for m in mqs if (m.topic, m.queue_id) in got}
 
-    def _unlock(self, addr: str, mqs: list[MessageQueue]) -> None:
+    def _unlock_mqs(self, addr: str, mqs: list[MessageQueue]) -> None:
         ext = {"g": self.group, "c": self.client_id, "mqs": [[m.topic, m.queue_id] for m in mqs]}
         try:
             self.call_broker(addr, RequestCode.UNLOCK_BATCH_MQ, ext)
@@ -458,7 +458,7 @@ class PushConsumer(ClientBase):
         for pq in list(self._pqs.values()):
             by_addr.setdefault(pq.addr, []).append(pq)
         for addr, pqs in by_addr.items():
-            got = self._lock(addr, [pq.mq for pq in pqs])
+            got = self._lock_mqs(addr, [pq.mq for pq in pqs])
             now = time.monotonic()
             for pq in pqs:
                 was = pq.locked
@@ -683,7 +683,7 @@ class PushConsumer(ClientBase):
     def _relock(self, pq: ProcessQueue) -> None:
         if pq.dropped or not self._running:
             return
-        if self._lock(pq.addr, [pq.mq]):
+        if self._lock_mqs(pq.addr, [pq.mq]):
             pq.locked, pq.lock_ts = True, time.monotonic()
             with pq.lock:
                 pq.suspended_until = 0.0

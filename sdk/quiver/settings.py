@@ -97,3 +97,17 @@ def split_addrs(text: str | list | None) -> list[str]:
 
 def setting(default, help: str = ""):
     return dataclasses.field(default=default, metadata={"help": help})
+
+
+def run_service(config_cls, app_cls, prog: str, argv=None) -> None:
+    """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops."""
+    import signal
+    config = load(config_cls, argv, prog=prog)
+    setup_logging(config.log_level)
+    log_config(logging.getLogger(prog), config)
+    app = app_cls(config)
+    signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
+    try:
+        app.run()
+    except KeyboardInterrupt:
+        pass

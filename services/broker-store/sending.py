@@ -95,8 +95,9 @@ class Sender:
         if any(_DELAY_AT in p or _TIMER_AT in p for p in props):  # C-level scan, no per-message parse
             if batch and len(bodies) > 1:
                 raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
-            topic, queue_id, props = self._park(topic, queue_id, props[0], get_props_value(props[0], DELAY),
-                                                get_props_value(props[0], TIMER_DELIVER_MS))
+            topic, queue_id, parked = self._park(topic, queue_id, props[0], get_props_value(props[0], DELAY),
+                                                 get_props_value(props[0], TIMER_DELIVER_MS))
+            props = [parked]  # _park returns one properties string
         self._put(req, topic, queue_id, bodies, props, flags, sys_flag, ext)
 
     def _park(self, topic, queue_id, prop, delay, deliver_at):

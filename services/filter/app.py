@@ -9,9 +9,9 @@ broker expires it after 30 s of silence and reports it to the name servers,
 so routes carry it); on shutdown it unregisters.
 """
 
+import hashlib
 import logging
 import time
-import zlib
 from collections import Counter
 
 from quiver.codes import RequestCode, ResponseCode
@@ -36,7 +36,7 @@ def pick_broker(cluster: dict, me: str, current: str | None = None) -> str | Non
     if not masters:
         return None
     return min(masters, key=lambda a: (len(masters[a].get("filter_servers") or []),
-                                       zlib.crc32(f"{me}|{a}".encode())))
+                                       hashlib.blake2b(f"{me}|{a}".encode(), digest_size=8).digest()))
 
 
 class App:

@@ -1,0 +1,32 @@
+"""The live consumer of the end-to-end latency run, in its own process.
+
+Usage: python -m bench.e2e_consumer NAMESRV TOPIC COUNT SECONDS
+Prints {"p50_us", "p99_us", "count"} as JSON: latency = receive time - the
+producer's send time carried in property "t" (same machine, same clock).
+"""
+
+import json
+import sys
+import time
+
+from quiver import PullConsumer
+
+
+def main(namesrv: str, topic: str, count: int, seconds: float) -> None:
+    lat = []
+    with PullConsumer("e2e", namesrv=namesrv, consume_from="last") as c:
+        c.subscribe(topic)
+        c.poll(0.3)
+        print("ready", flush=True)
+        deadline = time.monotonic() + seconds
+        while len(lat) < count and time.monotonic() < deadline:
+            for m in c.poll(0.05):
+                lat.append(time.time() - float(m.properties["t"]))
+    lat.sort() if lat else None
+    out = {"count": len(lat), "p50_us": lat[len(lat) // 2] * 1e6 if lat else None,
+           "p99_us": lat[int(len(lat) * 0.99)] * 1e6 if lat else None}
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))
