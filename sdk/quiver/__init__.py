@@ -11,9 +11,12 @@ __all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushCons
 
 def __getattr__(name):
     # Clients pull in zmq and threads: import them on first use.
-    if name in ("Producer", "TransactionProducer"):
-        from . import producer
-        return getattr(producer, name)
+    if name == "Producer":
+        from .producer import Producer
+        return Producer
+    if name == "TransactionProducer":
+        from .transaction_producer import TransactionProducer
+        return TransactionProducer
     if name == "PullConsumer":
         from .consumer import PullConsumer
         return PullConsumer

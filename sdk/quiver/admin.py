@@ -216,6 +216,13 @@ class Admin(ClientBase):
                 out[addr] = {"error": str(exc)}
         return out
 
+    def open_transactions(self, limit: int = 1000) -> dict[str, list[dict]]:
+        """Per broker: open half messages (transaction_id, topic, group, age_ms, checks, ...), oldest first."""
+        out = {}
+        for name, addr in sorted(self.all_broker_addrs().items()):
+            out[name] = self.call_broker(addr, RequestCode.TRANSACTION_LIST_OPEN, {"limit": limit}).ext["open"]
+        return out
+
     def ping(self, addr: str, timeout: float = 1.0) -> dict:
         return self.call_broker(addr, RequestCode.PING, timeout=timeout).ext
 

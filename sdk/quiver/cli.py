@@ -296,6 +296,22 @@ def cmd_filter(args) -> int:
     return 0 if matched else 1
 
 
+def cmd_txn(args) -> int:
+    """Open transactions (half messages without an op record) per broker, oldest first."""
+    a = _admin(args)
+    try:
+        per_broker = a.open_transactions(args.max)
+    finally:
+        a.shutdown()
+    print(f"{'broker':<12} {'transaction_id':<34} {'topic':<20} {'group':<16} {'age_s':>8} {'checks':>6}")
+    for broker, rows in per_broker.items():
+        for r in rows:
+            print(f"{broker:<12} {r['transaction_id']:<34} {str(r['topic']):<20} {str(r['group']):<16} "
+                  f"{r['age_ms'] / 1000:>8.1f} {r['checks']:>6}")
+    print(f"{sum(map(len, per_broker.values()))} open transaction(s)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quiver", description="Quiver message system: local cluster and admin CLI")
     p.add_argument("--namesrv", default=os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
@@ -349,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cluster", help="brokers and clusters known to the name server")
     cl.set_defaults(fn=cmd_cluster)
+
+    xp = sub.add_parser("txn", help="transactions: list open half messages per broker")
+    xp.add_argument("action", choices=["list"])
+    xp.add_argument("--max", type=int, default=1000, help="rows per broker")
+    xp.set_defaults(fn=cmd_txn)
 
     fp = sub.add_parser("filter", help="SQL92 selectors: check an expression against properties")
     fp.add_argument("action", choices=["check"])

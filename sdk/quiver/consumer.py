@@ -166,6 +166,7 @@ class PullConsumer(ClientBase):
                "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
         if filter_route.is_sql(sel):
             ext["tp"] = "SQL92"
+            ext["ba"] = st.addr  # the broker meant: a filter server attached elsewhere refuses
             cached = self._routes.get(st.mq.topic)  # never block here: this may run on the IO thread
             try:
                 if cached is None:

@@ -414,14 +414,3 @@ class Producer(ClientBase):
         while time.monotonic() < deadline and any(b.in_flight for b in list(self._batchers.values())):
             time.sleep(0.01)
         super().shutdown()
-
-
-class TransactionProducer(Producer):
-    """Transactional sends arrive with the transaction issue; the class exists for the public API."""
-
-    def __init__(self, group: str, namesrv=None, checker=None, **kw):
-        super().__init__(group, namesrv, **kw)
-        self.checker = checker
-
-    def send_in_transaction(self, msg, execute, arg=None):
-        raise ClientError("transactional messages need the txn-checker release: not available in this build")

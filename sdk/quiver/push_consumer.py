@@ -490,6 +490,7 @@ class PushConsumer(ClientBase):
         via = pq.addr
         if filter_route.is_sql(sel):  # SQL92: through a filter server of the queue's broker, never the broker
             ext["tp"] = "SQL92"
+            ext["ba"] = pq.addr  # the broker meant: a filter server attached elsewhere refuses
             try:
                 via = self._filter_servers.pull_address(self._routes[pq.mq.topic][1], pq.mq, sel)
             except (QuiverError, KeyError) as exc:

@@ -159,7 +159,7 @@ def make_handlers(app):
 
 
 # Feature modules of this package with `make_handlers(app) -> {RequestCode: fn}`.
-EXTENSIONS: tuple[str, ...] = ("schedule", "filter_servers", "retry", "locks", "consume_stats")
+EXTENSIONS: tuple[str, ...] = ("schedule", "filter_servers", "retry", "locks", "consume_stats", "transaction")
 
 
 def _raw(rec) -> bytes:

@@ -92,6 +92,8 @@ class Sender:
         if not conf["perm"] & 2:
             raise ServiceNotAvailableError(f"topic {topic!r} is not writable on this broker")
         sys_flag = int(ext.get("sf", 0))
+        if sys_flag & record.TX_MASK:  # a half message: transaction.py decides where it is stored
+            topic, queue_id, props, sys_flag = self.app.transactions.prepare(topic, queue_id, props, sys_flag, batch)
         if any(_DELAY_AT in p or _TIMER_AT in p for p in props):  # C-level scan, no per-message parse
             if batch and len(bodies) > 1:
                 raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")

@@ -27,16 +27,30 @@ log = logging.getLogger(__name__)
 RETRY_S = 1.0
 
 
+def _rank(me: str, addr: str) -> bytes:
+    return hashlib.blake2b(f"{me}|{addr}".encode(), digest_size=8).digest()
+
+
 def pick_broker(cluster: dict, me: str, current: str | None = None) -> str | None:
-    """The master address to attach to: keep `current` while it is live, else the least loaded."""
+    """The master to attach to: the least loaded, staying on `current` unless another has fewer.
+
+    When filter servers started together crowd one broker while another has
+    fewer, only one of them (the highest rank) moves per round, so they spread
+    out without oscillating (`--scale filter=N` with N >= brokers covers all).
+    """
     live = cluster.get("live", {})
-    masters = {addr: info for addr, info in live.items() if info.get("broker_id", 0) == 0}
-    if current and current in masters:
-        return current
-    if not masters:
+    load = {addr: [f for f in (info.get("filter_servers") or []) if f != me]
+            for addr, info in live.items() if info.get("broker_id", 0) == 0}
+    if not load:
         return None
-    return min(masters, key=lambda a: (len(masters[a].get("filter_servers") or []),
-                                       hashlib.blake2b(f"{me}|{a}".encode(), digest_size=8).digest()))
+    least = min(len(v) for v in load.values())
+    if current in load:
+        if len(load[current]) <= least:
+            return current
+        crowd = load[current] + [me]
+        if max(crowd, key=lambda f: _rank(f, current)) != me:
+            return current
+    return min(load, key=lambda a: (len(load[a]), _rank(me, a)))
 
 
 class App:
@@ -84,7 +98,11 @@ class App:
                 log.info("attaching to broker %s", chosen)
             else:
                 log.warning("no live broker to attach to (retrying)")
+            if self.broker:  # leave the old broker's list at once (it would expire us in 30 s)
+                self.transport.send(self.broker, RequestCode.REGISTER_FILTER_SERVER,
+                                    {"addr": self.advertised, "unregister": True}, (), lambda _r: None, 2.0)
             self.broker = chosen
+            self.registered_at = None
         if self.broker:
             self._register()
         else:

@@ -30,6 +30,9 @@ def make_handlers(app):
                                         "pull tag subscriptions from the broker")
         if not app.broker:
             raise ServiceNotAvailableError("this filter server is not attached to a broker yet")
+        wanted = ext.get("ba")
+        if isinstance(wanted, str) and wanted != app.broker:  # a stale route: the consumer fails over
+            raise ServiceNotAvailableError(f"this filter server serves broker {app.broker}, not {wanted}")
         group = ext.get("g") if isinstance(ext.get("g"), str) else ""
         try:
             selector = app.selectors.get(group, topic, expr)

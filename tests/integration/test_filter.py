@@ -208,3 +208,26 @@ def test_filter_server_killed_mid_run_nothing_lost_nothing_unmatched(cluster):
     # at-least-once: a pull answered by the dead server may be re-pulled, but nothing unmatched
     assert set(seqs) <= want
     assert survivor.alive()
+
+
+def test_two_brokers_filter_servers_spread_one_each_and_serve_their_broker(make_cluster):
+    cluster = make_cluster(brokers=2)
+    topic = _topic(cluster, "Sql2b")
+    filters = _add_filters(cluster, 2, topic)
+    admin = Admin(namesrv=cluster.namesrv)
+    deadline = time.monotonic() + 15
+    while True:  # started together they may pick the same broker; one moves within a register round
+        fs = admin.topic_route(topic)["filter_servers"]
+        if len(fs) == 2 and all(len(v) == 1 for v in fs.values()):
+            break
+        assert time.monotonic() < deadline, fs
+        time.sleep(0.2)
+    admin.shutdown()
+    sent = _send(cluster, topic, 1200, seed=5)
+    want = _expected(sent, EXPR)
+    with PullConsumer("sql2b", namesrv=cluster.namesrv, consume_from="first") as c:
+        c.subscribe(topic, MessageSelector.sql(EXPR))
+        got = _drain(c, len(want))
+    seqs = [m.properties["seq"] for m in got]
+    assert len(seqs) == len(set(seqs)) and set(seqs) == want
+    assert len({m.broker for m in got}) == 2 and all(f.alive() for f in filters)

@@ -62,9 +62,20 @@ def test_pick_broker_keeps_current_else_least_loaded_master():
                         "b2:1": {"broker_id": 0, "filter_servers": []},
                         "b3:1": {"broker_id": 1, "filter_servers": []}}}
     assert pick_broker(cluster, "me:1") == "b2:1"
-    assert pick_broker(cluster, "me:1", current="b1:1") == "b1:1"
+    assert pick_broker(cluster, "me:1", current="b2:1") == "b2:1"
     assert pick_broker(cluster, "me:1", current="gone:1") == "b2:1"
     assert pick_broker({"live": {}}, "me:1") is None
+
+
+def test_pick_broker_spreads_a_crowd_one_at_a_time():
+    cluster = {"live": {"b1:1": {"broker_id": 0, "filter_servers": ["f1", "f2"]},
+                        "b2:1": {"broker_id": 0, "filter_servers": []}}}
+    moves = [f for f in ("f1", "f2") if pick_broker(cluster, f, current="b1:1") == "b2:1"]
+    assert len(moves) == 1                      # exactly one of the two moves
+    cluster["live"]["b1:1"]["filter_servers"] = ["f1"]
+    cluster["live"]["b2:1"]["filter_servers"] = ["f2"]
+    assert pick_broker(cluster, "f1", current="b1:1") == "b1:1"
+    assert pick_broker(cluster, "f2", current="b2:1") == "b2:1"
 
 
 def _route(filters: dict) -> Route:

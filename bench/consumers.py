@@ -1,0 +1,138 @@
+"""Consumer benchmark: pull vs push consume throughput and rebalance latency, one run.
+
+    python -m bench.consumers [--messages 50000] [--cycles 10]
+
+- pull: PullConsumer.poll() draining a pre-loaded 8-queue topic;
+- push: PushConsumer with a no-op listener (batch_size 1, 20 threads) on the
+  same data (target >= 0.8x pull);
+- rebalance: a consumer joins and leaves a group `cycles` times; latency is
+  from the NOTIFY_CONSUMER_IDS_CHANGED a member receives to its first pull of
+  a newly owned queue (target p99 < 1 s).
+Writes bench/results/consumers-<date>.json. Everything runs on 127.0.0.1.
+"""
+
+import argparse
+import datetime
+import itertools
+import json
+import os
+import tempfile
+import time
+
+from quiver import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer
+from quiver.local import LocalCluster
+
+BODY = b"x" * 100
+TOPIC = "BenchConsume"
+
+
+def preload(namesrv: str, n: int) -> None:
+    Admin(namesrv=namesrv).create_topic(TOPIC, queues=8)
+    with Producer("bench-pg", namesrv=namesrv) as p:
+        batch = [Message(TOPIC, BODY)] * 100
+        futs = [p.send_batch_async(batch) for _ in range(n // 100)]
+        for f in futs:
+            f.result(60)
+
+
+def pull_rate(namesrv: str, n: int) -> float:
+    with PullConsumer("bench-pull", namesrv=namesrv, consume_from="first") as c:
+        c.subscribe(TOPIC)
+        got, t0 = 0, time.perf_counter()
+        while got < n and time.perf_counter() - t0 < 120:
+            got += len(c.poll(0.5))
+        return got / (time.perf_counter() - t0)
+
+
+def push_rate(namesrv: str, n: int) -> float:
+    counter = itertools.count()
+    done = [None]
+
+    def fn(msgs):
+        for _ in msgs:
+            if next(counter) == n - 1:
+                done[0] = time.perf_counter()
+        return ConsumeResult.SUCCESS
+
+    c = PushConsumer("bench-push", namesrv=namesrv, consume_from="first")
+    c.subscribe(TOPIC)
+    c.register(fn)
+    t0 = time.perf_counter()
+    c.start()
+    while done[0] is None and time.perf_counter() - t0 < 120:
+        time.sleep(0.01)
+    c.shutdown()
+    return n / ((done[0] or time.perf_counter()) - t0)
+
+
+def rebalance_latency(namesrv: str, cycles: int) -> list[float]:
+    def member():
+        c = PushConsumer("bench-rb", namesrv=namesrv, consume_from="last")
+        c.subscribe(TOPIC)
+        c.register(lambda msgs: ConsumeResult.SUCCESS)
+        return c.start()
+
+    def wait_owned(consumers, total=8):
+        deadline = time.monotonic() + 10
+        while sum(len(c.assignment()) for c in consumers) != total or not all(c.assignment() for c in consumers):
+            if time.monotonic() > deadline:
+                raise RuntimeError("rebalance did not settle in 10 s")
+            time.sleep(0.01)
+
+    a = member()
+    wait_owned([a])
+    a.rebalance_latencies_ms.clear()
+    lat = []
+    for _ in range(cycles):
+        b = member()
+        wait_owned([a, b])
+        b.shutdown()
+        wait_owned([a])
+        lat.extend(b.rebalance_latencies_ms)
+    lat.extend(a.rebalance_latencies_ms)
+    a.shutdown()
+    return sorted(lat)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--cycles", type=int, default=10)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        c = LocalCluster(tmp)
+        try:
+            c.add_namesrv()
+            c.wait()
+            c.add_broker()
+            c.wait()
+            c.wait_registered(1)
+            preload(c.namesrv, args.messages)
+            pull = pull_rate(c.namesrv, args.messages)
+            push = push_rate(c.namesrv, args.messages)
+            lat = rebalance_latency(c.namesrv, args.cycles)
+        finally:
+            c.stop()
+    p50 = lat[len(lat) // 2] if lat else float("nan")
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else float("nan")
+    rows = [
+        ("pull consume, PullConsumer.poll (msg/s)", pull, ""),
+        ("push consume, no-op listener (msg/s)", push, f"{push / pull:.2f}x pull (target >= 0.8)"),
+        ("rebalance notify -> first pull p50 (ms)", p50, f"{len(lat)} queue moves"),
+        ("rebalance notify -> first pull p99 (ms)", p99, "target < 1000"),
+    ]
+    for name, value, note in rows:
+        print(f"{name:<44} {value:>12,.1f}  {note}")
+    out = {"messages": args.messages, "pull_msgs": pull, "push_msgs": push, "push_over_pull": push / pull,
+           "rebalance_p50_ms": p50, "rebalance_p99_ms": p99, "rebalance_samples": len(lat)}
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    path = os.path.join(os.path.dirname(__file__), "results",
+                        f"consumers-{datetime.datetime.now():%Y-%m-%d-%H%M}.json")
+    with open(path, "w") as f:
+        json.dump(out, f, indent=2)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,162 @@
+"""Bounded reads of one message queue: the records of offsets [start, end), straight from a broker.
+
+Owns the "pull a fixed range" loop the Spark source runs on executors, and
+that anything else needing a replayable slice of a queue can use: no consumer
+group, no heartbeats, no rebalance, no commit. A `QueueRange` is plain data
+(picklable); `read_range(transport, rng)` yields lists of `record.Record` in
+queue order, each offset at most once, none outside [start, end).
+
+Without a filter several pulls of consecutive chunks are in flight at once
+(a chunk answered short, e.g. by the reply byte cap, is re-asked from where it
+stopped). A tag expression is checked on the broker (hash) and again here
+(string). A SQL92 expression is pulled through a filter server of the queue's
+broker, one pull at a time (a filter server scans ahead until it finds a
+match, so parallel chunks would rescan the same records).
+
+Offsets below the queue's min offset (deleted by retention) are data loss:
+`DataLossError` when `fail_on_data_loss`, else a logged warning and the read
+goes on from the min offset. Does not own planning (which ranges to read:
+spark.py) nor the wire (protocol.py).
+"""
+
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+
+from . import record, tags
+from .codes import RequestCode, ResponseCode
+from .errors import ClientError, QuiverError
+
+log = logging.getLogger(__name__)
+
+MAX_PULL = 1024            # the broker answers at most this many records per pull
+PIPELINE_DEPTH = 4         # chunks in flight per queue when nothing is filtered
+MISSING_WAIT_S = 10.0      # how long an offset below the planned end may stay invisible (flush lag)
+
+
+class DataLossError(ClientError):
+    """Offsets of a planned range are gone from the broker (retention) and failOnDataLoss is set."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    topic: str
+    broker: str
+    queue_id: int
+    start: int
+    end: int
+    addr: str                                     # the broker's address
+    filter_addrs: tuple[str, ...] = field(default=())   # SQL92: filter servers of that broker
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+@dataclass(slots=True)
+class RangeStats:
+    records: int = 0
+    lost: int = 0          # offsets skipped because retention deleted them
+    pulls: int = 0
+
+
+def _wanted(rec_offset: int, lo: int, hi: int) -> bool:
+    return lo <= rec_offset < hi
+
+
+def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscription: str = "*",
+               sql: str | None = None, fail_on_data_loss: bool = True, timeout_s: float = 30.0,
+               stats: RangeStats | None = None):
+    """Yield lists of records of rng.topic/queue in [rng.start, rng.end), in offset order."""
+    stats = stats if stats is not None else RangeStats()
+    if rng.size == 0:
+        return
+    batch_size = max(1, min(int(batch_size), MAX_PULL))
+    wanted_tags = tags.parse(subscription) if sql is None else None
+    ext_base = {"t": rng.topic, "q": rng.queue_id, "s": 0}
+    if sql is not None:
+        ext_base.update(tp="SQL92", sub=sql)
+        vias = list(rng.filter_addrs)
+        if not vias:
+            raise ClientError(f"no filter server for broker {rng.broker} ({rng.addr}): SQL92 subscriptions "
+                              f"need one (python -m quiver_filter --broker {rng.addr})")
+        depth = 1
+    else:
+        ext_base["sub"] = subscription or "*"
+        vias = [rng.addr]
+        depth = PIPELINE_DEPTH
+    via_i = 0
+
+    def ask(lo: int, hi: int):
+        stats.pulls += 1
+        ext = {**ext_base, "o": lo, "n": min(batch_size, hi - lo)}
+        return transport.call_future(vias[via_i], RequestCode.PULL_MESSAGE, ext, (), timeout_s)
+
+    pending = collections.deque()   # [lo, hi, future], consecutive, in offset order
+    issued = rng.start
+    missing_since = None
+    while True:
+        while len(pending) < depth and issued < rng.end:
+            hi = min(issued + batch_size, rng.end)
+            pending.append([issued, hi, ask(issued, hi)])
+            issued = hi
+        if not pending:
+            return
+        lo, hi, fut = pending[0]
+        try:
+            env = fut.result(timeout_s + 2)
+        except QuiverError as exc:
+            if sql is not None and len(vias) > 1:
+                log.warning("filter server %s failed (%s); trying another", vias[via_i], exc)
+                via_i = (via_i + 1) % len(vias)
+                pending[0][2] = ask(lo, hi)
+                continue
+            raise
+        code, ext = env.code, env.ext
+        nxt = ext.get("next", lo)
+        if code == ResponseCode.SUCCESS and env.bodies:
+            missing_since = None
+            # a filtered reply may run past this chunk: keep all of [lo, end); covered chunks are dropped below
+            recs = [r for r in record.decode_many(env.bodies[0]) if _wanted(r.queue_offset, lo, rng.end)]
+            if wanted_tags is not None:
+                recs = [r for r in recs if record.get_property(r.props, "TAGS") in wanted_tags]
+            if recs:
+                stats.records += len(recs)
+                yield recs
+            nxt = max(nxt, recs[-1].queue_offset + 1) if recs else nxt
+        elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.SUCCESS):
+            if nxt <= lo:   # nothing visible at lo although it was below max when planned: flush lag
+                missing_since = missing_since or time.monotonic()
+                if time.monotonic() - missing_since > MISSING_WAIT_S:
+                    raise ClientError(f"{rng.topic}:{rng.broker}:{rng.queue_id} has no message at offset {lo} "
+                                      f"although it was planned below {rng.end} ({env.remark})")
+                time.sleep(0.05)
+        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            low = ext.get("min", nxt)
+            if lo >= low:          # beyond the queue's max: the queue lost its tail
+                nxt = hi
+                low = hi
+            lost = min(low, rng.end) - lo
+            if lost > 0:
+                msg = (f"{lost} messages of {rng.topic} on {rng.broker} queue {rng.queue_id} (offsets {lo}.."
+                       f"{lo + lost - 1}) are gone from the broker (retention moved its min offset to {low})")
+                if fail_on_data_loss:
+                    raise DataLossError(msg + "; set failOnDataLoss=false to skip them")
+                log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+                stats.lost += lost
+            nxt = max(nxt, low)
+        else:
+            raise ClientError(f"pull of {rng.topic}:{rng.broker}:{rng.queue_id} at {lo} failed: "
+                              f"code {code} {env.remark}")
+        pending.popleft()
+        if nxt >= hi:
+            # past this chunk: drop later chunks the answer already covered (filters, retention)
+            while pending and pending[0][1] <= nxt:
+                pending.popleft()
+            if pending and pending[0][0] < nxt:
+                pending[0] = [nxt, pending[0][1], ask(nxt, pending[0][1])]
+            if not pending:
+                issued = max(issued, min(nxt, rng.end))
+        else:
+            pending.appendleft([max(nxt, lo), hi, ask(max(nxt, lo), hi)])

@@ -1,0 +1,392 @@
+"""Broker side of transactional messages (issue 5): half messages, END_TRANSACTION, checks.
+
+Owns what a broker does for transactions; the txn-checker process
+(services/txn-checker) owns scheduling and progress, the SDK's
+TransactionProducer owns the local transaction.
+
+- A prepared send (SEND_MESSAGE with sys flag TX_PREPARED; sending.py hands it
+  to `prepare`) is stored in RMQ_SYS_TRANS_HALF_TOPIC queue 0 with REAL_TOPIC,
+  REAL_QID and __transactionId__ (= UNIQ_KEY) added, as an ordinary record so
+  it gets a ConsumeQueue entry in the half topic (nobody subscribes to it).
+- END_TRANSACTION (37), one entry or a batch ``e = [[half_phys, half_qoff,
+  state, txid], ...]`` with ``g`` = producer group and ``fc`` = from a check:
+  COMMIT (8) appends the real message (sys flag TX_COMMIT, topic/queue
+  restored, UNIQ_KEY kept, PREPARED_TX_OFFSET = the half's CommitLog offset)
+  then an op record; ROLLBACK (12) only the op record; NOT (0) nothing. The
+  half must exist, sit at the given queue offset and carry the same PGROUP and
+  transaction id. A producer's (non-check) answer after its
+  CHECK_IMMUNITY_TIME_IN_SECONDS window is ILLEGAL_OPERATION.
+- Op records (RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag "d", body "<half
+  offset>,") also carry __transactionId__ and TRAN_STATE (C, R or D). A
+  transaction is resolved once per transaction id: `resolved` is rebuilt from
+  the op queue on first use after a restart, and a half stored before this
+  process started is also looked up in the index of its real topic (a commit
+  whose op record was lost is not committed twice).
+- TRANSACTION_CHECK (txn-checker -> broker) ``e = [[half_phys, half_qoff,
+  action], ...]``: "c" pushes CHECK_TRANSACTION_STATE to one live producer of
+  the message's PGROUP (round-robin, over the producer's own connection; a
+  dead connection is detected with ROUTER_MANDATORY and skipped) and re-puts
+  the half with TRANSACTION_CHECK_TIMES + 1; with no live producer it re-puts
+  it unchanged and answers "no_producer" (not counted). "r" re-puts unchanged
+  (still immune), "d" copies it to TRANS_CHECK_MAX_TIME_TOPIC and writes a
+  "D" op (never committed). Re-puts keep the first offset
+  (TRAN_PREPARED_QUEUE_OFFSET) and birth time (TRAN_BORN_MS).
+- TRANSACTION_LIST_OPEN: open transactions with age and check count.
+"""
+
+import itertools
+import logging
+import time
+
+import zmq
+
+from quiver import protocol, record
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import (IllegalOperationError, InvalidParameterError, MessageIllegalError, QuiverError,
+                           ServiceNotAvailableError, TransactionStateGroupWrongError, error_for)
+from quiver.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
+                            TRANSACTION_ID, UNIQ_KEY)
+from quiver.record import get_property
+from quiver.transport import next_request_id
+from quiver.validation import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PREPARED_QOFF = "TRAN_PREPARED_QUEUE_OFFSET"
+CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+BORN_MS = "TRAN_BORN_MS"
+TX_STATE = "TRAN_STATE"
+OP_TAG = "d"
+COMMIT, ROLLBACK, NOT = record.TX_COMMIT, record.TX_ROLLBACK, record.TX_NOT
+_STATE_CODE = {COMMIT: "C", ROLLBACK: "R"}
+_REAL_DROP = (REAL_TOPIC, REAL_QID, TRAN_MSG, CHECK_TIMES, PREPARED_QOFF, BORN_MS)
+_ERRORS = {"not_found": (ResponseCode.SYSTEM_ERROR, "half message not found at that offset (expired or wrong offsets)"),
+           "group_wrong": (ResponseCode.TRANSACTION_STATE_GROUP_WRONG, "producer group differs from the half message's PGROUP"),
+           "txid_mismatch": (ResponseCode.SYSTEM_ERROR, "transaction id differs from the half message's"),
+           "illegal": (ResponseCode.ILLEGAL_OPERATION, "answer came after the message's check immunity window; the checker resolves it"),
+           "bad_state": (ResponseCode.INVALID_PARAMETER, "state must be 8 (commit), 12 (rollback) or 0 (unknown)")}
+
+
+def born_ms(rec, props: dict) -> int:
+    try:
+        return int(props.get(BORN_MS) or rec.born_ts)
+    except ValueError:
+        return rec.born_ts
+
+
+class Transactions:
+    def __init__(self, app):
+        self.app = app
+        self.store = app.store
+        self.resolved: dict[str, str] = {}  # transaction id -> C / R / D
+        self.loaded = False
+        self.started_ms = int(time.time() * 1000)
+        self._rr = itertools.count()
+
+    # ---- half messages (called by sending.py) -------------------------------------
+
+    def prepare(self, topic: str, queue_id: int, props: list[str], sys_flag: int, batch: bool):
+        if batch or len(props) != 1:
+            raise MessageIllegalError("transactional messages cannot be batched: send each with send_in_transaction")
+        if sys_flag & record.TX_MASK != record.TX_PREPARED:
+            raise MessageIllegalError("only prepared (half) messages can be sent; commit or roll back with END_TRANSACTION")
+        p = props[0]
+        if get_property(p, DELAY) or get_property(p, TIMER_DELIVER_MS):
+            raise MessageIllegalError("transactional messages cannot be delayed: drop delay_level / deliver_at")
+        txid = get_property(p, UNIQ_KEY)
+        if not txid or not get_property(p, PGROUP):
+            raise InvalidParameterError("a half message needs UNIQ_KEY and PGROUP properties")
+        self.app.topic_config(HALF_TOPIC, create=True, system=True, queues=1)
+        p += f"{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}\x02{TRANSACTION_ID}\x01{txid}\x02"
+        self.app.counters["txn_half"] += 1
+        return HALF_TOPIC, 0, [p], sys_flag & ~record.TX_MASK
+
+    # ---- resolution state ----------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the resolved set from the op queue (once, after the store opened)."""
+        if self.loaded:
+            return
+        self.loaded = True
+        off, n = self.store.min_offset(OP_HALF_TOPIC, 0), 0
+        while True:
+            res = self.store.get_messages(OP_HALF_TOPIC, 0, off, 1024)
+            if res.status.name != "FOUND":
+                break
+            for rec in record.decode_many(res.data):
+                txid = get_property(rec.props, TRANSACTION_ID)
+                if txid:
+                    self.resolved[txid] = get_property(rec.props, TX_STATE) or "C"
+                    n += 1
+            off = res.next_offset
+        if n:
+            log.info("transactions: %d resolved transactions loaded from the op queue", n)
+
+    def _already_committed(self, real_topic: str, txid: str) -> bool:
+        """A commit written before a crash whose op record was lost."""
+        for rec in self.store.query_by_key(real_topic, txid, 8):
+            if rec.sys_flag & record.TX_MASK == record.TX_COMMIT and get_property(rec.props, UNIQ_KEY) == txid:
+                return True
+        return False
+
+    def _half(self, phys, qoff):
+        if type(phys) is not int or type(qoff) is not int:
+            raise InvalidParameterError("half offsets must be integers")
+        rec = self.store.lookup(phys)
+        if rec is None or rec.topic != HALF_TOPIC or rec.queue_offset != qoff:
+            return None
+        return rec
+
+    # ---- END_TRANSACTION ---------------------------------------------------------------
+
+    def end(self, req) -> None:
+        self.load()
+        ext = req.ext
+        group = ext.get("g")
+        entries = ext.get("e")
+        if not isinstance(group, str) or not isinstance(entries, list) or not entries:
+            raise InvalidParameterError("END_TRANSACTION needs 'g' (producer group) and 'e' ([[phys, qoff, state, txid]])")
+        from_check = bool(ext.get("fc"))
+        now = int(time.time() * 1000)
+        results, commits, ops = [], [], []
+        for e in entries:
+            if not isinstance(e, list) or len(e) < 4:
+                raise InvalidParameterError("each entry is [half_phys, half_qoff, state, txid]")
+            phys, qoff, state, txid = e[:4]
+            results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops))
+        touched = self._commit(commits) + self._write_ops(ops)
+        c = self.app.counters
+        c["txn_commit"] += len(commits)
+        c["txn_end"] += len(entries)
+        if len(entries) == 1 and results[0] in _ERRORS:
+            code, remark = _ERRORS[results[0]]
+            raise error_for(code, remark)
+        self._reply(req, touched, {"r": results})
+
+    def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops) -> str:
+        if state == NOT:
+            return "unknown"
+        if state not in (COMMIT, ROLLBACK):
+            return "bad_state"
+        if txid in self.resolved:
+            return "dup"
+        rec = self._half(phys, qoff)
+        if rec is None:
+            return "not_found"
+        props = rec.properties()
+        if props.get(PGROUP) != group:
+            return "group_wrong"
+        if props.get(TRANSACTION_ID) != txid:
+            return "txid_mismatch"
+        immunity = props.get(CHECK_IMMUNITY)
+        if not from_check and immunity:
+            try:
+                late = now - born_ms(rec, props) > float(immunity) * 1000
+            except ValueError:
+                late = False
+            if late:
+                return "illegal"
+        real = props.get(REAL_TOPIC, "")
+        code = _STATE_CODE[state]
+        if state == COMMIT:
+            if born_ms(rec, props) < self.started_ms and self._already_committed(real, txid):
+                log.info("transaction %s was committed before a restart: not committing again", txid)
+            else:
+                try:
+                    conf = self.app.topic_config(real, create=True)
+                    qid = int(props.get(REAL_QID, "0")) % max(conf["write"], 1)
+                    commits.append((real, qid, rec, props))
+                except QuiverError as exc:
+                    log.warning("commit of %s impossible (%s): rolled back", txid, exc)
+                    code = "R"
+        self.resolved[txid] = code
+        ops.append((rec.queue_offset, txid, code))
+        return "ok"
+
+    def _commit(self, commits) -> list:
+        touched = []
+        for real, qid, rec, props in commits:
+            for name in _REAL_DROP:
+                props.pop(name, None)
+            res = self.store.put_batch(real, qid, [rec.body], [record.format_properties(props)], [rec.flag],
+                                       record.TX_COMMIT, rec.born_ts, rec.born_host, 0, rec.phys_offset,
+                                       [rec.body_crc])
+            self._check_put(res)
+            touched.append((real, qid, res.end_offset))
+        return touched
+
+    def _write_ops(self, ops) -> list:
+        if not ops:
+            return []
+        self.app.topic_config(OP_HALF_TOPIC, create=True, system=True, queues=1)
+        bodies = [f"{qoff},".encode() for qoff, _, _ in ops]
+        props = [f"{TAGS}\x01{OP_TAG}\x02{TRANSACTION_ID}\x01{txid}\x02{TX_STATE}\x01{st}\x02" for _, txid, st in ops]
+        res = self.store.put_batch(OP_HALF_TOPIC, 0, bodies, props, [0] * len(ops), 0, int(time.time() * 1000),
+                                   self.app.store_host)
+        self._check_put(res)
+        return [(OP_HALF_TOPIC, 0, res.end_offset)]
+
+    @staticmethod
+    def _check_put(res) -> None:
+        if res.status.name == "DISK_FULL":
+            raise ServiceNotAvailableError("broker disk is full: transaction writes refused")
+
+    def _reply(self, req, touched, out) -> None:
+        """Answer once what was written is visible (after the group commit with SYNC flush)."""
+        sender = self.app.sender
+        if sender.sync and touched:
+            deadline = time.monotonic() + sender.timeout_s
+            for n, (topic, qid, off) in enumerate(touched):
+                sender.waiting.append((off, deadline, req if n == len(touched) - 1 else None, out, topic, qid))
+            self.store.request_flush(touched[-1][2])
+            return
+        req.reply(ResponseCode.SUCCESS, "", out)
+        for topic, qid, _ in touched:
+            self.app.puller.notify(topic, qid)
+
+    # ---- TRANSACTION_CHECK (from the txn-checker) ------------------------------------------
+
+    def check(self, req) -> None:
+        self.load()
+        entries = req.ext.get("e")
+        if not isinstance(entries, list) or not entries:
+            raise InvalidParameterError("TRANSACTION_CHECK needs 'e' ([[half_phys, half_qoff, action], ...])")
+        results: list = [None] * len(entries)
+        reputs, discards, groups = [], [], {}
+        for i, e in enumerate(entries):
+            if not isinstance(e, list) or len(e) < 3 or e[2] not in ("c", "r", "d"):
+                raise InvalidParameterError("each entry is [half_phys, half_qoff, 'c' | 'r' | 'd']")
+            rec = self._half(e[0], e[1])
+            if rec is None:
+                results[i] = "missing"
+                continue
+            props = rec.properties()
+            txid = props.get(TRANSACTION_ID, "")
+            if txid in self.resolved or (born_ms(rec, props) < self.started_ms
+                                         and self._resolve_if_committed(props, txid, rec)):
+                results[i] = "resolved"
+            elif e[2] == "d":
+                discards.append((rec, props, txid))
+                results[i] = "discarded"
+            elif e[2] == "r":
+                reputs.append((rec, props, 0))
+                results[i] = "requeued"
+            else:
+                groups.setdefault(props.get(PGROUP, ""), []).append((i, rec, props))
+        for group, items in groups.items():
+            pushed = self._push_check(group, items)
+            for i, rec, props in items:
+                reputs.append((rec, props, 1 if pushed else 0))
+                results[i] = "checked" if pushed else "no_producer"
+        touched = self._reput(reputs) + self._discard(discards)
+        c = self.app.counters
+        c["txn_checked"] += sum(r == "checked" for r in results)
+        c["txn_discarded"] += len(discards)
+        self._reply(req, touched, {"r": results})
+
+    def _resolve_if_committed(self, props, txid, rec) -> bool:
+        if not self._already_committed(props.get(REAL_TOPIC, ""), txid):
+            return False
+        self.resolved[txid] = "C"
+        self._write_ops([(rec.queue_offset, txid, "C")])
+        return True
+
+    def _push_check(self, group: str, items) -> bool:
+        members = list(self.app.clients.producers.get(group, {}).values())
+        if not members:
+            return False
+        ext = {"g": group, "e": [[rec.phys_offset, rec.queue_offset, props.get(TRANSACTION_ID, ""),
+                                  props.get(REAL_TOPIC, ""), int(props.get(REAL_QID, "0") or 0), born_ms(rec, props),
+                                  rec.store_ts, rec.flag, rec.props] for _, rec, props in items]}
+        frames = protocol.request(RequestCode.CHECK_TRANSACTION_STATE, next_request_id(), ext,
+                                  [rec.body for _, rec, _ in items])
+        start = next(self._rr)
+        for k in range(len(members)):
+            info = members[(start + k) % len(members)]
+            if self._send_live(info.identity, frames):
+                return True
+            log.info("producer %s of %s is gone: forgotten", info.client_id, group)
+            self.app.clients.producers.get(group, {}).pop(info.client_id, None)
+        return False
+
+    def _send_live(self, identity: bytes, frames) -> bool:
+        """Send only over a connection that exists now (ROUTER_MANDATORY, just for this send)."""
+        sock = self.app.service._sock
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+        finally:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
+    def _reput(self, reputs) -> list:
+        if not reputs:
+            return []
+        bodies, props_out, flags, crcs = [], [], [], []
+        for rec, props, inc in reputs:
+            props[CHECK_TIMES] = str(int(props.get(CHECK_TIMES, "0") or 0) + inc)
+            props.setdefault(PREPARED_QOFF, str(rec.queue_offset))
+            props.setdefault(BORN_MS, str(rec.born_ts))
+            bodies.append(rec.body)
+            props_out.append(record.format_properties(props))
+            flags.append(rec.flag)
+            crcs.append(rec.body_crc)
+        res = self.store.put_batch(HALF_TOPIC, 0, bodies, props_out, flags, 0, int(time.time() * 1000),
+                                   self.app.store_host, 0, 0, crcs)
+        self._check_put(res)
+        return [(HALF_TOPIC, 0, res.end_offset)]
+
+    def _discard(self, discards) -> list:
+        if not discards:
+            return []
+        self.app.topic_config(CHECK_MAX_TOPIC, create=True, system=True, queues=1)
+        touched = []
+        for rec, props, txid in discards:
+            log.warning("transaction %s (topic %s, group %s) discarded to %s after %s checks", txid,
+                        props.get(REAL_TOPIC), props.get(PGROUP), CHECK_MAX_TOPIC, props.get(CHECK_TIMES, "0"))
+            res = self.store.put_batch(CHECK_MAX_TOPIC, 0, [rec.body], [rec.props], [rec.flag], 0, rec.born_ts,
+                                       rec.born_host, 0, 0, [rec.body_crc])
+            self._check_put(res)
+            touched.append((CHECK_MAX_TOPIC, 0, res.end_offset))
+            self.resolved[txid] = "D"
+        return touched + self._write_ops([(rec.queue_offset, txid, "D") for rec, _, txid in discards])
+
+    # ---- admin ------------------------------------------------------------------------
+
+    def list_open(self, req) -> None:
+        self.load()
+        limit = max(1, min(int(req.ext.get("limit", 1000)), 100_000))
+        start = self.store.min_offset(HALF_TOPIC, 0)
+        group_offs = [o for (g, t, q), o in self.app.metadata.offsets.items() if t == HALF_TOPIC and q == 0]
+        if group_offs:
+            start = max(start, min(group_offs))
+        open_: dict[str, dict] = {}
+        now = int(time.time() * 1000)
+        off, scanned = start, 0
+        while scanned < 200_000:
+            res = self.store.get_messages(HALF_TOPIC, 0, off, 1024)
+            if res.status.name != "FOUND":
+                break
+            for rec in record.decode_many(res.data):
+                props = rec.properties()
+                txid = props.get(TRANSACTION_ID, "")
+                if txid in self.resolved:
+                    continue
+                born = born_ms(rec, props)
+                open_[txid] = {"transaction_id": txid, "topic": props.get(REAL_TOPIC), "group": props.get(PGROUP),
+                               "age_ms": now - born, "checks": int(props.get(CHECK_TIMES, "0") or 0),
+                               "half_offset": rec.queue_offset, "first_offset": int(props.get(PREPARED_QOFF, rec.queue_offset)),
+                               "keys": props.get("KEYS", "")}
+            scanned += res.count
+            off = res.next_offset
+        rows = sorted(open_.values(), key=lambda r: -r["age_ms"])[:limit]
+        req.reply(ResponseCode.SUCCESS, "", {"open": rows, "count": len(open_), "resolved": len(self.resolved)})
+
+
+def make_handlers(app):
+    app.transactions = tx = Transactions(app)
+    return {RequestCode.END_TRANSACTION: tx.end, RequestCode.TRANSACTION_CHECK: tx.check,
+            RequestCode.TRANSACTION_LIST_OPEN: tx.list_open}

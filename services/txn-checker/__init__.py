@@ -1,0 +1,1 @@
+"""quiver_txn: the transaction checker service (python -m quiver_txn)."""

@@ -1,0 +1,74 @@
+"""The txn-checker process: a Service loop for PING/STATUS plus the check job.
+
+The check round runs on APScheduler's thread (one job, never overlapping)
+with its own SDK client; the service thread only answers health and status.
+"""
+
+import collections
+from datetime import datetime
+import logging
+import time
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from quiver.service import Service
+
+from .checking import Checker, CheckerClient
+from .handlers import make_handlers
+
+log = logging.getLogger(__name__)
+logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per round is enough
+
+
+class App:
+    def __init__(self, config):
+        self.config = config
+        self.counters = collections.Counter()
+        self.service = Service(config.listen, make_handlers(self), "txn-checker", self.status)
+        self.client = CheckerClient(config.namesrv, config.group, config.heartbeat_interval_ms / 1000, config.advertised)
+        self.checker = Checker(self.client, config, self.counters)
+        self.scheduler = BackgroundScheduler(daemon=True)
+        self.last_round: dict = {}
+        self.last_round_ms = 0.0
+
+    def check_step(self) -> dict:
+        t0 = time.monotonic()
+        try:
+            self.last_round = self.checker.step()
+        except Exception:
+            log.exception("check round failed")
+            self.counters["failed_rounds"] += 1
+            return {}
+        self.last_round_ms = round((time.monotonic() - t0) * 1000, 1)
+        if self.last_round:
+            log.info("check round: %s in %.0f ms", self.last_round, self.last_round_ms)
+        return self.last_round
+
+    def _jobs(self) -> None:
+        self.scheduler.add_job(self.check_step, "interval", seconds=self.config.check_interval_ms / 1000,
+                               id="check", max_instances=1, coalesce=True, next_run_time=datetime.now())
+
+    def status(self) -> dict:
+        return {"role": "txn-checker", "group": self.config.group, "client_id": self.client.client_id,
+                "brokers": sorted(self.checker.owned), "checks": dict(self.counters),
+                "last_round": self.last_round, "last_round_ms": self.last_round_ms,
+                "check_interval_ms": self.config.check_interval_ms,
+                "transaction_timeout_ms": self.config.transaction_timeout_ms, "max_checks": self.config.max_checks}
+
+    def run(self) -> None:
+        self.service.bind()
+        self.client.start()
+        self._jobs()
+        self.scheduler.start()
+        try:
+            self.service.run()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        try:
+            self.scheduler.shutdown(wait=True)
+        except Exception:
+            pass
+        self.client.shutdown()
+        self.service.close()

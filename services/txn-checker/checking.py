@@ -1,0 +1,280 @@
+"""One check round: read half and op messages of the owned brokers, ask about the open ones.
+
+Owns the decision per half message (RocketMQ's TransactionalMessageServiceImpl
+.check), done from outside the broker through the SDK:
+
+- resolved (an op record or a check answer named its transaction id): skip;
+- TRANSACTION_CHECK_TIMES >= max_checks: "d" (discard to TRANS_CHECK_MAX_TIME_TOPIC);
+- younger than its immunity (transaction timeout, or CHECK_IMMUNITY_TIME_IN_SECONDS
+  when larger): without the property the scan of this broker stops (later
+  messages are younger); with it the message is re-put unchanged ("r");
+- otherwise "c": the broker pushes CHECK_TRANSACTION_STATE to a live producer
+  of the group and re-puts the half with the count + 1 (not counted when no
+  producer is live).
+A round stops at the half queue's max offset seen when it began (re-put copies
+are next round's work). Progress = consumer offsets of `group` on the half and
+op queues, committed after the broker acknowledged the round's checks, so a
+kill -9 replays at most one round's checks (the broker answers those for an
+already resolved transaction with "resolved": nothing is committed twice).
+No zmq here: the broker calls go through the SDK client.
+"""
+
+import collections
+import logging
+import os
+import time
+
+from quiver import record
+from quiver.client import ClientBase
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import QueryNotFoundError, QuiverError
+from quiver.message import TRANSACTION_ID
+from quiver.rebalance import Rebalancer, allocate_averagely
+from quiver.validation import HALF_TOPIC, OP_HALF_TOPIC
+
+log = logging.getLogger(__name__)
+
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+BORN_MS = "TRAN_BORN_MS"
+RESOLVED_KEEP = 500_000  # transaction ids remembered per broker (the broker is the authority anyway)
+_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED)
+
+
+class CheckerClient(ClientBase):
+    """The SDK client of a checker: heartbeats as a member of the checker group."""
+
+    def __init__(self, namesrv, group: str, heartbeat_interval_s: float, advertised: str = ""):
+        super().__init__(namesrv, 5.0)
+        self.group = group
+        self.heartbeat_interval_s = heartbeat_interval_s
+        if advertised:
+            # peers find each other's health port in the id: a killed instance stays registered
+            # with the brokers for a while, but stops answering PING at once
+            self.client_id = f"txn@{advertised}#{os.getpid()}#{time.monotonic_ns()}"
+
+    def heartbeat_payload(self) -> dict:
+        return {"producers": [], "consumers": [{"group": self.group, "type": "txn-checker",
+                                                "subscriptions": {HALF_TOPIC: {"type": "TAG", "expression": "*"}}}]}
+
+    def before_close(self) -> None:
+        try:
+            brokers = self.all_broker_addrs()
+        except QuiverError:
+            return
+        for addr in brokers.values():
+            try:
+                self.transport.call(addr, RequestCode.UNREGISTER_CLIENT,
+                                    {"client_id": self.client_id, "consumer_group": self.group}, timeout=1.0)
+            except QuiverError:
+                pass
+
+
+class _BrokerState:
+    __slots__ = ("half", "op", "resolved")
+
+    def __init__(self):
+        self.half: int | None = None
+        self.op: int | None = None
+        self.resolved: collections.OrderedDict = collections.OrderedDict()
+
+    def resolve(self, txid: str) -> None:
+        self.resolved[txid] = None
+        if len(self.resolved) > RESOLVED_KEEP:
+            self.resolved.popitem(last=False)
+
+
+class Checker:
+    def __init__(self, client: ClientBase, config, counters):
+        self.client = client
+        self.config = config
+        self.counters = counters
+        self.rebalancer = Rebalancer(client, config.group)
+        self.brokers: dict[str, _BrokerState] = {}
+        self.owned: dict[str, str] = {}
+
+    # ---- ownership ------------------------------------------------------------------
+
+    def rebalance(self) -> dict[str, str]:
+        """Broker name -> address of the half queues this instance owns (averagely split)."""
+        try:
+            route = self.client.route(HALF_TOPIC, refresh=True)
+        except QuiverError as exc:
+            if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            return {}  # no transaction was ever sent
+        cids = self.rebalancer.client_ids(route)
+        if not cids:
+            return self.owned  # could not tell: keep what we had
+        me = self.client.client_id
+        live = sorted(cid for cid in set(cids) | {me} if cid == me or self._alive(cid))
+        mqs = allocate_averagely(me, sorted(mq for mq in route.read_queues if mq.queue_id == 0), live)
+        owned = {mq.broker: route.addrs[mq.broker] for mq in mqs}
+        for gone in set(self.brokers) - set(owned):
+            self.brokers.pop(gone, None)  # re-read its committed offsets if it comes back
+        if owned != self.owned:
+            log.info("checking brokers %s", sorted(owned))
+        self.owned = owned
+        return owned
+
+    def _alive(self, cid: str) -> bool:
+        """A peer checker answers STATUS with this id on the address in its id (ids without one
+        count as alive; a restarted instance on the same port has a new id)."""
+        if not cid.startswith("txn@") or "#" not in cid:
+            return True
+        try:
+            env = self.client.transport.call(cid[4:cid.index("#")], RequestCode.STATUS, timeout=0.5)
+        except QuiverError:
+            return False
+        return env.ext.get("status", {}).get("client_id") == cid
+
+    # ---- the round --------------------------------------------------------------------
+
+    def step(self) -> dict:
+        """One round over every owned broker; returns the round's counts."""
+        totals = collections.Counter()
+        try:
+            owned = self.rebalance()
+        except QuiverError as exc:
+            log.warning("rebalance failed: %s", exc)
+            owned = self.owned
+        for broker, addr in sorted(owned.items()):
+            try:
+                totals.update(self.check_broker(broker, addr))
+            except QuiverError as exc:
+                log.warning("check round on %s failed: %s", broker, exc)
+                self.brokers.pop(broker, None)  # resume from committed offsets
+        self.counters["rounds"] += 1
+        self.counters.update(totals)
+        return dict(totals)
+
+    def check_broker(self, broker: str, addr: str) -> collections.Counter:
+        st = self.brokers.get(broker)
+        if st is None:
+            st = self.brokers[broker] = _BrokerState()
+            st.half = self._start_offset(addr, HALF_TOPIC)
+            st.op = self._start_offset(addr, OP_HALF_TOPIC)
+        counts = collections.Counter()
+        self._read_ops(addr, st)
+        began = time.monotonic()
+        deadline = began + self.config.round_budget_ms / 1000
+        max_off = self._call(addr, RequestCode.GET_MAX_OFFSET, t=HALF_TOPIC)["offset"]
+        off, batch, stop = st.half, [], False
+        while off < max_off and not stop and time.monotonic() < deadline:
+            msgs, nxt = self._pull(addr, HALF_TOPIC, off, min(self.config.pull_batch, max_off - off))
+            if msgs is None:
+                off = nxt
+                continue
+            if not msgs:
+                break
+            now = int(time.time() * 1000)
+            for m in msgs:
+                if m.queue_offset >= max_off:
+                    stop = True
+                    break
+                action = self._decide(m, st, now)
+                if action is None:
+                    stop = True
+                    break
+                if action != "skip":
+                    batch.append([m.commit_log_offset, m.queue_offset, action, m.properties.get(TRANSACTION_ID, "")])
+                off = m.queue_offset + 1
+                if len(batch) >= self.config.check_batch:
+                    self._send_checks(addr, st, batch, counts)
+                    batch = []
+            else:
+                off = max(off, nxt)
+        self._send_checks(addr, st, batch, counts)
+        st.half = off
+        self._commit(addr, HALF_TOPIC, st.half)
+        self._commit(addr, OP_HALF_TOPIC, st.op)
+        return counts
+
+    def _decide(self, m, st: _BrokerState, now: int) -> str | None:
+        props = m.properties
+        txid = props.get(TRANSACTION_ID, "")
+        if txid in st.resolved:
+            return "skip"
+        try:
+            checks = int(props.get(CHECK_TIMES, "0") or 0)
+            born = int(props.get(BORN_MS) or m.born_timestamp)
+            immune_s = props.get(CHECK_IMMUNITY)
+            immunity = max(self.config.transaction_timeout_ms, int(float(immune_s) * 1000) if immune_s else 0)
+        except ValueError:
+            checks, born, immune_s, immunity = 0, m.born_timestamp, None, self.config.transaction_timeout_ms
+        if checks >= self.config.max_checks:
+            return "d"
+        if now - born < immunity:
+            return "r" if immune_s else None
+        return "c"
+
+    def _send_checks(self, addr: str, st: _BrokerState, batch: list, counts) -> None:
+        if not batch:
+            return
+        ext = {"e": [e[:3] for e in batch]}
+        env = self.client.call_broker(addr, RequestCode.TRANSACTION_CHECK, ext, timeout=10.0)
+        for e, result in zip(batch, env.ext.get("r") or []):
+            counts[result] += 1
+            if result in ("resolved", "discarded"):
+                st.resolve(e[3])
+
+    # ---- SDK calls ---------------------------------------------------------------------
+
+    def _call(self, addr: str, code, **ext) -> dict:
+        return self.client.call_broker(addr, code, {"q": 0, **ext}).ext
+
+    def _start_offset(self, addr: str, topic: str) -> int:
+        try:
+            return self._call(addr, RequestCode.QUERY_CONSUMER_OFFSET, g=self.config.group, t=topic)["offset"]
+        except QueryNotFoundError:
+            pass
+        except QuiverError as exc:
+            if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            return 0
+        return self._call(addr, RequestCode.GET_MIN_OFFSET, t=topic)["offset"]
+
+    def _pull(self, addr: str, topic: str, off: int, n: int):
+        """(messages, next offset), or (None, next offset) when the queue has nothing there."""
+        env = self.client.call_broker(addr, RequestCode.PULL_MESSAGE,
+                                      {"g": self.config.group, "t": topic, "q": 0, "o": off, "n": max(1, n), "s": 0},
+                                      timeout=10.0, ok=_PULL_OK)
+        nxt = env.ext.get("next", off)
+        if env.code == ResponseCode.PULL_OFFSET_MOVED and nxt != off:
+            log.info("%s offset %d moved to %d on %s", topic, off, nxt, addr)
+            return None, nxt
+        if env.code != ResponseCode.SUCCESS or not env.bodies:
+            return [], off
+        from quiver.message import MessageExt
+        return [MessageExt.from_record(r, "") for r in record.decode_many(env.bodies[0])], nxt
+
+    def _read_ops(self, addr: str, st: _BrokerState) -> None:
+        try:
+            max_off = self._call(addr, RequestCode.GET_MAX_OFFSET, t=OP_HALF_TOPIC)["offset"]
+        except QuiverError as exc:
+            if getattr(exc, "code", None) == ResponseCode.TOPIC_NOT_EXIST:
+                return
+            raise
+        while st.op < max_off:
+            msgs, nxt = self._pull(addr, OP_HALF_TOPIC, st.op, self.config.pull_batch)
+            if msgs is None:
+                st.op = nxt
+                continue
+            if not msgs:
+                break
+            for m in msgs:
+                txid = m.properties.get(TRANSACTION_ID)
+                if txid:
+                    st.resolve(txid)
+            st.op = max(nxt, msgs[-1].queue_offset + 1)
+            self.counters["ops_read"] += len(msgs)
+
+    def _commit(self, addr: str, topic: str, off: int | None) -> None:
+        if off is None:
+            return
+        try:
+            self._call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, g=self.config.group, t=topic, o=off)
+        except QuiverError as exc:
+            if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                raise
