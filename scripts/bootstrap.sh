@@ -9,6 +9,12 @@ fi
 if ! "$PY" -m venv --help >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq python3-venv
 fi
+# PostgreSQL server for the transaction example's tests (Debian package; skipped when present)
+if ! { command -v pg_ctl >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq postgresql || echo "postgresql not installed: its tests will skip" >&2
+  fi
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]"

@@ -61,6 +61,9 @@ class App:
         self.selectors = SelectorCache(config.selector_cache)
         self.selectivity: dict = {}   # (group, topic, expression) -> EWMA of matched/scanned
         self.broker: str | None = config.broker or None
+        # every broker address of the cluster: a pull for a broker with no filter server of its
+        # own may come here (the pull names its broker in "ba")
+        self.known_brokers: set[str] = set()
         self.registered_at: float | None = None
         self.namesrvs = split_addrs(config.namesrv)
         self.service = Service(config.listen, {}, "filter", self.status)
@@ -92,7 +95,9 @@ class App:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
             self._ask_cluster(rest)
             return
-        chosen = pick_broker(result.ext.get("cluster", {}), self.advertised, self.broker)
+        cluster = result.ext.get("cluster", {})
+        self.known_brokers = {a for b in cluster.get("brokers", {}).values() for a in b.get("addrs", {}).values()}
+        chosen = pick_broker(cluster, self.advertised, self.broker)
         if chosen != self.broker:
             if chosen:
                 log.info("attaching to broker %s", chosen)

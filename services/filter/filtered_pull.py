@@ -36,7 +36,7 @@ class FilteredPull:
     __slots__ = ("app", "req", "selector", "stat_key", "group", "topic", "queue_id", "offset", "want",
                  "deadline", "commit", "result", "rounds", "min", "max", "broker")
 
-    def __init__(self, app, req, selector, stat_key, group, topic, queue_id, offset, want, suspend_ms, commit):
+    def __init__(self, app, req, selector, stat_key, group, topic, queue_id, offset, want, suspend_ms, commit, broker=None):
         self.app, self.req, self.selector, self.stat_key = app, req, selector, stat_key
         self.group, self.topic, self.queue_id = group, topic, queue_id
         self.offset, self.want = offset, want
@@ -45,7 +45,7 @@ class FilteredPull:
         self.result = ScanResult()
         self.rounds = 0
         self.min = self.max = None
-        self.broker = app.broker
+        self.broker = broker or app.broker
 
     # ---- steps ------------------------------------------------------------------------
 

@@ -31,8 +31,9 @@ def make_handlers(app):
         if not app.broker:
             raise ServiceNotAvailableError("this filter server is not attached to a broker yet")
         wanted = ext.get("ba")
-        if isinstance(wanted, str) and wanted != app.broker:  # a stale route: the consumer fails over
-            raise ServiceNotAvailableError(f"this filter server serves broker {app.broker}, not {wanted}")
+        if isinstance(wanted, str) and wanted != app.broker and wanted not in app.known_brokers:
+            raise ServiceNotAvailableError(f"broker {wanted} is not a broker of this cluster (as of the last look)")
+        source = wanted if isinstance(wanted, str) else app.broker
         group = ext.get("g") if isinstance(ext.get("g"), str) else ""
         try:
             selector = app.selectors.get(group, topic, expr)
@@ -45,7 +46,7 @@ def make_handlers(app):
         commit = ext.get("co") if type(ext.get("co")) is int else None
         app.counters["pulls"] += 1
         FilteredPull(app, req, selector, (group, topic, expr), group, topic, queue_id, offset, want,
-                     suspend_ms, commit).step()
+                     suspend_ms, commit, source).step()
 
     def check_client_config(req):
         ext = req.ext

@@ -16,7 +16,7 @@ from quiver import Message, Producer
 from quiver.local import wait_healthy
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
-from test_scheduler_support import UNITS, consumer, drain, sched_cluster, wait_owned  # noqa: E402
+from test_scheduler_support import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 BATCH = 50
@@ -24,7 +24,7 @@ BATCH = 50
 
 def test_kill_9_with_1000_pending_then_restart_delivers_all_never_early(make_cluster):
     c, (sched,), admin = sched_cluster(make_cluster, sched_args=("--max-reput-batch", str(BATCH)))
-    admin.create_topic("Survive", queues=2)
+    create_topic(admin, "Survive", 2)
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Survive") as pc:
         futs = [p.send_async(Message("Survive", str(i).encode(), delay_level=4 + i % 2)) for i in range(1000)]
         ids = {f.result(20).msg_id for f in futs}                     # levels 4-5: 2 s and 3 s

@@ -91,3 +91,43 @@ def test_three_brokers_spread_and_a_broker_leaving_and_rejoining(tmp_path):
         for s in cluster.services:
             if s.alive():
                 s.kill()
+
+
+@pytest.mark.slow
+def test_sql92_consumer_through_two_filters_over_three_brokers(tmp_path):
+    from quiver import MessageSelector
+    from quiver.transport import Transport
+    from quiver.codes import RequestCode
+    cluster = LocalCluster(str(tmp_path / "f"))
+    specs = [s for s in compose.load(COMPOSE) if s.role in ("namesrv", "broker", "filter")]
+    overrides = {s.name: {"QUIVER_AUTO_CREATE_TOPICS": "true"} for s in specs if s.role == "broker"}
+    try:
+        compose.start(cluster, specs, {"broker-store": 3, "filter": 2}, free_ports=True, overrides=overrides,
+                      log=lambda *_: None)
+        admin = Admin(namesrv=cluster.namesrv)
+        admin.create_topic("Sql", queues=2)
+        deadline = time.monotonic() + 30       # filters attach and brokers report them
+        while time.monotonic() < deadline:
+            if len({a for v in admin.topic_route("Sql")["filter_servers"].values() for a in v}) == 2:
+                break
+            time.sleep(0.2)
+        with Producer("sql", namesrv=cluster.namesrv) as p:
+            sent = [p.send(Message("Sql", str(i).encode(), properties={"n": str(i)})) for i in range(90)]
+        assert len({r.broker for r in sent}) == 3
+        want = sorted(str(i).encode() for i in range(90) if i % 3 == 0)
+        with PullConsumer("sql-c", namesrv=cluster.namesrv, consume_from="first") as c:
+            c.subscribe("Sql", MessageSelector.sql("n IN ('" + "','".join(str(i) for i in range(0, 90, 3)) + "')"))
+            got, deadline = [], time.monotonic() + 30
+            while len(got) < len(want) and time.monotonic() < deadline:
+                got += c.poll(0.5)
+        assert sorted(m.body for m in got) == want
+        t = Transport()
+        for f in [s for s in cluster.services if s.role == "filter"]:
+            st = t.call(f.addr, RequestCode.STATUS).ext["status"]
+            assert st["counters"].get("pulls", 0) > 0, f"{f.name} served no pull"
+        t.close()
+        admin.shutdown()
+    finally:
+        for s in cluster.services:
+            if s.alive():
+                s.kill()

@@ -8,12 +8,12 @@ from quiver import Message, Producer
 from quiver.cli import main as cli_main
 from quiver.errors import MessageIllegalError, QueryNotFoundError
 
-from test_scheduler_support import LEVELS_MS, consumer, drain, sched_cluster
+from test_scheduler_support import create_topic, LEVELS_MS, consumer, drain, sched_cluster
 
 
 def test_levels_1_to_3_deliver_after_their_delay_intact(make_cluster):
     c, scheds, admin = sched_cluster(make_cluster)
-    admin.create_topic("Delayed", queues=2)
+    create_topic(admin, "Delayed", 2)
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Delayed") as pc:
         sent = {}
         for i in range(30):
@@ -42,7 +42,7 @@ def test_levels_1_to_3_deliver_after_their_delay_intact(make_cluster):
 
 def test_timer_beyond_horizon_is_refused_and_due_timer_is_delivered(make_cluster):
     c, scheds, admin = sched_cluster(make_cluster)
-    admin.create_topic("Timed", queues=1)
+    create_topic(admin, "Timed", 1)
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Timed") as pc:
         with pytest.raises(MessageIllegalError, match="limit"):
             p.send(Message("Timed", b"x", delay_ms=41 * 86_400_000))
@@ -57,7 +57,7 @@ def test_timer_beyond_horizon_is_refused_and_due_timer_is_delivered(make_cluster
 
 def test_cancel_before_delivery_prevents_it_after_delivery_says_too_late(make_cluster, capsys):
     c, scheds, admin = sched_cluster(make_cluster)
-    admin.create_topic("Cancel", queues=1)
+    create_topic(admin, "Cancel", 1)
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Cancel") as pc:
         timer = p.send(Message("Cancel", b"timer", delay_ms=2500))
         level = p.send(Message("Cancel", b"level", delay_level=5))      # 3 s

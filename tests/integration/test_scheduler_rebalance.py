@@ -6,7 +6,7 @@ import pytest
 
 from quiver import Message, Producer
 
-from test_scheduler_support import UNITS, consumer, drain, sched_cluster, wait_owned
+from test_scheduler_support import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ def test_two_instances_split_units_and_survivor_takes_over(make_cluster):
     c, scheds, admin = sched_cluster(make_cluster, schedulers=2)
     owned = wait_owned(admin, scheds, UNITS)
     assert all(8 <= len(o) <= 11 for o in owned), owned                 # averaged, disjoint, complete
-    admin.create_topic("Shared", queues=2)
+    create_topic(admin, "Shared", 2)
     victim_idx = 0 if any("timer" in u for u in owned[0]) else 1
     victim, survivor = scheds[victim_idx], scheds[1 - victim_idx]
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Shared") as pc:

@@ -45,3 +45,17 @@ def consumer(namesrv, topic, group="sched-test"):
     c = PullConsumer(group, namesrv=namesrv, consume_from="first")
     c.subscribe(topic)
     return c.start()
+
+
+def create_topic(admin, topic, queues, timeout=10.0):
+    """Create a topic and wait until the name server routes it (registration is asynchronous)."""
+    admin.create_topic(topic, queues=queues)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.topic_route(topic)
+            return
+        except QuiverError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

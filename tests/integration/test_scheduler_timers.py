@@ -11,7 +11,7 @@ import pytest
 from quiver import Message, Producer
 from quiver.client import MessageQueue
 
-from test_scheduler_support import consumer, drain, sched_cluster, wait_owned, UNITS
+from test_scheduler_support import create_topic, consumer, drain, sched_cluster, wait_owned, UNITS
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def _due(m) -> int:
 
 def test_1000_arbitrary_times_over_20s_arrive_in_due_order_never_early(make_cluster):
     c, scheds, admin = sched_cluster(make_cluster)
-    admin.create_topic("Arbitrary", queues=1)
+    create_topic(admin, "Arbitrary", 1)
     now = int(time.time() * 1000)
     dues = sorted(now + random.randint(2_000, 20_000) for _ in range(1000))
     random.shuffle(dues)
@@ -44,7 +44,7 @@ def test_timer_outlives_a_forced_retention_run(make_cluster):
     c, scheds, admin = sched_cluster(make_cluster, broker_args=("--file-reserved-hours", "0",
                                                                 "--segment-bytes", "65536"))
     broker = c.services[1]
-    admin.create_topic("Kept", queues=1)
+    create_topic(admin, "Kept", 1)
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Kept") as pc:
         due = int(time.time() * 1000) + 6_000
         r = p.send(Message("Kept", b"survivor", keys=["keep-me"], deliver_at=due))
@@ -65,7 +65,7 @@ def test_timer_outlives_a_forced_retention_run(make_cluster):
 
 def test_index_is_rebuilt_from_the_timer_topic_when_its_file_is_lost(make_cluster):
     c, scheds, admin = sched_cluster(make_cluster)
-    admin.create_topic("Rebuilt", queues=1)
+    create_topic(admin, "Rebuilt", 1)
     sched = scheds[0]
     with Producer("pg", namesrv=c.namesrv, auto_batch=False) as p, consumer(c.namesrv, "Rebuilt") as pc:
         now = int(time.time() * 1000)
