@@ -1,0 +1,251 @@
+"""The "quiver" PySpark data source against real brokers and a real local Spark (local[2]).
+
+One SparkSession for the module. Expected sets always come from what the
+producer was told (SendResult: broker, queue, offset, msg id), so the tests
+check planning and executor pulls: counts, no duplicates, no gaps.
+"""
+
+import os
+import random
+import shutil
+import threading
+import time
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+    pytest.skip("no Java for local Spark", allow_module_level=True)
+
+from quiver import Admin, Message, Producer  # noqa: E402
+from quiver.local import LocalCluster, wait_healthy  # noqa: E402
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    import quiver.spark as qs
+    s = qs.session("local[2]", "quiver-tests", **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+                                                  "spark.driver.memory": "1g"})
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+def _cluster(path, brokers: int, *broker_args) -> LocalCluster:
+    c = LocalCluster(str(path))
+    c.add_namesrv()
+    c.wait()
+    for _ in range(brokers):
+        c.add_broker(None, None, *broker_args)
+    c.wait()
+    c.wait_registered(brokers)
+    return c
+
+
+@pytest.fixture(scope="module")
+def two_brokers(tmp_path_factory):
+    c = _cluster(tmp_path_factory.mktemp("spark2b"), 2)
+    yield c
+    c.stop()
+
+
+def _send(namesrv: str, msgs: list[Message]):
+    with Producer("spark-pg", namesrv=namesrv) as p:
+        futs = [p.send_async(m) for m in msgs]
+        return [f.result(60) for f in futs]
+
+
+def _reader(spark, namesrv: str, topic: str, **opts):
+    r = spark.read.format("quiver").option("namesrv", namesrv).option("topic", topic)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def _keyed(rows):
+    return {(r.broker, r.queue_id, r.queue_offset): r for r in rows}
+
+
+def test_batch_20k_over_2_brokers_x_4_queues_exact(spark, two_brokers):
+    admin = Admin(namesrv=two_brokers.namesrv)
+    admin.create_topic("SparkBatch", queues=4)
+    admin.shutdown()
+    msgs = [Message("SparkBatch", f"body-{i}".encode(), tags="even" if i % 2 == 0 else "odd", keys=[f"k{i}", "x"],
+                    properties={"seq": str(i)}) for i in range(20_000)]
+    results = _send(two_brokers.namesrv, msgs)
+    sent = {(r.broker, r.queue_id, r.queue_offset): (r.msg_id, m.body) for r, m in zip(results, msgs)}
+    assert len(sent) == 20_000 and len({k[:2] for k in sent}) == 8
+
+    df = _reader(spark, two_brokers.namesrv, "SparkBatch")
+    assert df.rdd.getNumPartitions() == 8   # one per (broker, queue)
+    rows = df.select("broker", "queue_id", "queue_offset", "msg_id", "body").collect()
+    assert len(rows) == 20_000
+    got = {(r.broker, r.queue_id, r.queue_offset): (r.msg_id, bytes(r.body)) for r in rows}
+    assert got == sent
+
+    one = _reader(spark, two_brokers.namesrv, "SparkBatch").where("queue_offset = 7").limit(1).collect()[0]
+    assert one.tags in ("even", "odd") and one.keys[1] == "x" and one.properties["seq"].isdigit()
+    assert one.store_timestamp >= one.born_timestamp
+
+    # minPartitions splits big queue ranges; still exact
+    split = _reader(spark, two_brokers.namesrv, "SparkBatch", minPartitions="20")
+    assert split.rdd.getNumPartitions() >= 20
+    agg = split.selectExpr("count(*) c", "count(distinct broker, queue_id, queue_offset) d").collect()[0]
+    assert (agg.c, agg.d) == (20_000, 20_000)
+
+    # tag subscription: broker-side hash filter, exact by string
+    assert _reader(spark, two_brokers.namesrv, "SparkBatch", subscription="odd").count() == 10_000
+
+
+def test_offset_ranges_and_timestamps(spark, two_brokers):
+    admin = Admin(namesrv=two_brokers.namesrv)
+    admin.create_topic("SparkRange", queues=2)
+    admin.shutdown()
+    first = _send(two_brokers.namesrv, [Message("SparkRange", f"a{i}".encode()) for i in range(400)])
+    time.sleep(0.05)
+    mark = int(time.time() * 1000)
+    time.sleep(0.05)
+    second = _send(two_brokers.namesrv, [Message("SparkRange", f"b{i}".encode()) for i in range(400)])
+    time.sleep(0.05)
+    mark2 = int(time.time() * 1000)
+    time.sleep(0.05)
+    _send(two_brokers.namesrv, [Message("SparkRange", f"c{i}".encode()) for i in range(100)])
+
+    starting = '{"SparkRange": {"broker-a": {"0": 10, "1": -2}, "broker-b": {"0": -1, "1": 5}}}'
+    ending = '{"SparkRange": {"broker-a": {"0": 30, "1": 3}, "broker-b": {"0": -1, "1": -1}}}'
+    rows = _reader(spark, two_brokers.namesrv, "SparkRange", startingOffsets=starting,
+                   endingOffsets=ending).select("broker", "queue_id", "queue_offset").collect()
+    got = {(r.broker, r.queue_id, r.queue_offset) for r in rows}
+    maxes = {}
+    for r in first + second:
+        maxes[(r.broker, r.queue_id)] = max(maxes.get((r.broker, r.queue_id), -1), r.queue_offset)
+    per_queue = {}
+    for b, q, o in got:
+        per_queue.setdefault((b, q), set()).add(o)
+    assert per_queue[("broker-a", 0)] == set(range(10, 30))
+    assert per_queue[("broker-a", 1)] == set(range(0, 3))
+    assert ("broker-b", 0) not in per_queue                       # latest -> latest: nothing
+    assert min(per_queue[("broker-b", 1)]) == 5 and len(per_queue[("broker-b", 1)]) == max(per_queue[("broker-b", 1)]) - 4
+
+    by_ts = _reader(spark, two_brokers.namesrv, "SparkRange", startingTimestamp=str(mark),
+                    endingTimestamp=str(mark2)).select("body").collect()
+    assert sorted(bytes(r.body) for r in by_ts) == sorted(f"b{i}".encode() for i in range(400))
+
+
+def test_sql92_pushdown_exact(spark, two_brokers):
+    pytest.importorskip("quiver_filter")
+    from quiver_filter import sql92
+    admin = Admin(namesrv=two_brokers.namesrv)
+    admin.create_topic("SparkSql", queues=4)
+    admin.shutdown()
+    filters = [two_brokers.add_service("filter", "quiver_filter", "--broker", b.addr, "--register-interval-ms",
+                                       "1000", data=False) for b in two_brokers.services if b.role == "broker"]
+    wait_healthy(filters)
+    rng = random.Random(8)
+    msgs = []
+    for i in range(3000):
+        props = {"seq": str(i), "amount": str(rng.randint(0, 1000))}
+        if rng.random() < 0.7:
+            props["region"] = rng.choice(["eu", "us", "ap"])
+        msgs.append(Message("SparkSql", f"s{i}".encode(), tags=rng.choice(["vip", "std"]), properties=props))
+    _send(two_brokers.namesrv, msgs)
+    expr = "(region = 'eu' AND amount BETWEEN 100 AND 500) OR TAGS = 'vip'"
+    sel = sql92.compile(expr)
+    want = {m.properties["seq"] for m in msgs if sel.matches({**m.properties, "TAGS": m.tags})}
+    deadline = time.monotonic() + 20    # filter servers reach the route with their next registration
+    while True:
+        admin = Admin(namesrv=two_brokers.namesrv)
+        route = admin.topic_route("SparkSql")
+        admin.shutdown()
+        if len([a for v in route.get("filter_servers", {}).values() for a in v]) >= 2:
+            break
+        assert time.monotonic() < deadline, route
+        time.sleep(0.2)
+    rows = _reader(spark, two_brokers.namesrv, "SparkSql", subscription=f"sql:{expr}").select("properties").collect()
+    got = [r.properties["seq"] for r in rows]
+    assert len(got) == len(set(got)) and set(got) == want
+
+
+def _stream(spark, namesrv, topic, out, ckpt, trigger, **opts):
+    r = spark.readStream.format("quiver").option("namesrv", namesrv).option("topic", topic)
+    for k, v in opts.items():
+        r = r.option(k, v)
+    w = r.load().writeStream.format("parquet").option("path", out).option("checkpointLocation", ckpt)
+    return w.trigger(**trigger).start()
+
+
+def _parquet_rows(spark, out):
+    import quiver.spark as qs
+    if not os.path.exists(os.path.join(out, "_spark_metadata")):
+        return []
+    return spark.read.schema(qs.SCHEMA).parquet(out).select("broker", "queue_id", "queue_offset", "body").collect()
+
+
+def test_stream_into_parquet_restart_resumes_exactly(spark, two_brokers, tmp_path):
+    admin = Admin(namesrv=two_brokers.namesrv)
+    admin.create_topic("SparkStream", queues=2)
+    admin.shutdown()
+    out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+    sent = _send(two_brokers.namesrv, [Message("SparkStream", f"p{i}".encode()) for i in range(500)])
+    q = _stream(spark, two_brokers.namesrv, "SparkStream", out, ckpt, {"processingTime": "500 milliseconds"},
+                startingOffsets="earliest")
+    try:
+        producer = threading.Thread(target=lambda: sent.extend(
+            _send(two_brokers.namesrv, [Message("SparkStream", f"q{i}".encode()) for i in range(1000)])))
+        producer.start()
+        producer.join()
+        deadline = time.monotonic() + 90
+        while len(_parquet_rows(spark, out)) < 1500:
+            assert q.exception() is None, q.exception()
+            assert time.monotonic() < deadline, "stream did not catch up"
+            time.sleep(1)
+    finally:
+        q.stop()
+    sent.extend(_send(two_brokers.namesrv, [Message("SparkStream", f"r{i}".encode()) for i in range(1000)]))
+    # restart from the checkpoint: availableNow, at most 400 offsets per batch
+    q = _stream(spark, two_brokers.namesrv, "SparkStream", out, ckpt, {"availableNow": True},
+                startingOffsets="earliest", maxOffsetsPerTrigger="400")
+    q.awaitTermination(120)
+    assert q.exception() is None
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 1000 and max(sizes) <= 400, sizes
+    rows = _parquet_rows(spark, out)
+    keys = [(r.broker, r.queue_id, r.queue_offset) for r in rows]
+    assert len(keys) == len(set(keys)) == 2500
+    assert set(keys) == {(r.broker, r.queue_id, r.queue_offset) for r in sent}
+
+
+def test_retention_past_checkpoint_fail_or_skip(spark, tmp_path):
+    c = _cluster(tmp_path / "ret", 1, "--segment-bytes", "65536", "--file-reserved-hours", "0")
+    try:
+        admin = Admin(namesrv=c.namesrv)
+        admin.create_topic("SparkRet", queues=1)
+        body = b"x" * 1024
+        _send(c.namesrv, [Message("SparkRet", body) for _ in range(50)])
+        out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
+        q = _stream(spark, c.namesrv, "SparkRet", out, ckpt, {"availableNow": True}, startingOffsets="earliest")
+        q.awaitTermination(60)
+        assert len(_parquet_rows(spark, out)) == 50
+        _send(c.namesrv, [Message("SparkRet", body) for _ in range(400)])
+        broker = next(s for s in c.services if s.role == "broker")
+        assert admin.clean_expired(broker.addr) > 0
+        from quiver.client import MessageQueue
+        low = admin.min_offset(MessageQueue("SparkRet", "broker-a", 0))
+        assert low > 50, low
+        admin.shutdown()
+
+        shutil.copytree(ckpt, ckpt + "-2")
+        q = _stream(spark, c.namesrv, "SparkRet", out, ckpt, {"availableNow": True})
+        with pytest.raises(Exception) as err:
+            q.awaitTermination(60)
+        assert "retention" in str(err.value) and "failOnDataLoss" in str(err.value)
+
+        q = _stream(spark, c.namesrv, "SparkRet", out, ckpt + "-2", {"availableNow": True}, failOnDataLoss="false")
+        q.awaitTermination(60)
+        assert q.exception() is None
+        offsets = sorted(r.queue_offset for r in _parquet_rows(spark, out))
+        assert offsets == list(range(50)) + list(range(low, 450))
+    finally:
+        c.stop()
