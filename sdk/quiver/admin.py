@@ -1,6 +1,7 @@
 """Admin: topics, routes, cluster info, message lookups, offsets, group progress, dead letters. Needs no start()."""
 
 import logging
+import time
 
 from . import record
 from .client import ClientBase, MessageQueue
@@ -20,8 +21,12 @@ class Admin(ClientBase):
     # ---- topics ---------------------------------------------------------------------
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
-                     brokers: list[str] | None = None) -> dict:
-        """Create (or update) a topic on every broker, or on the named ones."""
+                     brokers: list[str] | None = None, wait_s: float = 5.0) -> dict:
+        """Create (or update) a topic on every broker, or on the named ones.
+
+        Returns once every name server routes it (up to `wait_s`), so a producer or
+        consumer started right after sees the topic.
+        """
         check_topic(topic, for_create=True)
         addrs = self.all_broker_addrs()
         if brokers:
@@ -35,7 +40,30 @@ class Admin(ClientBase):
         out = {name: self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext).ext["config"]
                for name, addr in addrs.items()}
         self._routes.pop(topic, None)
+        if wait_s > 0:
+            self._wait_routed(topic, set(addrs), queues, wait_s)
         return out
+
+    def _wait_routed(self, topic: str, brokers: set[str], queues: int, wait_s: float) -> None:
+        """Brokers re-register asynchronously: wait until every name server routes the topic."""
+        deadline = time.monotonic() + wait_s
+        pending = list(self.namesrvs)
+        while pending:
+            addr = pending[0]
+            try:
+                route = self.transport.call(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
+                                            timeout=1.0).ext["route"]
+                routed = {q["broker_name"] for q in route["queues"] if q["write"] == queues}
+                if brokers <= routed:
+                    pending.pop(0)
+                    continue
+            except QuiverError:
+                pass
+            if time.monotonic() > deadline:
+                log.warning("topic %s is not yet routed by name server %s", topic, addr)
+                pending.pop(0)
+                continue
+            time.sleep(0.02)
 
     def delete_topic(self, topic: str) -> None:
         for name, addr in self.all_broker_addrs().items():
