@@ -312,6 +312,16 @@ def cmd_txn(args) -> int:
     return 0
 
 
+def cmd_ingest(args) -> int:
+    """Copy topics into a lake with Spark (quiver.spark, needs `pip install quiver[spark]` and Java)."""
+    try:
+        from .spark import run_ingest
+    except ImportError as exc:
+        print(f"error: quiver ingest needs PySpark (pip install 'quiver[spark]'): {exc}", file=sys.stderr)
+        return 2
+    return run_ingest(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quiver", description="Quiver message system: local cluster and admin CLI")
     p.add_argument("--namesrv", default=os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
@@ -335,6 +345,20 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("addr")
     pg.add_argument("--timeout", type=float, default=1.0)
     pg.set_defaults(fn=cmd_ping)
+    ig = sub.add_parser("ingest", help="copy topics to Parquet/Delta with Spark (batch or streaming)")
+    ig.add_argument("--topic", required=True, help="topic, or comma list")
+    ig.add_argument("--to", required=True, help="output path (any Hadoop URI)")
+    ig.add_argument("--format", choices=["parquet", "delta"], default="parquet")
+    ig.add_argument("--stream", action="store_true", help="keep running (Structured Streaming) instead of one batch")
+    ig.add_argument("--available-now", action="store_true", help="with --stream: read what is there, then stop")
+    ig.add_argument("--checkpoint", help="streaming checkpoint (default: <to>/_checkpoint)")
+    ig.add_argument("--master", default=os.environ.get("QUIVER_SPARK_MASTER", "local[*]"))
+    ig.add_argument("--starting-offsets", default="earliest")
+    ig.add_argument("--max-offsets-per-trigger", type=int)
+    ig.add_argument("--subscription", default="*", help="tag expression or sql:<SQL92>")
+    ig.add_argument("--mode", choices=["append", "overwrite"], default="overwrite", help="batch save mode")
+    ig.add_argument("--trigger-seconds", type=float, default=5.0)
+    ig.set_defaults(fn=cmd_ingest)
 
     tp = sub.add_parser("topic", help="create, delete, route, list topics")
     tp.add_argument("action", choices=["create", "delete", "route", "list"])

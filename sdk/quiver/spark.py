@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import re
+import sys
 import time
 from dataclasses import dataclass, replace
 
@@ -271,7 +272,7 @@ def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[l
         return [[r] for r in ranges]
     out = []
     for r in ranges:
-        parts = max(1, round(r.size / total * min_partitions))
+        parts = max(1, math.ceil(r.size * min_partitions / total))
         step = math.ceil(r.size / parts)
         out.extend([replace(r, start=lo, end=min(lo + step, r.end))] for lo in range(r.start, r.end, step))
     return out
@@ -494,3 +495,83 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._planner is not None:
             self._planner.close()
             self._planner = None
+
+
+# ---- `quiver ingest` ------------------------------------------------------------------------------
+
+def _progress_bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // total if total else width
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
+
+
+def _watch_tasks(spark, stop) -> None:
+    """Plain-text progress of the running stages (tasks done / tasks), until `stop` is set."""
+    tracker = spark.sparkContext.statusTracker()
+    last = ""
+    while not stop.wait(1.0):
+        done = total = 0
+        for sid in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(sid)
+            if info:
+                done, total = done + info.numCompletedTasks, total + info.numTasks
+        line = f"tasks {_progress_bar(done, total)}" if total else ""
+        if line and line != last:
+            print(line, flush=True)
+            last = line
+
+
+def run_ingest(args) -> int:
+    """`quiver ingest`: topics -> Parquet/Delta partitioned by topic and store date, batch or streaming."""
+    import threading
+
+    from pyspark.sql import functions as F
+
+    conf = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
+    if args.format == "delta":
+        conf.update({"spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+                     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog"})
+    spark = session(args.master, f"quiver-ingest-{args.topic}", **conf)
+    try:
+        reader = spark.readStream if args.stream else spark.read
+        reader = (reader.format("quiver").option("namesrv", args.namesrv).option("topic", args.topic)
+                  .option("startingOffsets", args.starting_offsets).option("subscription", args.subscription))
+        if args.stream and args.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+        df = reader.load().withColumn("dt", F.to_date("store_timestamp"))
+        if not args.stream:
+            stop = threading.Event()
+            threading.Thread(target=_watch_tasks, args=(spark, stop), daemon=True).start()
+            t0 = time.monotonic()
+            try:
+                df.write.format(args.format).mode(args.mode).partitionBy("topic", "dt").save(args.to)
+            finally:
+                stop.set()
+            rows = spark.read.format(args.format).load(args.to).count()
+            secs = time.monotonic() - t0
+            print(f"ingested {args.topic} -> {args.to} ({args.format}): {rows} rows in {secs:.1f} s", flush=True)
+            return 0
+        ckpt = args.checkpoint or args.to.rstrip("/") + "/_checkpoint"
+        trigger = {"availableNow": True} if args.available_now else {"processingTime": f"{args.trigger_seconds} seconds"}
+        query = (df.writeStream.format(args.format).option("checkpointLocation", ckpt).partitionBy("topic", "dt")
+                 .trigger(**trigger).start(args.to))
+        total, seen = 0, -1
+        print(f"streaming {args.topic} -> {args.to} ({args.format}), checkpoint {ckpt}; Ctrl-C stops", flush=True)
+        try:
+            while query.isActive:
+                query.awaitTermination(2)
+                progress = query.recentProgress
+                if progress and progress[-1]["batchId"] != seen:
+                    new = [p for p in progress if p["batchId"] > seen]
+                    seen = progress[-1]["batchId"]
+                    total += sum(p["numInputRows"] for p in new)
+                    last = progress[-1]
+                    print(f"batch {seen}: {total} rows so far, {last.get('processedRowsPerSecond', 0):.0f} rows/s",
+                          flush=True)
+        except KeyboardInterrupt:
+            query.stop()
+        if query.exception() is not None:
+            print(f"ingest failed: {query.exception()}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        spark.stop()

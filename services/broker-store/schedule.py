@@ -30,6 +30,8 @@ from quiver.errors import InvalidParameterError, QuiverError, ServiceNotAvailabl
 from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
 from quiver.validation import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
 
+from .sending import unpack_bodies
+
 log = logging.getLogger(__name__)
 
 SCHEDULE_ORIGIN_ID = "SCHEDULE_ORIGIN_ID"
@@ -69,11 +71,13 @@ def make_handlers(app):
 
     def reput(req):
         ext, bodies = req.ext, req.env.bodies
+        if "l" in ext:
+            bodies = unpack_bodies(bodies, ext["l"])
         metas = ext.get("m")
         if not isinstance(metas, list) or len(metas) != len(bodies) or not bodies:
             raise InvalidParameterError("SCHEDULE_REPUT needs one body frame per entry of 'm'")
         roll = bool(ext.get("roll"))
-        groups: list[list] = []   # [key, bodies, props, flags, born_ts]
+        groups: dict[tuple, list] = {}   # key -> [key, bodies, props, flags, born_ts]; order kept per queue
         dropped: list[int] = []
         for i, (body, meta) in enumerate(zip(bodies, metas)):
             if not isinstance(meta, list) or len(meta) < 6 or type(meta[1]) is not str:
@@ -89,17 +93,15 @@ def make_handlers(app):
                     continue
                 qid = qid if 0 <= qid < target["write"] else qid % max(target["write"], 1)
             key = (topic, qid, int(reconsume or 0), int(sys_flag or 0))
-            if groups and groups[-1][0] == key:
-                g = groups[-1]
-            else:
-                g = [key, [], [], [], int(born_ts or 0)]
-                groups.append(g)
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = [key, [], [], [], int(born_ts or 0)]
             g[1].append(body)
             g[2].append(props)
             g[3].append(int(flag or 0))
         if roll:
             app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
-        _put_groups(app, req, groups, dropped, len(bodies))
+        _put_groups(app, req, list(groups.values()), dropped, len(bodies))
 
     return {RequestCode.SCHEDULE_INIT: init, RequestCode.SCHEDULE_REPUT: reput}
 

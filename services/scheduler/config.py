@@ -19,6 +19,7 @@ class Config:
     timer_window_ms: int = setting(30_000, "timers due within this window are held in memory")
     roll_after_ms: int = setting(24 * 3_600_000, "a pending timer whose stored copy is this old is rolled forward")
     max_reput_batch: int = setting(1024, "messages per SCHEDULE_REPUT request")
+    reput_window: int = setting(4, "SCHEDULE_REPUT requests under way per level queue")
     pull_batch: int = setting(1024, "messages per pull of a level queue")
     buffer_per_queue: int = setting(20_000, "pulled-but-not-due messages held per level queue")
     rebalance_interval_ms: int = setting(1000, "membership check and queue allocation period")

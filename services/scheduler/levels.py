@@ -41,7 +41,7 @@ class LevelQueue:
         self.next_pull = self.delivered = offset
         self.committed = offset
         self.buffer = collections.deque()   # (due_ms, queue_offset, msg_id, record)
-        self.in_flight = None               # list of (due, qoff, id, rec) being re-put
+        self.in_flight = collections.deque()  # [batch, done] per SCHEDULE_REPUT under way, in offset order
         self.pulling = False
         self.timer = None
         self.active = True
@@ -78,7 +78,7 @@ class Levels:
         for _, _, mid, _ in q.buffer:
             self.buffered.pop(mid, None)
         q.buffer.clear()
-        if q.in_flight is None:
+        if not q.in_flight:
             self._commit(q)
         log.info("released %s at offset %d", unit, q.delivered)
 
@@ -121,7 +121,7 @@ class Levels:
         elif env.code == ResponseCode.PULL_OFFSET_MOVED:
             log.warning("%s offset moved %d -> %d (messages expired before delivery)", q.unit, q.next_pull, nxt)
             q.next_pull = nxt
-            if not q.buffer and q.in_flight is None:
+            if not q.buffer and not q.in_flight:
                 q.delivered = nxt
                 self._commit(q)
         else:
@@ -131,7 +131,7 @@ class Levels:
     # ---- delivering ----------------------------------------------------------------------
 
     def _arm(self, q: LevelQueue) -> None:
-        if not q.active or q.in_flight is not None or not q.buffer:
+        if not q.active or len(q.in_flight) >= self.config.reput_window or not q.buffer:
             return
         if q.timer is not None:
             self.app.service.cancel(q.timer)
@@ -160,33 +160,46 @@ class Levels:
                 continue
             batch.append(item)
         if not batch:
-            if skipped_to is not None:
+            if skipped_to is not None and not q.in_flight:
                 q.delivered = skipped_to
                 self._commit(q)
             self._arm(q)
             self._pull(q)
             return
-        q.in_flight = batch
+        entry = [batch, False]
+        q.in_flight.append(entry)
         self.in_flight_ids.update(i[2] for i in batch)
         metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, due] for due, _, _, r in batch]
-        self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas}, [i[3].body for i in batch],
-                         lambda env: self._reput_done(q, batch, env), timeout=10.0)
+        ext = {"m": metas}
+        bodies = [i[3].body for i in batch]
+        if len(bodies) > 1:  # one packed frame, lengths in the header
+            ext["l"] = [len(b) for b in bodies]
+            bodies = [b"".join(bodies)]
+        self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, ext, bodies,
+                         lambda env: self._reput_done(q, entry, env), timeout=10.0)
+        self._arm(q)  # several re-puts of one queue may be under way (reput_window)
 
-    def _reput_done(self, q: LevelQueue, batch, env) -> None:
-        q.in_flight = None
+    def _reput_done(self, q: LevelQueue, entry, env) -> None:
+        batch = entry[0]
         self.in_flight_ids.difference_update(i[2] for i in batch)
         if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
             log.warning("re-put of %d from %s failed (%s); retrying", len(batch), q.unit,
                         env if isinstance(env, Exception) else env.remark)
+            q.in_flight.remove(entry)
             if q.active:
                 for item in reversed(batch):
                     q.buffer.appendleft(item)
                     self.buffered[item[2]] = q
+                if q.timer is not None:
+                    self.app.service.cancel(q.timer)
                 q.timer = self.app.service.call_later(0.2, self._fire, q)
             return
+        entry[1] = True
         ts = env.ext.get("ts") or now_ms()
         self.app.stats.delivered(ts, [i[0] for i in batch], [i[2] for i in batch])
-        q.delivered = batch[-1][1] + 1
+        # progress moves only over the finished prefix: never past a re-put still under way
+        while q.in_flight and q.in_flight[0][1]:
+            q.delivered = q.in_flight.popleft()[0][-1][1] + 1
         self._commit(q)
         if q.active:
             self._arm(q)
