@@ -1,0 +1,166 @@
+"""What every system's driver shares: the driver interface, latency stats, pacing, child processes.
+
+Owns: `System` (the interface bench/__main__.py drives), percentile maths, the
+fixed-rate pacing loop of the e2e producer, and the child processes that run
+concurrent producers and the e2e consumer (bench/peers/worker.py), stopped by PID.
+Does not own any client library code nor any server process.
+"""
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WINDOW = 1000
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8]}"
+
+
+def latency_stats(lat_s: list[float], prefix: str) -> dict:
+    """p50/p99/max in microseconds of a list of seconds."""
+    if not lat_s:
+        raise RuntimeError(f"{prefix}: no latency samples")
+    lat = sorted(lat_s)
+    return {f"{prefix}_p50_us": lat[len(lat) // 2] * 1e6,
+            f"{prefix}_p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
+            f"{prefix}_max_us": lat[-1] * 1e6}
+
+
+def paced(rate: int, n: int, send, pump=None) -> None:
+    """Call send(i) for i in range(n) at `rate` per second; `pump()` runs while waiting (client I/O)."""
+    t0 = time.perf_counter()
+    for i in range(n):
+        while True:
+            delay = t0 + i / rate - time.perf_counter()
+            if delay <= 0:
+                break
+            if pump is not None:
+                pump(min(delay, 0.002))
+            else:
+                time.sleep(delay)
+        send(i)
+
+
+class System:
+    """One system under test. Subclasses start their server in __enter__ and stop it in __exit__."""
+
+    name = ""
+    durability = ""
+    notes: dict[str, str] = {}      # workload -> why N/A or what stands in for it
+
+    def conn(self) -> dict:
+        """What a worker process needs to connect (JSON-able)."""
+        raise NotImplementedError
+
+    def produce(self, n: int, size: int) -> dict:
+        raise NotImplementedError
+
+    def batch(self, n: int) -> dict | None:
+        return None
+
+    def consume(self, n: int) -> dict:
+        raise NotImplementedError
+
+    def sync(self, samples: int) -> dict:
+        raise NotImplementedError
+
+    def e2e(self, rate: int, seconds: float) -> dict:
+        raise NotImplementedError
+
+    def new_topic(self) -> str:
+        """A fresh topic/stream/queue for one concurrent-producer round."""
+        return unique("procs")
+
+    def drop_topic(self, topic: str) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+# ---- child processes ------------------------------------------------------------------
+
+class Child:
+    """`python -m bench.peers.worker ...` speaking line-wise on stdin/stdout; killed by PID."""
+
+    def __init__(self, system: str, role: str, params: dict):
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.peers.worker", system, role, json.dumps(params)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                                     start_new_session=True)
+
+    def readline(self, deadline: float) -> str:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"worker {self.proc.pid} did not answer in time")
+            r, _, _ = select.select([self.proc.stdout], [], [], left)
+            if r:
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"worker {self.proc.pid} exited with {self.proc.poll()}")
+                return line.strip()
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def concurrent_produce(sys_name: str, system: System, procs: int, n_total: int, size: int,
+                       timeout_s: float = 120.0) -> float:
+    """`procs` producer processes on one fresh topic, n_total messages in all: acked msg/s, wall clock."""
+    topic = system.new_topic()
+    children = []
+    try:
+        per = max(1, n_total // procs)
+        children = [Child(sys_name, "produce", {"conn": system.conn(), "topic": topic, "n": per, "size": size})
+                    for _ in range(procs)]
+        deadline = time.monotonic() + timeout_s
+        for c in children:
+            if c.readline(deadline) != "ready":
+                raise RuntimeError("worker did not say ready")
+        for c in children:
+            c.send("go")
+        results = [json.loads(c.readline(deadline)) for c in children]
+        acked = sum(r["acked"] for r in results)
+        if acked != per * procs:
+            raise RuntimeError(f"{sys_name}: {acked} of {per * procs} acked by {procs} producers")
+        return acked / (max(r["t1"] for r in results) - min(r["t0"] for r in results))
+    finally:
+        for c in children:
+            c.kill()
+        system.drop_topic(topic)
+
+
+def e2e_run(sys_name: str, system: System, topic: str, rate: int, seconds: float, produce_paced) -> dict:
+    """Start the live consumer in another process, call produce_paced(n) here, read its latencies."""
+    n = int(rate * seconds)
+    child = Child(sys_name, "e2e", {"conn": system.conn(), "topic": topic, "count": n, "seconds": seconds + 15})
+    try:
+        if child.readline(time.monotonic() + 60) != "ready":
+            raise RuntimeError("e2e consumer did not say ready")
+        produce_paced(n)
+        out = json.loads(child.readline(time.monotonic() + seconds + 30))
+    finally:
+        child.kill()
+    if out["count"] < n:
+        raise RuntimeError(f"{sys_name} e2e: consumer saw {out['count']} of {n}")
+    return {"e2e_p50_us": out["p50_us"], "e2e_p99_us": out["p99_us"]}

@@ -1,0 +1,156 @@
+"""Quiver itself, one name server + one broker on loopback, in ASYNC or SYNC flush.
+
+ASYNC flush (the broker acks after the page-cache write, a flusher fsyncs
+behind) compares with JetStream and Redis; SYNC flush (ack after the group
+fsync) compares with RabbitMQ's confirms and the disk ceiling.
+Produce: send_async with a window of 1000 acks in flight; batch: send_batch_async
+of 100 with 10 in flight; consume: PullConsumer (pull batch 256) then commit
+(the offset commit is Quiver's ack); e2e: bench.e2e_consumer in another process.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from quiver import Admin, Message, Producer, PullConsumer
+from quiver.local import LocalCluster
+
+from bench.core import pipelined_batches
+from bench.peers import base
+
+
+class Client:
+    def __init__(self, conn: dict):
+        self.p = Producer(base.unique("bench-p"), namesrv=conn["namesrv"]).start()
+
+    def produce(self, topic: str, n: int, size: int, window: int = base.WINDOW) -> int:
+        sem, done, lock = threading.Semaphore(window), threading.Event(), threading.Lock()
+        count = [0, 0]        # acked, failed
+
+        def cb(f):
+            sem.release()
+            with lock:
+                count[0 if f.exception() is None else 1] += 1
+                if count[0] + count[1] == n:
+                    done.set()
+        msg = Message(topic, b"x" * size)
+        for _ in range(n):
+            sem.acquire()
+            self.p.send_async(msg, cb)
+        done.wait(120)
+        return count[0]
+
+    def close(self) -> None:
+        self.p.shutdown()
+
+
+def e2e_consume(conn, topic, count, seconds, ready):  # the real one is bench/e2e_consumer.py
+    raise NotImplementedError("Quiver's e2e consumer is bench.e2e_consumer")
+
+
+class QuiverAsync(base.System):
+    name = "quiver-async"
+    flush = "async"
+    durability = "flush ASYNC: ack after page-cache write, fsync behind"
+    notes = {"batch": "send_batch_async of 100, 10 batches in flight"}
+
+    def __enter__(self):
+        self.dir = tempfile.TemporaryDirectory(prefix=f"quiver-bench-{self.flush}-")
+        self.cluster = LocalCluster(self.dir.name)
+        try:
+            self.cluster.add_namesrv()
+            self.cluster.wait()
+            self.broker = self.cluster.add_broker(None, None, "--flush", self.flush)
+            self.cluster.wait()
+            self.cluster.wait_registered(1)
+            self.admin = Admin(namesrv=self.cluster.namesrv)
+            self.client = Client(self.conn())
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            for name in ("client", "admin"):
+                obj = getattr(self, name, None)
+                if obj is not None:
+                    obj.close() if name == "client" else obj.shutdown()
+        finally:
+            self.cluster.stop()
+            self.dir.cleanup()
+
+    def conn(self) -> dict:
+        return {"namesrv": self.cluster.namesrv}
+
+    def new_topic(self) -> str:
+        topic = base.unique("T")
+        self.admin.create_topic(topic, queues=4)
+        return topic
+
+    def produce(self, n: int, size: int) -> dict:
+        topic = self.new_topic()
+        self.client.produce(topic, 10, size)           # route lookup outside the timing
+        t0 = time.perf_counter()
+        acked = self.client.produce(topic, n, size)
+        return {"msgs_s": acked / (time.perf_counter() - t0)}
+
+    def batch(self, n: int) -> dict:
+        topic = self.new_topic()
+        batch = [Message(topic, b"x" * 1024)] * 100
+        self.client.p.send_batch(batch)
+        return {"msgs_s": pipelined_batches(self.client.p, batch, max(1, n // 100), window=10)}
+
+    def consume(self, n: int) -> dict:
+        topic = self.new_topic()
+        if self.client.produce(topic, n, 1024) != n:
+            raise RuntimeError("prefill not fully acked")
+        with PullConsumer(base.unique("bench-c"), namesrv=self.cluster.namesrv, consume_from="first",
+                          pull_batch_size=256, auto_commit=False) as pc:
+            pc.subscribe(topic)
+            got, t0 = 0, time.perf_counter()
+            deadline = time.monotonic() + 120
+            while got < n and time.monotonic() < deadline:
+                got += len(pc.poll(0.5))
+            pc.commit()
+            return {"msgs_s": got / (time.perf_counter() - t0)}
+
+    def sync(self, samples: int) -> dict:
+        topic = self.new_topic()
+        msg, lat = Message(topic, b"x" * 1024), []
+        self.client.p.send(msg)
+        for _ in range(samples):
+            t = time.perf_counter()
+            self.client.p.send(msg)
+            lat.append(time.perf_counter() - t)
+        return base.latency_stats(lat, "sync")
+
+    def e2e(self, rate: int, seconds: float) -> dict:
+        topic = self.new_topic()
+        n = int(rate * seconds)
+        proc = subprocess.Popen([sys.executable, "-m", "bench.e2e_consumer", self.cluster.namesrv, topic, str(n),
+                                 str(seconds + 15)], stdout=subprocess.PIPE, text=True, cwd=base.ROOT,
+                                start_new_session=True)
+        try:
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("e2e consumer did not say ready")
+            p, body = self.client.p, b"x" * 1024
+            base.paced(rate, n, lambda i: p.send_async(Message(topic, body, properties={"t": repr(time.time())})))
+            out = json.loads(proc.stdout.readline())
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+            proc.stdout.close()
+        if out["count"] < n:
+            raise RuntimeError(f"quiver e2e: consumer saw {out['count']} of {n}")
+        return {"e2e_p50_us": out["p50_us"], "e2e_p99_us": out["p99_us"]}
+
+
+class QuiverSync(QuiverAsync):
+    name = "quiver-sync"
+    flush = "sync"
+    durability = "flush SYNC: ack after group fdatasync"

@@ -1,0 +1,41 @@
+"""The systems the bench knows, their names and aliases on the command line, and their modules.
+
+Modules are imported lazily so `--only quiver` needs none of the peer client libraries.
+"""
+
+import importlib
+
+# name -> (module, class); order = column order in the table
+SYSTEMS = {
+    "ceilings": ("bench.peers.ceilings", "Ceilings"),
+    "quiver-async": ("bench.peers.quiver_system", "QuiverAsync"),
+    "quiver-sync": ("bench.peers.quiver_system", "QuiverSync"),
+    "redis": ("bench.peers.redis_streams", "RedisStreams"),
+    "jetstream": ("bench.peers.jetstream", "JetStream"),
+    "rabbitmq": ("bench.peers.rabbitmq", "RabbitMQ"),
+}
+ALIASES = {"quiver": ["quiver-async", "quiver-sync"], "nats": ["jetstream"], "rabbit": ["rabbitmq"],
+           "raw": ["ceilings"], "peers": ["redis", "jetstream", "rabbitmq"]}
+PACKAGES = {"redis": "redis-server", "jetstream": "nats-server", "rabbitmq": "rabbitmq-server"}
+
+
+def resolve(only: str | None) -> list[str]:
+    if not only:
+        return list(SYSTEMS)
+    picked = set()
+    for word in (w.strip() for w in only.split(",") if w.strip()):
+        names = ALIASES.get(word, [word])
+        for n in names:
+            if n not in SYSTEMS:
+                raise SystemExit(f"unknown system {word!r}; known: {', '.join([*SYSTEMS, *ALIASES])}")
+        picked.update(names)
+    return [n for n in SYSTEMS if n in picked]
+
+
+def client_module(name: str):
+    return importlib.import_module(SYSTEMS[name][0])
+
+
+def system_class(name: str):
+    mod, cls = SYSTEMS[name]
+    return getattr(importlib.import_module(mod), cls)
