@@ -5,6 +5,9 @@ Each assigned queue keeps one long-polling pull in flight; replies are decoded
 tag expression is checked on the broker by hash and again here by string.
 Offsets: `poll()` advances the consumed position, `commit()` stores it on the
 broker (also every 5 s with auto_commit, and on shutdown).
+Consumers of one group share the queues like push consumers (rebalance.py):
+heartbeats carry the subscriptions, a NOTIFY_CONSUMER_IDS_CHANGED from a broker
+rebalances at once (else every 20 s), and a queue given up is committed first.
 SQL92 subscriptions (`MessageSelector.sql(...)`) are checked at subscribe /
 start time and pulled through a filter server of each queue's broker
 (filter_route.py); offsets are still committed to the broker.
@@ -17,6 +20,7 @@ import time
 
 from . import filter_route, record, tags
 from .client import ClientBase, MessageQueue
+from .rebalance import Rebalancer
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QueryNotFoundError, QuiverError
 from .message import MessageExt, MessageSelector
@@ -45,7 +49,7 @@ class _QueueState:
 class PullConsumer(ClientBase):
     def __init__(self, group: str, namesrv=None, consume_from="last", pull_batch_size: int = 32,
                  suspend_ms: int = 15_000, auto_commit: bool = True, auto_commit_interval_s: float = 5.0,
-                 buffer_per_queue: int = 1000):
+                 buffer_per_queue: int = 1000, allocate="averagely", rebalance_interval_s: float = 20.0):
         super().__init__(namesrv)
         self.group = group
         self.consume_from = consume_from
@@ -62,6 +66,10 @@ class PullConsumer(ClientBase):
         self._stop = threading.Event()
         self._filters = filter_route.FilterServers(self.client_id)
         self._stale_routes: set[str] = set()
+        self._rebalancer = Rebalancer(self, group, allocate)
+        self.rebalance_interval_s = rebalance_interval_s
+        self._wake = threading.Event()
+        self._rebalance_lock = threading.Lock()
 
     def subscribe(self, topic: str, expression="*") -> None:
         sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
@@ -71,7 +79,8 @@ class PullConsumer(ClientBase):
             filter_route.check_subscription(self, topic, sel, self.group)
         self.subscriptions[topic] = sel
         if self._started:
-            self._assign(topic)
+            self.send_heartbeats()
+            self.rebalance()
 
     def start(self):
         super().start()
@@ -81,11 +90,11 @@ class PullConsumer(ClientBase):
         except QuiverError:
             super().shutdown()
             raise
-        for topic in self.subscriptions:
-            self._assign(topic)
         self._stop.clear()
+        self.rebalance()
         self._timer = threading.Thread(target=self._housekeeping, name="pull-consumer-tasks", daemon=True)
         self._timer.start()
+        threading.Thread(target=self._rebalance_loop, name="pull-consumer-rebalance", daemon=True).start()
         return self
 
     def assignment(self) -> list[MessageQueue]:
@@ -93,15 +102,75 @@ class PullConsumer(ClientBase):
 
     # ---- assignment and offsets ---------------------------------------------------
 
-    def _assign(self, topic: str) -> None:
-        route = self.route(topic, refresh=True)
-        for mq in route.read_queues:
-            if mq in self._queues:
-                continue
-            addr = route.addrs[mq.broker]
-            st = _QueueState(mq, addr, self._initial_offset(mq, addr))
-            self._queues[mq] = st
-            self._pull(st)
+    def heartbeat_payload(self) -> dict:
+        subs = {t: {"type": s.type, "expression": s.expression} for t, s in self.subscriptions.items()}
+        return {"consumers": [{"group": self.group, "subscriptions": subs, "consume_type": "PULL",
+                               "model": "CLUSTERING", "consume_from": str(self.consume_from)}]}
+
+    def _on_ids_changed(self, addr, env):
+        if env.ext.get("g") in (None, self.group):
+            self._wake.set()
+        return None
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed}
+
+    def before_close(self) -> None:
+        """Leave the group at once so the others take our queues without waiting for expiry."""
+        try:
+            addrs = self.heartbeat_brokers()
+        except QuiverError:
+            return
+        ext = {"client_id": self.client_id, "consumer_group": self.group}
+        for fut in [self.transport.call_future(a, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
+                    for a in addrs.values()]:
+            try:
+                fut.result(2.0)
+            except Exception:
+                pass
+
+    def _rebalance_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.rebalance_interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.rebalance()
+            except Exception:
+                log.exception("rebalance of %s failed", self.group)
+
+    def rebalance(self) -> None:
+        """Take this client's share of every subscribed topic's queues; give up the rest."""
+        with self._rebalance_lock:
+            for topic, mqs in self._rebalancer.assignment(list(self.subscriptions)).items():
+                if mqs is None:
+                    continue  # unknown right now: keep what we have
+                want = set(mqs)
+                for mq in [m for m in list(self._queues) if m.topic == topic and m not in want]:
+                    self._drop(mq)
+                if any(mq not in self._queues for mq in want):
+                    route = self.route(topic)
+                    for mq in sorted(want - set(self._queues)):
+                        addr = route.addrs[mq.broker]
+                        st = _QueueState(mq, addr, self._initial_offset(mq, addr))
+                        self._queues[mq] = st
+                        self._pull(st)
+
+    def _drop(self, mq: MessageQueue) -> None:
+        with self._cond:
+            st = self._queues.pop(mq, None)
+            if st is None:
+                return
+            st.gen += 1  # replies of pulls under way are ignored
+            st.paused = True
+            self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+        if st.committed != st.consumed:
+            try:
+                self.call_broker(st.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                 {"g": self.group, "t": mq.topic, "q": mq.queue_id, "o": st.consumed})
+            except QuiverError as exc:
+                log.warning("commit of released %s failed: %s", mq, exc)
+        log.info("released %s at offset %d", mq, st.consumed)
 
     def _initial_offset(self, mq: MessageQueue, addr: str) -> int:
         ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id}
@@ -290,6 +359,7 @@ class PullConsumer(ClientBase):
         if not self._started:
             return
         self._stop.set()
+        self._wake.set()
         if self.auto_commit:
             try:
                 self.commit()

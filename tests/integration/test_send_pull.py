@@ -133,3 +133,31 @@ def test_long_poll_wakes_on_arrival_not_on_a_tick(cluster):
         lat.sort()
     # held pulls answer on arrival: far below any polling interval (1 s) or the 15 s suspend
     assert lat[len(lat) // 2] < 0.05 and lat[-1] < 0.5, lat
+
+
+def test_pull_consumers_of_one_group_share_the_queues(cluster):
+    Admin(namesrv=cluster.namesrv).create_topic("Shared", queues=4)
+    with Producer("pg", namesrv=cluster.namesrv) as p:
+        for i in range(400):
+            p.send_async(Message("Shared", str(i).encode()))
+        p.send(Message("Shared", b"last"))
+    a = PullConsumer("sharers", namesrv=cluster.namesrv, consume_from="first").__enter__()
+    a.subscribe("Shared")
+    b = PullConsumer("sharers", namesrv=cluster.namesrv, consume_from="first")
+    b.subscribe("Shared")
+    b.start()
+    try:
+        deadline = time.monotonic() + 10       # b joined: the broker tells a, which gives up half
+        while time.monotonic() < deadline and not (len(a.assignment()) == 2 and len(b.assignment()) == 2):
+            time.sleep(0.05)
+        assert len(a.assignment()) == len(b.assignment()) == 2
+        assert not set(a.assignment()) & set(b.assignment())
+        got, deadline = [], time.monotonic() + 15
+        while len(got) < 401 and time.monotonic() < deadline:
+            got += a.poll(0.2) + b.poll(0.2)
+        bodies = [m.body for m in got]
+        # a may have consumed some of b's queues before the rebalance: duplicates are bounded by that
+        assert set(bodies) == {str(i).encode() for i in range(400)} | {b"last"}
+    finally:
+        a.shutdown()
+        b.shutdown()

@@ -249,3 +249,33 @@ def test_retention_past_checkpoint_fail_or_skip(spark, tmp_path):
         assert offsets == list(range(50)) + list(range(low, 450))
     finally:
         c.stop()
+
+
+def test_stream_reader_offsets_without_spark_4_0_path_and_new_queues(two_brokers):
+    """PySpark 4.0/4.1 call latestOffset() bare: the reader caps from the last planned end itself."""
+    from quiver.spark import Options, QuiverStreamReader
+    admin = Admin(namesrv=two_brokers.namesrv)
+    admin.create_topic("SparkCap", queues=1, brokers=["broker-a"])
+    _send(two_brokers.namesrv, [Message("SparkCap", b"c") for _ in range(250)])
+    reader = QuiverStreamReader(Options.parse({"namesrv": two_brokers.namesrv, "topic": "SparkCap",
+                                               "startingOffsets": "earliest", "maxOffsetsPerTrigger": "100"}))
+    try:
+        assert reader.initialOffset() == {"SparkCap": {"broker-a": {"0": 0}}}
+        ends = [reader.latestOffset()["SparkCap"]["broker-a"]["0"] for _ in range(4)]
+        assert ends == [100, 200, 250, 250]
+        # a restart: Spark replays the checkpointed offset through partitions(x, x) first
+        fresh = QuiverStreamReader(reader.opts)
+        assert fresh.partitions({"SparkCap": {"broker-a": {"0": 120}}}, {"SparkCap": {"broker-a": {"0": 120}}}) == []
+        assert fresh.latestOffset()["SparkCap"]["broker-a"]["0"] == 220
+        fresh.stop()
+        # new queues (and brokers) appear in the next latestOffset, starting at their earliest offset
+        admin.create_topic("SparkCap", queues=2)
+        _send(two_brokers.namesrv, [Message("SparkCap", b"n") for _ in range(40)])
+        end = reader.latestOffset()
+        assert set(end["SparkCap"]) == {"broker-a", "broker-b"} and set(end["SparkCap"]["broker-b"]) == {"0", "1"}
+        parts = reader.partitions({"SparkCap": {"broker-a": {"0": 250}}}, end)
+        planned = sum(r.size for p in parts for r in p.ranges)
+        assert planned == sum(v for b in end["SparkCap"].values() for v in b.values()) - 250
+    finally:
+        reader.stop()
+        admin.shutdown()

@@ -1,0 +1,168 @@
+"""Turns one run's results into the JSON file, the markdown tables and the PNG plot.
+
+Owns: row labels and units, the issue's targets (ratios from the same run),
+and the plot layout (matplotlib, Agg backend, imported lazily). Each cell is
+the median of the repeats with the spread (max - min) / median.
+"""
+
+import json
+import os
+
+THROUGHPUT_ROWS = [
+    ("produce_msgs_s", "produce pipelined, window 1000 (msg/s)"),
+    ("batch_msgs_s", "batch produce, 100 per call (msg/s)"),
+    ("consume_msgs_s", "consume with acks (msg/s)"),
+    ("produce_64b_msgs_s", "produce 64 B bodies (msg/s)"),
+    ("produce_16k_msgs_s", "produce 16 KiB bodies (msg/s)"),
+    ("procs1_msgs_s", "produce, 1 producer process (msg/s)"),
+    ("procs4_msgs_s", "produce, 4 producer processes (msg/s)"),
+    ("procs16_msgs_s", "produce, 16 producer processes (msg/s)"),
+]
+LATENCY_ROWS = [
+    ("sync_p50_us", "sync send p50 (µs)"),
+    ("sync_p99_us", "sync send p99 (µs)"),
+    ("sync_max_us", "sync send max (µs)"),
+    ("e2e_p50_us", "e2e p50 at 2k msg/s (µs)"),
+    ("e2e_p99_us", "e2e p99 at 2k msg/s (µs)"),
+]
+CEILING_ROWS = [
+    ("raw_1ack_msgs_s", "pyzmq DEALER/ROUTER, 1 ack per 1 KiB msg, window 1000 (msg/s)"),
+    ("raw_batch_msgs_s", "pyzmq 100-frame multipart, 1 ack each (msg/s)"),
+    ("raw_rtt_p50_us", "pyzmq round trip p50 (µs)"),
+    ("disk_nosync_recs_s", "disk append 1 KiB, no fsync (rec/s)"),
+    ("disk_fdatasync64k_recs_s", "disk append 1 KiB, fdatasync per 64 KiB (rec/s)"),
+]
+# (text, system, metric, peer, peer metric, op, bound): ratio = ours / theirs
+TARGETS = [
+    ("pipelined produce >= 1.0x Redis Streams", "quiver-async", "produce_msgs_s", "redis", "produce_msgs_s", ">=", 1.0),
+    ("pipelined produce >= 1.5x JetStream", "quiver-async", "produce_msgs_s", "jetstream", "produce_msgs_s", ">=", 1.5),
+    ("consume >= 1.0x Redis Streams", "quiver-async", "consume_msgs_s", "redis", "consume_msgs_s", ">=", 1.0),
+    ("sync send p50 <= JetStream's", "quiver-async", "sync_p50_us", "jetstream", "sync_p50_us", "<=", 1.0),
+    ("e2e p99 <= Redis Streams'", "quiver-async", "e2e_p99_us", "redis", "e2e_p99_us", "<=", 1.0),
+    ("SYNC-flush produce >= 3x RabbitMQ", "quiver-sync", "produce_msgs_s", "rabbitmq", "produce_msgs_s", ">=", 3.0),
+]
+
+
+def _median(results: dict, system: str, metric: str) -> float | None:
+    m = results.get(system, {}).get("metrics", {}).get(metric)
+    return None if m is None else m["median"]
+
+
+def targets(results: dict) -> list[dict]:
+    out = []
+    for text, sys_a, met_a, sys_b, met_b, op, bound in TARGETS:
+        a, b = _median(results, sys_a, met_a), _median(results, sys_b, met_b)
+        row = {"target": text, "quiver": a, "peer": b, "ratio": None, "met": None}
+        if a is not None and b:
+            row["ratio"] = a / b
+            row["met"] = row["ratio"] >= bound if op == ">=" else row["ratio"] <= bound
+        out.append(row)
+    return out
+
+
+def _cell(m: dict | None) -> str:
+    if m is None:
+        return "—"
+    return f"{m['median']:,.0f} ±{m['spread_pct']:.0f}%" if len(m["values"]) > 1 else f"{m['median']:,.0f}"
+
+
+def _table(results: dict, systems: list[str], rows) -> list[str]:
+    lines = ["| measure | " + " | ".join(systems) + " |", "|---|" + "---:|" * len(systems)]
+    for key, label in rows:
+        cells = [_cell(results[s]["metrics"].get(key)) for s in systems]
+        if all(c == "—" for c in cells):
+            continue
+        if key == "batch_msgs_s":
+            cells = ["N/A" if results[s]["notes"].get("batch", "").startswith("N/A") else c
+                     for s, c in zip(systems, cells)]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(doc: dict) -> str:
+    results, meta = doc["results"], doc["meta"]
+    systems = [s for s in results if s != "ceilings"]
+    out = [f"# Quiver vs peers — {meta['date']}", "",
+           f"Same machine, same run, 127.0.0.1 only; {meta['machine']}. Each cell: median of "
+           f"{meta['repeat']} run(s) ±spread ((max−min)/median). 1 KiB bodies unless noted; every message "
+           f"acknowledged and counted. Counts: {meta['counts']}.", ""]
+    if systems:
+        out += ["## Throughput (higher is better)", "", *_table(results, systems, THROUGHPUT_ROWS), "",
+                "## Latency (lower is better)", "", *_table(results, systems, LATENCY_ROWS), ""]
+    if "ceilings" in results:
+        out += ["## Ceilings on this machine", "", *_table(results, ["ceilings"], CEILING_ROWS), ""]
+    t = [r for r in doc["targets"] if r["ratio"] is not None]
+    if t:
+        out += ["## Targets (ratios from this run)", "", "| target | Quiver | peer | ratio | met |", "|---|---:|---:|---:|---|"]
+        out += [f"| {r['target']} | {r['quiver']:,.0f} | {r['peer']:,.0f} | {r['ratio']:.2f} | "
+                f"{'yes' if r['met'] else '**no**'} |" for r in t]
+        out.append("")
+    out += ["## Durability and client choices", ""]
+    for s, e in results.items():
+        notes = "; ".join(f"{k}: {v}" for k, v in e["notes"].items())
+        out.append(f"- **{s}**: {e['durability']}" + (f" ({notes})" if notes else ""))
+        for wl, err in e["errors"].items():
+            out.append(f"  - error in {wl}: {err}")
+    return "\n".join(out) + "\n"
+
+
+def plot(doc: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    results = doc["results"]
+    systems = [s for s in results if s != "ceilings" and results[s]["metrics"]]
+    if not systems:
+        return
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5))
+    _bars(ax1, results, systems, THROUGHPUT_ROWS, "msg/s (higher is better)", log=False)
+    raw = _median(results, "ceilings", "raw_1ack_msgs_s")
+    if raw:
+        ax1.axvline(raw, color="grey", ls="--", lw=1)
+        ax1.text(raw, -0.6, " pyzmq 1-ack ceiling", color="grey", fontsize=8, va="top")
+    _bars(ax2, results, systems, LATENCY_ROWS, "µs, log scale (lower is better)", log=True)
+    ax1.set_title("Throughput")
+    ax2.set_title("Latency")
+    ax2.legend(loc="lower right", fontsize=9)
+    fig.suptitle(f"Quiver vs NATS JetStream, RabbitMQ, Redis Streams — {doc['meta']['date']} "
+                 f"(median of {doc['meta']['repeat']}, whiskers min–max; shared 2-core VM)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+COLORS = {"quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "redis": "#d62728", "jetstream": "#2ca02c",
+          "rabbitmq": "#ff7f0e"}
+
+
+def _bars(ax, results, systems, rows, xlabel, log) -> None:
+    rows = [(k, lbl) for k, lbl in rows if any(k in results[s]["metrics"] for s in systems)]
+    h = 0.8 / len(systems)
+    for i, s in enumerate(systems):
+        ys, xs, lo, hi = [], [], [], []
+        for j, (k, _) in enumerate(rows):
+            m = results[s]["metrics"].get(k)
+            if m:
+                ys.append(j + (i - (len(systems) - 1) / 2) * h)
+                xs.append(m["median"])
+                lo.append(m["median"] - m["min"])
+                hi.append(m["max"] - m["median"])
+        ax.barh(ys, xs, height=h, xerr=[lo, hi], label=s, color=COLORS.get(s), error_kw={"lw": 0.8})
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([lbl.rsplit(" (", 1)[0] for _, lbl in rows], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    if log:
+        ax.set_xscale("log")
+    ax.grid(axis="x", alpha=0.3)
+
+
+def write(doc: dict, out_dir: str, stamp: str) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {ext: os.path.join(out_dir, f"{stamp}.{ext}") for ext in ("json", "md", "png")}
+    with open(paths["json"], "w") as f:
+        json.dump(doc, f, indent=2)
+    with open(paths["md"], "w") as f:
+        f.write(markdown(doc))
+    plot(doc, paths["png"])
+    return paths

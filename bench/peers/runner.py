@@ -1,0 +1,147 @@
+"""Runs the chosen workloads on the chosen systems, repeated, with a plain-text progress bar.
+
+Owns: the workload table (which method, which counts, which metric names), the
+counts of a full and a smoke run, repeats and their median/spread, and keeping
+going past one failed measurement (recorded as an error). Servers start and
+stop inside each system's `with` block, so Ctrl-C and exceptions stop them too.
+Does not own output files (bench/peers/report.py).
+"""
+
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+from bench.peers import base, registry
+
+E2E_RATE = 2000
+
+
+@dataclass(frozen=True)
+class Counts:
+    n: int = 20_000             # messages per produce / batch / consume measurement
+    n_16k: int = 4_000          # 16 KiB bodies
+    samples: int = 5_000        # sync send latency samples
+    e2e_s: float = 3.0          # seconds at E2E_RATE msg/s
+    procs: tuple = (1, 4, 16)   # concurrent producer processes
+    raw_n: int = 20_000
+    disk_n: int = 50_000
+
+
+SMOKE = Counts(n=2_000, n_16k=300, samples=300, e2e_s=1.0, procs=(1, 4), raw_n=2_000, disk_n=5_000)
+
+
+def _prefixed(prefix: str, out: dict | None) -> dict | None:
+    return None if out is None else {f"{prefix}_{k}": v for k, v in out.items()}
+
+
+def _procs(name: str, s, c: Counts) -> dict:
+    return {f"procs{k}_msgs_s": base.concurrent_produce(name, s, k, c.n, 1024) for k in c.procs}
+
+
+# workload -> measure(system_name, system, counts) -> {metric: value} or None (N/A)
+WORKLOADS = {
+    "produce": lambda name, s, c: _prefixed("produce", s.produce(c.n, 1024)),
+    "batch": lambda name, s, c: _prefixed("batch", s.batch(c.n)),
+    "consume": lambda name, s, c: _prefixed("consume", s.consume(c.n)),
+    "sync": lambda name, s, c: s.sync(c.samples),
+    "e2e": lambda name, s, c: s.e2e(E2E_RATE, c.e2e_s),
+    "produce_64": lambda name, s, c: _prefixed("produce_64b", s.produce(c.n, 64)),
+    "produce_16k": lambda name, s, c: _prefixed("produce_16k", s.produce(c.n_16k, 16 * 1024)),
+    "procs": _procs,
+    "raw": lambda name, s, c: s.raw(c.raw_n),
+    "disk": lambda name, s, c: s.disk(c.disk_n),
+}
+PER_SYSTEM = {
+    "ceilings": ["raw", "disk"],
+    # reading does not depend on the flush mode: consume and e2e run once, on quiver-async
+    "quiver-sync": ["produce", "batch", "sync", "produce_64", "produce_16k", "procs"],
+}
+DEFAULT = ["produce", "batch", "consume", "sync", "e2e", "produce_64", "produce_16k", "procs"]
+
+
+def plan(systems: list[str], workloads: list[str] | None) -> list[tuple[str, list[str]]]:
+    out = []
+    for name in systems:
+        mine = PER_SYSTEM.get(name, DEFAULT)
+        if name != "ceilings" and registry.system_class(name).notes.get("batch", "").startswith("N/A"):
+            mine = [w for w in mine if w != "batch"]
+        chosen = [w for w in mine if workloads is None or w in workloads]
+        if chosen:
+            out.append((name, chosen))
+    return out
+
+
+def summarize(values: list[float]) -> dict:
+    med = statistics.median(values)
+    return {"median": med, "min": min(values), "max": max(values),
+            "spread_pct": (max(values) - min(values)) / med * 100 if med else 0.0, "values": values}
+
+
+class Progress:
+    """`[#####.....] 12/60  redis consume 2/3  1m05s` on one line (a line per step when not a tty)."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.stream, self.t0 = total, 0, stream, time.monotonic()
+        self.tty = stream.isatty()
+
+    def show(self, label: str) -> None:
+        width = 30
+        fill = int(width * self.done / max(1, self.total))
+        el = int(time.monotonic() - self.t0)
+        line = f"[{'#' * fill}{'.' * (width - fill)}] {self.done:>3}/{self.total}  {label:<34} {el // 60}m{el % 60:02d}s"
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        self.show(label)
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(systems: list[str], workloads: list[str] | None, repeat: int, counts: Counts, log=print) -> dict:
+    todo = plan(systems, workloads)
+    bar = Progress(sum(1 + len(wls) * repeat for _, wls in todo))
+    results = {}
+    try:
+        for name, wls in todo:
+            cls = registry.system_class(name)
+            entry = results[name] = {"durability": cls.durability, "notes": dict(cls.notes), "metrics": {},
+                                     "errors": {}, "seconds": {}}
+            bar.show(f"{name} starting")
+            try:
+                with cls() as system:
+                    bar.step(f"{name} up")
+                    for wl in wls:
+                        _measure(name, system, wl, repeat, counts, entry, bar)
+            except Exception as exc:  # a server that would not start: record it, go on with the others
+                entry["errors"]["start"] = f"{type(exc).__name__}: {exc}"
+                log(f"\n{name}: {entry['errors']['start']}")
+    finally:
+        bar.close()
+    return results
+
+
+def _measure(name, system, wl, repeat, counts, entry, bar) -> None:
+    samples: dict[str, list[float]] = {}
+    t0 = time.monotonic()
+    for r in range(repeat):
+        bar.show(f"{name} {wl} {r + 1}/{repeat}")
+        try:
+            out = WORKLOADS[wl](name, system, counts)
+        except Exception as exc:
+            entry["errors"][wl] = f"{type(exc).__name__}: {exc}"
+            traceback.print_exc(file=sys.stderr)
+            bar.done += repeat - r
+            break
+        for k, v in (out or {}).items():
+            samples.setdefault(k, []).append(v)
+        bar.step(f"{name} {wl} {r + 1}/{repeat}")
+    entry["seconds"][wl] = round(time.monotonic() - t0, 1)
+    for k, vals in samples.items():
+        entry["metrics"][k] = summarize(vals)
