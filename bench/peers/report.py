@@ -123,10 +123,11 @@ def plot(doc: dict, path: str) -> None:
     _bars(ax2, results, systems, LATENCY_ROWS, "µs, log scale (lower is better)", log=True)
     ax1.set_title("Throughput")
     ax2.set_title("Latency")
-    ax2.legend(loc="lower right", fontsize=9)
+    handles, labels = ax1.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(systems), fontsize=10, frameon=False)
     fig.suptitle(f"Quiver vs NATS JetStream, RabbitMQ, Redis Streams — {doc['meta']['date']} "
                  f"(median of {doc['meta']['repeat']}, whiskers min–max; shared 2-core VM)", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

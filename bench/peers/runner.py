@@ -25,11 +25,12 @@ class Counts:
     samples: int = 5_000        # sync send latency samples
     e2e_s: float = 3.0          # seconds at E2E_RATE msg/s
     procs: tuple = (1, 4, 16)   # concurrent producer processes
+    procs_n: int = 10_000       # messages in all, split between them
     raw_n: int = 20_000
     disk_n: int = 50_000
 
 
-SMOKE = Counts(n=2_000, n_16k=300, samples=300, e2e_s=1.0, procs=(1, 4), raw_n=2_000, disk_n=5_000)
+SMOKE = Counts(n=2_000, n_16k=300, samples=300, e2e_s=1.0, procs=(1, 4), procs_n=2_000, raw_n=2_000, disk_n=5_000)
 
 
 def _prefixed(prefix: str, out: dict | None) -> dict | None:
@@ -37,7 +38,7 @@ def _prefixed(prefix: str, out: dict | None) -> dict | None:
 
 
 def _procs(name: str, s, c: Counts) -> dict:
-    return {f"procs{k}_msgs_s": base.concurrent_produce(name, s, k, c.n, 1024) for k in c.procs}
+    return {f"procs{k}_msgs_s": base.concurrent_produce(name, s, k, c.procs_n, 1024) for k in c.procs}
 
 
 # workload -> measure(system_name, system, counts) -> {metric: value} or None (N/A)

@@ -51,6 +51,11 @@ class RequestCode(IntEnum):
     # transactions (issue 5): txn-checker -> broker, admin -> broker
     TRANSACTION_CHECK = 9200     # re-put / discard / ask the producer group about half messages
     TRANSACTION_LIST_OPEN = 9201  # open half messages with age and check count
+    # master/slave replication (issue 10)
+    HA_TRANSFER = 9300        # master -> slave on the HA socket: CommitLog bytes from offset "o" (empty: heartbeat)
+    HA_REPORT = 9301          # slave -> master on the HA socket: the slave's CommitLog max offset (its ack)
+    HA_SYNC_METADATA = 9302   # slave -> master: slave-advanced offsets in; topics, groups, offsets out
+    HA_SLAVE_OFFSETS = 9303   # restarting master -> slave: offsets committed on the slave while it served
 
 
 class ResponseCode(IntEnum):

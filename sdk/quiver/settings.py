@@ -104,6 +104,7 @@ def run_service(config_cls, app_cls, prog: str, argv=None) -> None:
     import signal
     config = load(config_cls, argv, prog=prog)
     setup_logging(config.log_level)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     log_config(logging.getLogger(prog), config)
     app = app_cls(config)
     signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
@@ -111,3 +112,14 @@ def run_service(config_cls, app_cls, prog: str, argv=None) -> None:
         app.run()
     except KeyboardInterrupt:
         pass
+
+
+def advertised_addr(listen: str, advertise: str = "") -> str:
+    """The address peers reach: --advertise, else the listen address with a wildcard host
+    replaced by this machine's hostname (the compose service's container hostname)."""
+    if advertise:
+        return advertise
+    host, port = listen.rsplit(":", 1)
+    if host in ("0.0.0.0", "", "*"):
+        host = socket.gethostname()
+    return f"{host}:{port}"

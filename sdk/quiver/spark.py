@@ -304,18 +304,38 @@ class QuiverPartition(InputPartition):
 
 
 def _arrow(recs, broker: str) -> pa.RecordBatch:
-    props = [r.properties() for r in recs]
-    keys = [p.get(KEYS) for p in props]
+    """One pass over the records; map and list columns built from flat arrays (much cheaper than dicts)."""
+    n = len(recs)
+    msg_ids, tag_col, key_offsets, key_flat, prop_offsets, prop_keys, prop_values = [], [], [0], [], [0], [], []
+    for r in recs:
+        uniq = tag = keys = None
+        for item in r.props.split(record.PROP_SEP):
+            if item:
+                k, _, v = item.partition(record.NAME_SEP)
+                prop_keys.append(k)
+                prop_values.append(v)
+                if k == UNIQ_KEY:
+                    uniq = v
+                elif k == TAGS:
+                    tag = v
+                elif k == KEYS:
+                    keys = v
+        prop_offsets.append(len(prop_keys))
+        msg_ids.append(uniq or offset_msg_id(r.store_host, r.phys_offset))
+        tag_col.append(tag)
+        if keys:
+            key_flat.extend(keys.split(" "))
+        key_offsets.append(len(key_flat))
     cols = [
         pa.array([r.topic for r in recs], pa.string()),
-        pa.array([broker] * len(recs), pa.string()),
+        pa.array([broker] * n, pa.string()),
         pa.array([r.queue_id for r in recs], pa.int32()),
         pa.array([r.queue_offset for r in recs], pa.int64()),
-        pa.array([p.get(UNIQ_KEY) or offset_msg_id(r.store_host, r.phys_offset) for r, p in zip(recs, props)],
-                 pa.string()),
-        pa.array([p.get(TAGS) for p in props], pa.string()),
-        pa.array([k.split(" ") if k else [] for k in keys], pa.list_(pa.string())),
-        pa.array([list(p.items()) for p in props], pa.map_(pa.string(), pa.string())),
+        pa.array(msg_ids, pa.string()),
+        pa.array(tag_col, pa.string()),
+        pa.ListArray.from_arrays(pa.array(key_offsets, pa.int32()), pa.array(key_flat, pa.string())),
+        pa.MapArray.from_arrays(pa.array(prop_offsets, pa.int32()), pa.array(prop_keys, pa.string()),
+                                pa.array(prop_values, pa.string())),
         pa.array([r.body for r in recs], pa.binary()),
         pa.array([r.born_ts * 1000 for r in recs], _TS),
         pa.array([r.store_ts * 1000 for r in recs], _TS),

@@ -3,9 +3,10 @@
 import os
 from dataclasses import dataclass
 
-from quiver.settings import default_identity, setting
+from quiver.settings import advertised_addr, default_identity, setting
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -53,6 +54,16 @@ class Config:
     clean_interval_ms: int = setting(10_000, "retention check period")
     long_poll_max_ms: int = setting(30_000, "cap on a pull's suspend time")
     client_expiry_ms: int = setting(120_000, "drop a client silent this long (RocketMQ channelExpiredTimeout)")
+    role: str = setting("", "SYNC_MASTER | ASYNC_MASTER | SLAVE (default: ASYNC_MASTER for id 0, SLAVE otherwise)")
+    ha_listen: str = setting("", "master: HOST:PORT of the replication socket (default: listen port + 1)")
+    ha_master: str = setting("", "slave: the master's HA HOST:PORT (default: learnt from the name servers)")
+    slave_timeout_ms: int = setting(3000, "SYNC_MASTER: wait for a slave's ack this long, then FLUSH_SLAVE_TIMEOUT")
+    ha_transfer_bytes: int = setting(256 * 1024, "CommitLog bytes per replication frame (whole records)")
+    ha_window_bytes: int = setting(4 * 1024 * 1024, "bytes a master streams to a slave ahead of its ack")
+    ha_max_gap_bytes: int = setting(256 * 1024 * 1024, "SYNC_MASTER: a slave further behind is not in sync")
+    ha_heartbeat_interval_ms: int = setting(5000, "replication heartbeat period (both ends)")
+    ha_housekeeping_ms: int = setting(20_000, "a replication peer silent this long is dropped / reconnected")
+    ha_sync_interval_ms: int = setting(10_000, "slave: topics and consumer offsets synced from the master this often")
     log_level: str = setting("INFO", "logging level")
 
     def __post_init__(self):
@@ -61,6 +72,14 @@ class Config:
         parse_delay_levels(self.delay_levels)
         if self.segment_bytes < 4096:
             raise ValueError("segment_bytes must be >= 4096")
+        if self.role and self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}")
+        if self.broker_id < 0:
+            raise ValueError("broker_id must be >= 0")
+        if (self.broker_id == 0) == (self.ha_role == "SLAVE"):
+            raise ValueError("broker id 0 is the master (SYNC_MASTER or ASYNC_MASTER); ids >= 1 are slaves (SLAVE)")
+        if self.ha_transfer_bytes < 4096 or self.ha_window_bytes < self.ha_transfer_bytes:
+            raise ValueError("ha_transfer_bytes must be >= 4096 and <= ha_window_bytes")
 
     @property
     def name(self) -> str:
@@ -68,17 +87,37 @@ class Config:
 
     @property
     def advertised(self) -> str:
-        if self.advertise:
-            return self.advertise
-        host, port = self.listen.rsplit(":", 1)
-        if host in ("0.0.0.0", "", "*"):
-            import socket
-            host = socket.gethostname()
-        return f"{host}:{port}"
+        return advertised_addr(self.listen, self.advertise)
 
     @property
     def store_dir(self) -> str:
-        return os.path.join(self.data_dir, self.name)
+        # a slave shares its master's broker name, never its directory
+        sub = self.name if self.broker_id == 0 else f"{self.name}-{self.broker_id}"
+        return os.path.join(self.data_dir, sub)
+
+    @property
+    def ha_role(self) -> str:
+        return self.role or ("ASYNC_MASTER" if self.broker_id == 0 else "SLAVE")
+
+    @property
+    def is_slave(self) -> bool:
+        return self.ha_role == "SLAVE"
+
+    @property
+    def ha_bind(self) -> str:
+        """Where a master's HA socket binds; derived from --listen (port + 1) unless set."""
+        if self.ha_listen:
+            return self.ha_listen
+        host, port = self.listen.rsplit(":", 1)
+        return f"{host}:{int(port) + 1}"
+
+    @property
+    def ha_advertised(self) -> str:
+        """The HA address slaves are told (name server registration)."""
+        host, port = self.ha_bind.rsplit(":", 1)
+        if host in ("0.0.0.0", "", "*"):
+            host = self.advertised.rsplit(":", 1)[0]
+        return f"{host}:{port}"
 
     @property
     def delay_levels_ms(self) -> list[int]:

@@ -36,7 +36,7 @@ from typing import Callable
 from quiver import record
 from quiver.message import KEYS, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, tag_hash
 
-from . import recovery, retention
+from . import ha_stream, recovery, retention
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
 from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
@@ -282,6 +282,60 @@ class MessageStore:
             self.index.put_many(keyed, store_ts)
             self.index.sync_header()
 
+    # ---- replication (slave) ----------------------------------------------------
+
+    def append_replicated(self, offset: int, data) -> tuple[int, set]:
+        """A slave's append: its master's CommitLog bytes, verbatim, at the same offset.
+
+        `data` is whole records of one master segment; each is CRC-checked
+        before anything is written. Dispatch is `_dispatch` with recovery's rule
+        (a record enters its queue only at the queue's next offset), so a queue
+        that starts mid-log (a new slave of a master whose oldest segments
+        expired) begins at its first record's offset. Returns (new end,
+        touched (topic, queue) pairs). Raises ValueError on bad bytes."""
+        cl = self.commit_log
+        if offset != cl.write_end:
+            if cl.segments or offset % self.segment_bytes:
+                raise ValueError(f"replicated bytes start at {offset}; this log ends at {cl.write_end}")
+            cl.truncate(offset)  # an empty log starts at the master's oldest segment
+        recs = ha_stream.check_chunk(data, offset, self.segment_bytes)
+        if not cl.segments or cl.space_left() == 0:
+            cl.roll()
+        if len(data) > cl.space_left():
+            raise ValueError(f"{len(data)} replicated bytes at {offset} overrun the segment")
+        cl.append(data)
+        touched = set()
+        for run in ha_stream.runs(recs):
+            first = run[0]
+            key = (first.topic, first.queue_id)
+            tx = first.sys_flag & record.TX_MASK
+            queued = run if tx == record.TX_NOT or tx == record.TX_COMMIT else []
+            if queued:
+                cq = self._cq(*key)
+                if cq.max_offset == 0 and not cq.files:
+                    cq.start_at(first.queue_offset)
+                nxt = cq.max_offset
+                queued = [r for r in run if r.queue_offset >= nxt]
+                if queued and queued[0].queue_offset != nxt:
+                    log.warning("%s/%d: replicated queue offset %d, expected %d; not queued", key[0], key[1],
+                                queued[0].queue_offset, nxt)
+                    queued = []
+                if queued:
+                    touched.add(key)
+            args = (first.topic, first.queue_id, tx, first.store_ts)
+            if len(queued) == len(run):
+                self._dispatch(*args, [r.phys_offset for r in run], [r.size for r in run],
+                               [r.props for r in run])
+            else:
+                self._dispatch(*args, [r.phys_offset for r in run], [r.size for r in run],
+                               [r.props for r in run], to_cq=False)
+                if queued:
+                    self._dispatch(*args, [r.phys_offset for r in queued], [r.size for r in queued],
+                                   [r.props for r in queued], to_index=False)
+        self._dispatched = cl.write_end
+        self._counts["replicated_bytes"] += len(data)
+        return cl.write_end, touched
+
     # ---- flush -------------------------------------------------------------------
 
     @property
@@ -524,7 +578,7 @@ class MessageStore:
             "flushed_offset": cl.flushed, "confirm_offset": self.confirm_offset,
             "segments": len(cl.segments), "queues": len(self.cqs),
             "index_files": len(self.index.files), "disk_ratio": self.disk_ratio_fn(),
-            "disk_full": self._disk_full,
+            "disk_full": self._disk_full, "replicated_bytes": self._counts["replicated_bytes"],
         }
 
 

@@ -3,7 +3,7 @@
 import os
 from dataclasses import dataclass
 
-from quiver.settings import setting
+from quiver.settings import advertised_addr, setting
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,7 @@ class Config:
 
     @property
     def advertised(self) -> str:
-        if self.advertise:
-            return self.advertise
-        host, port = self.listen.rsplit(":", 1)
-        if host in ("0.0.0.0", "", "*"):
-            import socket
-            host = socket.gethostname()
-        return f"{host}:{port}"
+        return advertised_addr(self.listen, self.advertise)
 
     @property
     def url(self) -> str:

@@ -1,0 +1,45 @@
+"""`python -m bench --only quiver --repeat 1 --smoke` runs end to end and writes sane outputs.
+
+Quiver only (both flush modes): no peer server is installed or started.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.slow
+@pytest.mark.bench
+def test_bench_smoke_quiver_only(tmp_path):
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "quiver", "--repeat", "1", "--smoke",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert elapsed < 60, f"smoke run took {elapsed:.0f} s"
+
+    [js] = list(tmp_path.glob("*.json"))
+    doc = json.loads(js.read_text())
+    assert set(doc["results"]) == {"quiver-async", "quiver-sync"}
+    for name, entry in doc["results"].items():
+        assert entry["errors"] == {}, (name, entry["errors"])
+        assert entry["metrics"], name
+        for metric, m in entry["metrics"].items():
+            assert m["median"] > 0 and m["min"] <= m["median"] <= m["max"], (name, metric, m)
+    a = doc["results"]["quiver-async"]["metrics"]
+    for metric in ("produce_msgs_s", "batch_msgs_s", "consume_msgs_s", "sync_p50_us", "e2e_p99_us",
+                   "produce_64b_msgs_s", "produce_16k_msgs_s", "procs1_msgs_s", "procs4_msgs_s"):
+        assert metric in a, metric
+    assert a["sync_p50_us"]["median"] <= a["sync_p99_us"]["median"] <= a["sync_max_us"]["median"]
+    assert "produce_msgs_s" in doc["results"]["quiver-sync"]["metrics"]
+
+    md = js.with_suffix(".md").read_text()
+    assert "| produce pipelined, window 1000 (msg/s) |" in md and "quiver-async" in md
+    png = js.with_suffix(".png")
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
