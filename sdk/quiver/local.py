@@ -131,6 +131,24 @@ class LocalCluster:
         self.services.append(svc.start())
         return svc
 
+    def add_master(self, port: int | None = None, name: str | None = None, role: str = "ASYNC_MASTER",
+                   *extra: str) -> ServiceProcess:
+        """A broker with --broker-id 0, `role` and its HA socket on a free port."""
+        return self.add_broker(port, name, "--role", role, "--ha-listen", self._addr(None), *extra)
+
+    def add_slave(self, master: ServiceProcess, *extra: str, broker_id: int = 1,
+                  port: int | None = None) -> ServiceProcess:
+        """A slave of `master`'s broker name: --broker-id N --role SLAVE, its own data sub-directory.
+        It learns the master's HA address from the name servers."""
+        name = master.args[master.args.index("--broker-name") + 1]
+        addr = self._addr(port)
+        args = ["--namesrv", self.namesrv, "--broker-name", name, "--broker-id", str(broker_id), "--role", "SLAVE",
+                "--advertise", addr, "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
+        svc = ServiceProcess(f"{name}-s{broker_id}", "quiver_broker", addr, args,
+                             os.path.join(self.data_dir, "logs", f"{name}-s{broker_id}.log"), "broker")
+        self.services.append(svc.start())
+        return svc
+
     def add_service(self, role: str, module: str, *extra: str, port: int | None = None,
                     name: str | None = None, data: bool = True) -> ServiceProcess:
         """Any other service (scheduler, txn-checker, filter ...) pointed at the name servers."""

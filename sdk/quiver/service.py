@@ -113,6 +113,22 @@ class Service:
             self.counters["send_failed"] += 1
             log.debug("reply to %r dropped: %s", identity, exc)
 
+    def send_if_connected(self, identity: bytes, frames: list) -> bool:
+        """Send only over a connection that exists now; False when the peer is gone.
+
+        ROUTER_MANDATORY is switched on just for this send: normal replies to a
+        vanished client are dropped silently, but a push that must reach a live
+        member (transaction checks) has to know."""
+        sock = self._sock
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+        finally:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
     def push(self, identity: bytes, code: int, ext: dict | None = None, bodies=()) -> None:
         """A request from the server to a connected client (no reply expected)."""
         from .transport import next_request_id

@@ -20,7 +20,9 @@ from quiver.settings import split_addrs
 from quiver.transport import Transport
 from quiver.validation import is_system_topic
 
+from . import ha_master
 from .clients import ClientRegistry
+from .ha_slave import ReplicationSlave
 from .handlers import make_handlers
 from .metadata import Metadata
 from .pulling import Puller
@@ -48,6 +50,8 @@ class App:
         self.topics = self.metadata.topics
         self.clients = ClientRegistry()
         self.service = Service(config.listen, {}, "broker-store", self.status)
+        # replication: a master streams its CommitLog to slaves, a slave follows its master
+        self.ha = ReplicationSlave(self) if config.is_slave else ha_master.ReplicationMaster(self)
         self.sender = Sender(self)
         self.puller = Puller(self)
         self.service.handlers.update(make_handlers(self))
@@ -96,10 +100,15 @@ class App:
     # ---- name servers -------------------------------------------------------------
 
     def register_all(self) -> None:
+        topics = self.topics
+        if self.config.is_slave:  # routed only while no master is registered: readable, not writable
+            topics = {t: {**conf, "perm": conf["perm"] & ~2} for t, conf in topics.items()}
         ext = {"cluster": self.config.cluster, "broker_name": self.config.name,
                "broker_addr": self.config.advertised, "broker_id": self.config.broker_id,
-               "data_version": dict(self.data_version), "topics": self.topics,
+               "data_version": dict(self.data_version), "topics": topics,
                "filter_servers": sorted(self.filter_servers)}
+        if not self.config.is_slave and self.ha.status()["ha_listen"]:
+            ext["ha_addr"] = self.config.ha_advertised
         for addr in self.namesrvs:
             self.transport.send(addr, RequestCode.REGISTER_BROKER, ext,
                                 (), lambda r, a=addr: self._registered(a, r), timeout=5.0)
@@ -108,6 +117,8 @@ class App:
         if isinstance(result, Exception) or result.code != 0:
             log.warning("registration with name server %s failed: %s", addr,
                         result if isinstance(result, Exception) else result.remark)
+        elif self.config.is_slave:
+            self.ha.set_master(result.ext.get("master_addr") or "", result.ext.get("ha_addr") or "")
 
     # ---- consumers -------------------------------------------------------------------
 
@@ -139,9 +150,14 @@ class App:
         self.sender.expire_step()
         self.service.call_later(0.05, self._sync_flush_watch)
 
+    def _sync_slave_watch(self) -> None:
+        self.ha.expire_step()
+        self.service.call_later(0.05, self._sync_slave_watch)
+
     def status(self) -> dict:
         return {"role": "broker", "broker_name": self.config.name, "addr": self.config.advertised,
                 "cluster": self.config.cluster, "flush": self.config.flush, "topics": len(self.topics),
+                "broker_id": self.config.broker_id, "ha_role": self.config.ha_role, "ha": self.ha.status(),
                 "held_pulls": self.puller.held_count(), "store": self.store.stats()}
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -149,13 +165,19 @@ class App:
     def run(self) -> None:
         self.store.open()
         self.service.bind()
+        if not self.config.is_slave:
+            ha_master.pull_slave_offsets(self)  # before serving: offsets committed on a slave meanwhile
+        self.ha.start()
         self.register_all()
         self._jobs()
         self.scheduler.start()
         if self.config.flush == "sync":
             self.service.call_later(0.05, self._sync_flush_watch)
-        log.info("broker %s serving on %s (advertised %s, flush %s)", self.config.name, self.config.listen,
-                 self.config.advertised, self.config.flush)
+        if self.config.ha_role == "SYNC_MASTER":
+            self.service.call_later(0.05, self._sync_slave_watch)
+        log.info("broker %s (id %d, %s) serving on %s (advertised %s, flush %s)", self.config.name,
+                 self.config.broker_id, self.config.ha_role, self.config.listen, self.config.advertised,
+                 self.config.flush)
         try:
             self.service.run()
         finally:
@@ -175,6 +197,10 @@ class App:
             except Exception:
                 pass
         self.transport.close()
+        try:
+            self.ha.stop()
+        except Exception:
+            log.exception("stopping replication failed")
         self.store.close()
         self.metadata.close()
         self.service.close()

@@ -155,11 +155,28 @@ def make_handlers(app):
     # Feature modules add their own codes; each owns its handlers and state.
     for name in EXTENSIONS:
         table.update(importlib.import_module(f"quiver_broker.{name}").make_handlers(app))
+    if app.config.is_slave:
+        for code in SLAVE_REFUSES:
+            if code in table:
+                table[code] = _refuse_on_slave
     return table
 
 
+# A slave only replicates: what writes the store or the topic table goes to the master.
+SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+                 RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.SCHEDULE_REPUT,
+                 RequestCode.SCHEDULE_INIT, RequestCode.TRANSACTION_CHECK, RequestCode.UPDATE_AND_CREATE_TOPIC,
+                 RequestCode.DELETE_TOPIC_IN_BROKER)
+
+
+def _refuse_on_slave(req):
+    req.reply(ResponseCode.SERVICE_NOT_AVAILABLE,
+              f"this broker is a slave: request {req.env.code} goes to the master of its broker name")
+
+
 # Feature modules of this package with `make_handlers(app) -> {RequestCode: fn}`.
-EXTENSIONS: tuple[str, ...] = ("schedule", "filter_servers", "retry", "locks", "consume_stats", "transaction")
+EXTENSIONS: tuple[str, ...] = ("schedule", "filter_servers", "retry", "locks", "consume_stats", "transaction",
+                               "ha_master", "ha_slave")
 
 
 def _raw(rec) -> bytes:

@@ -5,6 +5,8 @@ compact arrays in its header (`m`: [[flag, properties], ...]). The whole batch
 is one put (one write, one CRC pass per body, one ConsumeQueue run). With
 SYNC flush the reply waits for the group commit that covers the batch's end
 offset; past the deadline it answers FLUSH_DISK_TIMEOUT (the data is stored).
+A SYNC_MASTER then waits for a slave's ack of that offset (ha_master.py):
+FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE, the data still stored.
 """
 
 import logging
@@ -50,6 +52,7 @@ class Sender:
         self.timeout_s = app.config.sync_flush_timeout_ms / 1000
         self.waiting: deque = deque()  # (end_offset, deadline, req, ext, topic, qid), in offset order
         self.max_bytes = app.config.max_message_bytes
+        self.sync_master = app.config.ha_role == "SYNC_MASTER"
 
     # ---- request -------------------------------------------------------------
 
@@ -140,6 +143,9 @@ class Sender:
             raise ServiceNotAvailableError("broker disk is full (over 90 % used): writes refused until space is freed")
         self.app.counters["put_messages"] += len(bodies)
         out = {"t": topic, "q": queue_id, "o": res.first_queue_offset, "p": res.phys_offsets}
+        ha = self.app.ha
+        if ha is not None:
+            ha.note_put(res.end_offset)
         if self.sync:
             # visible to consumers (and, with WAIT, answered) only once flushed
             if not ext.get("w", True):
@@ -148,7 +154,10 @@ class Sender:
             self.waiting.append((res.end_offset, time.monotonic() + self.timeout_s, req, out, topic, queue_id))
             self.store.request_flush(res.end_offset)
             return
-        req.reply(ResponseCode.SUCCESS, "", out)
+        if self.sync_master and ext.get("w", True):
+            ha.wait_for_slave(res.end_offset, req, out)  # SYNC_MASTER: SEND_OK once a slave has it
+        else:
+            req.reply(ResponseCode.SUCCESS, "", out)
         self.app.puller.notify(topic, queue_id)
 
     # ---- group commit completion (service thread) ---------------------------------
@@ -157,9 +166,12 @@ class Sender:
         touched = set()
         w = self.waiting
         while w and w[0][0] <= offset:
-            _, _, req, out, topic, qid = w.popleft()
-            if req is not None:
-                req.reply(ResponseCode.SUCCESS, "", out)
+            end, _, req, out, topic, qid = w.popleft()
+            if req is not None and not req.answered:
+                if self.sync_master:  # flushed; SYNC_MASTER also needs a slave's ack
+                    self.app.ha.wait_for_slave(end, req, out)
+                else:
+                    req.reply(ResponseCode.SUCCESS, "", out)
             touched.add((topic, qid))
         for topic, qid in touched:
             self.app.puller.notify(topic, qid)

@@ -38,7 +38,6 @@ import itertools
 import logging
 import time
 
-import zmq
 
 from quiver import protocol, record
 from quiver.codes import RequestCode, ResponseCode
@@ -304,23 +303,11 @@ class Transactions:
         start = next(self._rr)
         for k in range(len(members)):
             info = members[(start + k) % len(members)]
-            if self._send_live(info.identity, frames):
+            if self.app.service.send_if_connected(info.identity, frames):
                 return True
             log.info("producer %s of %s is gone: forgotten", info.client_id, group)
             self.app.clients.producers.get(group, {}).pop(info.client_id, None)
         return False
-
-    def _send_live(self, identity: bytes, frames) -> bool:
-        """Send only over a connection that exists now (ROUTER_MANDATORY, just for this send)."""
-        sock = self.app.service._sock
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        try:
-            sock.send_multipart([identity, *frames], zmq.NOBLOCK)
-            return True
-        except zmq.ZMQError:
-            return False
-        finally:
-            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
 
     def _reput(self, reputs) -> list:
         if not reputs:

@@ -1,0 +1,345 @@
+"""Master side of replication: the HA socket, a stream per slave, SYNC_MASTER waits.
+
+Owns the HA thread (a ROUTER bound at --ha-listen), each connected slave's
+link (acked / sent offsets, liveness), the group-ack list of SYNC_MASTER
+replies and the master's half of the metadata sync; not the frame rules
+(ha_stream) nor the slave (ha_slave).
+
+    service thread                     HA thread (this module)                slave
+    put -> note_put(end) --deque+wake--> stream [acked .. end) in whole-record  --HA_TRANSFER-->
+                                         chunks, at most window bytes ahead    <--HA_REPORT (ack)--
+    on_acks(best, connected) <--post---- best acked offset of the live slaves
+
+The HA thread reads the CommitLog with pread under the CommitLog lock (so a
+segment cannot be closed under it); it never writes the store. Replies wait
+on the service thread in one GroupAck list, completed when the best acked
+offset passes their end (RocketMQ 4.x GroupTransferService).
+
+Metadata: a slave calls HA_SYNC_METADATA every --ha-sync-interval-ms with the
+consumer offsets it advanced itself while it served reads; the master keeps
+max(master, slave) per (group, topic, queue) and answers its topics, groups
+and offsets. A master that starts asks its registered slaves the same
+(HA_SLAVE_OFFSETS) before it serves, so offsets committed on a slave while
+the master was down are not lost.
+"""
+
+import collections
+import logging
+import os
+import threading
+import time
+
+import zmq
+
+from quiver import protocol
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import QuiverError
+from quiver.transport import next_request_id
+
+from .ha_stream import GroupAck, LagTracker, aligned_prefix, first_record_size
+
+log = logging.getLogger(__name__)
+
+
+class _Link:
+    __slots__ = ("identity", "addr", "broker_id", "acked", "sent", "seen", "sent_at", "diverged", "since")
+
+    def __init__(self, identity: bytes, addr: str, broker_id: int, offset: int, now: float):
+        self.identity, self.addr, self.broker_id = identity, addr, broker_id
+        self.acked = self.sent = offset
+        self.seen = self.sent_at = self.since = now
+        self.diverged = False
+
+
+class ReplicationMaster:
+    """The HA thread of a master broker."""
+
+    def __init__(self, app):
+        self.app = app
+        c = app.config
+        self.store = app.store
+        self.sync = c.ha_role == "SYNC_MASTER"
+        self.chunk = c.ha_transfer_bytes
+        self.window = c.ha_window_bytes
+        self.max_gap = c.ha_max_gap_bytes
+        self.hb_s = c.ha_heartbeat_interval_ms / 1000
+        self.expiry_s = c.ha_housekeeping_ms / 1000
+        self.bind_addr = c.ha_bind
+        self.explicit = bool(c.ha_listen)
+        self.links: dict[bytes, _Link] = {}
+        self.lag = LagTracker()
+        self._puts: collections.deque = collections.deque()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sock = None
+        self._posted = (-1, -1)
+        self.snapshot: list[dict] = []       # per-slave status, replaced by the HA thread
+        # service-thread state
+        self.pending = GroupAck(c.slave_timeout_ms / 1000)
+        self.best_acked = 0
+        self.connected = 0
+
+    # ---- lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        sock = zmq.Context.instance().socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 10_000)
+        sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        host, port = self.bind_addr.rsplit(":", 1)
+        try:
+            sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            if self.explicit:
+                raise
+            log.error("HA socket not bound on %s (%s): slaves cannot replicate; set --ha-listen",
+                      self.bind_addr, exc)
+            return
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name="ha-master", daemon=True)
+        self._thread.start()
+        log.info("%s: HA socket on %s", self.app.config.ha_role, self.bind_addr)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wake()
+        if self._thread is not None:
+            self._thread.join(5)
+        os.close(self._wake_fd)
+
+    def wake(self) -> None:
+        try:
+            os.eventfd_write(self._wake_fd, 1)
+        except OSError:
+            pass
+
+    # ---- service thread -------------------------------------------------------------
+
+    def note_put(self, end: int) -> None:
+        """A put made the CommitLog end at `end` (service thread)."""
+        if self._sock is not None:
+            self._puts.append((end, time.monotonic()))
+            if self.links:
+                self.wake()
+
+    def check_slave(self, end: int) -> ResponseCode | None:
+        """SYNC_MASTER, before waiting: SLAVE_NOT_AVAILABLE when no slave is connected and in sync."""
+        if self.connected == 0 or end - self.best_acked > self.max_gap:
+            return ResponseCode.SLAVE_NOT_AVAILABLE
+        return None
+
+    def wait_for_slave(self, end: int, req, out: dict) -> None:
+        """Answer `req` once a slave acked `end` (or FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE)."""
+        refused = self.check_slave(end)
+        if refused is not None:
+            req.reply(refused, "stored on the master; no slave is connected and in sync", out)
+        elif self.best_acked >= end:
+            req.reply(ResponseCode.SUCCESS, "", out)
+        else:
+            self.pending.add(end, req, out)
+
+    def on_acks(self, best: int, connected: int) -> None:
+        """Posted by the HA thread (service thread)."""
+        self.best_acked, self.connected = best, connected
+        for _, _, req, out in self.pending.acked(best):
+            req.reply(ResponseCode.SUCCESS, "", out)
+
+    def expire_step(self) -> None:
+        ms = self.app.config.slave_timeout_ms
+        for _, _, req, out in self.pending.expired(time.monotonic()):
+            req.reply(ResponseCode.FLUSH_SLAVE_TIMEOUT, f"stored on the master; no slave acked within {ms} ms", out)
+
+    def status(self) -> dict:
+        return {"ha_listen": self.bind_addr if self._sock is not None else "", "slaves": self.snapshot,
+                "waiting_replies": len(self.pending), "max_offset": self.store.max_phys_offset}
+
+    # ---- HA thread --------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_fd, zmq.POLLIN)
+        last_status = 0.0
+        try:
+            while not self._stop.is_set():
+                for s, _ in poller.poll(50):
+                    if s is self._sock:
+                        self._drain()
+                    else:
+                        try:
+                            os.eventfd_read(self._wake_fd)
+                        except BlockingIOError:
+                            pass
+                now = time.monotonic()
+                self.step(now)
+                if now - last_status >= 0.2:
+                    last_status = now
+                    self._publish(now)
+        except Exception:
+            log.exception("HA master thread failed")
+        finally:
+            self._sock.close(0)
+
+    def step(self, now: float) -> None:
+        puts = self._puts
+        while puts:
+            self.lag.note(*puts.popleft())
+        end = self.store.max_phys_offset
+        for link in list(self.links.values()):
+            if now - link.seen > self.expiry_s:
+                log.warning("slave %s silent for %.0f s: dropped", link.addr, now - link.seen)
+                del self.links[link.identity]
+                continue
+            if not link.diverged:
+                self._pump(link, end, now)
+            if now - link.sent_at >= self.hb_s:
+                self._send(link, link.sent, b"", end)
+        if self.links:
+            self.lag.trim(min(l.acked for l in self.links.values()))
+        self._post()
+
+    def _drain(self) -> None:
+        for _ in range(1000):
+            try:
+                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) < 3:
+                continue
+            try:
+                env = protocol.decode(frames[1:])
+                if env.code != RequestCode.HA_REPORT:
+                    raise ValueError(f"unexpected code {env.code} on the HA socket")
+                self._report(frames[0], int(env.ext["o"]), str(env.ext.get("addr", "?")),
+                             int(env.ext.get("id", 1)), bool(env.ext.get("reset")))
+            except (QuiverError, KeyError, TypeError, ValueError) as exc:
+                log.warning("bad HA frame: %s", exc)
+
+    def _report(self, identity: bytes, offset: int, addr: str, broker_id: int, reset: bool) -> None:
+        now = time.monotonic()
+        link = self.links.get(identity)
+        end = self.store.max_phys_offset
+        if link is None:
+            link = self.links[identity] = _Link(identity, addr, broker_id, offset, now)
+            lo = self.store.min_phys_offset
+            if offset == 0 and lo > 0:
+                link.acked = link.sent = lo  # a new slave starts at the oldest segment still kept
+            log.info("slave %s (id %d) connected at offset %d (master at %d)", addr, broker_id, offset, end)
+        link.seen = now
+        if offset > end:
+            if not link.diverged:
+                log.error("slave %s is %d bytes AHEAD of this master (master lost data?): not replicating to it",
+                          addr, offset - end)
+            link.diverged = True
+            return
+        link.diverged = False
+        if offset > link.acked:
+            self.lag.acked(link.acked, offset, now)
+            link.acked = offset
+        if reset:
+            link.acked = link.sent = offset
+        elif offset > link.sent:
+            link.sent = offset
+        self._pump(link, end, now)
+
+    def _pump(self, link: _Link, end: int, now: float) -> None:
+        while link.sent < end and link.sent - link.acked < self.window:
+            data = self._read(link.sent)
+            if not data:
+                break
+            self._send(link, link.sent, data, end)
+            link.sent += len(data)
+            link.sent_at = now
+
+    def _read(self, offset: int) -> bytes:
+        """Whole records from `offset`, at most one chunk (one record if it is longer)."""
+        cl = self.store.commit_log
+        with cl.lock:
+            buf = cl.read(offset, self.chunk)
+            n = aligned_prefix(buf, self.chunk)
+            if n == 0 and buf:
+                size = first_record_size(buf)
+                if size > len(buf):
+                    buf = cl.read(offset, size)
+                    n = aligned_prefix(buf, size)
+        return buf[:n] if n < len(buf) else buf
+
+    def _send(self, link: _Link, offset: int, data: bytes, end: int) -> None:
+        ext = {"o": offset, "sb": self.store.segment_bytes, "me": end}
+        frames = protocol.request(RequestCode.HA_TRANSFER, next_request_id(), ext, (data,) if data else ())
+        try:
+            self._sock.send_multipart([link.identity, *frames], zmq.NOBLOCK, copy=len(data) < 65536)
+            link.sent_at = time.monotonic()
+        except zmq.ZMQError as exc:
+            log.debug("HA send to %s dropped: %s", link.addr, exc)
+            link.sent = link.acked  # resend from the ack once it talks again
+
+    def _post(self) -> None:
+        live = [l for l in self.links.values() if not l.diverged]
+        state = (max((l.acked for l in live), default=0), len(live))
+        if state != self._posted:
+            self._posted = state
+            self.app.service.call_soon_threadsafe(self.on_acks, *state)
+
+    def _publish(self, now: float) -> None:
+        end = self.store.max_phys_offset
+        lat = self.lag.percentiles()
+        self.snapshot = [{"addr": l.addr, "broker_id": l.broker_id, "acked_offset": l.acked,
+                          "lag_bytes": max(0, end - l.acked), "lag_ms": round(self.lag.lag_ms(l.acked, now), 1),
+                          "diverged": l.diverged, "connected_s": round(now - l.since, 1),
+                          "ack_latency": lat} for l in self.links.values()]
+
+
+# ---- metadata sync (master side) --------------------------------------------------------
+
+def merge_offsets(meta, rows) -> int:
+    """Keep max(mine, theirs) per (group, topic, queue); returns how many moved forward."""
+    moved = 0
+    for row in rows or ():
+        try:
+            g, t, q, o = str(row[0]), str(row[1]), int(row[2]), int(row[3])
+        except (TypeError, ValueError, IndexError):
+            continue
+        cur = meta.get_offset(g, t, q)
+        if cur is None or o > cur:
+            meta.set_offset(g, t, q, o)
+            moved += 1
+    return moved
+
+
+def pull_slave_offsets(app, timeout_s: float = 1.0) -> None:
+    """A master about to serve: fold in what its slaves stored while it was away."""
+    slaves = []
+    for ns in app.namesrvs:
+        try:
+            info = app.transport.call(ns, RequestCode.GET_BROKER_CLUSTER_INFO, timeout=timeout_s).ext["cluster"]
+        except QuiverError:
+            continue
+        addrs = (info.get("brokers", {}).get(app.config.name) or {}).get("addrs", {})
+        slaves = [a for bid, a in addrs.items() if str(bid) != "0" and a != app.config.advertised]
+        break
+    for addr in slaves:
+        try:
+            rows = app.transport.call(addr, RequestCode.HA_SLAVE_OFFSETS, timeout=timeout_s).ext.get("offsets")
+        except QuiverError as exc:
+            log.info("slave %s not asked for offsets: %s", addr, exc)
+            continue
+        n = merge_offsets(app.metadata, rows)
+        if n:
+            log.info("took %d consumer offsets committed on slave %s while this master was away", n, addr)
+
+
+def make_handlers(app):
+    def sync_metadata(req):
+        if app.config.is_slave:
+            req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is a slave; sync from the master")
+            return
+        meta = app.metadata
+        merge_offsets(meta, req.ext.get("offsets"))
+        offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
+        req.reply(ResponseCode.SUCCESS, "", {"topics": app.topics, "groups": meta.groups, "offsets": offsets,
+                                             "max_offset": app.store.max_phys_offset})
+
+    return {RequestCode.HA_SYNC_METADATA: sync_metadata}

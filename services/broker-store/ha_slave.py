@@ -1,0 +1,290 @@
+"""Slave side of replication: follow the master's CommitLog and metadata; serve reads.
+
+Owns the slave's HA thread (one DEALER to the master's HA socket), the hand-off
+of received chunks to the service thread, the acknowledgments and the
+slave's half of the metadata sync; not the store (store.append_replicated
+appends and dispatches) nor the frame rules (ha_stream).
+
+    HA thread: connect -> HA_REPORT {o: own max offset} -> HA_TRANSFER chunks -> post
+    service thread: append_replicated(o, data) -> wake pulls held on the touched
+                    queues -> ack = new end -> HA thread sends HA_REPORT
+    every --ha-heartbeat-interval-ms a report even when idle; a master silent for
+    --ha-housekeeping-ms is reconnected. Catch-up after a restart starts from the
+    slave's own recovered max offset.
+
+The master's HA address comes from --ha-master or the name servers'
+registration reply (which also names the master's broker address, used for
+HA_SYNC_METADATA every --ha-sync-interval-ms, at once after (re)connecting and
+when a replicated record names a topic the slave does not know).
+
+Offsets while the master is away: consumers pull from the slave and commit
+there. Those offsets are "slave-advanced" (above the last value synced from
+the master); the slave sends them with every sync and the master keeps
+max(master, slave); a restarting master also asks for them before it serves
+(ha_master.pull_slave_offsets). A slave takes the master's value for every
+offset it did not advance itself (so an admin reset on the master reaches it).
+"""
+
+import logging
+import os
+import threading
+import time
+import uuid
+
+import zmq
+
+from quiver import protocol
+from quiver.codes import RequestCode, ResponseCode
+from quiver.errors import QuiverError
+from quiver.transport import next_request_id
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationSlave:
+    def __init__(self, app):
+        self.app = app
+        c = app.config
+        self.store = app.store
+        self.target = c.ha_master          # the master's HA address
+        self.master_addr = ""              # the master's broker address (metadata sync)
+        self.hb_s = c.ha_heartbeat_interval_ms / 1000
+        self.expiry_s = c.ha_housekeeping_ms / 1000
+        self.sync_s = c.ha_sync_interval_ms / 1000
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.acked = 0                     # written by the service thread, sent by the HA thread
+        self._reset = False
+        self.master_max = 0
+        self.last_frame = 0.0
+        self.state = "no master known"
+        self.error = ""
+        self.synced_at = 0.0
+        self._sync_busy = False
+        self._sync_soon = False
+        self.snapshot: dict[tuple[str, str, int], int] = {}   # offsets as last synced from the master
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.acked = self.store.max_phys_offset
+        self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
+        self._thread.start()
+        self.app.service.call_later(0.5, self._sync_tick)
+        log.info("slave of %s: replicating from offset %d (master HA %s)", self.app.config.name, self.acked,
+                 self.target or "from name servers")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(5)
+        os.close(self._wake_fd)
+
+    def _wake(self) -> None:
+        try:
+            os.eventfd_write(self._wake_fd, 1)
+        except OSError:
+            pass
+
+    def set_master(self, master_addr: str, ha_addr: str) -> None:
+        """From a name server's registration reply (any thread)."""
+        if master_addr:
+            self.master_addr = master_addr
+        if ha_addr and not self.app.config.ha_master and ha_addr != self.target:
+            log.info("master HA address is %s", ha_addr)
+            self.target = ha_addr
+            self._wake()
+
+    # ---- HA thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        sock, connected_to = None, ""
+        poller = zmq.Poller()
+        poller.register(self._wake_fd, zmq.POLLIN)
+        last_report, sent_ack, fresh = 0.0, -1, False
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if sock is not None and (self.target != connected_to or now - self.last_frame > self.expiry_s):
+                    if self.target == connected_to:
+                        log.warning("master %s silent for %.0f s: reconnecting", connected_to, now - self.last_frame)
+                    poller.unregister(sock)
+                    sock.close(0)
+                    sock, connected_to = None, ""
+                if sock is None and self.target:
+                    sock = zmq.Context.instance().socket(zmq.DEALER)
+                    sock.setsockopt(zmq.LINGER, 0)
+                    sock.setsockopt(zmq.IDENTITY, f"{self.app.config.advertised}#{uuid.uuid4().hex[:8]}".encode())
+                    sock.connect(f"tcp://{self.target}")
+                    poller.register(sock, zmq.POLLIN)
+                    connected_to, self.last_frame, sent_ack, fresh = self.target, now, -1, True
+                    self.state = f"connecting to {connected_to}"
+                    self._reset = True
+                for s, _ in poller.poll(100 if sock is not None else 200):
+                    if s is sock:
+                        if self._drain(sock) and fresh:
+                            fresh = False
+                            self.state = f"replicating from {connected_to}"
+                            self.app.service.call_soon_threadsafe(self.sync_metadata)
+                    else:
+                        try:
+                            os.eventfd_read(self._wake_fd)
+                        except BlockingIOError:
+                            pass
+                if sock is None:
+                    continue
+                now = time.monotonic()
+                if self.acked != sent_ack or self._reset or now - last_report >= self.hb_s:
+                    sent_ack, last_report = self.acked, now
+                    ext = {"o": sent_ack, "addr": self.app.config.advertised, "id": self.app.config.broker_id}
+                    if self._reset:
+                        ext["reset"], self._reset = True, False
+                    try:
+                        sock.send_multipart(protocol.request(RequestCode.HA_REPORT, next_request_id(), ext),
+                                            zmq.NOBLOCK)
+                    except zmq.Again:
+                        pass  # not connected yet: the next report goes
+        except Exception:
+            log.exception("HA slave thread failed")
+        finally:
+            if sock is not None:
+                sock.close(0)
+
+    def _drain(self, sock) -> bool:
+        got = False
+        for _ in range(100):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                break
+            try:
+                env = protocol.decode(frames)
+                if env.code != RequestCode.HA_TRANSFER:
+                    raise ValueError(f"unexpected code {env.code} on the HA socket")
+                o, me, sb = int(env.ext["o"]), int(env.ext.get("me", 0)), int(env.ext.get("sb", 0))
+            except (QuiverError, KeyError, TypeError, ValueError) as exc:
+                log.warning("bad HA frame from the master: %s", exc)
+                continue
+            got = True
+            self.last_frame = time.monotonic()
+            self.master_max = me
+            if env.bodies and env.bodies[0]:
+                self.app.service.call_soon_threadsafe(self.apply, o, env.bodies[0], sb)
+        return got
+
+    # ---- service thread -------------------------------------------------------------
+
+    def apply(self, offset: int, data: bytes, segment_bytes: int) -> None:
+        store = self.store
+        if segment_bytes != store.segment_bytes:
+            self.error = (f"master segments are {segment_bytes} bytes, this slave's {store.segment_bytes}: "
+                          f"start the slave with --segment-bytes {segment_bytes}")
+            log.error("%s", self.error)
+            return
+        if offset != store.max_phys_offset and offset < store.max_phys_offset:
+            self._reset = True  # a resend after a reconnect: we have it already
+            self._wake()
+            return
+        try:
+            end, touched = store.append_replicated(offset, data)
+        except ValueError as exc:
+            self.error = str(exc)
+            log.warning("replicated chunk at %d refused: %s", offset, exc)
+            self._reset = True
+            self._wake()
+            return
+        self.error = ""
+        self.acked = end
+        self._wake()
+        self.app.counters["replicated_bytes"] += len(data)
+        unknown = False
+        for topic, qid in touched:
+            if topic in self.app.topics:
+                self.app.puller.notify(topic, qid)
+            else:
+                unknown = True
+        if unknown and not self._sync_soon:
+            self._sync_soon = True
+            self.app.service.call_later(0.2, self.sync_metadata)
+
+    def _sync_tick(self) -> None:
+        if self._stop.is_set():
+            return
+        if time.monotonic() - self.synced_at >= self.sync_s:
+            self.sync_metadata()
+        self.app.service.call_later(min(1.0, self.sync_s), self._sync_tick)
+
+    def local_offsets(self) -> list[list]:
+        """Offsets this slave advanced past the master's last known value."""
+        snap = self.snapshot
+        return [[g, t, q, o] for (g, t, q), o in list(self.app.metadata.offsets.items())
+                if o > snap.get((g, t, q), -1)]
+
+    def sync_metadata(self) -> None:
+        self._sync_soon = False
+        if self._sync_busy or not self.master_addr:
+            return
+        self._sync_busy = True
+        self.synced_at = time.monotonic()
+        soon = self.app.service.call_soon_threadsafe
+        try:
+            self.app.transport.send(self.master_addr, RequestCode.HA_SYNC_METADATA, {"offsets": self.local_offsets()},
+                                    (), lambda r: soon(self._synced, r), timeout=5.0)
+        except QuiverError as exc:
+            self._sync_busy = False
+            log.debug("metadata sync not sent: %s", exc)
+
+    def _synced(self, result) -> None:
+        self._sync_busy = False
+        if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
+            log.debug("metadata sync with %s failed: %s", self.master_addr,
+                      result if isinstance(result, Exception) else result.remark)
+            return
+        app, meta = self.app, self.app.metadata
+        changed = False
+        topics = result.ext.get("topics") or {}
+        for name, conf in topics.items():
+            if app.topics.get(name) != conf:
+                meta.put_topic(name, conf["read"], conf["write"], conf["perm"], conf.get("sysflag", 0),
+                               order=conf.get("order", False))
+                changed = True
+        for name in [t for t in app.topics if t not in topics]:
+            meta.delete_topic(name)
+            changed = True
+        for name, g in (result.ext.get("groups") or {}).items():
+            if meta.groups.get(name) != g:
+                meta.put_group(name, int(g.get("retry_max_times", 16)))
+        snap = {}
+        for g, t, q, o in result.ext.get("offsets") or ():
+            key = (g, t, q)
+            snap[key] = o
+            mine = meta.get_offset(g, t, q)
+            if mine is None or mine == self.snapshot.get(key) or mine < o:
+                if mine != o:
+                    meta.set_offset(g, t, q, o)
+        self.snapshot = snap
+        if changed:
+            app.data_version["counter"] += 1
+            app.register_all()
+            for (topic, qid) in list(app.store.cqs):
+                app.puller.notify(topic, qid)
+
+    def status(self) -> dict:
+        end = self.store.max_phys_offset
+        return {"master_ha": self.target, "master_addr": self.master_addr, "state": self.state, "error": self.error,
+                "max_offset": end, "master_max_offset": self.master_max,
+                "lag_bytes": max(0, self.master_max - end),
+                "last_frame_ms_ago": round((time.monotonic() - self.last_frame) * 1000) if self.last_frame else None}
+
+
+def make_handlers(app):
+    def slave_offsets(req):
+        ha = getattr(app, "ha", None)
+        if not isinstance(ha, ReplicationSlave):
+            req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is not a slave")
+            return
+        req.reply(ResponseCode.SUCCESS, "", {"offsets": ha.local_offsets()})
+
+    return {RequestCode.HA_SLAVE_OFFSETS: slave_offsets}
