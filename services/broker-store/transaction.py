@@ -38,7 +38,6 @@ import itertools
 import logging
 import time
 
-
 from quiver import protocol, record
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import (IllegalOperationError, InvalidParameterError, MessageIllegalError, QuiverError,
