@@ -337,8 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--demo", action="store_true", help="send, consume and query a few messages once up")
     up.add_argument("--detach", action="store_true", help="leave the cluster running and return")
     up.set_defaults(fn=cmd_up)
-    for name, fn in (("down", cmd_down), ("status", cmd_status)):
-        sp = sub.add_parser(name, help=f"{name} the local cluster")
+    for name, fn, text in (("down", cmd_down, "stop what `quiver up` started"),
+                           ("status", cmd_status, "health and role of every service")):
+        sp = sub.add_parser(name, help=text)
         sp.add_argument("--data-dir", default="./data")
         sp.set_defaults(fn=fn)
     pg = sub.add_parser("ping", help="PING a service")

@@ -36,19 +36,20 @@ class MessageQueue:
 
 
 class Route:
-    """A topic's queues: broker name -> address, writable and readable queues."""
+    """A topic's queues: broker name -> address (the master's, id 0, else a slave's),
+    every address of a broker name by id (`by_id`), writable and readable queues."""
 
     def __init__(self, topic: str, data: dict):
         self.topic = topic
-        self.addrs = {b["broker_name"]: b["addrs"].get("0") or next(iter(b["addrs"].values()), None)
-                      for b in data.get("brokers", [])}
+        self.by_id = {b["broker_name"]: {int(k): v for k, v in b["addrs"].items()} for b in data.get("brokers", [])}
+        self.addrs = {name: ids.get(0) or (ids[min(ids)] if ids else None) for name, ids in self.by_id.items()}
         self.filter_servers = data.get("filter_servers", {})
         write, read = [], []
         for q in data.get("queues", []):
             name = q["broker_name"]
             if not self.addrs.get(name):
                 continue
-            if q["perm"] & 2:
+            if q["perm"] & 2 and 0 in self.by_id.get(name, {0: None}):  # writes go to masters only
                 write.extend(MessageQueue(topic, name, i) for i in range(q["write"]))
             if q["perm"] & 4:
                 read.extend(MessageQueue(topic, name, i) for i in range(q["read"]))
@@ -70,6 +71,7 @@ class ClientBase:
         self.transport: Transport | None = None
         self._routes: dict[str, tuple[float, Route]] = {}
         self._avoid: dict[str, float] = {}
+        self._read_down: dict[str, float] = {}
         self._lock = threading.Lock()
         self._started = False
 
@@ -183,6 +185,40 @@ class ClientBase:
     def all_broker_addrs(self) -> dict[str, str]:
         return {name: b["addrs"].get("0") or next(iter(b["addrs"].values()))
                 for name, b in self.cluster_info()["brokers"].items() if b["addrs"]}
+
+    # ---- reads from slaves ------------------------------------------------------------------
+
+    master_retry_s = 5.0   # after a failed read, the master is tried again this much later
+
+    def read_addr(self, topic: str, broker: str, route: Route | None = None) -> str | None:
+        """Where reads of a broker name go: its master, or (while the master's reads fail)
+        its lowest-id slave. Uses the cached route when one is given or cached (IO thread safe)."""
+        if route is None:
+            cached = self._routes.get(topic)
+            route = cached[1] if cached else self.route(topic)
+        ids = route.by_id.get(broker) or {}
+        now = time.monotonic()
+        for bid in sorted(ids):
+            addr = ids[bid]
+            if self._read_down.get(addr, 0) <= now:
+                return addr
+        return route.addrs.get(broker)
+
+    def read_failed(self, addr: str) -> None:
+        """A read from `addr` failed with a connection error: use a slave for a while."""
+        self._read_down[addr] = time.monotonic() + self.master_retry_s
+
+    def call_read(self, topic: str, broker: str, code: int, ext: dict | None = None):
+        """A read request (offsets, queue bounds) to the master, else to a slave."""
+        last: Exception | None = None
+        for _ in range(1 + len(self.route(topic).by_id.get(broker) or {})):
+            addr = self.read_addr(topic, broker)
+            try:
+                return self.call_broker(addr, code, ext)
+            except ClientError as exc:  # unreachable / no reply: try the next address
+                last = exc
+                self.read_failed(addr)
+        raise last or ClientError(f"no address for broker {broker!r}")
 
     # ---- fault avoidance -----------------------------------------------------------------
 

@@ -212,7 +212,9 @@ class ReplicationSlave:
     def _sync_tick(self) -> None:
         if self._stop.is_set():
             return
-        if time.monotonic() - self.synced_at >= self.sync_s:
+        if not self.target or not self.master_addr:
+            self.app.register_all()  # the replies name the master once it registered
+        elif time.monotonic() - self.synced_at >= self.sync_s:
             self.sync_metadata()
         self.app.service.call_later(min(1.0, self.sync_s), self._sync_tick)
 
