@@ -45,6 +45,10 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, load average at start {load} (shared with other jobs)"
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,8 +73,9 @@ def main(argv=None) -> int:
     if peers and not args.no_install:
         servers.ensure_packages(peers)
 
-    # SIGTERM unwinds like Ctrl-C, so every `with` block stops its server by PID
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # SIGTERM (and SIGINT, even if inherited as ignored) unwind like Ctrl-C: every `with` stops its server
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     now = datetime.datetime.now()
     meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "machine": _machine(), "repeat": args.repeat,
             "smoke": args.smoke, "counts": {k: v for k, v in counts.__dict__.items()},

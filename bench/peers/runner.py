@@ -117,6 +117,8 @@ def run(systems: list[str], workloads: list[str] | None, repeat: int, counts: Co
             bar.show(f"{name} starting")
             try:
                 with cls() as system:
+                    if name != "ceilings":      # connections, routes, first segment files: not timed
+                        system.produce(min(1000, counts.n), 1024)
                     bar.step(f"{name} up")
                     for wl in wls:
                         _measure(name, system, wl, repeat, counts, entry, bar)

@@ -251,6 +251,34 @@ class Admin(ClientBase):
             out[name] = self.call_broker(addr, RequestCode.TRANSACTION_LIST_OPEN, {"limit": limit}).ext["open"]
         return out
 
+    def ha_status(self) -> list[dict]:
+        """One row per broker address (master id 0, slaves >= 1): role, CommitLog max
+        offset and, for a slave, its replication lag in bytes and ms as its master counts
+        it (lag_ms: age of the oldest byte the slave has not acknowledged)."""
+        rows = []
+        for name, info in sorted(self.cluster_info()["brokers"].items()):
+            by_addr = {}
+            for bid, addr in sorted(info["addrs"].items(), key=lambda kv: int(kv[0])):
+                row = {"broker": name, "id": int(bid), "addr": addr}
+                try:
+                    st = self.call_broker(addr, RequestCode.STATUS, timeout=2.0).ext["status"]
+                except QuiverError as exc:
+                    row["error"] = str(exc)
+                    rows.append(row)
+                    continue
+                ha = st.get("ha") or {}
+                row.update(role=st.get("ha_role", "?"), max_offset=st["store"]["max_phys_offset"],
+                           lag_bytes=ha.get("lag_bytes"), lag_ms=None, ha=ha)
+                by_addr[addr] = row
+                rows.append(row)
+            for master in [r for r in by_addr.values() if r["id"] == 0]:
+                for link in master["ha"].get("slaves", []):
+                    slave = by_addr.get(link["addr"])
+                    if slave is not None:
+                        slave.update(lag_bytes=link["lag_bytes"], lag_ms=link["lag_ms"],
+                                     ack_latency=link.get("ack_latency"))
+        return rows
+
     def ping(self, addr: str, timeout: float = 1.0) -> dict:
         return self.call_broker(addr, RequestCode.PING, timeout=timeout).ext
 

@@ -128,7 +128,8 @@ def cmd_status(args) -> int:
     for name, role, addr in addrs:
         try:
             st = t.call(addr, RequestCode.STATUS, timeout=2.0).ext["status"]
-            print(f"{name:<16} {role:<12} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s")
+            ha = f" {st['ha_role']} id {st.get('broker_id')}" if st.get("ha_role") else ""
+            print(f"{name:<16} {role:<12} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s{ha}")
         except QuiverError as exc:
             bad += 1
             print(f"{name:<16} {role:<12} {addr:<22} DOWN {exc}")
@@ -296,6 +297,27 @@ def cmd_filter(args) -> int:
     return 0 if matched else 1
 
 
+def cmd_ha(args) -> int:
+    """Every broker address by name and id: role, CommitLog max offset, replication lag."""
+    a = _admin(args)
+    try:
+        rows = a.ha_status()
+    finally:
+        a.shutdown()
+    print(f"{'broker':<14} {'id':>3} {'addr':<22} {'role':<13} {'max_offset':>14} {'lag_bytes':>11} {'lag_ms':>9}")
+    bad = 0
+    for r in rows:
+        if r.get("error"):
+            bad += 1
+            print(f"{r['broker']:<14} {r['id']:>3} {r['addr']:<22} DOWN {r['error']}")
+            continue
+        lag_b = "" if r.get("lag_bytes") is None else r["lag_bytes"]
+        lag_ms = "" if r.get("lag_ms") is None else r["lag_ms"]
+        print(f"{r['broker']:<14} {r['id']:>3} {r['addr']:<22} {r['role']:<13} {r['max_offset']:>14} "
+              f"{lag_b:>11} {lag_ms:>9}")
+    return 1 if bad else 0
+
+
 def cmd_txn(args) -> int:
     """Open transactions (half messages without an op record) per broker, oldest first."""
     a = _admin(args)
@@ -390,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("cluster", help="brokers and clusters known to the name server")
     cl.set_defaults(fn=cmd_cluster)
+
+    hp = sub.add_parser("ha", help="master/slave replication: roles, offsets, lag per slave")
+    hp.add_argument("action", choices=["status"])
+    hp.set_defaults(fn=cmd_ha)
 
     xp = sub.add_parser("txn", help="transactions: list open half messages per broker")
     xp.add_argument("action", choices=["list"])

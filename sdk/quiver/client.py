@@ -24,6 +24,11 @@ _LATENCY_MAX = (15_000, 5_000, 3_000, 1_800, 550, 100, 50)
 _NOT_AVAILABLE = (30_000, 10_000, 6_000, 5_000, 2_000, 0, 0)
 
 
+_READ_CODES = frozenset((RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
+                         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                         RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.QUERY_MESSAGE))
+
+
 def _ignore(_result) -> None:
     pass
 
@@ -72,6 +77,7 @@ class ClientBase:
         self._routes: dict[str, tuple[float, Route]] = {}
         self._avoid: dict[str, float] = {}
         self._read_down: dict[str, float] = {}
+        self._cluster: dict = {}
         self._lock = threading.Lock()
         self._started = False
 
@@ -116,7 +122,8 @@ class ClientBase:
         except QuiverError as exc:
             log.warning("heartbeat skipped: %s", exc)
             return
-        for addr in brokers.values():
+        # slaves too: while a master is down its slave answers the group's consumer list
+        for addr in [*brokers.values(), *self.slave_addrs(brokers)]:
             self.transport.send(addr, RequestCode.HEART_BEAT, ext, (), _ignore, self.request_timeout)
 
     def _heartbeat_loop(self) -> None:
@@ -170,7 +177,15 @@ class ClientBase:
         return route
 
     def cluster_info(self) -> dict:
-        return self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)["cluster"]
+        info = self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)["cluster"]
+        self._cluster = info
+        return info
+
+    def slave_addrs(self, names) -> list[str]:
+        """Slave addresses (ids >= 1) of these broker names, from the last cluster info."""
+        brokers = self._cluster.get("brokers", {})
+        return [a for n in names for bid, a in sorted((brokers.get(n) or {}).get("addrs", {}).items())
+                if str(bid) != "0"]
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
         if topic:
@@ -190,11 +205,14 @@ class ClientBase:
 
     master_retry_s = 5.0   # after a failed read, the master is tried again this much later
 
-    def read_addr(self, topic: str, broker: str, route: Route | None = None) -> str | None:
+    def read_addr(self, topic: str, broker: str, route: Route | None = None, wait: bool = True) -> str | None:
         """Where reads of a broker name go: its master, or (while the master's reads fail)
-        its lowest-id slave. Uses the cached route when one is given or cached (IO thread safe)."""
+        its lowest-id slave. The cached route is used when there is one; without one,
+        `wait=False` (IO thread) answers None instead of asking a name server."""
         if route is None:
             cached = self._routes.get(topic)
+            if cached is None and not wait:
+                return None
             route = cached[1] if cached else self.route(topic)
         ids = route.by_id.get(broker) or {}
         now = time.monotonic()
@@ -209,16 +227,8 @@ class ClientBase:
         self._read_down[addr] = time.monotonic() + self.master_retry_s
 
     def call_read(self, topic: str, broker: str, code: int, ext: dict | None = None):
-        """A read request (offsets, queue bounds) to the master, else to a slave."""
-        last: Exception | None = None
-        for _ in range(1 + len(self.route(topic).by_id.get(broker) or {})):
-            addr = self.read_addr(topic, broker)
-            try:
-                return self.call_broker(addr, code, ext)
-            except ClientError as exc:  # unreachable / no reply: try the next address
-                last = exc
-                self.read_failed(addr)
-        raise last or ClientError(f"no address for broker {broker!r}")
+        """A read request (offsets, queue bounds) to the master, else to a slave (call_broker)."""
+        return self.call_broker(self.read_addr(topic, broker), code, ext)
 
     # ---- fault avoidance -----------------------------------------------------------------
 
@@ -237,5 +247,25 @@ class ClientBase:
 
     def call_broker(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float | None = None,
                     ok=(ResponseCode.SUCCESS,)):
+        """A request to a broker. Reads (offsets, queue bounds, consumer lists, lookups) sent
+        to a master that is unreachable go to its slaves (known from cached routes)."""
         self._need_started()
-        return self.transport.call(addr, code, ext, bodies, timeout or self.request_timeout, ok)
+        slaves = self._slaves_of_master(addr) if code in _READ_CODES else ()
+        if not slaves:
+            return self.transport.call(addr, code, ext, bodies, timeout or self.request_timeout, ok)
+        now = time.monotonic()
+        order = [a for a in (addr, *slaves) if self._read_down.get(a, 0) <= now] or [addr, *slaves]
+        for i, a in enumerate(order):
+            try:
+                return self.transport.call(a, code, ext, bodies, timeout or self.request_timeout, ok)
+            except ClientError:
+                self.read_failed(a)
+                if i == len(order) - 1:
+                    raise
+
+    def _slaves_of_master(self, addr: str) -> list[str]:
+        for _, route in list(self._routes.values()):
+            for ids in route.by_id.values():
+                if ids.get(0) == addr:
+                    return [ids[b] for b in sorted(ids) if b]
+        return []

@@ -151,8 +151,9 @@ class PullConsumer(ClientBase):
                 if any(mq not in self._queues for mq in want):
                     route = self.route(topic)
                     for mq in sorted(want - set(self._queues)):
-                        addr = route.addrs[mq.broker]
+                        addr = self.read_addr(topic, mq.broker, route)  # a slave while the master is down
                         st = _QueueState(mq, addr, self._initial_offset(mq, addr))
+                        st.addr = st.via = self.read_addr(topic, mq.broker, route)
                         self._queues[mq] = st
                         self._pull(st)
 
@@ -174,16 +175,17 @@ class PullConsumer(ClientBase):
 
     def _initial_offset(self, mq: MessageQueue, addr: str) -> int:
         ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id}
+        read = self.call_read  # the master, or a slave while the master is unreachable
         try:
-            return self.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+            return read(mq.topic, mq.broker, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
         except QueryNotFoundError:
             pass
         if self.consume_from == "first":
-            return self.call_broker(addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+            return read(mq.topic, mq.broker, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
         if isinstance(self.consume_from, int) and not isinstance(self.consume_from, bool):
             ext["ts"] = self.consume_from
-            return self.call_broker(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext["offset"]
-        return self.call_broker(addr, RequestCode.GET_MAX_OFFSET, ext).ext["offset"]
+            return read(mq.topic, mq.broker, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext["offset"]
+        return read(mq.topic, mq.broker, RequestCode.GET_MAX_OFFSET, ext).ext["offset"]
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         st = self._queues.get(mq)
@@ -217,8 +219,15 @@ class PullConsumer(ClientBase):
             off = st.consumed
             if st.committed == off:
                 continue
-            self.call_broker(st.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                             {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": off})
+            ext = {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": off}
+            try:
+                self.call_broker(st.addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+            except ClientError:  # its master is unreachable: the slave keeps it meanwhile
+                self.read_failed(st.addr)
+                addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False)
+                if not addr or addr == st.addr:
+                    raise
+                self.call_broker(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
             st.committed = off
 
     # ---- pulling (IO-thread callbacks) --------------------------------------------------
@@ -247,6 +256,10 @@ class PullConsumer(ClientBase):
                 st.in_flight = False  # housekeeping retries after refreshing the route
                 return
         else:
+            addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False) or st.addr
+            if addr != st.addr:  # master down (or back): reads and commits follow
+                log.info("%s: reading from %s instead of %s", st.mq, addr, st.addr)
+                st.addr, st.committed = addr, None
             st.via = st.addr
         gen = st.gen
         via = st.via
@@ -266,6 +279,10 @@ class PullConsumer(ClientBase):
             if via != st.addr and filter_route.should_fail_over(env):
                 self._filters.failed(via)  # a dead filter server: the next pull goes to another one
                 self._pull(st)
+                return
+            if via == st.addr and isinstance(env, ClientError):  # broker unreachable: its slave next
+                self.read_failed(via)
+                threading.Timer(0.2, self._pull, (st,)).start()
                 return
             log.warning("pull %s failed: %s", st.mq, env if isinstance(env, Exception) else env.remark)
             threading.Timer(1.0, self._pull, (st,)).start()

@@ -367,12 +367,19 @@ class PushConsumer(ClientBase):
 
     def _add(self, mq: MessageQueue, t0: float | None) -> bool:
         try:
-            addr = self.route(mq.topic).addrs[mq.broker]
-            if self._orderly and not self.broadcast and not self._lock_mqs(addr, [mq]):
-                return False
-            off = self.offsets.read(mq, addr)
-            if off is None:
-                off = self._start_offset(mq, addr)
+            for attempt in range(2):  # the master, then (if it is unreachable) a slave
+                addr = self.read_addr(mq.topic, mq.broker)
+                try:
+                    if self._orderly and not self.broadcast and not self._lock_mqs(addr, [mq]):
+                        return False
+                    off = self.offsets.read(mq, addr)
+                    if off is None:
+                        off = self._start_offset(mq, addr)
+                    break
+                except ClientError:
+                    self.read_failed(addr)
+                    if attempt:
+                        raise
         except (QuiverError, KeyError) as exc:
             log.warning("cannot take %s: %s", mq, exc)
             return False
@@ -487,6 +494,11 @@ class PushConsumer(ClientBase):
             co = self.offsets.get(pq.mq)
             if co:
                 ext["co"] = co
+        if not filter_route.is_sql(sel):
+            addr = self.read_addr(pq.mq.topic, pq.mq.broker, wait=False) or pq.addr
+            if addr != pq.addr:  # master down (or back): pulls and offset commits follow
+                log.info("%s: reading from %s instead of %s", pq.mq, addr, pq.addr)
+                pq.addr = addr
         via = pq.addr
         if filter_route.is_sql(sel):  # SQL92: through a filter server of the queue's broker, never the broker
             ext["tp"] = "SQL92"
@@ -517,6 +529,10 @@ class PushConsumer(ClientBase):
         if via and via != pq.addr and filter_route.should_fail_over(env):
             self._filter_servers.failed(via)  # a dead filter server: the next pull goes to another one
             self._pull(pq)
+            return
+        if via == pq.addr and isinstance(env, ClientError):  # broker unreachable: its slave next
+            self.read_failed(via)
+            self._timer.call_later(0.2, self._pull, pq)
             return
         if isinstance(env, Exception) or env.code not in _PULL_OK:
             log.warning("pull %s failed: %s", pq.mq, env if isinstance(env, Exception) else env.remark)

@@ -58,7 +58,6 @@ class ReplicationMaster:
         self.app = app
         c = app.config
         self.store = app.store
-        self.sync = c.ha_role == "SYNC_MASTER"
         self.chunk = c.ha_transfer_bytes
         self.window = c.ha_window_bytes
         self.max_gap = c.ha_max_gap_bytes

@@ -183,7 +183,7 @@ class ReplicationSlave:
                           f"start the slave with --segment-bytes {segment_bytes}")
             log.error("%s", self.error)
             return
-        if offset != store.max_phys_offset and offset < store.max_phys_offset:
+        if offset < store.max_phys_offset:
             self._reset = True  # a resend after a reconnect: we have it already
             self._wake()
             return
