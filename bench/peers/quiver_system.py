@@ -32,8 +32,13 @@ class Client:
 
         def cb(f):
             sem.release()
+            try:                     # result() of a finished LightFuture builds no Condition; exception() would
+                f.result()
+                ok = 0
+            except Exception:
+                ok = 1
             with lock:
-                count[0 if f.exception() is None else 1] += 1
+                count[ok] += 1
                 if count[0] + count[1] == n:
                     done.set()
         msg = Message(topic, b"x" * size)

@@ -279,3 +279,20 @@ def test_stream_reader_offsets_without_spark_4_0_path_and_new_queues(two_brokers
     finally:
         reader.stop()
         admin.shutdown()
+
+
+def test_quiver_ingest_cli_writes_partitioned_parquet(spark, two_brokers, tmp_path):
+    """The ready job, as a user runs it: its own process and Spark, output read back here."""
+    import subprocess
+    import sys
+    namesrv = two_brokers.namesrv
+    Admin(namesrv=namesrv).create_topic("IngestCli", queues=2)
+    _send(namesrv, [Message("IngestCli", f"row-{i}".encode(), keys=[f"k{i}"]) for i in range(500)])
+    out = tmp_path / "lake"
+    run = subprocess.run([sys.executable, "-m", "quiver.cli", "--namesrv", namesrv, "ingest", "--topic", "IngestCli",
+                          "--to", str(out), "--master", "local[1]"], capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    rows = spark.read.parquet(str(out)).select("topic", "body", "keys").collect()
+    assert sorted(bytes(r.body) for r in rows) == sorted(f"row-{i}".encode() for i in range(500))
+    assert {r.topic for r in rows} == {"IngestCli"} and all(len(r.keys) == 1 for r in rows)
+    assert any(p.name.startswith("topic=") for p in out.iterdir())   # partitioned output
