@@ -165,5 +165,9 @@ def write(doc: dict, out_dir: str, stamp: str) -> dict:
         json.dump(doc, f, indent=2)
     with open(paths["md"], "w") as f:
         f.write(markdown(doc))
-    plot(doc, paths["png"])
+    try:
+        plot(doc, paths["png"])
+    except ImportError:      # matplotlib comes with the `bench` extra: `pip install -e ".[bench]"`
+        print("matplotlib is not installed: no plot (pip install -e \".[bench]\")")
+        del paths["png"]
     return paths
