@@ -85,7 +85,9 @@ def markdown(doc: dict) -> str:
     out = [f"# Quiver vs peers — {meta['date']}", "",
            f"Same machine, same run, 127.0.0.1 only; {meta['machine']}. Each cell: median of "
            f"{meta['repeat']} run(s) ±spread ((max−min)/median). 1 KiB bodies unless noted; every message "
-           f"acknowledged and counted. Counts: {meta['counts']}.", ""]
+           f"acknowledged and counted. Counts: {meta['counts']}.", "",
+           f"Reproduce: `{meta['command'].strip()}`. Versions: "
+           + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()) + ".", ""]
     if systems:
         out += ["## Throughput (higher is better)", "", *_table(results, systems, THROUGHPUT_ROWS), "",
                 "## Latency (lower is better)", "", *_table(results, systems, LATENCY_ROWS), ""]

@@ -13,14 +13,12 @@ import threading
 import time
 from concurrent.futures import Future
 
-from .futures import LightFuture
-
-from . import record
 from .client import ClientBase, MessageQueue
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, MessageIllegalError, QuiverError, error_for
-from .message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, WAIT, Message,
-                      SendResult, SendStatus, UniqueIdMaker, java_hash, offset_msg_id, host_bytes)
+from .futures import LightFuture
+from .message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message, SendResult,
+                      SendStatus, UniqueIdMaker, host_bytes, java_hash)
 from .validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
 
 log = logging.getLogger(__name__)

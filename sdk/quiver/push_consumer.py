@@ -13,12 +13,11 @@ queue, a failing batch is retried in place after a suspend, and past the max
 reconsume times it goes to the dead-letter topic. Broadcasting: every client
 takes every queue, offsets in a local JSON file, failures are dropped.
 
-Owns process queues, pulling, flow control and consume dispatch; allocation is
-rebalance.py, offset persistence offset_store.py.
+Owns membership, pulling and flow control; the per-queue cache is
+process_queue.py, listener calls and orderly locking consume_service.py,
+allocation rebalance.py, offset persistence offset_store.py.
 """
 
-import heapq
-import itertools
 import logging
 import socket
 import threading
@@ -27,10 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 from . import filter_route, record, tags
 from .client import ClientBase, MessageQueue
+from .consume_service import ConsumeService
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QuiverError, TopicNotExistError
-from .message import RETRY_TOPIC, ORIGIN_MESSAGE_ID, ConsumeResult, MessageExt, MessageSelector
+from .message import RETRY_TOPIC, MessageExt, MessageSelector
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
+from .process_queue import DelayedCalls, ProcessQueue
 from .rebalance import Rebalancer
 from .validation import RETRY_PREFIX, check_group
 
@@ -38,106 +39,9 @@ log = logging.getLogger(__name__)
 
 _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
             ResponseCode.PULL_OFFSET_MOVED)
-LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker lease: 60 s)
-MAX_CONSUME_CONTINUOUSLY_S = 60.0
 
 
-class _Timer:
-    """One thread running delayed calls (pull back-off, suspends, periodic jobs)."""
-
-    def __init__(self, name: str):
-        self._heap: list = []
-        self._cond = threading.Condition()
-        self._seq = itertools.count()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def call_later(self, delay_s: float, fn, *args) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (time.monotonic() + delay_s, next(self._seq), fn, args))
-            self._cond.notify()
-
-    def every(self, interval_s: float, fn) -> None:
-        def tick():
-            try:
-                fn()
-            finally:
-                if not self._stopped:
-                    self.call_later(interval_s, tick)
-        self.call_later(interval_s, tick)
-
-    def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped:
-                    now = time.monotonic()
-                    if self._heap and self._heap[0][0] <= now:
-                        break
-                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
-                if self._stopped:
-                    return
-                _, _, fn, args = heapq.heappop(self._heap)
-            try:
-                fn(*args)
-            except Exception:
-                log.exception("timer job %s failed", getattr(fn, "__name__", fn))
-
-
-class ProcessQueue:
-    """Cached messages of one owned queue, keyed by queue offset (pulled in order)."""
-
-    def __init__(self, mq: MessageQueue, addr: str, offset: int):
-        self.mq, self.addr = mq, addr
-        self.lock = threading.Lock()
-        self.msgs: dict[int, MessageExt] = {}
-        self.bytes = 0
-        self.next_offset = offset
-        self.dropped = False
-        # orderly
-        self.consume_lock = threading.Lock()
-        self.locked = False
-        self.lock_ts = 0.0
-        self.scheduled = False
-        self.suspended_until = 0.0
-        self.rebalance_t0: float | None = None
-
-    def add(self, msgs: list[MessageExt], next_offset: int) -> None:
-        with self.lock:
-            for m in msgs:
-                self.msgs[m.queue_offset] = m
-                self.bytes += len(m.body)
-            self.next_offset = next_offset
-
-    def remove(self, msgs) -> int:
-        """Forget finished messages; returns the offset now safe to commit."""
-        with self.lock:
-            for m in msgs:
-                if self.msgs.pop(m.queue_offset, None) is not None:
-                    self.bytes -= len(m.body)
-            return self.commit_offset()
-
-    def commit_offset(self) -> int:
-        for off in self.msgs:  # the lowest unfinished message
-            return off
-        return self.next_offset
-
-    def head(self, n: int) -> list[MessageExt]:
-        with self.lock:
-            return list(itertools.islice(self.msgs.values(), n))
-
-    def span(self) -> int:
-        if len(self.msgs) < 2:
-            return 0
-        return next(reversed(self.msgs)) - next(iter(self.msgs))
-
-
-class PushConsumer(ClientBase):
+class PushConsumer(ConsumeService, ClientBase):
     def __init__(self, group: str, namesrv=None, broadcast: bool = False, consume_from="last",
                  max_reconsume_times: int = 16, threads: int = 20, batch_size: int = 1, *,
                  allocate="averagely", pull_batch_size: int = 32, suspend_ms: int = 15_000,
@@ -219,7 +123,7 @@ class PushConsumer(ClientBase):
         if not self.subscriptions:
             raise ClientError("no subscription: call subscribe(topic, expression) before start()")
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"consume-{self.group}")
-        self._timer = _Timer(f"push-consumer-{self.group}")
+        self._timer = DelayedCalls(f"push-consumer-{self.group}")
         self._running = True
         super().start()
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
@@ -574,134 +478,3 @@ class PushConsumer(ClientBase):
         return out
 
     # ---- consuming ------------------------------------------------------------------------------------------
-
-    def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if self._orderly:
-            self._kick_orderly(pq)
-            return
-        # a few tasks per pulled batch: parallel across queues and within one, without a task per message
-        bs = self.batch_size
-        chunk = max(bs, -(-len(msgs) // 4))
-        chunk = -(-chunk // bs) * bs
-        for i in range(0, len(msgs), chunk):
-            self._submit(self._consume_concurrently, pq, msgs[i:i + chunk])
-
-    def _submit(self, fn, *args) -> None:
-        if not self._running:
-            return
-        try:
-            self._pool.submit(self._run_task, fn, *args)
-        except RuntimeError:
-            pass  # shutting down: the messages stay uncommitted
-
-    def _run_task(self, fn, *args) -> None:
-        with self._active_cond:
-            self._active += 1
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("consume task failed")
-        finally:
-            with self._active_cond:
-                self._active -= 1
-                if self._active == 0:
-                    self._active_cond.notify_all()
-
-    def _call_listener(self, msgs: list[MessageExt]) -> bool:
-        try:
-            return self._listener(msgs) is ConsumeResult.SUCCESS
-        except Exception:
-            log.exception("listener of %s raised: consuming %d message(s) later", self.group, len(msgs))
-            return False
-
-    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        bs = self.batch_size
-        for i in range(0, len(msgs), bs):
-            if pq.dropped or not self._running:
-                return
-            batch = msgs[i:i + bs]
-            done = batch
-            if not self._call_listener(batch):
-                if self.broadcast:
-                    log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
-                else:
-                    failed = [m for m in batch if not self._send_back(pq, m)]
-                    if failed:  # broker unreachable: retry here later, keep the offset behind them
-                        self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
-                        done = [m for m in batch if m not in failed]
-            off = pq.remove(done)
-            if not pq.dropped:
-                self.offsets.update(pq.mq, off)
-
-    def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
-        ext = {"g": self.group, "offset": m.commit_log_offset, "delay": delay, "ot": m.topic,
-               "omid": m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id, "max": self.max_reconsume_times,
-               "rc": m.reconsume_times}
-        try:
-            self.call_broker(pq.addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext)
-            return True
-        except QuiverError as exc:
-            log.warning("send back of %s failed: %s", m.msg_id, exc)
-            return False
-
-    # ---- orderly ------------------------------------------------------------------------------------------
-
-    def _kick_orderly(self, pq: ProcessQueue) -> None:
-        with pq.lock:
-            if pq.scheduled or pq.dropped or time.monotonic() < pq.suspended_until:
-                return
-            pq.scheduled = True
-        self._submit(self._consume_orderly, pq)
-
-    def _consume_orderly(self, pq: ProcessQueue) -> None:
-        started = time.monotonic()
-        retry_in = None
-        with pq.consume_lock:  # one thread per queue
-            while True:
-                if pq.dropped or not self._running:
-                    break
-                if not self.broadcast and (not pq.locked or time.monotonic() - pq.lock_ts > LOCK_STALE_S):
-                    retry_in = 3.0
-                    self._timer.call_later(0.01, self._relock, pq)
-                    break
-                if time.monotonic() - started > MAX_CONSUME_CONTINUOUSLY_S:
-                    retry_in = 0.01
-                    break
-                batch = pq.head(self.batch_size)
-                if not batch:
-                    break
-                if self._call_listener(batch) or self._give_up(pq, batch):
-                    off = pq.remove(batch)
-                    self.offsets.update(pq.mq, off)
-                    continue
-                retry_in = self.suspend_current_queue_s
-                break
-        with pq.lock:
-            pq.scheduled = False
-            if retry_in is not None:
-                pq.suspended_until = time.monotonic() + retry_in
-        if retry_in is not None:
-            self._timer.call_later(retry_in, self._kick_orderly, pq)
-        elif pq.msgs:
-            self._kick_orderly(pq)  # arrived while we were finishing
-
-    def _give_up(self, pq: ProcessQueue, batch: list[MessageExt]) -> bool:
-        """A failed orderly batch: count the attempt; past the max, dead-letter it and move on."""
-        if any(m.reconsume_times < self.max_reconsume_times for m in batch):
-            for m in batch:
-                m.reconsume_times += 1
-            return False
-        if self.broadcast:
-            log.warning("orderly broadcast consumption failed %d times: dropping %d message(s)",
-                        self.max_reconsume_times, len(batch))
-            return True
-        return all(self._send_back(pq, m, delay=-1) for m in batch)
-
-    def _relock(self, pq: ProcessQueue) -> None:
-        if pq.dropped or not self._running:
-            return
-        if self._lock_mqs(pq.addr, [pq.mq]):
-            pq.locked, pq.lock_ts = True, time.monotonic()
-            with pq.lock:
-                pq.suspended_until = 0.0
-            self._kick_orderly(pq)

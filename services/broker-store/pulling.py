@@ -7,7 +7,6 @@ one frame; the SDK decodes them with one struct format.
 """
 
 import logging
-import time
 
 from quiver import tags
 from quiver.codes import ResponseCode

@@ -58,7 +58,6 @@ def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str
 
 
 def make_handlers(app):
-    store = app.store
     levels = app.config.delay_levels_ms
 
     def init(req):

@@ -15,8 +15,7 @@ from collections import deque
 
 from quiver import record
 from quiver.codes import ResponseCode
-from quiver.errors import (InvalidParameterError, MessageIllegalError, ServiceNotAvailableError,
-                           TopicNotExistError)
+from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
 from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.record import get_property as get_props_value
 from quiver.validation import (MAX_PROPERTIES_BYTES, SCHEDULE_TOPIC, TIMER_TOPIC, check_properties_size,

@@ -40,8 +40,8 @@ import time
 
 from quiver import protocol, record
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import (IllegalOperationError, InvalidParameterError, MessageIllegalError, QuiverError,
-                           ServiceNotAvailableError, TransactionStateGroupWrongError, error_for)
+from quiver.errors import (InvalidParameterError, MessageIllegalError, QuiverError, ServiceNotAvailableError,
+                           error_for)
 from quiver.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
                             TRANSACTION_ID, UNIQ_KEY)
 from quiver.record import get_property

@@ -1,0 +1,157 @@
+"""The consume side of PushConsumer: listener calls, send-back, orderly queues.
+
+Concurrent mode hands batches to the thread pool; a failed message goes back to
+the broker (CONSUMER_SEND_MSG_BACK) and returns through `%RETRY%<group>`.
+Orderly mode runs one thread per queue under a broker lock; a failing batch is
+retried in place after a suspend and, past the max reconsume times, sent to the
+dead-letter topic so the queue moves on. Mixed into PushConsumer (RocketMQ's
+ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
+attributes it uses: _pool, _timer, _listener, offsets, batch_size, broadcast,
+max_reconsume_times, suspend_current_queue_s, _running, _active_cond.
+"""
+
+import logging
+import time
+
+from .codes import RequestCode
+from .errors import QuiverError
+from .message import ORIGIN_MESSAGE_ID, ConsumeResult, MessageExt
+from .process_queue import ProcessQueue
+
+log = logging.getLogger(__name__)
+
+LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker lease: 60 s)
+MAX_CONSUME_CONTINUOUSLY_S = 60.0
+
+
+class ConsumeService:
+    def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self._orderly:
+            self._kick_orderly(pq)
+            return
+        # a few tasks per pulled batch: parallel across queues and within one, without a task per message
+        bs = self.batch_size
+        chunk = max(bs, -(-len(msgs) // 4))
+        chunk = -(-chunk // bs) * bs
+        for i in range(0, len(msgs), chunk):
+            self._submit(self._consume_concurrently, pq, msgs[i:i + chunk])
+
+    def _submit(self, fn, *args) -> None:
+        if not self._running:
+            return
+        try:
+            self._pool.submit(self._run_task, fn, *args)
+        except RuntimeError:
+            pass  # shutting down: the messages stay uncommitted
+
+    def _run_task(self, fn, *args) -> None:
+        with self._active_cond:
+            self._active += 1
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("consume task failed")
+        finally:
+            with self._active_cond:
+                self._active -= 1
+                if self._active == 0:
+                    self._active_cond.notify_all()
+
+    def _call_listener(self, msgs: list[MessageExt]) -> bool:
+        try:
+            return self._listener(msgs) is ConsumeResult.SUCCESS
+        except Exception:
+            log.exception("listener of %s raised: consuming %d message(s) later", self.group, len(msgs))
+            return False
+
+    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        bs = self.batch_size
+        for i in range(0, len(msgs), bs):
+            if pq.dropped or not self._running:
+                return
+            batch = msgs[i:i + bs]
+            done = batch
+            if not self._call_listener(batch):
+                if self.broadcast:
+                    log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
+                else:
+                    failed = [m for m in batch if not self._send_back(pq, m)]
+                    if failed:  # broker unreachable: retry here later, keep the offset behind them
+                        self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
+                        done = [m for m in batch if m not in failed]
+            off = pq.remove(done)
+            if not pq.dropped:
+                self.offsets.update(pq.mq, off)
+
+    def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
+        ext = {"g": self.group, "offset": m.commit_log_offset, "delay": delay, "ot": m.topic,
+               "omid": m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id, "max": self.max_reconsume_times,
+               "rc": m.reconsume_times}
+        try:
+            self.call_broker(pq.addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+            return True
+        except QuiverError as exc:
+            log.warning("send back of %s failed: %s", m.msg_id, exc)
+            return False
+
+    # ---- orderly ------------------------------------------------------------------------------------------
+
+    def _kick_orderly(self, pq: ProcessQueue) -> None:
+        with pq.lock:
+            if pq.scheduled or pq.dropped or time.monotonic() < pq.suspended_until:
+                return
+            pq.scheduled = True
+        self._submit(self._consume_orderly, pq)
+
+    def _consume_orderly(self, pq: ProcessQueue) -> None:
+        started = time.monotonic()
+        retry_in = None
+        with pq.consume_lock:  # one thread per queue
+            while True:
+                if pq.dropped or not self._running:
+                    break
+                if not self.broadcast and (not pq.locked or time.monotonic() - pq.lock_ts > LOCK_STALE_S):
+                    retry_in = 3.0
+                    self._timer.call_later(0.01, self._relock, pq)
+                    break
+                if time.monotonic() - started > MAX_CONSUME_CONTINUOUSLY_S:
+                    retry_in = 0.01
+                    break
+                batch = pq.head(self.batch_size)
+                if not batch:
+                    break
+                if self._call_listener(batch) or self._give_up(pq, batch):
+                    off = pq.remove(batch)
+                    self.offsets.update(pq.mq, off)
+                    continue
+                retry_in = self.suspend_current_queue_s
+                break
+        with pq.lock:
+            pq.scheduled = False
+            if retry_in is not None:
+                pq.suspended_until = time.monotonic() + retry_in
+        if retry_in is not None:
+            self._timer.call_later(retry_in, self._kick_orderly, pq)
+        elif pq.msgs:
+            self._kick_orderly(pq)  # arrived while we were finishing
+
+    def _give_up(self, pq: ProcessQueue, batch: list[MessageExt]) -> bool:
+        """A failed orderly batch: count the attempt; past the max, dead-letter it and move on."""
+        if any(m.reconsume_times < self.max_reconsume_times for m in batch):
+            for m in batch:
+                m.reconsume_times += 1
+            return False
+        if self.broadcast:
+            log.warning("orderly broadcast consumption failed %d times: dropping %d message(s)",
+                        self.max_reconsume_times, len(batch))
+            return True
+        return all(self._send_back(pq, m, delay=-1) for m in batch)
+
+    def _relock(self, pq: ProcessQueue) -> None:
+        if pq.dropped or not self._running:
+            return
+        if self._lock_mqs(pq.addr, [pq.mq]):
+            pq.locked, pq.lock_ts = True, time.monotonic()
+            with pq.lock:
+                pq.suspended_until = 0.0
+            self._kick_orderly(pq)
