@@ -59,3 +59,8 @@ class LightFuture(Future):
                 raise self._exception
             return self._result
         return super().result(timeout)
+
+    def exception(self, timeout=None):
+        if self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)

@@ -193,6 +193,7 @@ class UniqueIdMaker:
         self._lock = threading.Lock()
         self._month_start = 0
         self._month_end = 0
+        self._head = (-1, "")  # (ms, prefix + time hex): formatted once per millisecond
 
     def _month_base(self, now_ms: int) -> int:
         if not (self._month_start <= now_ms < self._month_end):
@@ -204,10 +205,12 @@ class UniqueIdMaker:
         return self._month_start
 
     def next(self) -> str:
-        now = int(time.time() * 1000)
-        base = self._month_base(now)
-        n = next(self._counter)  # itertools.count is atomic under the GIL
-        return f"{self._prefix}{(now - base) & 0xFFFFFFFF:08X}{n & 0xFFFF:04X}"
+        now = time.time_ns() // 1_000_000
+        ms, head = self._head  # one tuple: threads never see a half-updated pair
+        if ms != now:
+            head = f"{self._prefix}{(now - self._month_base(now)) & 0xFFFFFFFF:08X}"
+            self._head = (now, head)
+        return f"{head}{next(self._counter) & 0xFFFF:04X}"  # itertools.count is atomic under the GIL
 
 
 # ---- hashing ----------------------------------------------------------------

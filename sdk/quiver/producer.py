@@ -128,7 +128,11 @@ class Producer(ClientBase):
     # ---- queue selection ----------------------------------------------------------------
 
     def _pick(self, topic: str, avoid: str | None = None, key: str | None = None) -> tuple[MessageQueue, str]:
-        route = self.route(topic)
+        cached = self._routes.get(topic)  # the common case, inline: this runs for every message
+        if cached is not None and time.monotonic() - cached[0] < self.route_refresh_s:
+            route = cached[1]
+        else:
+            route = self.route(topic)
         queues = route.write_queues
         if not queues:
             raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue")

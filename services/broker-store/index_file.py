@@ -140,7 +140,9 @@ class IndexFile:
         # No sync_header here: the flush thread would write a half-batch header.
         if self.dirty:
             self.dirty = False
-            self.mm.flush()
+            # fdatasync writes the same dirty pages of the shared mapping, but releases the
+            # GIL; mmap.flush (msync) held it for the whole write and stalled the broker loop
+            os.fdatasync(self.fd)
 
     def close(self) -> None:
         self.sync_header()

@@ -68,22 +68,23 @@ class Sender:
                 f"{len(metas) if isinstance(metas, list) else 'no'} entries)")
         if not batch and len(bodies) != 1:
             raise InvalidParameterError("SEND_MESSAGE carries exactly one message; use SEND_BATCH_MESSAGE")
-        total = 0
-        flags, props = [], []
-        for body, meta in zip(bodies, metas):
-            n = len(body)
-            if n == 0:
-                raise MessageIllegalError("body is empty: a message needs at least one byte")
-            if n > self.max_bytes:
-                raise MessageIllegalError(f"body is {n} bytes; the limit is {self.max_bytes} (max_message_bytes)")
-            total += n
-            flag, prop = meta[0], meta[1]
-            if type(flag) is not int or type(prop) is not str:
-                raise InvalidParameterError("each 'm' entry is [flag:int, properties:str]")
-            if len(prop) > MAX_PROPERTIES_BYTES // 4 or len(prop.encode()) > MAX_PROPERTIES_BYTES:
+        # list-wise checks (C-level map/min/max): this runs for every message of every batch
+        lens = list(map(len, bodies))
+        if min(lens) == 0:
+            raise MessageIllegalError("body is empty: a message needs at least one byte")
+        if max(lens) > self.max_bytes:
+            raise MessageIllegalError(f"body is {max(lens)} bytes; the limit is {self.max_bytes} (max_message_bytes)")
+        total = sum(lens)
+        if not all(isinstance(m, list) and len(m) >= 2 for m in metas):
+            raise InvalidParameterError("each 'm' entry is [flag:int, properties:str]")
+        flags = [m[0] for m in metas]
+        props = [m[1] for m in metas]
+        if set(map(type, flags)) != {int} or set(map(type, props)) != {str}:
+            raise InvalidParameterError("each 'm' entry is [flag:int, properties:str]")
+        for prop in props:
+            # UTF-8 takes at most 4 bytes a character: only long strings can be too big
+            if len(prop) > MAX_PROPERTIES_BYTES // 4:
                 check_properties_size(len(prop.encode()))
-            flags.append(flag)
-            props.append(prop)
         if batch and total > self.max_bytes:
             raise MessageIllegalError(f"batch is {total} bytes; the limit is {self.max_bytes}: split it")
         conf = self.app.topic_config(topic, create=True)
@@ -96,7 +97,8 @@ class Sender:
         sys_flag = int(ext.get("sf", 0))
         if sys_flag & record.TX_MASK:  # a half message: transaction.py decides where it is stored
             topic, queue_id, props, sys_flag = self.app.transactions.prepare(topic, queue_id, props, sys_flag, batch)
-        if any(_DELAY_AT in p or _TIMER_AT in p for p in props):  # C-level scan, no per-message parse
+        joined = "\x02".join(props)
+        if _DELAY_AT in joined or _TIMER_AT in joined:  # two C-level scans, no per-message parse
             if batch and len(bodies) > 1:
                 raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
             topic, queue_id, parked = self._park(topic, queue_id, props[0], get_props_value(props[0], DELAY),

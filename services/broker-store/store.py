@@ -196,18 +196,27 @@ class MessageStore:
         # Half and rollback records take no queue offset (RocketMQ writes 0).
         qoff = self._cq(topic, queue_id).max_offset if in_cq else 0
         topic_b = topic.encode()
-        fixed = record.record_size(0, len(topic_b), 0)
-        seg_bytes = self.segment_bytes
         store_ts = int(time.time() * 1000)
+        pbs = [p.encode() for p in props]
+        phys = cl.write_end
+        fixed = record.record_size(0, len(topic_b), 0)
+        if fixed * len(bodies) + sum(map(len, bodies)) + sum(map(len, pbs)) + 8 <= cl.space_left():
+            # the common case: the whole batch fits the current segment, encoded list-wise
+            data, phys_offsets, sizes = record.encode_run(
+                bodies, topic_b, queue_id, flags, qoff if in_cq else None, phys, sys_flag, born_ts,
+                born_host, store_ts, self.store_host, reconsume, prepared_offset, pbs, body_crcs)
+            cl.append(data)
+            return self._after_put(topic, queue_id, tx, in_cq, qoff, store_ts, phys_offsets, sizes, props,
+                                   phys + len(data), len(bodies))
+        seg_bytes = self.segment_bytes
         store_host = self.store_host
         encode = record.encode
-        phys = cl.write_end
         space = cl.space_left()
         chunks: list[list[bytes]] = [[]]   # one list per segment touched; a roll between each
         phys_offsets: list[int] = []
         sizes: list[int] = []
         for i, body in enumerate(bodies):
-            pb = props[i].encode()
+            pb = pbs[i]
             size = fixed + len(body) + len(pb)
             if size + 8 > space:
                 if size + 8 > seg_bytes:
@@ -230,13 +239,17 @@ class MessageStore:
                 cl.roll()
             if parts:
                 cl.append(b"".join(parts))
+        return self._after_put(topic, queue_id, tx, in_cq, qoff, store_ts, phys_offsets, sizes, props, phys,
+                               len(bodies))
+
+    def _after_put(self, topic, queue_id, tx, in_cq, qoff, store_ts, phys_offsets, sizes, props, end, n):
         self._dispatch(topic, queue_id, tx, store_ts, phys_offsets, sizes, props)
-        self._dispatched = phys
+        self._dispatched = end
         if in_cq and self.flush_sync:
-            self.cqs[(topic, queue_id)].pending.append((phys, qoff))
-        self._counts["put_msgs"] += len(bodies)
+            self.cqs[(topic, queue_id)].pending.append((end, qoff))
+        self._counts["put_msgs"] += n
         self._counts["put_batches"] += 1
-        return PutResult(PutStatus.PUT_OK, qoff, phys_offsets, phys, store_ts)
+        return PutResult(PutStatus.PUT_OK, qoff, phys_offsets, end, store_ts)
 
     def _dispatch(self, topic: str, queue_id: int, tx: int, store_ts: int,
                   phys_offsets: list[int], sizes: list[int], props: list[str],
