@@ -23,11 +23,13 @@ from zmq.utils.monitor import parse_monitor_message
 from . import protocol
 from .errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
 from .codes import ResponseCode
+from .direct import DirectCalls
 
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
 CONNECT_WAIT_S = 1.0  # a request waits this long for a first connection to its peer
+CLOSE_LINGER_MS = 500  # at close, frames already queued get this long to leave
 
 
 def next_request_id() -> int:
@@ -48,6 +50,8 @@ class Transport:
         self._push_pool = ThreadPoolExecutor(4, thread_name_prefix=f"{name}-push")
         self._identity_prefix = identity_prefix
         self._stopped = threading.Event()
+        self._direct = DirectCalls(self._ctx)
+        self._down: set[str] = set()  # peers the IO thread's monitors saw disconnect
         self._thread = threading.Thread(target=self._run, name=f"{name}-io", daemon=True)
         self._thread.start()
 
@@ -87,8 +91,17 @@ class Transport:
 
     def call(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float = 3.0,
              ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
-        """Blocking request; raises the server's error unless its code is in `ok`."""
-        env = self.call_future(addr, code, ext, bodies, timeout).result(timeout + 1.0)
+        """Blocking request; raises the server's error unless its code is in `ok`.
+
+        Made on the calling thread's own socket (direct.py), except on the IO
+        thread itself, which must never block."""
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        if threading.current_thread() is self._thread:
+            env = self.call_future(addr, code, ext, bodies, timeout).result(timeout + 1.0)
+        else:
+            req_id = next(_ids)
+            env = self._direct.call(addr, protocol.request(code, req_id, ext, bodies), req_id, timeout, self._down)
         if env.code not in ok:
             raise error_for(env.code, env.remark or "")
         return env
@@ -99,6 +112,7 @@ class Transport:
         self._stopped.set()
         os.eventfd_write(self._wake_fd, 1)
         self._thread.join(5)
+        self._direct.close()
         self._push_pool.shutdown(wait=False, cancel_futures=True)
         os.close(self._wake_fd)
 
@@ -130,7 +144,7 @@ class Transport:
         self._queue.append((addr, None, 0))
         os.eventfd_write(self._wake_fd, 1)
 
-    def _close_peer(self, addr: str) -> None:
+    def _close_peer(self, addr: str, linger_ms: int = 0) -> None:
         sock = self._peers.pop(addr, None)
         if sock is not None:
             self._by_socket.pop(sock, None)
@@ -141,12 +155,11 @@ class Transport:
                     self._poller.unregister(mon)
                     mon.close(0)
             sock.disable_monitor()
-            sock.close(0)
+            sock.close(linger_ms)
 
     def _run(self) -> None:
         self._poller = zmq.Poller()
         self._monitors: dict = {}
-        self._down: set[str] = set()
         self._poller.register(self._wake_fd, zmq.POLLIN)
         next_scan = time.monotonic() + 0.05
         self._backlog = collections.deque()
@@ -171,8 +184,17 @@ class Transport:
         except Exception:
             log.exception("transport IO thread failed")
         finally:
+            # requests queued before close (one-way sends) still leave: flush, then linger briefly
+            try:
+                self._flush_queue()
+                until = time.monotonic() + CLOSE_LINGER_MS / 1000
+                while self._backlog and time.monotonic() < until:  # a connection still being made
+                    self._poller.poll(5)
+                    self._flush_queue()
+            except Exception:
+                log.exception("flushing the send queue at close failed")
             for addr in list(self._peers):
-                self._close_peer(addr)
+                self._close_peer(addr, CLOSE_LINGER_MS)
             for req_id in list(self._pending):
                 self._fail(req_id, ClientError("transport closed"))
 
