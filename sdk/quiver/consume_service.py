@@ -66,22 +66,29 @@ class ConsumeService:
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         bs = self.batch_size
-        for i in range(0, len(msgs), bs):
-            if pq.dropped or not self._running:
-                return
-            batch = msgs[i:i + bs]
-            done = batch
-            if not self._call_listener(batch):
-                if self.broadcast:
+        finished: list[MessageExt] = []
+        try:
+            for i in range(0, len(msgs), bs):
+                if pq.dropped or not self._running:
+                    return
+                batch = msgs[i:i + bs]
+                if self._call_listener(batch):
+                    finished += batch
+                elif self.broadcast:
                     log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
+                    finished += batch
                 else:
                     failed = [m for m in batch if not self._send_back(pq, m)]
                     if failed:  # broker unreachable: retry here later, keep the offset behind them
                         self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
-                        done = [m for m in batch if m not in failed]
-            off = pq.remove(done)
-            if not pq.dropped:
-                self.offsets.update(pq.mq, off)
+                    finished += [m for m in batch if m not in failed]
+        finally:
+            # one cache update per task, not per listener call: the commit offset is still the
+            # lowest unfinished message of the queue
+            if finished:
+                off = pq.remove(finished)
+                if not pq.dropped:
+                    self.offsets.update(pq.mq, off)
 
     def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
         ext = {"g": self.group, "offset": m.commit_log_offset, "delay": delay, "ot": m.topic,

@@ -70,6 +70,7 @@ class PullConsumer(ClientBase):
         self.rebalance_interval_s = rebalance_interval_s
         self._wake = threading.Event()
         self._rebalance_lock = threading.Lock()
+        self._pull_lock = threading.Lock()
 
     def subscribe(self, topic: str, expression="*") -> None:
         sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
@@ -233,12 +234,15 @@ class PullConsumer(ClientBase):
     # ---- pulling (IO-thread callbacks) --------------------------------------------------
 
     def _pull(self, st: _QueueState) -> None:
-        if not self._started or st.in_flight or st.paused:
-            return
-        if st.buffered >= self.buffer_per_queue:
-            st.paused = True
-            return
-        st.in_flight = True
+        # IO thread, housekeeping and poll() all start pulls: claiming the queue's one pull
+        # is atomic, or two pulls at the same offset would deliver its messages twice
+        with self._pull_lock:
+            if not self._started or st.in_flight or st.paused:
+                return
+            if st.buffered >= self.buffer_per_queue:
+                st.paused = True
+                return
+            st.in_flight = True
         sel = self.subscriptions.get(st.mq.topic)
         ext = {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": st.next, "n": self.pull_batch_size,
                "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
@@ -272,8 +276,8 @@ class PullConsumer(ClientBase):
     def _pulled(self, st: _QueueState, gen: int, env, via: str | None = None) -> None:
         if gen != st.gen:
             return
-        st.in_flight = False
         if isinstance(env, Exception) or env.code not in _PULL_OK:
+            st.in_flight = False
             if not self._started:
                 return
             if via != st.addr and filter_route.should_fail_over(env):
@@ -299,7 +303,7 @@ class PullConsumer(ClientBase):
                     msgs.append(m)
             with self._cond:
                 if gen != st.gen:
-                    return
+                    return  # seek or drop reset the queue, in_flight included
                 st.next = nxt
                 if msgs:
                     self._buffer.append((st, msgs, nxt))
@@ -318,6 +322,7 @@ class PullConsumer(ClientBase):
                 st.next = nxt
                 if st.buffered == 0 and st.consumed < nxt:
                     st.consumed = nxt
+        st.in_flight = False  # only now: st.next has moved, so the next pull starts past this batch
         self._pull(st)
 
     # ---- app side ---------------------------------------------------------------------

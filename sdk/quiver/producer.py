@@ -30,6 +30,10 @@ _STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIM
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 
+_SCHEDULED_AT = DELAY + "\x01"
+_TIMER_AT = TIMER_DELIVER_MS + "\x01"
+
+
 def pack_bodies(ext: dict, bodies: list) -> list:
     """Several bodies go as one frame plus their lengths: one socket call, not one per message."""
     if len(bodies) < 2:
@@ -298,8 +302,8 @@ class Producer(ClientBase):
         except QuiverError as exc:
             item[4].set_exception(exc)
             return
-        if not self.auto_batch:
-            self._dispatch(mq, addr, [item])
+        if not self.auto_batch or _SCHEDULED_AT in item[1] or _TIMER_AT in item[1]:
+            self._dispatch(mq, addr, [item])  # a delayed message travels alone: batches carry no delay
             return
         b = self._batchers.get(mq)
         if b is None:

@@ -5,8 +5,6 @@ flight at the kill (at most 2 per level queue: the batch sent and the
 previous one whose commit may not have landed), here --max-reput-batch 50.
 """
 
-import os
-import sys
 import time
 from collections import Counter
 
@@ -15,8 +13,7 @@ import pytest
 from quiver import Message, Producer
 from quiver.local import wait_healthy
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
-from test_scheduler_support import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned  # noqa: E402
+from support.scheduler import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 BATCH = 50

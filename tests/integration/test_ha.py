@@ -2,71 +2,14 @@
 
 import os
 import signal
-import time
 
 import pytest
 
 from quiver import Admin, Message, Producer, SendStatus
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import QuiverError
-from quiver.local import LocalCluster
 from quiver.transport import Transport
 
-HA_FAST = ("--ha-heartbeat-interval-ms", "300", "--ha-housekeeping-ms", "3000", "--ha-sync-interval-ms", "1000")
-
-
-def status(t, svc) -> dict:
-    return t.call(svc.addr, RequestCode.STATUS, timeout=3.0).ext["status"]
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def wait_slave_connected(t, master, timeout=15.0):
-    wait_for(lambda: status(t, master)["ha"]["slaves"], timeout, "the slave to connect")
-
-
-def wait_converged(t, master, slave, timeout=30.0) -> int:
-    def same():
-        try:
-            m = status(t, master)["store"]["max_phys_offset"]
-            return m if m and status(t, slave)["store"]["max_phys_offset"] == m else 0
-        except QuiverError:  # a restarted peer: the socket reconnects
-            return 0
-    return wait_for(same, timeout, "the slave to reach the master's max offset")
-
-
-@pytest.fixture
-def ha_cluster(tmp_path):
-    made = []
-
-    def make(role="ASYNC_MASTER", master_args=(), slave_args=()):
-        c = LocalCluster(str(tmp_path / f"ha{len(made)}"))
-        made.append(c)
-        c.add_namesrv()
-        c.wait()
-        m = c.add_master(None, "bk", role, *HA_FAST, *master_args)
-        s = c.add_slave(m, *HA_FAST, *slave_args)
-        c.wait()
-        c.wait_registered(2)
-        return c, m, s
-
-    yield make
-    for c in made:
-        for svc in c.services:
-            if svc.alive():
-                try:
-                    os.kill(svc.pid, signal.SIGCONT)
-                except OSError:
-                    pass
-                svc.kill()
+from support.ha import ha_cluster, status, wait_converged, wait_for, wait_slave_connected  # noqa: F401
 
 
 def _pull_all(t, addr, topic, queue, upto):

@@ -8,7 +8,7 @@ from quiver import Message, Producer
 from quiver.cli import main as cli_main
 from quiver.errors import MessageIllegalError, QueryNotFoundError
 
-from test_scheduler_support import create_topic, LEVELS_MS, consumer, drain, sched_cluster
+from support.scheduler import create_topic, LEVELS_MS, consumer, drain, sched_cluster
 
 
 def test_levels_1_to_3_deliver_after_their_delay_intact(make_cluster):

@@ -6,7 +6,7 @@ import pytest
 
 from quiver import Message, Producer
 
-from test_scheduler_support import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned
+from support.scheduler import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned
 
 pytestmark = pytest.mark.slow
 

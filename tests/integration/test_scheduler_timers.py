@@ -11,7 +11,7 @@ import pytest
 from quiver import Message, Producer
 from quiver.client import MessageQueue
 
-from test_scheduler_support import create_topic, consumer, drain, sched_cluster, wait_owned, UNITS
+from support.scheduler import create_topic, consumer, drain, sched_cluster, wait_owned, UNITS
 
 pytestmark = pytest.mark.slow
 

@@ -161,3 +161,13 @@ def test_pull_consumers_of_one_group_share_the_queues(cluster):
     finally:
         a.shutdown()
         b.shutdown()
+
+
+def test_send_async_never_batches_delayed_messages(cluster):
+    """Batches cannot carry a delay: a burst of delayed send_async calls must all be accepted."""
+    with Producer("pg", namesrv=cluster.namesrv) as p:
+        futs = [p.send_async(Message("Later", str(i).encode(), delay_level=18)) for i in range(300)]
+        futs += [p.send_async(Message("Later", b"t", deliver_at=int(time.time() * 1000) + 3_600_000))
+                 for _ in range(100)]
+        results = [f.result(30) for f in futs]
+    assert all(r.status is SendStatus.SEND_OK for r in results)
