@@ -1,6 +1,6 @@
 """Consumer benchmark: pull vs push consume throughput and rebalance latency, one run.
 
-    python -m bench.consumers [--messages 50000] [--cycles 10]
+    python -m bench.consumers [--messages 200000] [--cycles 10]
 
 - pull: PullConsumer.poll() draining a pre-loaded 8-queue topic;
 - push: PushConsumer with a no-op listener (batch_size 1, 20 threads) on the
@@ -36,9 +36,10 @@ def preload(namesrv: str, n: int) -> None:
 
 
 def pull_rate(namesrv: str, n: int) -> float:
+    t0 = time.perf_counter()  # both consumers are timed from before they subscribe: set-up counts alike
     with PullConsumer("bench-pull", namesrv=namesrv, consume_from="first") as c:
         c.subscribe(TOPIC)
-        got, t0 = 0, time.perf_counter()
+        got = 0
         while got < n and time.perf_counter() - t0 < 120:
             got += len(c.poll(0.5))
         return got / (time.perf_counter() - t0)
@@ -54,10 +55,10 @@ def push_rate(namesrv: str, n: int) -> float:
                 done[0] = time.perf_counter()
         return ConsumeResult.SUCCESS
 
+    t0 = time.perf_counter()
     c = PushConsumer("bench-push", namesrv=namesrv, consume_from="first")
     c.subscribe(TOPIC)
     c.register(fn)
-    t0 = time.perf_counter()
     c.start()
     while done[0] is None and time.perf_counter() - t0 < 120:
         time.sleep(0.01)
@@ -96,7 +97,7 @@ def rebalance_latency(namesrv: str, cycles: int) -> list[float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--messages", type=int, default=50_000)
+    ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--cycles", type=int, default=10)
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import tempfile
+import threading
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
@@ -30,8 +31,16 @@ def _cluster(tmp):
     return c
 
 
-def _send_all(p, msgs):
-    futs = [p.send_async(m) for m in msgs]
+def _send_all(p, msgs, window: int = 2000):
+    """Pipelined with a window: delayed messages travel one per request, so an unbounded
+    burst would keep the last ones queued past their send timeout."""
+    sem = threading.Semaphore(window)
+    futs = []
+    for m in msgs:
+        sem.acquire()
+        f = p.send_async(m)
+        f.add_done_callback(lambda _f: sem.release())
+        futs.append(f)
     return [f.result(60) for f in futs]
 
 

@@ -7,7 +7,8 @@ retried in place after a suspend and, past the max reconsume times, sent to the
 dead-letter topic so the queue moves on. Mixed into PushConsumer (RocketMQ's
 ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
 attributes it uses: _pool, _timer, _listener, offsets, batch_size, broadcast,
-max_reconsume_times, suspend_current_queue_s, _running, _active_cond.
+max_reconsume_times, suspend_current_queue_s, threads, _running, _active_cond,
+_cost_per_msg_s.
 """
 
 import logging
@@ -21,6 +22,7 @@ from .process_queue import ProcessQueue
 log = logging.getLogger(__name__)
 
 LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker lease: 60 s)
+SPLIT_WORTH_S = 0.002        # split a pulled batch over threads when its listener work exceeds this
 MAX_CONSUME_CONTINUOUSLY_S = 60.0
 
 
@@ -29,11 +31,17 @@ class ConsumeService:
         if self._orderly:
             self._kick_orderly(pq)
             return
-        # a few tasks per pulled batch: parallel across queues and within one, without a task per message
+        # Handing a task to the pool costs a thread wake-up (tens of µs): a fast listener is
+        # best served by one task per pulled batch, a slow one by spreading the batch over the
+        # threads. The measured listener cost per message decides.
         bs = self.batch_size
-        chunk = max(bs, -(-len(msgs) // 4))
+        n = len(msgs)
+        tasks = 1
+        if n * self._cost_per_msg_s > SPLIT_WORTH_S:
+            tasks = min(self.threads, -(-n // bs))
+        chunk = -(-n // tasks)
         chunk = -(-chunk // bs) * bs
-        for i in range(0, len(msgs), chunk):
+        for i in range(0, n, chunk):
             self._submit(self._consume_concurrently, pq, msgs[i:i + chunk])
 
     def _submit(self, fn, *args) -> None:
@@ -67,12 +75,17 @@ class ConsumeService:
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         bs = self.batch_size
         finished: list[MessageExt] = []
+        listening = 0.0  # time inside the listener only: the rest is ours (and GIL waits)
+        clock = time.perf_counter
         try:
             for i in range(0, len(msgs), bs):
                 if pq.dropped or not self._running:
                     return
                 batch = msgs[i:i + bs]
-                if self._call_listener(batch):
+                t0 = clock()
+                ok = self._call_listener(batch)
+                listening += clock() - t0
+                if ok:
                     finished += batch
                 elif self.broadcast:
                     log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
@@ -89,6 +102,9 @@ class ConsumeService:
                 off = pq.remove(finished)
                 if not pq.dropped:
                     self.offsets.update(pq.mq, off)
+                # moving average of the listener's cost per message (races between threads only blur it)
+                per_msg = listening / len(msgs)
+                self._cost_per_msg_s = 0.8 * self._cost_per_msg_s + 0.2 * per_msg
 
     def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
         ext = {"g": self.group, "offset": m.commit_log_offset, "delay": delay, "ot": m.topic,

@@ -18,12 +18,12 @@ import logging
 import threading
 import time
 
-from . import filter_route, record, tags
+from . import filter_route, tags
 from .client import ClientBase, MessageQueue
 from .rebalance import Rebalancer
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QueryNotFoundError, QuiverError
-from .message import MessageExt, MessageSelector
+from .message import MessageExt, MessageSelector, decode_messages
 
 log = logging.getLogger(__name__)
 
@@ -296,11 +296,9 @@ class PullConsumer(ClientBase):
             sel = self.subscriptions.get(st.mq.topic)
             wanted = tags.parse(sel.expression) if sel is not None and sel.type == "TAG" else None
             broker = st.mq.broker
-            msgs = []
-            for rec in record.decode_many(env.bodies[0]):
-                m = MessageExt.from_record(rec, broker)
-                if wanted is None or m.tags in wanted:
-                    msgs.append(m)
+            msgs = decode_messages(env.bodies[0], broker)
+            if wanted is not None:
+                msgs = [m for m in msgs if m.tags in wanted]
             with self._cond:
                 if gen != st.gen:
                     return  # seek or drop reset the queue, in_flight included

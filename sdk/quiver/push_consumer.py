@@ -24,12 +24,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import filter_route, record, tags
+from . import filter_route, tags
 from .client import ClientBase, MessageQueue
 from .consume_service import ConsumeService
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QuiverError, TopicNotExistError
-from .message import RETRY_TOPIC, MessageExt, MessageSelector
+from .message import RETRY_TOPIC, MessageExt, MessageSelector, decode_messages
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from .process_queue import DelayedCalls, ProcessQueue
 from .rebalance import Rebalancer
@@ -63,6 +63,7 @@ class PushConsumer(ConsumeService, ClientBase):
         self.consume_from = consume_from
         self.max_reconsume_times = max_reconsume_times
         self.threads = threads
+        self._cost_per_msg_s = 0.0  # measured listener cost: decides how a pulled batch is split
         self.batch_size = batch_size
         self.pull_batch_size = pull_batch_size
         self.suspend_ms = suspend_ms
@@ -465,8 +466,7 @@ class PushConsumer(ConsumeService, ClientBase):
         wanted = tags.parse(sel.expression) if sel is not None and sel.type == "TAG" else None
         retry = pq.mq.topic == self.retry_topic
         out = []
-        for rec in record.decode_many(body):
-            m = MessageExt.from_record(rec, pq.mq.broker)
+        for m in decode_messages(body, pq.mq.broker):
             if wanted is not None and m.tags not in wanted:
                 continue
             if retry:

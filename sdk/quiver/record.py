@@ -186,6 +186,51 @@ def decode_many(buf) -> list[Record]:
     return out
 
 
+def decode_fields(buf) -> list[tuple]:
+    """Every record of a concatenation as a plain tuple, for the consumers' hot path:
+    (topic, body, props, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts,
+     store_ts, store_host, reconsume, body_crc). BLANK fillers are skipped; anything
+    malformed raises BadRecord. No Record objects, topic strings decoded once."""
+    out = []
+    pos, end = 0, len(buf)
+    unpack, fixed = _FIXED.unpack_from, FIXED_SIZE
+    topics: dict[bytes, str] = {}
+    try:
+        while pos < end:
+            (total, magic, body_crc, queue_id, flag, qoff, poff, sys_flag, born_ts, _bh, store_ts, store_host,
+             reconsume, _prep, blen) = unpack(buf, pos)
+            rec_end = pos + total
+            if magic == MAGIC_BLANK:
+                pos = rec_end
+                continue
+            if (magic != MAGIC_V1 and magic != MAGIC_V2) or total < MIN_RECORD or rec_end > end or blen < 0:
+                raise BadRecord(f"bad record at {pos}")
+            p = pos + fixed
+            body = buf[p:p + blen]
+            p += blen
+            if magic == MAGIC_V1:
+                tlen = buf[p]
+                p += 1
+            else:
+                tlen = buf[p] << 8 | buf[p + 1]
+                p += 2
+            tb = buf[p:p + tlen]
+            topic = topics.get(tb)
+            if topic is None:
+                topic = topics[tb] = bytes(tb).decode()
+            p += tlen
+            plen = buf[p] << 8 | buf[p + 1]
+            p += 2
+            if p + plen != rec_end:
+                raise BadRecord(f"record length mismatch at {pos}")
+            out.append((topic, bytes(body), bytes(buf[p:rec_end]).decode(), queue_id, flag, qoff, poff, sys_flag,
+                        born_ts, store_ts, store_host, reconsume, body_crc))
+            pos = rec_end
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise BadRecord(f"truncated or undecodable record at {pos}: {exc}") from None
+    return out
+
+
 def format_properties(props: dict[str, str]) -> str:
     return "".join(f"{k}{NAME_SEP}{v}{PROP_SEP}" for k, v in props.items())
 

@@ -96,6 +96,14 @@ class Metadata:
             self.offsets[key] = offset
             self._dirty.add(key)
 
+    def advance_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Set the offset unless it would move backwards (piggy-backed commits may arrive late)."""
+        key = (group, topic, queue_id)
+        with self._lock:
+            if offset > self.offsets.get(key, -1):
+                self.offsets[key] = offset
+                self._dirty.add(key)
+
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return {(t, q): o for (g, t, q), o in self.offsets.items() if g == group}
 

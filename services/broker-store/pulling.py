@@ -39,7 +39,8 @@ class Puller:
         group = ext.get("g")
         commit = ext.get("co")
         if group and type(commit) is int and commit >= 0:
-            self.app.metadata.set_offset(group, topic, queue_id, commit)
+            # forward only: a pull sent before its queue moved may arrive after the final commit
+            self.app.metadata.advance_offset(group, topic, queue_id, commit)
         max_msgs = max(1, min(int(ext.get("n", 32)), 1024))
         suspend_ms = min(int(ext.get("s", 0)), self.max_suspend_ms)
         key = (topic, queue_id)

@@ -201,3 +201,32 @@ def test_progress_shows_owner_last_time_and_subscription_conflict(cluster, capsy
         out = capsys.readouterr().out
         assert "WARNING" in out and "Prog" in out and a.client_id in out + b.client_id
     admin.shutdown()
+
+
+def test_slow_listener_runs_in_parallel_within_one_queue(cluster):
+    """A fast listener gets one task per pulled batch; a slow one is spread over the threads."""
+    Admin(namesrv=cluster.namesrv).create_topic("Slow", queues=1)
+    with Producer("pg", namesrv=cluster.namesrv) as p:
+        for i in range(200):
+            p.send_async(Message("Slow", str(i).encode()))
+        p.send(Message("Slow", b"last"))
+    lock, state, seen = threading.Lock(), {"now": 0, "max": 0}, set()
+
+    def slow(msgs):
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+        time.sleep(0.01)
+        with lock:
+            state["now"] -= 1
+            seen.update(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+    c = PushConsumer("slow-group", namesrv=cluster.namesrv, consume_from="first", threads=8)
+    c.subscribe("Slow")
+    c.register(slow)
+    c.start()
+    try:
+        _wait(lambda: len(seen) == 201, 30, "every message consumed")
+    finally:
+        c.shutdown()
+    assert state["max"] >= 3, f"at most {state['max']} listener calls ran at once"

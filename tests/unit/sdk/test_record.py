@@ -69,3 +69,23 @@ def test_properties_helpers():
     assert record.get_property(s, "k") == "" and record.get_property(s, "missing") is None
     assert record.get_property("xa\x01no\x02a\x01yes\x02", "a") == "yes"
     assert record.parse_properties("") == {}
+
+
+def test_decode_fields_matches_decode_at_and_rejects_damage():
+    raw = _rec(b"a", "T1", "UNIQ_KEY\x01X\x02") + record.blank(16) + _rec(b"bb", "t" * 200, "")
+    fields = record.decode_fields(raw)
+    assert [f[:3] for f in fields] == [("T1", b"a", "UNIQ_KEY\x01X\x02"), ("t" * 200, b"bb", "")]
+    first = record.decode_at(raw)
+    assert fields[0][3:] == (first.queue_id, first.flag, first.queue_offset, first.phys_offset, first.sys_flag,
+                             first.born_ts, first.store_ts, first.store_host, first.reconsume, first.body_crc)
+    for broken in (raw[:-1], raw[:40], b"\x00" * 100):
+        with pytest.raises(record.BadRecord):
+            record.decode_fields(broken)
+
+
+def test_decode_messages_builds_message_ext_with_lazy_offset_id():
+    from quiver.message import decode_messages, offset_msg_id
+    msgs = decode_messages(_rec(b"x", "Orders", "TAGS\x01A\x02KEYS\x01k1 k2\x02"), "broker-a")
+    m = msgs[0]
+    assert (m.topic, m.body, m.tags, m.keys, m.broker, m.queue_id) == ("Orders", b"x", "A", ["k1", "k2"], "broker-a", 3)
+    assert m.offset_msg_id == offset_msg_id(HOST, 4096) == m.msg_id   # no UNIQ_KEY: the offset id
