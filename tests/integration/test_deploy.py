@@ -45,10 +45,13 @@ def test_quiver_up_scale_status_down_leaves_no_process(tmp_path):
     quiver = [sys.executable, "-m", "quiver.cli"]
     data = str(tmp_path / "up")
     out = subprocess.run([*quiver, "up", "--data-dir", data, "--free-ports", "--scale", "broker-store=2",
-                          "--detach"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          "--demo", "--detach"], capture_output=True, text=True, timeout=180, cwd=ROOT)
     state = json.load(open(os.path.join(data, "quiver-up.json"))) if out.returncode == 0 else None
     try:
         assert out.returncode == 0, out.stdout + out.stderr
+        for line in ("consumer with tag filter 'paid' got 499", "query by key order-42 -> ['order #42']",
+                     "(10 messages)", "delivered by the scheduler", "consumer got 1", "push consumer listener"):
+            assert line in out.stdout, out.stdout  # the README's first command shows every feature
         roles = [s["role"] for s in state["services"]]
         assert roles.count("broker") == 2 and roles.count("namesrv") == 1
         st = subprocess.run([*quiver, "status", "--data-dir", data], capture_output=True, text=True, timeout=60)
