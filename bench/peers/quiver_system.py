@@ -52,10 +52,6 @@ class Client:
         self.p.shutdown()
 
 
-def e2e_consume(conn, topic, count, seconds, ready):  # the real one is bench/e2e_consumer.py
-    raise NotImplementedError("Quiver's e2e consumer is bench.e2e_consumer")
-
-
 class QuiverAsync(base.System):
     name = "quiver-async"
     flush = "async"

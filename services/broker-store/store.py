@@ -36,11 +36,11 @@ from typing import Callable
 from quiver import record
 from quiver.message import KEYS, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, tag_hash
 
-from . import ha_stream, recovery, retention
+from . import ha_stream, lookups, recovery, retention
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
 from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
-from .index_file import HASH_MASK, IndexService, key_hash, prefix_crc
+from .index_file import HASH_MASK, IndexService, prefix_crc
 
 log = logging.getLogger(__name__)
 
@@ -507,53 +507,18 @@ class MessageStore:
             i = j
         return b"".join(out)
 
-    # ---- lookups -----------------------------------------------------------------
+    # ---- lookups (lookups.py) ------------------------------------------------------
 
     def lookup(self, phys_offset: int) -> record.Record | None:
-        raw = self.commit_log.read_record(phys_offset)
-        if raw is None:
-            return None
-        try:
-            rec = record.decode_at(raw, 0, check_crc=True)
-        except record.BadRecord:
-            return None
-        return rec if rec.phys_offset == phys_offset else None
+        return lookups.lookup(self.commit_log, phys_offset)
 
     def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                      end_ms: int = 2**62) -> list[record.Record]:
-        h = key_hash(prefix_crc(topic), key)
-        out: list[record.Record] = []
-        seen: set[int] = set()
-        for phys in self.index.query(h, begin_ms, end_ms):
-            if phys in seen:
-                continue
-            seen.add(phys)
-            rec = self.lookup(phys)
-            # The hash only narrows the search: different keys share slots and hashes.
-            if rec is None or rec.topic != topic or not begin_ms <= rec.store_ts <= end_ms:
-                continue
-            keys = record.get_property(rec.props, KEYS) or ""
-            if record.get_property(rec.props, UNIQ_KEY) == key or key in keys.split(" "):
-                out.append(rec)
-                if len(out) >= max_num:
-                    break
-        return out
+        return lookups.query_by_key(self.commit_log, self.index, topic, key, max_num, begin_ms, end_ms)
 
     def search_offset_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
         cq = self.cqs.get((topic, queue_id))
-        if cq is None:
-            return 0
-        lo, hi = cq.min_offset, self.visible_max(cq)
-        cl = self.commit_log
-        while lo < hi:
-            mid = (lo + hi) // 2
-            e = cq.entry(mid)
-            ts = cl.store_ts_at(e[0]) if e else None
-            if ts is not None and ts >= ts_ms:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
+        return 0 if cq is None else lookups.search_offset_by_time(self.commit_log, cq, self.visible_max(cq), ts_ms)
 
     # ---- topics, retention, stats ------------------------------------------------
 
