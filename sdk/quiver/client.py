@@ -10,6 +10,7 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import wait
 from dataclasses import dataclass
 
 from .codes import RequestCode, ResponseCode
@@ -29,7 +30,7 @@ _READ_CODES = frozenset((RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_MAX_
                          RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.QUERY_MESSAGE))
 
 
-def _ignore(_result) -> None:
+def _ignore(_result) -> None:  # callback of fire-and-forget requests
     pass
 
 
@@ -131,7 +132,20 @@ class ClientBase:
             self.send_heartbeats()
 
     def before_close(self) -> None:
-        """Hook for subclasses: last words to brokers while the transport is still open."""
+        """Leave every group this client heartbeats, at once: the broker tells the other
+        members (they rebalance now, not after the 120 s expiry) and stops pushing to us."""
+        payload = self.heartbeat_payload()
+        if payload is None:
+            return
+        leaving = [{"producer_group": g} for g in payload.get("producers") or ()]
+        leaving += [{"consumer_group": c["group"]} for c in payload.get("consumers") or ()]
+        try:
+            addrs = list(self.heartbeat_brokers().values()) if leaving else []
+        except QuiverError:
+            return
+        futs = [self.transport.call_future(addr, RequestCode.UNREGISTER_CLIENT, {"client_id": self.client_id, **g},
+                                           timeout=1.0) for addr in addrs for g in leaving]
+        wait(futs, 2.0)  # best effort: a broker that does not answer expires us later anyway
 
     # handlers for requests a broker pushes: {RequestCode: method(addr, env) -> frames | None}
     push_handlers: dict = {}

@@ -115,20 +115,6 @@ class PullConsumer(ClientBase):
 
     push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed}
 
-    def before_close(self) -> None:
-        """Leave the group at once so the others take our queues without waiting for expiry."""
-        try:
-            addrs = self.heartbeat_brokers()
-        except QuiverError:
-            return
-        ext = {"client_id": self.client_id, "consumer_group": self.group}
-        for fut in [self.transport.call_future(a, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0)
-                    for a in addrs.values()]:
-            try:
-                fut.result(2.0)
-            except Exception:
-                pass
-
     def _rebalance_loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait(self.rebalance_interval_s)

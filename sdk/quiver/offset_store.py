@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 
-from .client import MessageQueue
+from .client import MessageQueue, _ignore
 from .codes import RequestCode
 from .errors import QueryNotFoundError, QuiverError
 
@@ -23,8 +23,6 @@ log = logging.getLogger(__name__)
 DEFAULT_OFFSET_DIR = os.path.join(os.path.expanduser("~"), ".quiver_offsets")
 
 
-def _ignore(_result) -> None:
-    pass
 
 
 class _Memory:

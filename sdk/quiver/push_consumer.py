@@ -196,19 +196,6 @@ class PushConsumer(ConsumeService, ClientBase):
 
     push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed}
 
-    def before_close(self) -> None:
-        try:
-            addrs = self.heartbeat_brokers()
-        except QuiverError:
-            return
-        ext = {"client_id": self.client_id, "consumer_group": self.group}
-        futs = [self.transport.call_future(a, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0) for a in addrs.values()]
-        for f in futs:
-            try:
-                f.result(2.0)
-            except Exception:
-                pass
-
     def _ensure_retry_topic(self) -> None:
         """The group's retry topic (1 queue) on every broker, as RocketMQ creates it on heartbeat."""
         try:

@@ -58,18 +58,6 @@ class TransactionProducer(Producer):
     def heartbeat_payload(self) -> dict:
         return {"producers": [self.group], "consumers": []}
 
-    def before_close(self) -> None:
-        try:
-            brokers = self.all_broker_addrs()
-        except QuiverError:
-            return
-        for addr in brokers.values():
-            try:
-                self.transport.call(addr, RequestCode.UNREGISTER_CLIENT,
-                                    {"client_id": self.client_id, "producer_group": self.group}, timeout=1.0)
-            except QuiverError:
-                pass
-
     # ---- send --------------------------------------------------------------------------
 
     def send_in_transaction(self, msg: Message, execute, arg=None, check_immunity_ms: int | None = None,

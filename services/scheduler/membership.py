@@ -44,18 +44,6 @@ class SchedulerClient(ClientBase):
 
     push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _members_changed}
 
-    def before_close(self) -> None:
-        ext = {"client_id": self.client_id, "consumer_group": self.group}
-        futs = []
-        try:
-            addrs = self.all_broker_addrs().values()
-        except QuiverError:
-            addrs = ()
-        for addr in addrs:
-            futs.append(self.transport.call_future(addr, RequestCode.UNREGISTER_CLIENT, ext, timeout=1.0))
-        wait(futs, 1.5)
-
-
 class Membership:
     def __init__(self, client: SchedulerClient, dead_after: int = 3, ping_timeout_s: float = 1.5):
         self.client = client

@@ -58,19 +58,6 @@ class CheckerClient(ClientBase):
         return {"producers": [], "consumers": [{"group": self.group, "type": "txn-checker",
                                                 "subscriptions": {HALF_TOPIC: {"type": "TAG", "expression": "*"}}}]}
 
-    def before_close(self) -> None:
-        try:
-            brokers = self.all_broker_addrs()
-        except QuiverError:
-            return
-        for addr in brokers.values():
-            try:
-                self.transport.call(addr, RequestCode.UNREGISTER_CLIENT,
-                                    {"client_id": self.client_id, "consumer_group": self.group}, timeout=1.0)
-            except QuiverError:
-                pass
-
-
 class _BrokerState:
     __slots__ = ("half", "op", "resolved")
 
