@@ -24,6 +24,24 @@ _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL
             ResponseCode.PULL_OFFSET_MOVED)
 
 
+def wake_at(service, q, due_ms: int, deliver, arm) -> None:
+    """Deliver now if the head of `q` is due, else set the queue's one timer for its due
+    time (no polling); the timer re-arms through `arm`. Used by level and timer queues."""
+    if q.timer is not None:
+        service.cancel(q.timer)
+        q.timer = None
+    wait = due_ms - now_ms()
+    if wait > 0:
+        q.timer = service.call_later(wait / 1000, fired, q, arm)
+    else:
+        deliver(q)
+
+
+def fired(q, arm) -> None:
+    q.timer = None
+    arm(q)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -133,18 +151,7 @@ class Levels:
     def _arm(self, q: LevelQueue) -> None:
         if not q.active or len(q.in_flight) >= self.config.reput_window or not q.buffer:
             return
-        if q.timer is not None:
-            self.app.service.cancel(q.timer)
-            q.timer = None
-        wait = q.buffer[0][0] - now_ms()
-        if wait > 0:
-            q.timer = self.app.service.call_later(wait / 1000, self._fire, q)
-        else:
-            self._deliver(q)
-
-    def _fire(self, q: LevelQueue) -> None:
-        q.timer = None
-        self._arm(q)
+        wake_at(self.app.service, q, q.buffer[0][0], self._deliver, self._arm)
 
     def _deliver(self, q: LevelQueue) -> None:
         now = now_ms()
@@ -192,7 +199,7 @@ class Levels:
                     self.buffered[item[2]] = q
                 if q.timer is not None:
                     self.app.service.cancel(q.timer)
-                q.timer = self.app.service.call_later(0.2, self._fire, q)
+                q.timer = self.app.service.call_later(0.2, fired, q, self._arm)
             return
         entry[1] = True
         ts = env.ext.get("ts") or now_ms()

@@ -30,7 +30,7 @@ from quiver.message import TIMER_DELIVER_MS
 from quiver.validation import TIMER_TOPIC
 
 from .db import row_dict
-from .levels import msg_id_of, now_ms
+from .levels import fired, msg_id_of, now_ms, wake_at
 
 log = logging.getLogger(__name__)
 
@@ -191,18 +191,7 @@ class Timers:
     def _arm(self, q: TimerQueue) -> None:
         if not q.active or q.in_flight is not None or not q.heap:
             return
-        if q.timer is not None:
-            self.app.service.cancel(q.timer)
-            q.timer = None
-        wait = q.heap[0][0] - now_ms()
-        if wait > 0:
-            q.timer = self.app.service.call_later(wait / 1000, self._fire, q)
-        else:
-            self._deliver(q)
-
-    def _fire(self, q: TimerQueue) -> None:
-        q.timer = None
-        self._arm(q)
+        wake_at(self.app.service, q, q.heap[0][0], self._deliver, self._arm)
 
     def _deliver(self, q: TimerQueue) -> None:
         now, heap, limit = now_ms(), q.heap, self.config.max_reput_batch
@@ -229,7 +218,7 @@ class Timers:
             for r in rows:
                 self._push(q, r.due_ms, r.id)
             if q.active:
-                q.timer = self.app.service.call_later(0.2, self._fire, q)
+                q.timer = self.app.service.call_later(0.2, fired, q, self._arm)
             return
         ids = [r.id for r in rows]
         self.db.mark_delivered(ids)
