@@ -17,9 +17,13 @@ import tempfile
 import time
 
 from quiver import Admin, Message, Producer
-from quiver.codes import RequestCode
+from quiver import requests as rq
 from quiver.local import LocalCluster
 from quiver.transport import Transport
+
+
+def _status(t: Transport, addr: str) -> dict:
+    return rq.StatusReply.decode(t.call(addr, rq.Status()).ext).status
 
 
 def _cluster(tmp, role):
@@ -33,7 +37,7 @@ def _cluster(tmp, role):
     Admin(namesrv=c.namesrv).create_topic("HaBench", queues=4)
     t = Transport("bench")
     deadline = time.monotonic() + 20
-    while not t.call(m.addr, RequestCode.STATUS).ext["status"]["ha"]["slaves"]:
+    while not _status(t, m.addr)["ha"]["slaves"]:
         if time.monotonic() > deadline:
             raise RuntimeError("slave did not connect")
         time.sleep(0.05)
@@ -80,7 +84,7 @@ def lag(rate, seconds, size) -> dict:
                     now = time.monotonic()
                     if now - last_sample >= 0.1:
                         last_sample = now
-                        st = t.call(m.addr, RequestCode.STATUS).ext["status"]
+                        st = _status(t, m.addr)
                         lag_bytes.extend(x["lag_bytes"] for x in st["ha"]["slaves"])
                     nxt += tick
                     if nxt > now:
@@ -89,7 +93,7 @@ def lag(rate, seconds, size) -> dict:
                     f.result(60)
                 dt = time.monotonic() - t0
             time.sleep(0.5)  # let the last acks and the 200 ms status snapshot land
-            st = t.call(m.addr, RequestCode.STATUS).ext["status"]
+            st = _status(t, m.addr)
             link = st["ha"]["slaves"][0]
             lb = sorted(lag_bytes) or [0]
             return {"target_msg_per_s": rate, "achieved_msg_per_s": round(sent / dt), "seconds": round(dt, 2),

@@ -1,11 +1,13 @@
 """Admin: topics, routes, cluster info, message lookups, offsets, group progress, dead letters. Needs no start()."""
 
+import dataclasses
 import logging
 import time
 
 from . import record
+from . import requests as rq
 from .client import ClientBase, MessageQueue
-from .codes import RequestCode, ResponseCode
+from .codes import ResponseCode
 from .errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
 from .message import RESERVED_PROPERTIES, Message, MessageExt, parse_offset_msg_id
 from .validation import DLQ_PREFIX, check_topic
@@ -36,8 +38,8 @@ class Admin(ClientBase):
             addrs = {b: addrs[b] for b in brokers}
         if not addrs:
             raise ClientError("no broker is registered with the name servers")
-        ext = {"topic": topic, "read": queues, "write": queues, "perm": perm, "order": order}
-        out = {name: self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext).ext["config"]
+        req = rq.CreateTopic(topic=topic, read=queues, write=queues, perm=perm, order=order)
+        out = {name: dataclasses.asdict(rq.TopicConfigReply.decode(self.call_broker(addr, req).ext).config)
                for name, addr in addrs.items()}
         self._routes.pop(topic, None)
         if wait_s > 0:
@@ -51,9 +53,8 @@ class Admin(ClientBase):
         while pending:
             addr = pending[0]
             try:
-                route = self.transport.call(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic},
-                                            timeout=1.0).ext["route"]
-                routed = {q["broker_name"] for q in route["queues"] if q["write"] == queues}
+                env = self.transport.call(addr, rq.GetRouteInfo(topic=topic), timeout=1.0)
+                routed = {q.broker_name for q in rq.RouteReply.decode(env.ext).route.queues if q.write == queues}
                 if brokers <= routed:
                     pending.pop(0)
                     continue
@@ -68,17 +69,18 @@ class Admin(ClientBase):
     def delete_topic(self, topic: str) -> None:
         for name, addr in self.all_broker_addrs().items():
             try:
-                self.call_broker(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+                self.call_broker(addr, rq.DeleteTopic(topic=topic))
             except QuiverError as exc:
-                if getattr(exc, "code", None) != 17:
+                if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                     raise
         self._routes.pop(topic, None)
 
     def topic_route(self, topic: str) -> dict:
-        return self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})["route"]
+        """The name server's route as it sent it (for people; clients use `route`)."""
+        return self.call_namesrv(rq.GetRouteInfo(topic=topic))["route"]
 
     def topic_list(self) -> list[str]:
-        return self.call_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)["topics"]
+        return rq.TopicListReply.decode(self.call_namesrv(rq.GetTopicList())).topics
 
     def queues(self, topic: str) -> list[MessageQueue]:
         return self.route(topic, refresh=True).read_queues
@@ -91,8 +93,8 @@ class Admin(ClientBase):
         route = self.route(topic, refresh=True)
         for broker, addr in sorted(route.addrs.items()):
             try:
-                env = self.call_broker(addr, RequestCode.QUERY_MESSAGE,
-                                       {"t": topic, "key": key, "n": max_num, "b": begin_ms, "e": end_ms})
+                env = self.call_broker(addr, rq.QueryMessage(topic=topic, key=key, max_msgs=max_num,
+                                                             begin_ts=begin_ms, end_ts=end_ms))
             except QueryNotFoundError:
                 continue
             out.extend(MessageExt.from_record(record.decode_at(b), broker) for b in env.bodies)
@@ -108,7 +110,7 @@ class Admin(ClientBase):
             addr, offset = None, None
         by_addr = {a: n for n, a in brokers.items()}
         if addr in by_addr:
-            env = self.call_broker(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+            env = self.call_broker(addr, rq.ViewMessage(offset=offset))
             return MessageExt.from_record(record.decode_at(env.bodies[0]), by_addr[addr])
         if topic is None:
             raise ClientError(f"{msg_id!r} is not an offset msgId of a live broker: pass the topic to look up a unique id")
@@ -119,22 +121,26 @@ class Admin(ClientBase):
 
     # ---- offsets -------------------------------------------------------------------------
 
-    def _queue_call(self, mq: MessageQueue, code, **ext) -> dict:
+    def _queue_call(self, mq: MessageQueue, kind: type[rq.Schema], **fields):
+        """A request about one queue (`kind` is its schema) to the queue's broker."""
         addr = self.broker_addr(mq.broker, mq.topic)
-        return self.call_broker(addr, code, {"t": mq.topic, "q": mq.queue_id, **ext}).ext
+        return self.call_broker(addr, kind(topic=mq.topic, queue_id=mq.queue_id, **fields))
+
+    def _offset(self, mq: MessageQueue, kind: type[rq.Schema], **fields) -> int:
+        return rq.OffsetReply.decode(self._queue_call(mq, kind, **fields).ext).offset
 
     def max_offset(self, mq: MessageQueue) -> int:
-        return self._queue_call(mq, RequestCode.GET_MAX_OFFSET)["offset"]
+        return self._offset(mq, rq.GetMaxOffset)
 
     def min_offset(self, mq: MessageQueue) -> int:
-        return self._queue_call(mq, RequestCode.GET_MIN_OFFSET)["offset"]
+        return self._offset(mq, rq.GetMinOffset)
 
     def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
-        return self._queue_call(mq, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ts=ts_ms)["offset"]
+        return self._offset(mq, rq.SearchOffsetByTimestamp, timestamp=ts_ms)
 
     def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
         try:
-            return self._queue_call(mq, RequestCode.QUERY_CONSUMER_OFFSET, g=group)["offset"]
+            return self._offset(mq, rq.QueryConsumerOffset, group=group)
         except QueryNotFoundError:
             return None
 
@@ -143,7 +149,7 @@ class Admin(ClientBase):
         out = {}
         for mq in self.queues(topic):
             off = self.search_offset(mq, ts_ms)
-            self._queue_call(mq, RequestCode.UPDATE_CONSUMER_OFFSET, g=group, o=off)
+            self._queue_call(mq, rq.UpdateConsumerOffset, group=group, offset=off)
             out[mq] = off
         return out
 
@@ -151,10 +157,10 @@ class Admin(ClientBase):
         """Every broker's view of a group: rows per queue, members, subscription conflicts."""
         rows, clients, conflicts = [], set(), {}
         for broker, addr in sorted(self.all_broker_addrs().items()):
-            ext = self.call_broker(addr, RequestCode.GET_CONSUME_STATS, {"g": group}).ext
-            rows.extend({"broker": broker, **r} for r in ext.get("rows", []))
-            clients.update(ext.get("clients", []))
-            for topic, exprs in (ext.get("conflicts") or {}).items():
+            stats = rq.ConsumeStatsReply.decode(self.call_broker(addr, rq.GetConsumeStats(group=group)).ext)
+            rows.extend({"broker": broker, **dataclasses.asdict(r)} for r in stats.rows)
+            clients.update(stats.clients)
+            for topic, exprs in stats.conflicts.items():
                 for expr, cids in exprs.items():
                     merged = conflicts.setdefault(topic, {}).setdefault(expr, [])
                     merged.extend(c for c in cids if c not in merged)
@@ -175,8 +181,7 @@ class Admin(ClientBase):
     def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
         """Subscription group config on every broker (max reconsume times before the DLQ)."""
         for addr in self.all_broker_addrs().values():
-            self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                             {"g": group, "retry_max_times": retry_max_times})
+            self.call_broker(addr, rq.UpdateSubscriptionGroup(group=group, retry_max_times=retry_max_times))
 
     # ---- dead letters ------------------------------------------------------------------------
 
@@ -192,14 +197,15 @@ class Admin(ClientBase):
             addr = route.addrs[mq.broker]
             off = self.min_offset(mq)
             while len(out) < max_num:
-                env = self.call_broker(addr, RequestCode.PULL_MESSAGE,
-                                       {"t": topic, "q": mq.queue_id, "o": off, "n": min(32, max_num - len(out))},
-                                       ok=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
-                                           ResponseCode.PULL_OFFSET_MOVED, ResponseCode.PULL_RETRY_IMMEDIATELY))
+                want = min(32, max_num - len(out))
+                req = rq.PullMessage(topic=topic, queue_id=mq.queue_id, offset=off, max_msgs=want)
+                env = self.call_broker(addr, req, ok=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
+                                                      ResponseCode.PULL_OFFSET_MOVED,
+                                                      ResponseCode.PULL_RETRY_IMMEDIATELY))
                 if env.code != ResponseCode.SUCCESS or not env.bodies:
                     break
                 out.extend(MessageExt.from_record(r, mq.broker) for r in record.decode_many(env.bodies[0]))
-                off = env.ext["next"]
+                off = rq.PullReply.decode(env.ext).next
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 
@@ -225,13 +231,13 @@ class Admin(ClientBase):
     # ---- cluster ---------------------------------------------------------------------------
 
     def status(self, addr: str) -> dict:
-        return self.call_broker(addr, RequestCode.STATUS).ext["status"]
+        return rq.StatusReply.decode(self.call_broker(addr, rq.Status()).ext).status
 
     def scheduler_addrs(self, group: str = "SCHEDULE_CONSUMER") -> list[str]:
         """Addresses of the live schedulers (their client ids, listed by the brokers, name them)."""
         ids = set()
         for addr in self.all_broker_addrs().values():
-            ids.update(self.call_broker(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"g": group}).ext["ids"])
+            ids.update(rq.ConsumerListReply.decode(self.call_broker(addr, rq.GetConsumerList(group=group)).ext).ids)
         return sorted({p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"})
 
     def scheduler_status(self, group: str = "SCHEDULE_CONSUMER") -> dict[str, dict]:
@@ -248,7 +254,8 @@ class Admin(ClientBase):
         """Per broker: open half messages (transaction_id, topic, group, age_ms, checks, ...), oldest first."""
         out = {}
         for name, addr in sorted(self.all_broker_addrs().items()):
-            out[name] = self.call_broker(addr, RequestCode.TRANSACTION_LIST_OPEN, {"limit": limit}).ext["open"]
+            env = self.call_broker(addr, rq.TransactionListOpen(limit=limit))
+            out[name] = rq.TransactionListReply.decode(env.ext).open
         return out
 
     def ha_status(self) -> list[dict]:
@@ -261,7 +268,7 @@ class Admin(ClientBase):
             for bid, addr in sorted(info["addrs"].items(), key=lambda kv: int(kv[0])):
                 row = {"broker": name, "id": int(bid), "addr": addr}
                 try:
-                    st = self.call_broker(addr, RequestCode.STATUS, timeout=2.0).ext["status"]
+                    st = rq.StatusReply.decode(self.call_broker(addr, rq.Status(), timeout=2.0).ext).status
                 except QuiverError as exc:
                     row["error"] = str(exc)
                     rows.append(row)
@@ -280,7 +287,7 @@ class Admin(ClientBase):
         return rows
 
     def ping(self, addr: str, timeout: float = 1.0) -> dict:
-        return self.call_broker(addr, RequestCode.PING, timeout=timeout).ext
+        return self.call_broker(addr, rq.Ping(), timeout=timeout).ext
 
     def clean_expired(self, broker_addr: str) -> int:
-        return self.call_broker(broker_addr, RequestCode.ADMIN_CLEAN_EXPIRED).ext["deleted_segments"]
+        return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments

@@ -110,8 +110,8 @@ def cmd_down(args) -> int:
 
 
 def cmd_status(args) -> int:
+    from . import requests as rq
     from .transport import Transport
-    from .codes import RequestCode
     from .errors import QuiverError
     state = _state(args)
     addrs = [(s["name"], s["role"], s["addr"]) for s in state["services"]] if state else []
@@ -127,7 +127,7 @@ def cmd_status(args) -> int:
     bad = 0
     for name, role, addr in addrs:
         try:
-            st = t.call(addr, RequestCode.STATUS, timeout=2.0).ext["status"]
+            st = rq.StatusReply.decode(t.call(addr, rq.Status(), timeout=2.0).ext).status
             ha = f" {st['ha_role']} id {st.get('broker_id')}" if st.get("ha_role") else ""
             print(f"{name:<16} {role:<12} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s{ha}")
         except QuiverError as exc:

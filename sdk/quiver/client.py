@@ -3,10 +3,14 @@
 Routes come from any reachable name server and are refreshed every 30 s (and
 on demand after a failure). A broker that failed or answered slowly is avoided
 for a while (RocketMQ 5's latency table), so sends go elsewhere at once.
+Route and cluster data are read defensively: an entry whose address is not
+host:port (or that is not shaped like a route entry) is skipped and logged once
+per client, so one bad registration cannot break every user of the route.
 """
 
 import logging
 import os
+import reprlib
 import socket
 import threading
 import time
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QuiverError, TopicNotExistError
+from .names import is_valid_addr
 from .settings import split_addrs
 from .transport import Transport
 
@@ -34,6 +39,43 @@ def _ignore(_result) -> None:  # callback of fire-and-forget requests
     pass
 
 
+_MAX_QUEUES = 1024
+_MAX_SKIPS_REMEMBERED = 1024
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
+def _short(value) -> str:
+    # bounded (a 1000-deep list has no repr), ASCII only (no control or right-to-left characters)
+    text = _REPR.repr(value).encode("ascii", "backslashreplace").decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _broker_id(key) -> int | None:
+    """A broker id key of an `addrs` map ("0", "1" ... on the wire), or None."""
+    if type(key) is int:
+        return key if key >= 0 else None
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 10:
+        return int(key)
+    return None
+
+
+def _addrs_of(name, entry, skipped: list) -> dict[int, str]:
+    """{broker id: address} of one broker entry, leaving out (into `skipped`) what is not host:port."""
+    addrs = entry.get("addrs") if isinstance(entry, dict) else None
+    if not isinstance(addrs, dict):
+        skipped.append(f"broker {_short(name)}: its addrs are {_short(addrs)}, not a map of id -> host:port")
+        return {}
+    out = {}
+    for key, addr in addrs.items():
+        bid = _broker_id(key)
+        if bid is None or not is_valid_addr(addr):
+            skipped.append(f"broker {_short(name)}: address {_short(addr)} (id {_short(key)}) is not host:port")
+            continue
+        out[bid] = addr
+    return out
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class MessageQueue:
     topic: str
@@ -43,15 +85,30 @@ class MessageQueue:
 
 class Route:
     """A topic's queues: broker name -> address (the master's, id 0, else a slave's),
-    every address of a broker name by id (`by_id`), writable and readable queues."""
+    every address of a broker name by id (`by_id`), writable and readable queues.
+
+    Entries that are not well formed (an address that is not host:port, a queue
+    count that is not an integer 0..1024 ...) are left out and described in
+    `skipped`, for the client to log once."""
 
     def __init__(self, topic: str, data: dict):
         self.topic = topic
-        self.by_id = {b["broker_name"]: {int(k): v for k, v in b["addrs"].items()} for b in data.get("brokers", [])}
+        self.skipped: list[str] = []
+        data = data if isinstance(data, dict) else {}
+        self.by_id: dict[str, dict[int, str]] = {}
+        for b in _list(data.get("brokers")):
+            name = b.get("broker_name") if isinstance(b, dict) else None
+            if not isinstance(name, str):
+                self.skipped.append(f"broker entry {_short(b)} has no broker_name")
+                continue
+            self.by_id[name] = _addrs_of(name, b, self.skipped)
         self.addrs = {name: ids.get(0) or (ids[min(ids)] if ids else None) for name, ids in self.by_id.items()}
-        self.filter_servers = data.get("filter_servers", {})
+        self.filter_servers = self._filters(data.get("filter_servers"))
         write, read = [], []
-        for q in data.get("queues", []):
+        for q in _list(data.get("queues")):
+            q = self._queue_data(q)
+            if q is None:
+                continue
             name = q["broker_name"]
             if not self.addrs.get(name):
                 continue
@@ -61,6 +118,31 @@ class Route:
                 read.extend(MessageQueue(topic, name, i) for i in range(q["read"]))
         self.write_queues = sorted(write)
         self.read_queues = sorted(read)
+
+    def _queue_data(self, q) -> dict | None:
+        try:
+            ok = (isinstance(q["broker_name"], str) and type(q["perm"]) is int
+                  and all(type(q[k]) is int and 0 <= q[k] <= _MAX_QUEUES for k in ("read", "write")))
+        except (TypeError, KeyError, IndexError):
+            ok = False
+        if not ok:
+            self.skipped.append(f"queue data {_short(q)} is not {{broker_name, read, write, perm}}")
+            return None
+        return q
+
+    def _filters(self, data) -> dict[str, list[str]]:
+        out = {}
+        for addr, servers in (data.items() if isinstance(data, dict) else ()):
+            good = [s for s in _list(servers) if is_valid_addr(s)]
+            if not (is_valid_addr(addr) and isinstance(servers, list) and len(good) == len(servers)):
+                self.skipped.append(f"filter servers {_short(servers)} of {_short(addr)}: not all host:port")
+            if good and is_valid_addr(addr):
+                out[addr] = good
+        return out
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
 
 
 class ClientBase:
@@ -79,6 +161,7 @@ class ClientBase:
         self._avoid: dict[str, float] = {}
         self._read_down: dict[str, float] = {}
         self._cluster: dict = {}
+        self._skips_logged: set[str] = set()
         self._lock = threading.Lock()
         self._started = False
 
@@ -125,7 +208,11 @@ class ClientBase:
             return
         # slaves too: while a master is down its slave answers the group's consumer list
         for addr in [*brokers.values(), *self.slave_addrs(brokers)]:
-            self.transport.send(addr, RequestCode.HEART_BEAT, ext, (), _ignore, self.request_timeout)
+            try:
+                self.transport.send(addr, RequestCode.HEART_BEAT, ext, (), _ignore, self.request_timeout)
+            except QuiverError as exc:  # shut down meanwhile
+                log.debug("heartbeat to %s not sent: %s", addr, exc)
+                return
 
     def _heartbeat_loop(self) -> None:
         while not self._hb_stop.wait(self.heartbeat_interval_s):
@@ -185,15 +272,39 @@ class ClientBase:
         cached = self._routes.get(topic)
         if cached and not refresh and now - cached[0] < self.route_refresh_s:
             return cached[1]
-        data = self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})["route"]
+        data = self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).get("route")
+        if not isinstance(data, dict):
+            raise ClientError(f"the name server's route of {topic!r} is {_short(data)}, not a map")
         route = Route(topic, data)
+        self._log_skipped(f"route of {topic!r}", route.skipped)
         self._routes[topic] = (now, route)
         return route
 
     def cluster_info(self) -> dict:
-        info = self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)["cluster"]
+        """The name server's cluster info, with every broker address that is not host:port left out
+        (and brokers left with no address, and `live` entries under such an address)."""
+        info = self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO).get("cluster")
+        if not isinstance(info, dict):
+            raise ClientError(f"the name server's cluster info is {_short(info)}, not a map")
+        skipped: list[str] = []
+        brokers = {}
+        for name, entry in (info.get("brokers") if isinstance(info.get("brokers"), dict) else {}).items():
+            ids = _addrs_of(name, entry, skipped)
+            if ids:
+                brokers[name] = {**entry, "addrs": {str(k): a for k, a in sorted(ids.items())}}
+        live = info.get("live") if isinstance(info.get("live"), dict) else {}
+        info = {**info, "brokers": brokers, "live": {a: v for a, v in live.items() if is_valid_addr(a)}}
+        self._log_skipped("cluster info", skipped)
         self._cluster = info
         return info
+
+    def _log_skipped(self, where: str, skipped: list[str]) -> None:
+        """Each skipped entry is logged once per client (a route is read every 30 s)."""
+        for what in skipped:
+            if what not in self._skips_logged:
+                if len(self._skips_logged) < _MAX_SKIPS_REMEMBERED:
+                    self._skips_logged.add(what)
+                log.warning("%s from the name server: skipped %s", where, what)
 
     def slave_addrs(self, names) -> list[str]:
         """Slave addresses (ids >= 1) of these broker names, from the last cluster info."""
@@ -264,7 +375,7 @@ class ClientBase:
         """A request to a broker. Reads (offsets, queue bounds, consumer lists, lookups) sent
         to a master that is unreachable go to its slaves (known from cached routes)."""
         self._need_started()
-        slaves = self._slaves_of_master(addr) if code in _READ_CODES else ()
+        slaves = self._slaves_of_master(addr) if getattr(code, "CODE", code) in _READ_CODES else ()
         if not slaves:
             return self.transport.call(addr, code, ext, bodies, timeout or self.request_timeout, ok)
         now = time.monotonic()

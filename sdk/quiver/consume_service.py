@@ -14,7 +14,7 @@ _cost_per_msg_s.
 import logging
 import time
 
-from .codes import RequestCode
+from . import requests as rq
 from .errors import QuiverError
 from .message import ORIGIN_MESSAGE_ID, ConsumeResult, MessageExt
 from .process_queue import ProcessQueue
@@ -107,11 +107,12 @@ class ConsumeService:
                 self._cost_per_msg_s = 0.8 * self._cost_per_msg_s + 0.2 * per_msg
 
     def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
-        ext = {"g": self.group, "offset": m.commit_log_offset, "delay": delay, "ot": m.topic,
-               "omid": m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id, "max": self.max_reconsume_times,
-               "rc": m.reconsume_times}
+        origin_id = m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id or None
+        req = rq.ConsumerSendMsgBack(group=self.group, offset=m.commit_log_offset, delay_level=delay,
+                                     origin_topic=m.topic, origin_msg_id=origin_id,
+                                     max_reconsume=self.max_reconsume_times, reconsume=m.reconsume_times)
         try:
-            self.call_broker(pq.addr, RequestCode.CONSUMER_SEND_MSG_BACK, ext)
+            self.call_broker(pq.addr, req)
             return True
         except QuiverError as exc:
             log.warning("send back of %s failed: %s", m.msg_id, exc)

@@ -22,7 +22,7 @@ from . import filter_route, tags
 from .client import ClientBase, MessageQueue
 from .rebalance import Rebalancer
 from .codes import RequestCode, ResponseCode
-from .errors import ClientError, QueryNotFoundError, QuiverError
+from .errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
 from .message import MessageExt, MessageSelector, decode_messages
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,7 @@ class PullConsumer(ClientBase):
         self._wake = threading.Event()
         self._rebalance_lock = threading.Lock()
         self._pull_lock = threading.Lock()
+        self._missing: dict[str, float] = {}  # topic -> when a name server said TOPIC_NOT_EXIST
 
     def subscribe(self, topic: str, expression="*") -> None:
         sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
@@ -123,8 +124,22 @@ class PullConsumer(ClientBase):
                 return
             try:
                 self.rebalance()
+            except QuiverError as exc:
+                if self._stop.is_set():
+                    return  # shut down meanwhile: its calls fail by design, nothing to report
+                log.warning("rebalance of %s failed: %s", self.group, exc)
             except Exception:
                 log.exception("rebalance of %s failed", self.group)
+
+    def route(self, topic: str, refresh: bool = False):
+        """The route, remembering which subscribed topics a name server says do not exist (poll)."""
+        try:
+            route = super().route(topic, refresh)
+        except TopicNotExistError:
+            self._missing[topic] = time.monotonic()
+            raise
+        self._missing.pop(topic, None)
+        return route
 
     def rebalance(self) -> None:
         """Take this client's share of every subscribed topic's queues; give up the rest."""
@@ -312,13 +327,22 @@ class PullConsumer(ClientBase):
     # ---- app side ---------------------------------------------------------------------
 
     def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
-        """Messages pulled so far (waits up to timeout for the first)."""
+        """Messages pulled so far (waits up to timeout for the first).
+
+        A subscribed topic that a name server answered TOPIC_NOT_EXIST for (at
+        start, subscribe or a rebalance; not merely unreachable name servers) is
+        reported by raising TopicNotExistError naming it, where RocketMQ's client
+        only logs "topic route not exist" and returns nothing forever. It is
+        raised only when there is nothing to return: at once if no subscribed
+        topic exists, else after the wait. Once the topic is created, the next
+        rebalance (asked for by the raise, at most once a second) clears it."""
         self._need_started()
         out: list[MessageExt] = []
         resume = []
         with self._cond:
             if not self._buffer:
-                self._cond.wait(timeout)
+                if not self._missing_topics(every=True):
+                    self._cond.wait(timeout)
             while self._buffer and (max_messages is None or len(out) < max_messages):
                 st, msgs, nxt = self._buffer[0]
                 room = len(msgs) if max_messages is None else max_messages - len(out)
@@ -336,7 +360,22 @@ class PullConsumer(ClientBase):
                     resume.append(st)
         for st in resume:
             self._pull(st)
+        if not out:
+            missing = self._missing_topics()
+            if missing:
+                raise TopicNotExistError(f"topic {', '.join(map(repr, missing))} does not exist (the name server "
+                                         "has no route): create it, or fix the subscription")
         return out
+
+    def _missing_topics(self, every: bool = False) -> list[str]:
+        """Subscribed topics known not to exist (all of them, or none, with `every`)."""
+        known = dict(self._missing)  # a copy: the rebalance thread updates it
+        missing = sorted(t for t in known if t in self.subscriptions)
+        if every and len(missing) < len(self.subscriptions):
+            return []
+        if missing and time.monotonic() - min(known[t] for t in missing) >= 1.0:
+            self._wake.set()  # look again: the topic may have been created meanwhile
+        return missing
 
     def _housekeeping(self) -> None:
         last_commit = time.monotonic()

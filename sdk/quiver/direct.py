@@ -11,7 +11,12 @@ broker knows from heartbeats and pushes to.
 
 Like the IO thread's sockets, these queue only on a live connection and watch
 a disconnect monitor, so a call to a peer that goes away fails at once and the
-caller can retry elsewhere.
+caller can retry elsewhere. Whatever the socket layer raises (connecting to an
+address zmq cannot parse, a socket closed by shutdown) reaches the caller as a
+ClientError, and a socket that failed half-way is closed, not kept. A socket
+is only ever used by its own thread: `close()` closes the idle ones and marks
+the transport closed; a socket in the middle of a call is closed by its thread
+when the call ends (never under it).
 """
 
 import threading
@@ -27,14 +32,20 @@ CONNECT_WAIT_S = 1.0  # a first connection to a peer may take this long
 
 
 class _Peer:
-    __slots__ = ("sock", "mon", "poller", "thread")
+    __slots__ = ("sock", "mon", "poller", "thread", "busy")
 
     def __init__(self, ctx: zmq.Context, addr: str):
+        self.busy = False  # inside a call on its thread: only that thread may close it
         self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.IMMEDIATE, 1)
-        self.mon = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-        self.sock.connect(f"tcp://{addr}")
+        self.mon = None
+        try:
+            self.sock.setsockopt(zmq.LINGER, 0)
+            self.sock.setsockopt(zmq.IMMEDIATE, 1)
+            self.mon = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            self.sock.connect(f"tcp://{addr}")
+        except Exception:  # e.g. an address zmq cannot parse: leave no socket behind
+            self.close()
+            raise
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.mon, zmq.POLLIN)
@@ -51,11 +62,14 @@ class _Peer:
                 return lost
 
     def close(self) -> None:
+        if self.sock.closed:
+            return
         try:
-            self.sock.disable_monitor()
+            if self.mon is not None:
+                self.sock.disable_monitor()
+                self.mon.close(0)
         except zmq.ZMQError:
             pass
-        self.mon.close(0)
         self.sock.close(0)
 
 
@@ -69,19 +83,27 @@ class DirectCalls:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _peer(self, addr: str) -> _Peer:
+    def _acquire(self, addr: str) -> _Peer:
+        """This thread's socket to `addr` (made on first use), marked busy until `_release`."""
         peers = getattr(self._local, "peers", None)
         if peers is None:
             peers = self._local.peers = {}
-        peer = peers.get(addr)
-        if peer is None:
-            with self._lock:
-                if self._closed:
-                    raise ClientError("transport is shut down")
+        with self._lock:
+            if self._closed:
+                raise ClientError("transport is shut down")
+            peer = peers.get(addr)
+            if peer is None:
                 self._prune()
                 peer = peers[addr] = _Peer(self._ctx, addr)
                 self._all.append((addr, peer))
+            peer.busy = True
         return peer
+
+    def _release(self, peer: _Peer) -> None:
+        with self._lock:
+            peer.busy = False
+            if self._closed:  # closed during the call: its socket was left to us
+                peer.close()
 
     def _prune(self) -> None:
         """Close the sockets of threads that have ended (caller holds the lock)."""
@@ -104,12 +126,17 @@ class DirectCalls:
     def call(self, addr: str, frames: list, req_id: int, timeout: float, down: set) -> protocol.Envelope:
         if addr in down:  # the IO thread's monitor already saw this peer go away
             raise ClientError(f"{addr} is not reachable")
-        peer = self._peer(addr)
+        try:
+            peer = self._acquire(addr)
+        except zmq.ZMQError as exc:
+            raise ClientError(f"cannot connect to {addr!r:.80}: {exc}") from None
         try:
             return self._call(peer, addr, frames, req_id, timeout)
-        except zmq.ZMQError as exc:  # socket closed under us: transport shutting down
+        except (zmq.ZMQError, OSError) as exc:
             self._drop(addr)
             raise ClientError(f"call to {addr} failed: {exc}") from None
+        finally:
+            self._release(peer)
 
     def _call(self, peer: _Peer, addr: str, frames: list, req_id: int, timeout: float) -> protocol.Envelope:
         now = time.monotonic()
@@ -146,5 +173,6 @@ class DirectCalls:
         with self._lock:
             self._closed = True
             for _, peer in self._all:
-                peer.close()
+                if not peer.busy:  # a busy one is closed by its own thread (_release)
+                    peer.close()
             self._all = []

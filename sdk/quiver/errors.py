@@ -30,6 +30,15 @@ class ProtocolError(QuiverError):
     code = ResponseCode.BAD_REQUEST
 
 
+class FieldError(ProtocolError):
+    """A request or reply field of the wrong type or out of range (raised by `quiver.requests`).
+
+    INVALID_PARAMETER, RocketMQ's code for a bad request field, unless the field
+    names another (MESSAGE_ILLEGAL for a send's topic, PROPERTIES_SIZE_EXCEEDED ...)."""
+
+    code = ResponseCode.INVALID_PARAMETER
+
+
 class ClientError(QuiverError):
     """A local failure in the SDK: timeout, no route, client not started."""
 
@@ -88,7 +97,7 @@ DiskFullError = _make("DiskFullError", ResponseCode.DISK_FULL)
 _BY_CODE: dict[int, type[QuiverError]] = {
     cls.code: cls for cls in list(globals().values())
     if isinstance(cls, type) and issubclass(cls, QuiverError)
-    and cls not in (QuiverError, ProtocolError, ClientError, RequestTimeoutError)
+    and cls not in (QuiverError, ProtocolError, FieldError, ClientError, RequestTimeoutError)
 }
 
 

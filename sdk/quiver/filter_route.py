@@ -27,8 +27,9 @@ import logging
 import threading
 import time
 
-from .codes import RequestCode, ResponseCode
-from .errors import ClientError, QuiverError, SubscriptionParseError
+from . import requests as rq
+from .codes import ResponseCode
+from .errors import ClientError, FieldError, QuiverError, SubscriptionParseError
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,8 @@ def check_subscription(client, topic: str, selector, group: str = "") -> bool:
     if not is_sql(selector):
         return True
     route = client.route(topic, refresh=True)
-    ext = {"g": group, "t": topic, "tp": "SQL92", "sub": selector.expression}
+    req = rq.CheckClientConfig(group=group or None, topic=topic, expression_type="SQL92",
+                               expression=selector.expression)
     targets = []
     for broker_addr in sorted(set(route.addrs.values())):
         targets.extend(sorted(route.filter_servers.get(broker_addr) or ()))
@@ -135,14 +137,17 @@ def check_subscription(client, topic: str, selector, group: str = "") -> bool:
     last: Exception | None = None
     for addr in dict.fromkeys(targets):
         try:
-            env = client.transport.call(addr, RequestCode.CHECK_CLIENT_CONFIG, ext, timeout=client.request_timeout,
+            env = client.transport.call(addr, req, timeout=client.request_timeout,
                                         ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_PARSE_FAILED))
         except QuiverError as exc:
             last = exc
             continue
         if env.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED:
             err = SubscriptionParseError(f"subscription to {topic!r} is not valid SQL92: {env.remark}")
-            err.position = env.ext.get("position")
+            try:
+                err.position = rq.SubscriptionParseFailedReply.decode(env.ext).position
+            except FieldError:  # the position only helps; the refusal stands without it
+                err.position = None
             err.expression = selector.expression
             raise err
         return True

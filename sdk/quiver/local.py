@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from .codes import RequestCode
+from . import requests as rq
 from .errors import QuiverError
 from .transport import Transport
 
@@ -77,7 +77,7 @@ class ServiceProcess:
 
 def ping(transport: Transport, addr: str, timeout: float = 0.5) -> dict | None:
     try:
-        return transport.call(addr, RequestCode.PING, timeout=timeout).ext
+        return transport.call(addr, rq.Ping(), timeout=timeout).ext
     except QuiverError:
         return None
 
@@ -178,8 +178,8 @@ class LocalCluster:
             for ns in [s for s in self.services if s.role == "namesrv"]:
                 while True:
                     try:
-                        info = t.call(ns.addr, RequestCode.GET_BROKER_CLUSTER_INFO, timeout=1.0).ext["cluster"]
-                        if len(info["live"]) >= brokers:
+                        env = t.call(ns.addr, rq.GetClusterInfo(), timeout=1.0)
+                        if len(rq.ClusterReply.decode(env.ext).cluster.live) >= brokers:
                             break
                     except QuiverError:
                         pass

@@ -14,8 +14,8 @@ import logging
 import os
 import threading
 
+from . import requests as rq
 from .client import MessageQueue, _ignore
-from .codes import RequestCode
 from .errors import QueryNotFoundError, QuiverError
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,9 @@ class RemoteOffsetStore(_Memory):
         self.group = group
 
     def read(self, mq: MessageQueue, addr: str) -> int | None:
-        ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id}
+        req = rq.QueryConsumerOffset(group=self.group, topic=mq.topic, queue_id=mq.queue_id)
         try:
-            return self.client.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+            return rq.OffsetReply.decode(self.client.call_broker(addr, req).ext).offset
         except QueryNotFoundError:
             return None
 
@@ -63,12 +63,11 @@ class RemoteOffsetStore(_Memory):
         off = self.get(mq)
         if off is None:
             return
-        ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id, "o": off}
+        req = rq.UpdateConsumerOffset(group=self.group, topic=mq.topic, queue_id=mq.queue_id, offset=off)
         if sync:
-            self.client.call_broker(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+            self.client.call_broker(addr, req)
         else:
-            self.client.transport.send(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, (), _ignore,
-                                       self.client.request_timeout)
+            self.client.transport.send(addr, req, None, (), _ignore, self.client.request_timeout)
 
     def persist_all(self, addrs: dict[MessageQueue, str], sync: bool = False) -> None:
         for mq, addr in addrs.items():

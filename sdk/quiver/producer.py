@@ -183,8 +183,12 @@ class Producer(ClientBase):
                                RequestCode.SEND_MESSAGE, timeout)[0]
 
     def send_orderly(self, msg: Message, sharding_key: str, timeout: float | None = None) -> SendResult:
-        """Same key -> same queue (no retry on another queue: that would break order)."""
+        """Same key -> same queue (no retry on another queue: that would break order).
+        The key is required: without one there is no order to keep (MessageIllegalError)."""
         self._need_started()
+        if sharding_key is None or not str(sharding_key).strip():
+            raise MessageIllegalError(f"send_orderly needs a sharding key (got {sharding_key!r}): messages with the "
+                                      "same key go to the same queue, in order; use send() for unordered messages")
         msg_id, props = self._encode(msg)
         mq, addr = self._pick(msg.topic, key=str(sharding_key))
         env = self.call_broker(addr, RequestCode.SEND_MESSAGE, self._ext(mq, [props], [msg.flag]), [msg.body],

@@ -12,7 +12,8 @@ A ROUTER adds/strips the identity frame in front. A reply always carries "r"
 (possibly empty); a request never does, which is how a client tells a pushed
 request (CHECK_TRANSACTION_STATE, NOTIFY_CONSUMER_IDS_CHANGED) from a reply.
 Bodies are raw bytes, never JSON. Per-message fields of a batch travel as
-compact arrays in "ext" (see `send_ext`), one body frame per message.
+compact arrays in "ext"; what "ext" may hold for each code is owned by
+`quiver.requests` (one schema per code).
 
 `decode()` raises only `ProtocolError`.
 """
@@ -48,7 +49,10 @@ class Envelope:
         return self.remark is not None
 
 
-def request(code: int, req_id: int, ext: dict | None = None, bodies=()) -> list:
+def request(code, req_id: int, ext: dict | None = None, bodies=()) -> list:
+    """`code` is a typed request (quiver.requests), or a bare code with `ext` (peers' tests)."""
+    if not isinstance(code, int):
+        code, ext = code.CODE, code.ext()
     head = {"c": int(code), "id": req_id}
     if ext:
         head["ext"] = ext

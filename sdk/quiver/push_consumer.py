@@ -25,10 +25,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import filter_route, tags
+from . import requests as rq
 from .client import ClientBase, MessageQueue
 from .consume_service import ConsumeService
 from .codes import RequestCode, ResponseCode
-from .errors import ClientError, QuiverError, TopicNotExistError
+from .errors import ClientError, FieldError, QuiverError, TopicNotExistError
 from .message import RETRY_TOPIC, MessageExt, MessageSelector, decode_messages
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from .process_queue import DelayedCalls, ProcessQueue
@@ -54,7 +55,8 @@ class PushConsumer(ConsumeService, ClientBase):
         super().__init__(namesrv)
         check_group(group)
         if consume_from not in ("last", "first") and not (isinstance(consume_from, int)
-                                                         and not isinstance(consume_from, bool)):
+                                                         and not isinstance(consume_from, bool)
+                                                         and 0 <= consume_from <= rq.MAX_OFFSET):
             raise ValueError("consume_from is 'last', 'first' or an epoch-ms timestamp")
         if not 1 <= threads <= 1000 or not 1 <= batch_size <= 1024 or not 1 <= pull_batch_size <= 1024:
             raise ValueError("threads 1-1000, batch_size 1-1024, pull_batch_size 1-1024")
@@ -178,17 +180,22 @@ class PushConsumer(ConsumeService, ClientBase):
         return topics
 
     def heartbeat_payload(self) -> dict:
-        subs = {t: {"type": s.type, "expression": s.expression} for t, s in self.subscriptions.items()}
+        subs = {t: rq.Subscription(type=s.type, expression=s.expression) for t, s in self.subscriptions.items()}
         if not self.broadcast:
-            subs[self.retry_topic] = {"type": "TAG", "expression": "*"}
-        return {"consumers": [{
-            "group": self.group, "subscriptions": subs, "consume_type": "PUSH",
-            "model": "BROADCASTING" if self.broadcast else "CLUSTERING",
-            "consume_from": str(self.consume_from), "orderly": self._orderly,
-            "queues": [[mq.topic, mq.broker, mq.queue_id] for mq in list(self._pqs)]}]}
+            subs[self.retry_topic] = rq.Subscription(type="TAG", expression="*")
+        me = rq.ConsumerData(group=self.group, subscriptions=subs, consume_type="PUSH",
+                             model="BROADCASTING" if self.broadcast else "CLUSTERING",
+                             consume_from=str(self.consume_from), orderly=self._orderly,
+                             queues=[(mq.topic, mq.broker, mq.queue_id) for mq in list(self._pqs)])
+        return {"consumers": [me.ext()]}  # wire form: ClientBase merges the payload into HEART_BEAT's ext
 
     def _on_ids_changed(self, addr, env):
-        if env.ext.get("g") in (None, self.group):
+        try:
+            group = rq.NotifyConsumerIdsChanged.decode(env.ext).group
+        except FieldError as exc:
+            log.warning("ignoring a malformed consumer-ids notification from %s: %s", addr, exc)
+            return None
+        if group in (None, self.group):
             if self._notified_at is None:
                 self._notified_at = time.monotonic()
             self._wake.set()
@@ -208,8 +215,7 @@ class PushConsumer(ConsumeService, ClientBase):
             return
         for name, addr in self.all_broker_addrs().items():
             try:
-                self.call_broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                                 {"topic": self.retry_topic, "read": 1, "write": 1, "perm": 6})
+                self.call_broker(addr, rq.CreateTopic(topic=self.retry_topic, read=1, write=1))
             except QuiverError as exc:
                 log.warning("creating %s on %s failed: %s", self.retry_topic, name, exc)
         deadline = time.monotonic() + 3.0
@@ -285,15 +291,14 @@ class PushConsumer(ConsumeService, ClientBase):
 
     def _start_offset(self, mq: MessageQueue, addr: str) -> int:
         """consume_from, for a queue this group never stored an offset for."""
-        ext = {"t": mq.topic, "q": mq.queue_id}
         retry = mq.topic.startswith(RETRY_PREFIX)
         if self.consume_from == "first" or (retry and self.consume_from == "last"):
-            code = RequestCode.GET_MIN_OFFSET
+            req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
         elif self.consume_from == "last" or retry:
-            code = RequestCode.GET_MAX_OFFSET
+            req = rq.GetMaxOffset(topic=mq.topic, queue_id=mq.queue_id)
         else:
-            code, ext["ts"] = RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.consume_from
-        return self.call_broker(addr, code, ext).ext["offset"]
+            req = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=self.consume_from)
+        return rq.OffsetReply.decode(self.call_broker(addr, req).ext).offset
 
     def _drop(self, mq: MessageQueue) -> None:
         """Stop consuming a queue and store its offset before anyone else may take it."""
@@ -336,19 +341,18 @@ class PushConsumer(ConsumeService, ClientBase):
     # ---- broker locks (orderly) -----------------------------------------------------------------------
 
     def _lock_mqs(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        ext = {"g": self.group, "c": self.client_id, "mqs": [[m.topic, m.queue_id] for m in mqs]}
+        req = rq.LockBatchMq(group=self.group, client_id=self.client_id, queues=[(m.topic, m.queue_id) for m in mqs])
         try:
-            got = self.call_broker(addr, RequestCode.LOCK_BATCH_MQ, ext).ext.get("locked") or []
+            got = set(rq.LockBatchReply.decode(self.call_broker(addr, req).ext).locked)
         except QuiverError as exc:
             log.warning("locking %d queues on %s failed: %s", len(mqs), addr, exc)
             return set()
-        got = {(t, q) for t, q in got}
         return {m for m in mqs if (m.topic, m.queue_id) in got}
 
     def _unlock_mqs(self, addr: str, mqs: list[MessageQueue]) -> None:
-        ext = {"g": self.group, "c": self.client_id, "mqs": [[m.topic, m.queue_id] for m in mqs]}
+        req = rq.UnlockBatchMq(group=self.group, client_id=self.client_id, queues=[(m.topic, m.queue_id) for m in mqs])
         try:
-            self.call_broker(addr, RequestCode.UNLOCK_BATCH_MQ, ext)
+            self.call_broker(addr, req)
         except QuiverError as exc:
             log.warning("unlocking on %s failed: %s", addr, exc)
 
@@ -380,29 +384,28 @@ class PushConsumer(ConsumeService, ClientBase):
             self.rebalance_latencies_ms.append((time.monotonic() - pq.rebalance_t0) * 1000)
             pq.rebalance_t0 = None
         sel = self.subscriptions.get(pq.mq.topic)
-        ext = {"g": self.group, "t": pq.mq.topic, "q": pq.mq.queue_id, "o": pq.next_offset,
-               "n": self.pull_batch_size, "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
-        if not self.broadcast:
-            co = self.offsets.get(pq.mq)
-            if co:
-                ext["co"] = co
-        if not filter_route.is_sql(sel):
+        sql = filter_route.is_sql(sel)
+        commit = None if self.broadcast else self.offsets.get(pq.mq) or None  # 0: nothing to commit
+        if not sql:
             addr = self.read_addr(pq.mq.topic, pq.mq.broker, wait=False) or pq.addr
             if addr != pq.addr:  # master down (or back): pulls and offset commits follow
                 log.info("%s: reading from %s instead of %s", pq.mq, addr, pq.addr)
                 pq.addr = addr
         via = pq.addr
-        if filter_route.is_sql(sel):  # SQL92: through a filter server of the queue's broker, never the broker
-            ext["tp"] = "SQL92"
-            ext["ba"] = pq.addr  # the broker meant: a filter server attached elsewhere refuses
+        if sql:  # SQL92: through a filter server of the queue's broker, never the broker
             try:
                 via = self._filter_servers.pull_address(self._routes[pq.mq.topic][1], pq.mq, sel)
             except (QuiverError, KeyError) as exc:
                 self._filter_servers.log_unavailable(exc)
                 self._timer.call_later(1.0, self._refresh_route_and_pull, pq)
                 return
+        # SQL92: `broker_addr` names the broker meant (a filter server attached elsewhere refuses)
+        req = rq.PullMessage(group=self.group, topic=pq.mq.topic, queue_id=pq.mq.queue_id, offset=pq.next_offset,
+                             commit_offset=commit, max_msgs=self.pull_batch_size, suspend_ms=self.suspend_ms,
+                             expression=(sel.expression if sel else None) or "*",
+                             expression_type="SQL92" if sql else None, broker_addr=pq.addr if sql else None)
         try:
-            self.transport.send(via, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(pq, r, via),
+            self.transport.send(via, req, None, (), lambda r: self._pulled(pq, r, via),
                                 timeout=self.suspend_ms / 1000 + 15)
         except QuiverError:
             if self._running:
@@ -430,7 +433,12 @@ class PushConsumer(ConsumeService, ClientBase):
             log.warning("pull %s failed: %s", pq.mq, env if isinstance(env, Exception) else env.remark)
             self._timer.call_later(self.pull_delay_on_error_s, self._pull, pq)
             return
-        nxt = env.ext.get("next", pq.next_offset)
+        try:
+            nxt = rq.PullReply.decode(env.ext).next
+        except FieldError as exc:  # a garbled answer: ask again later rather than move anywhere
+            log.warning("pull %s: %s", pq.mq, exc)
+            self._timer.call_later(self.pull_delay_on_error_s, self._pull, pq)
+            return
         if env.code == ResponseCode.SUCCESS and env.bodies:
             msgs = self._decode(pq, env.bodies[0])
             pq.add(msgs, nxt)  # cached before the position moves: the commit offset never skips them

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from . import record, tags
-from .codes import RequestCode, ResponseCode
+from . import requests as rq
+from .codes import ResponseCode
 from .errors import ClientError, QuiverError
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 MAX_PULL = 1024            # the broker answers at most this many records per pull
 PIPELINE_DEPTH = 4         # chunks in flight per queue when nothing is filtered
 MISSING_WAIT_S = 10.0      # how long an offset below the planned end may stay invisible (flush lag)
+_PULL_ANSWERS = frozenset((ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                           ResponseCode.PULL_OFFSET_MOVED))
 
 
 class DataLossError(ClientError):
@@ -74,24 +77,24 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
         return
     batch_size = max(1, min(int(batch_size), MAX_PULL))
     wanted_tags = tags.parse(subscription) if sql is None else None
-    ext_base = {"t": rng.topic, "q": rng.queue_id, "s": 0}
     if sql is not None:
-        ext_base.update(tp="SQL92", sub=sql)
+        expression = dict(expression=sql, expression_type="SQL92")
         vias = list(rng.filter_addrs)
         if not vias:
             raise ClientError(f"no filter server for broker {rng.broker} ({rng.addr}): SQL92 subscriptions "
                               f"need one (python -m quiver_filter --broker {rng.addr})")
         depth = 1
     else:
-        ext_base["sub"] = subscription or "*"
+        expression = dict(expression=subscription or "*")
         vias = [rng.addr]
         depth = PIPELINE_DEPTH
     via_i = 0
 
     def ask(lo: int, hi: int):
         stats.pulls += 1
-        ext = {**ext_base, "o": lo, "n": min(batch_size, hi - lo)}
-        return transport.call_future(vias[via_i], RequestCode.PULL_MESSAGE, ext, (), timeout_s)
+        req = rq.PullMessage(topic=rng.topic, queue_id=rng.queue_id, offset=lo, max_msgs=min(batch_size, hi - lo),
+                             suspend_ms=0, **expression)
+        return transport.call_future(vias[via_i], req, timeout=timeout_s)
 
     pending = collections.deque()   # [lo, hi, future], consecutive, in offset order
     issued = rng.start
@@ -113,8 +116,12 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
                 pending[0][2] = ask(lo, hi)
                 continue
             raise
-        code, ext = env.code, env.ext
-        nxt = ext.get("next", lo)
+        code = env.code
+        if code not in _PULL_ANSWERS:
+            raise ClientError(f"pull of {rng.topic}:{rng.broker}:{rng.queue_id} at {lo} failed: "
+                              f"code {code} {env.remark}")
+        bounds = rq.PullReply.decode(env.ext)   # FieldError (a QuiverError) if garbled
+        nxt = bounds.next
         if code == ResponseCode.SUCCESS and env.bodies:
             missing_since = None
             # a filtered reply may run past this chunk: keep all of [lo, end); covered chunks are dropped below
@@ -125,15 +132,15 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
                 stats.records += len(recs)
                 yield recs
             nxt = max(nxt, recs[-1].queue_offset + 1) if recs else nxt
-        elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.SUCCESS):
+        elif code != ResponseCode.PULL_OFFSET_MOVED:   # nothing here (yet)
             if nxt <= lo:   # nothing visible at lo although it was below max when planned: flush lag
                 missing_since = missing_since or time.monotonic()
                 if time.monotonic() - missing_since > MISSING_WAIT_S:
                     raise ClientError(f"{rng.topic}:{rng.broker}:{rng.queue_id} has no message at offset {lo} "
                                       f"although it was planned below {rng.end} ({env.remark})")
                 time.sleep(0.05)
-        elif code == ResponseCode.PULL_OFFSET_MOVED:
-            low = ext.get("min", nxt)
+        else:
+            low = bounds.min
             if lo >= low:          # beyond the queue's max: the queue lost its tail
                 nxt = hi
                 low = hi
@@ -146,9 +153,6 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
                 log.warning("%s; skipping them (failOnDataLoss=false)", msg)
                 stats.lost += lost
             nxt = max(nxt, low)
-        else:
-            raise ClientError(f"pull of {rng.topic}:{rng.broker}:{rng.queue_id} at {lo} failed: "
-                              f"code {code} {env.remark}")
         pending.popleft()
         if nxt >= hi:
             # past this chunk: drop later chunks the answer already covered (filters, retention)

@@ -11,8 +11,8 @@ import bisect
 import hashlib
 import logging
 
+from . import requests as rq
 from .client import MessageQueue
-from .codes import RequestCode
 from .errors import QuiverError, TopicNotExistError
 
 log = logging.getLogger(__name__)
@@ -93,9 +93,8 @@ class Rebalancer:
     def client_ids(self, route) -> list[str]:
         for broker in sorted(route.addrs):
             try:
-                env = self.client.call_broker(route.addrs[broker], RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                              {"g": self.group})
-                return sorted(env.ext.get("ids") or [])
+                env = self.client.call_broker(route.addrs[broker], rq.GetConsumerList(group=self.group))
+                return sorted(rq.ConsumerListReply.decode(env.ext).ids)
             except QuiverError as exc:
                 log.warning("consumer list of %s from %s failed: %s", self.group, broker, exc)
         return []

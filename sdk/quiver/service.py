@@ -2,11 +2,15 @@
 
 One thread owns the socket and all service state: handlers run on it, other
 threads (flush, APScheduler jobs) hand work to it with `call_soon_threadsafe`.
-A handler returns reply frames, or None when it answers later (long polling,
-group commit) through `Request.reply`. No input can end the loop: a malformed
-frame gets BAD_REQUEST (or VERSION_NOT_SUPPORTED), an unknown code
-REQUEST_CODE_NOT_SUPPORTED, a QuiverError its own code, anything else
-SYSTEM_ERROR with a logged traceback.
+Every request's ext is decoded through the schema of its code
+(`quiver.requests`) before its handler runs, which reads the typed object as
+`req.args`. A handler returns reply frames, or None when it answers later
+(long polling, group commit) through `Request.reply`. No input can end the
+loop: a malformed frame or a field of the wrong type or range gets BAD_REQUEST
+(or the field's own code, or VERSION_NOT_SUPPORTED) with a remark naming the
+field, an unknown code REQUEST_CODE_NOT_SUPPORTED, a QuiverError its own code,
+anything else SYSTEM_ERROR with a logged traceback. The socket refuses frames
+over `max_frame_bytes` (ZMQ_MAXMSGSIZE: the peer is disconnected).
 """
 
 import collections
@@ -21,17 +25,24 @@ import zmq
 from . import protocol
 from .codes import RequestCode, ResponseCode
 from .errors import ProtocolError, QuiverError
+from .loops import Failures
+from .requests import SCHEMAS
 
 log = logging.getLogger(__name__)
 
+# Far above any header (1 MiB) of a service that takes no message bodies; the broker
+# sizes its own from max_message_bytes.
+DEFAULT_MAX_FRAME_BYTES = protocol.MAX_HEADER_BYTES + (1 << 20)
+
 
 class Request:
-    __slots__ = ("service", "identity", "env", "answered", "received")
+    __slots__ = ("service", "identity", "env", "args", "answered", "received")
 
-    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope):
+    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None):
         self.service = service
         self.identity = identity
         self.env = env
+        self.args = args  # the request's schema object (quiver.requests)
         self.answered = False
         self.received = time.monotonic()
 
@@ -50,14 +61,20 @@ class Request:
 class Service:
     """ROUTER socket + handler table + timers + a thread-safe inbox."""
 
-    def __init__(self, listen: str, handlers: dict, name: str, status_fn=None):
+    def __init__(self, listen: str, handlers: dict, name: str, status_fn=None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
         self.name = name
         self.listen = listen
+        self.max_frame_bytes = max_frame_bytes
         self.handlers = dict(handlers)
         self.handlers.setdefault(RequestCode.PING, lambda req: protocol.reply(0, req.env.id, "pong", {"service": name}))
         self.handlers.setdefault(RequestCode.STATUS, self._status)
+        missing = sorted(RequestCode(c).name for c in self.handlers if c not in SCHEMAS)
+        if missing:
+            raise TypeError(f"{name}: request codes without a schema in quiver.requests: {', '.join(missing)}")
         self.status_fn = status_fn
         self.counters = collections.Counter()
+        self.failures = Failures(self.counters)  # loops and per-item steps count into STATUS
         self._ctx = zmq.Context.instance()
         self._sock = None
         self._inbox = collections.deque()
@@ -75,6 +92,7 @@ class Service:
         sock.setsockopt(zmq.SNDHWM, 200_000)
         sock.setsockopt(zmq.RCVHWM, 200_000)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
         host, port = self.listen.rsplit(":", 1)
         sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
         self._sock = sock
@@ -101,6 +119,15 @@ class Service:
         entry = [time.monotonic() + delay_s, next(self._seq), fn, args, True]
         heapq.heappush(self._timers, entry)
         return entry
+
+    def every(self, name: str, interval_s: float, step, first_delay_s: float | None = None) -> None:
+        """A periodic step on the service thread; a failing run is counted and logged, never fatal."""
+        def tick():
+            try:
+                self.failures.guard(name, step)
+            finally:
+                self.call_later(interval_s, tick)
+        self.call_later(interval_s if first_delay_s is None else first_delay_s, tick)
 
     @staticmethod
     def cancel(timer) -> None:
@@ -202,6 +229,7 @@ class Service:
             self.send_frames(identity, protocol.reply(code, protocol.request_id_of(exc), exc.remark))
             return
         if env.is_reply:
+            self.counters["replies_in"] += 1
             self.on_client_reply(identity, env)
             return
         req = Request(self, identity, env)
@@ -213,13 +241,14 @@ class Service:
             return
         self.counters["requests"] += 1
         try:
+            req.args = SCHEMAS[env.code].decode(env.ext)
             out = handler(req)
-        except QuiverError as exc:
+        except ProtocolError as exc:
+            self.counters["bad_requests"] += 1
             req.reply(exc.code, exc.remark)
             return
-        except (KeyError, TypeError, ValueError) as exc:
-            self.counters["bad_requests"] += 1
-            req.reply(ResponseCode.BAD_REQUEST, f"bad request fields for code {env.code}: {exc!r}")
+        except QuiverError as exc:
+            req.reply(exc.code, exc.remark)
             return
         except Exception as exc:
             log.exception("%s: handler for code %s failed", self.name, env.code)
@@ -230,7 +259,10 @@ class Service:
             self.send_frames(identity, out)
 
     def on_client_reply(self, identity: bytes, env: protocol.Envelope) -> None:
-        """Replies to requests this service pushed; services override if they care."""
+        """Replies to requests this service pushed; services override if they care.
+
+        A header with "r" is a reply: counted (replies_in), never answered, so a
+        request that carries "r" by mistake is visible in STATUS, not lost silently."""
 
     def _status(self, req: Request):
         status = {"service": self.name, "listen": self.listen, "pid": os.getpid(),

@@ -33,8 +33,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from . import filter_route, record
+from . import requests as rq
 from .admin import Admin
-from .codes import RequestCode, ResponseCode
+from .codes import ResponseCode
 from .errors import ClientError, error_for
 from .message import KEYS, TAGS, UNIQ_KEY, MessageSelector, offset_msg_id
 from .range_reader import DataLossError, QueueRange, RangeStats, read_range
@@ -211,26 +212,26 @@ class Planner:
                 self._checked_sql.add(topic)
         return out
 
-    def ask(self, queues, code, **ext) -> dict:
-        """One request per queue, all in flight at once: {(topic, broker, qid): offset}."""
-        t = self.admin.transport
-        futs = {q: t.call_future(self.addrs[q[1]], code, {"t": q[0], "q": q[2], **ext}, (), self.admin.request_timeout)
+    def ask(self, queues, kind: type[rq.Schema], **fields) -> dict:
+        """One offset request per queue (`kind`: its schema), all in flight at once: {(topic, broker, qid): offset}."""
+        t, timeout = self.admin.transport, self.admin.request_timeout
+        futs = {q: t.call_future(self.addrs[q[1]], kind(topic=q[0], queue_id=q[2], **fields), timeout=timeout)
                 for q in queues}
         out = {}
         for q, fut in futs.items():
-            env = fut.result(self.admin.request_timeout + 1)
+            env = fut.result(timeout + 1)
             if env.code != ResponseCode.SUCCESS:
                 raise error_for(env.code, f"{q}: {env.remark}")
-            out[q] = env.ext["offset"]
+            out[q] = rq.OffsetReply.decode(env.ext).offset
         return out
 
     def bounds(self, queues) -> tuple[dict, dict]:
-        return self.ask(queues, RequestCode.GET_MIN_OFFSET), self.ask(queues, RequestCode.GET_MAX_OFFSET)
+        return self.ask(queues, rq.GetMinOffset), self.ask(queues, rq.GetMaxOffset)
 
     def resolve(self, queues, spec, ts, lows, highs, default_missing: int) -> dict:
         """Offsets per queue for a startingOffsets/endingOffsets spec or a timestamp."""
         if ts is not None:
-            return self.ask(queues, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ts=int(ts))
+            return self.ask(queues, rq.SearchOffsetByTimestamp, timestamp=int(ts))
         out = {}
         for q in queues:
             if spec == "earliest":
@@ -451,7 +452,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest(self) -> dict:
         p = self.planner
         queues = p.queues()
-        return p.ask(queues, RequestCode.GET_MAX_OFFSET)
+        return p.ask(queues, rq.GetMaxOffset)
 
     def latestOffset(self, start=None, limit=None) -> dict:
         """4.2+: Spark passes (start, limit). 4.0/4.1: no arguments, the cap uses the last planned end."""
@@ -470,7 +471,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         base = dict(_flatten(base_json))
         new = [q for q in latest if q not in base]
         if new:
-            base.update(self.planner.ask(new, RequestCode.GET_MIN_OFFSET))
+            base.update(self.planner.ask(new, rq.GetMinOffset))
         end = cap_offsets(base, latest, cap)
         out = json.loads(json.dumps(base_json))   # queues that vanished keep their offset
         for q, v in end.items():
@@ -499,7 +500,7 @@ class QuiverStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not p.addrs:
             p.queues()
         live = [q for q in ends if q[1] in p.addrs]
-        lows = p.ask(live, RequestCode.GET_MIN_OFFSET)
+        lows = p.ask(live, rq.GetMinOffset)
         for q in live:
             s = starts.get(q, lows[q])
             starts[q] = p.check_loss(q, s, lows[q]) if s < ends[q] else s

@@ -23,8 +23,9 @@ import time
 from dataclasses import dataclass
 
 from . import record
+from . import requests as rq
 from .codes import RequestCode
-from .errors import ClientError, MessageIllegalError, QuiverError
+from .errors import ClientError, FieldError, MessageIllegalError, QuiverError
 from .message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult, SendStatus,
                       offset_msg_id)
 from .producer import _STATUS, Producer, _retryable
@@ -89,7 +90,7 @@ class TransactionProducer(Producer):
             if not isinstance(state, TransactionState):
                 log.warning("execute returned %r, not a TransactionState: treated as UNKNOWN", state)
                 state = TransactionState.UNKNOWN
-        self._end(half[0], [[half[1], half[2], _WIRE[state.value], msg_id]], from_check=False)
+        self._end(half[0], [(half[1], half[2], _WIRE[state.value], msg_id)], from_check=False)
         res.local_state = state
         return res
 
@@ -101,10 +102,11 @@ class TransactionProducer(Producer):
             if left <= 0:
                 break
             mq, addr = self._pick(topic, avoid)
-            ext = self._ext(mq, [props], [msg.flag])
-            ext["sf"] = record.TX_PREPARED
+            req = rq.SendMessage(topic=mq.topic, queue_id=mq.queue_id, metas=([msg.flag], [props]), group=self.group,
+                                 born_ts=int(time.time() * 1000), sys_flag=record.TX_PREPARED)
             try:
-                env = self.transport.call(addr, RequestCode.SEND_MESSAGE, ext, [msg.body], left, ok=tuple(_STATUS))
+                env = self.transport.call(addr, req, bodies=[msg.body], timeout=left, ok=tuple(_STATUS))
+                sent = rq.SendReply.decode(env.ext)
             except QuiverError as exc:
                 last = exc
                 if not _retryable(exc):
@@ -112,15 +114,15 @@ class TransactionProducer(Producer):
                 self.note_latency(mq.broker, 0, failed=True)
                 avoid = mq.broker
                 continue
-            e = env.ext
-            phys, qoff = e["p"][0], e["o"]
+            phys, qoff = sent.phys_offsets[0], sent.queue_offset
             res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, topic,
                                         self._store_host(addr), phys, msg_id)
             return res, (addr, phys, qoff)
         raise last or ClientError(f"half message to {topic!r} timed out")
 
     def _end(self, addr: str, entries: list, from_check: bool) -> None:
-        ext = {"g": self.group, "e": entries, "fc": from_check}
+        """`entries`: (half phys offset, half queue offset, TX_* state, transaction id) tuples."""
+        req = rq.EndTransaction(group=self.group, entries=entries, from_check=from_check)
 
         def done(env):
             if isinstance(env, Exception):
@@ -128,7 +130,7 @@ class TransactionProducer(Producer):
             elif env.code != 0:
                 log.warning("END_TRANSACTION refused by %s: %s", addr, env.remark)
         try:
-            self.transport.send(addr, RequestCode.END_TRANSACTION, ext, (), done, self.send_timeout)
+            self.transport.send(addr, req, None, (), done, self.send_timeout)
         except QuiverError as exc:
             log.info("END_TRANSACTION to %s not sent (%s): the checker will ask", addr, exc)
 
@@ -136,13 +138,17 @@ class TransactionProducer(Producer):
 
     def _on_check(self, addr, env):
         from .message import TransactionState
-        entries = env.ext.get("e") or []
+        try:
+            entries = rq.CheckTransactionState.decode(env.ext).entries
+        except FieldError as exc:  # the broker asks again at its next check round
+            log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", addr, exc)
+            return None
         answers = []
         for e, body in zip(entries, env.bodies):
+            phys, qoff, txid, topic, qid, born, stored, flag, props_s = e
             try:
-                phys, qoff, txid, topic, qid, born, stored, flag, props_s = e[:9]
                 msg = _check_message(addr, body, phys, qoff, txid, topic, qid, born, stored, flag, props_s)
-            except (ValueError, TypeError):
+            except ValueError:  # the sender's address (msgId) or the properties would not parse
                 log.warning("malformed CHECK_TRANSACTION_STATE entry from %s", addr)
                 continue
             state = TransactionState.UNKNOWN
@@ -155,7 +161,7 @@ class TransactionProducer(Producer):
                     log.exception("checker failed for %s: UNKNOWN", txid)
                 if not isinstance(state, TransactionState):
                     state = TransactionState.UNKNOWN
-            answers.append([phys, qoff, _WIRE[state.value], txid])
+            answers.append((phys, qoff, _WIRE[state.value], txid))
         self.checks_answered += len(answers)
         if answers and self._started:
             self._end(addr, answers, from_check=True)
@@ -170,5 +176,4 @@ def _check_message(addr, body, phys, qoff, txid, topic, qid, born, stored, flag,
     host, port = addr.rsplit(":", 1)
     from .message import host_bytes
     return MessageExt(topic, body, props.get("TAGS"), keys.split(" ") if keys else [], props, txid,
-                      offset_msg_id(host_bytes(host, int(port)), phys), "", int(qid), int(qoff), 0, int(born),
-                      int(stored), int(phys), int(flag))
+                      offset_msg_id(host_bytes(host, int(port)), phys), "", qid, qoff, 0, born, stored, phys, flag)

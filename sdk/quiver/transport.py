@@ -7,6 +7,11 @@ in flight at once (pipelined). Requests a server pushes to us (no "r" in the
 header) go to `on_push(peer, envelope)` on a small worker pool, never on the
 IO thread. A peer whose DEALER has been silent while requests were due is
 closed and recreated (liveness), with the waiting requests failed fast.
+
+Whatever the socket layer raises (a zmq.ZMQError on connecting to an address
+that is not host:port, a socket closed under us) reaches the caller as a
+ClientError; the IO thread logs an unexpected error once and goes on, so one
+bad peer cannot stop the requests to the others.
 """
 
 import collections
@@ -30,6 +35,7 @@ log = logging.getLogger(__name__)
 _ids = itertools.count(1)
 CONNECT_WAIT_S = 1.0  # a request waits this long for a first connection to its peer
 CLOSE_LINGER_MS = 500  # at close, frames already queued get this long to leave
+_MAX_ERRORS_REMEMBERED = 256  # distinct IO-thread errors logged with a traceback
 
 
 def next_request_id() -> int:
@@ -43,6 +49,8 @@ class Transport:
         self._ctx = zmq.Context.instance()
         self._queue = collections.deque()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._wake_lock = threading.Lock()  # close() must not free the fd under a writer
+        self._io_errors: set = set()
         self._pending: dict[int, tuple] = {}
         self._peers: dict[str, zmq.Socket] = {}
         self._by_socket: dict[zmq.Socket, str] = {}
@@ -61,21 +69,37 @@ class Transport:
         """Queue a request; `callback(envelope | QuiverError)` runs on the IO thread."""
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
+        _check_addr(addr)
+        code, ext = _wire(code, ext)
         req_id = next(_ids)
         self._pending[req_id] = (callback, time.monotonic() + timeout, addr)
         self._queue.append((addr, protocol.request(code, req_id, ext, bodies), req_id))
-        os.eventfd_write(self._wake_fd, 1)
+        if not self._wake():
+            self._pending.pop(req_id, None)
+            raise ClientError("transport is shut down")
         return req_id
 
     def oneway(self, addr: str, code: int, ext: dict | None = None, bodies=()) -> None:
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
+        _check_addr(addr)
+        code, ext = _wire(code, ext)
         self._queue.append((addr, protocol.request(code, next(_ids), ext, bodies), 0))
-        os.eventfd_write(self._wake_fd, 1)
+        if not self._wake():
+            raise ClientError("transport is shut down")
 
     def reply_to_push(self, addr: str, frames: list) -> None:
         self._queue.append((addr, frames, 0))
-        os.eventfd_write(self._wake_fd, 1)
+        if not self._wake():  # answered after close: the peer asks again (CHECK_TRANSACTION_STATE)
+            log.debug("reply to %s dropped: transport is shut down", addr)
+
+    def _wake(self) -> bool:
+        """Wake the IO thread; False once closed (the fd may not be written after close)."""
+        with self._wake_lock:
+            if self._wake_fd < 0:
+                return False
+            os.eventfd_write(self._wake_fd, 1)
+            return True
 
     def call_future(self, addr: str, code: int, ext: dict | None = None, bodies=(),
                     timeout: float = 3.0) -> Future:
@@ -97,6 +121,8 @@ class Transport:
         thread itself, which must never block."""
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
+        _check_addr(addr)
+        code, ext = _wire(code, ext)
         if threading.current_thread() is self._thread:
             env = self.call_future(addr, code, ext, bodies, timeout).result(timeout + 1.0)
         else:
@@ -110,11 +136,13 @@ class Transport:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        os.eventfd_write(self._wake_fd, 1)
+        self._wake()
         self._thread.join(5)
         self._direct.close()
         self._push_pool.shutdown(wait=False, cancel_futures=True)
-        os.close(self._wake_fd)
+        with self._wake_lock:
+            os.close(self._wake_fd)
+            self._wake_fd = -1
 
     # ---- IO thread ------------------------------------------------------
 
@@ -122,16 +150,21 @@ class Transport:
         sock = self._peers.get(addr)
         if sock is None:
             sock = self._ctx.socket(zmq.DEALER)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.SNDHWM, 100_000)
-            sock.setsockopt(zmq.RCVHWM, 100_000)
-            # Queue only on a live connection: a request to a dead peer must fail
-            # (and be retried elsewhere), not be stored when the peer returns.
-            sock.setsockopt(zmq.IMMEDIATE, 1)
-            if self._identity_prefix:
-                sock.setsockopt(zmq.IDENTITY, f"{self._identity_prefix}@{addr}".encode())
-            mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
-            sock.connect(f"tcp://{addr}")
+            mon = None
+            try:
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.SNDHWM, 100_000)
+                sock.setsockopt(zmq.RCVHWM, 100_000)
+                # Queue only on a live connection: a request to a dead peer must fail
+                # (and be retried elsewhere), not be stored when the peer returns.
+                sock.setsockopt(zmq.IMMEDIATE, 1)
+                if self._identity_prefix:
+                    sock.setsockopt(zmq.IDENTITY, f"{self._identity_prefix}@{addr}".encode()[:255])
+                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                sock.connect(f"tcp://{addr}")
+            except Exception:  # e.g. an address zmq cannot parse: leave no socket behind
+                _close_quietly(sock, mon)
+                raise
             self._peers[addr] = sock
             self._by_socket[sock] = addr
             self._monitors[mon] = addr
@@ -165,24 +198,19 @@ class Transport:
         self._backlog = collections.deque()
         try:
             while not self._stopped.is_set():
-                events = self._poller.poll(5 if self._backlog else 50)
+                try:
+                    events = self._poller.poll(5 if self._backlog else 50)
+                except Exception as exc:  # a socket closed under the poller: log once, go on
+                    self._io_error("poll", exc)
+                    events = []
+                    time.sleep(0.01)
                 for sock, _ in events:
-                    if sock == self._wake_fd:
-                        try:
-                            os.eventfd_read(self._wake_fd)
-                        except BlockingIOError:
-                            pass
-                    elif sock in self._monitors:
-                        self._on_monitor(sock)
-                    else:
-                        self._drain(sock)
-                self._flush_queue()
+                    self._guarded("reading", self._on_event, sock)
+                self._guarded("sending", self._flush_queue)
                 now = time.monotonic()
                 if now >= next_scan:
-                    self._expire(now)
+                    self._guarded("expiring requests", self._expire, now)
                     next_scan = now + 0.05
-        except Exception:
-            log.exception("transport IO thread failed")
         finally:
             # requests queued before close (one-way sends) still leave: flush, then linger briefly
             try:
@@ -191,12 +219,39 @@ class Transport:
                 while self._backlog and time.monotonic() < until:  # a connection still being made
                     self._poller.poll(5)
                     self._flush_queue()
-            except Exception:
-                log.exception("flushing the send queue at close failed")
+            except Exception as exc:
+                self._io_error("flushing the send queue at close", exc)
             for addr in list(self._peers):
-                self._close_peer(addr, CLOSE_LINGER_MS)
+                self._guarded("closing", self._close_peer, addr, CLOSE_LINGER_MS)
             for req_id in list(self._pending):
                 self._fail(req_id, ClientError("transport closed"))
+
+    def _on_event(self, sock) -> None:
+        if sock == self._wake_fd:
+            try:
+                os.eventfd_read(self._wake_fd)
+            except BlockingIOError:
+                pass
+        elif sock in self._monitors:
+            self._on_monitor(sock)
+        else:
+            self._drain(sock)
+
+    def _guarded(self, what: str, fn, *args) -> None:
+        """One step of the IO loop: an error is logged (once per kind), never ends the thread."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._io_error(what, exc)
+
+    def _io_error(self, what: str, exc: Exception) -> None:
+        key = (what, type(exc).__name__, str(exc)[:200])
+        if key in self._io_errors:
+            log.debug("transport IO thread, %s: %s (again)", what, exc)
+            return
+        if len(self._io_errors) < _MAX_ERRORS_REMEMBERED:
+            self._io_errors.add(key)
+        log.error("transport IO thread, %s: %s (going on)", what, exc, exc_info=exc)
 
     def _on_monitor(self, mon) -> None:
         addr = self._monitors[mon]
@@ -243,7 +298,7 @@ class Transport:
         except zmq.Again:
             # not connected (yet): retry until the request's deadline
             self._backlog.append((addr, frames, req_id, since or time.monotonic()))
-        except zmq.ZMQError as exc:
+        except Exception as exc:  # ZMQError (an address zmq cannot connect to, a closed socket) or worse
             log.warning("send to %s failed: %s", addr, exc)
             if req_id:
                 self._fail(req_id, ClientError(f"send to {addr} failed: {exc}"))
@@ -299,3 +354,27 @@ class Transport:
             if entry is None:
                 continue
             self._fail(rid, RequestTimeoutError(f"no reply from {entry[2]} in time (request {rid})"))
+
+
+def _wire(code, ext):
+    """(code, ext) of a request given as a code and an ext map, or as a schema object of
+    quiver.requests in place of the code (its CODE and ext(); an ext map given too is merged in)."""
+    if isinstance(code, int):  # RequestCode included: the common case, first
+        return code, ext
+    return code.CODE, code.ext() if not ext else {**code.ext(), **ext}
+
+
+def _check_addr(addr) -> None:
+    if not isinstance(addr, str) or not addr:
+        raise ClientError(f"peer address {addr!r} is not host:port" if addr in (None, "")
+                          else f"peer address must be a 'host:port' string, got {type(addr).__name__}")
+
+
+def _close_quietly(sock, mon=None) -> None:
+    try:
+        if mon is not None:
+            sock.disable_monitor()
+            mon.close(0)
+        sock.close(0)
+    except zmq.ZMQError:
+        pass

@@ -5,15 +5,18 @@ All store and metadata mutations happen on the service thread. APScheduler
 thread, except offset persistence, which writes a snapshot on its own thread.
 """
 
+import ipaddress
 import logging
 import os
+import struct
 import time
 from collections import Counter
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from quiver.codes import RequestCode
-from quiver.errors import TopicNotExistError
+from quiver import protocol
+from quiver import names, requests as rq
+from quiver.errors import QuiverError, TopicNotExistError
 from quiver.message import host_bytes
 from quiver.service import Service
 from quiver.settings import split_addrs
@@ -30,6 +33,18 @@ from .sending import Sender
 from .store import MessageStore
 
 log = logging.getLogger(__name__)
+
+FRAME_HEADROOM_BYTES = 64 * 1024
+_LOOPBACK_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+
+
+def max_frame_bytes(config) -> int:
+    """The service socket's cap on one frame (ZMQ_MAXMSGSIZE is per frame, not per request).
+
+    The largest legal frame is a header or a batch's bodies packed in one frame
+    (a batch is at most max_message_bytes of bodies); their sum plus headroom
+    is above both, and bounds what one peer can make the broker buffer."""
+    return config.max_message_bytes + protocol.MAX_HEADER_BYTES + FRAME_HEADROOM_BYTES
 
 
 class App:
@@ -49,7 +64,7 @@ class App:
         self.metadata = Metadata(url)
         self.topics = self.metadata.topics
         self.clients = ClientRegistry()
-        self.service = Service(config.listen, {}, "broker-store", self.status)
+        self.service = Service(config.listen, {}, "broker-store", self.status, max_frame_bytes(config))
         # replication: a master streams its CommitLog to slaves, a slave follows its master
         self.ha = ReplicationSlave(self) if config.is_slave else ha_master.ReplicationMaster(self)
         self.sender = Sender(self)
@@ -87,44 +102,58 @@ class App:
         self.data_version["counter"] += 1
         self.register_all()
 
-    def born_host(self, ext) -> bytes:
-        bh = ext.get("bh")
-        if isinstance(bh, str) and ":" in bh:
-            host, port = bh.rsplit(":", 1)
-            try:
-                return host_bytes(host, int(port))
-            except ValueError:
-                pass
-        return b"\x7f\x00\x00\x01\x00\x00\x00\x00"
+    @staticmethod
+    def born_host(addr: str | None) -> bytes:
+        """A request's "host:port" born host (its schema checked the form) as 8 bytes.
+
+        Only an IPv4 literal is packed as is: a hostname would cost a DNS lookup
+        on the service thread and an IPv6 host does not fit, so both read as
+        127.0.0.1 with their port; no born host reads as 127.0.0.1:0."""
+        if not addr:
+            return _LOOPBACK_HOST
+        host, _, port = addr.rpartition(":")
+        try:
+            ip = ipaddress.IPv4Address(host).packed
+        except ValueError:
+            ip = _LOOPBACK_HOST[:4]
+        try:
+            return ip + struct.pack(">i", int(port))
+        except (ValueError, struct.error):
+            return _LOOPBACK_HOST
 
     # ---- name servers -------------------------------------------------------------
 
     def register_all(self) -> None:
-        topics = self.topics
-        if self.config.is_slave:  # routed only while no master is registered: readable, not writable
-            topics = {t: {**conf, "perm": conf["perm"] & ~2} for t, conf in topics.items()}
-        ext = {"cluster": self.config.cluster, "broker_name": self.config.name,
-               "broker_addr": self.config.advertised, "broker_id": self.config.broker_id,
-               "data_version": dict(self.data_version), "topics": topics,
-               "filter_servers": sorted(self.filter_servers)}
-        if not self.config.is_slave and self.ha.status()["ha_listen"]:
-            ext["ha_addr"] = self.config.ha_advertised
+        c = self.config
+        perm_mask = ~2 if c.is_slave else ~0  # a slave is routed only while no master is: readable, not writable
+        # a topic stored before names were checked would make the whole registration refused
+        topics = {t: rq.TopicConfig(read=conf["read"], write=conf["write"], perm=conf["perm"] & perm_mask,
+                                    sysflag=conf.get("sysflag", 0), order=conf.get("order", False))
+                  for t, conf in self.topics.items() if names.is_valid_topic(t)}
+        ha_addr = c.ha_advertised if not c.is_slave and self.ha.status()["ha_listen"] else None
+        req = rq.RegisterBroker(cluster=c.cluster, broker_name=c.name, broker_addr=c.advertised,
+                                broker_id=c.broker_id, data_version=rq.DataVersion(**self.data_version),
+                                topics=topics, filter_servers=sorted(self.filter_servers), ha_addr=ha_addr)
         for addr in self.namesrvs:
-            self.transport.send(addr, RequestCode.REGISTER_BROKER, ext,
-                                (), lambda r, a=addr: self._registered(a, r), timeout=5.0)
+            self.transport.send(addr, req, None, (), lambda r, a=addr: self._registered(a, r), timeout=5.0)
 
     def _registered(self, addr, result) -> None:
         if isinstance(result, Exception) or result.code != 0:
             log.warning("registration with name server %s failed: %s", addr,
                         result if isinstance(result, Exception) else result.remark)
         elif self.config.is_slave:
-            self.ha.set_master(result.ext.get("master_addr") or "", result.ext.get("ha_addr") or "")
+            try:
+                reply = rq.RegisterBrokerReply.decode(result.ext)
+            except QuiverError as exc:
+                log.warning("registration reply from name server %s ignored: %s", addr, exc.remark)
+                return
+            self.ha.set_master(reply.master_addr or "", reply.ha_addr or "")
 
     # ---- consumers -------------------------------------------------------------------
 
     def notify_group_changed(self, group: str) -> None:
         for info in self.clients.consumers.get(group, {}).values():
-            self.service.push(info.identity, RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"g": group})
+            self.service.push(info.identity, rq.NotifyConsumerIdsChanged(group=group))
 
     # ---- threads -> service thread ---------------------------------------------------
 
@@ -188,9 +217,10 @@ class App:
             self.scheduler.shutdown(wait=False)
         except Exception:
             pass
-        ext = {"cluster": self.config.cluster, "broker_name": self.config.name,
-               "broker_addr": self.config.advertised, "broker_id": self.config.broker_id}
-        futs = [self.transport.call_future(a, RequestCode.UNREGISTER_BROKER, ext, timeout=1.0) for a in self.namesrvs]
+        c = self.config
+        req = rq.UnregisterBroker(cluster=c.cluster, broker_name=c.name, broker_addr=c.advertised,
+                                  broker_id=c.broker_id)
+        futs = [self.transport.call_future(a, req, timeout=1.0) for a in self.namesrvs]
         for f in futs:
             try:
                 f.result(1.5)

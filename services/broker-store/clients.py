@@ -5,7 +5,9 @@ a producer, membership changes to consumers). Silent clients expire.
 """
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from quiver.requests import ConsumerData
 
 
 @dataclass
@@ -13,8 +15,17 @@ class ClientInfo:
     client_id: str
     identity: bytes
     last_seen: float
-    subscriptions: dict = field(default_factory=dict)   # topic -> {"type", "expression"}
-    meta: dict = field(default_factory=dict)
+    consumer: ConsumerData | None = None   # as the last heartbeat declared it (consumers only)
+
+    @property
+    def subscriptions(self) -> dict:
+        """topic -> quiver.requests.Subscription"""
+        return self.consumer.subscriptions if self.consumer is not None else {}
+
+    @property
+    def queues(self) -> list:
+        """[(topic, broker name, queue id)] the member says it owns."""
+        return (self.consumer.queues or []) if self.consumer is not None else []
 
 
 class ClientRegistry:
@@ -24,19 +35,18 @@ class ClientRegistry:
         self.consumers: dict[str, dict[str, ClientInfo]] = {}
         self.producers: dict[str, dict[str, ClientInfo]] = {}
 
-    def heartbeat(self, client_id: str, identity: bytes, producer_groups, consumer_data) -> set[str]:
+    def heartbeat(self, client_id: str, identity: bytes, producer_groups: list[str],
+                  consumer_data: list[ConsumerData]) -> set[str]:
         """Record a heartbeat; returns consumer groups whose membership changed."""
         now = self.clock()
         changed = set()
         for g in producer_groups or ():
             self.producers.setdefault(g, {})[client_id] = ClientInfo(client_id, identity, now)
         for c in consumer_data or ():
-            group = c["group"]
-            members = self.consumers.setdefault(group, {})
+            members = self.consumers.setdefault(c.group, {})
             if client_id not in members:
-                changed.add(group)
-            members[client_id] = ClientInfo(client_id, identity, now, c.get("subscriptions") or {},
-                                            {k: v for k, v in c.items() if k not in ("group", "subscriptions")})
+                changed.add(c.group)
+            members[client_id] = ClientInfo(client_id, identity, now, c)
         return changed
 
     def unregister(self, client_id: str, producer_group: str | None, consumer_group: str | None) -> set[str]:
@@ -66,5 +76,5 @@ class ClientRegistry:
         seen: dict[str, dict[str, list]] = {}
         for cid, info in self.consumers.get(group, {}).items():
             for topic, sub in info.subscriptions.items():
-                seen.setdefault(topic, {}).setdefault(f"{sub.get('type', 'TAG')}:{sub.get('expression', '*')}", []).append(cid)
+                seen.setdefault(topic, {}).setdefault(f"{sub.type}:{sub.expression}", []).append(cid)
         return {t: e for t, e in seen.items() if len(e) > 1}

@@ -1,8 +1,9 @@
 """Broker settings (each a --flag and a QUIVER_* env var). Defaults are RocketMQ's."""
 
-import os
 from dataclasses import dataclass
 
+from quiver import names
+from quiver.errors import QuiverError
 from quiver.settings import advertised_addr, default_identity, setting
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -80,6 +81,11 @@ class Config:
             raise ValueError("broker id 0 is the master (SYNC_MASTER or ASYNC_MASTER); ids >= 1 are slaves (SLAVE)")
         if self.ha_transfer_bytes < 4096 or self.ha_window_bytes < self.ha_transfer_bytes:
             raise ValueError("ha_transfer_bytes must be >= 4096 and <= ha_window_bytes")
+        try:  # the broker name becomes a directory, both names travel in registrations
+            names.check_broker_name(self.name)
+            names.check_cluster(self.cluster)
+        except QuiverError as exc:
+            raise ValueError(exc.remark) from None
 
     @property
     def name(self) -> str:
@@ -93,7 +99,7 @@ class Config:
     def store_dir(self) -> str:
         # a slave shares its master's broker name, never its directory
         sub = self.name if self.broker_id == 0 else f"{self.name}-{self.broker_id}"
-        return os.path.join(self.data_dir, sub)
+        return names.confine(self.data_dir, sub)  # resolved, and never outside --data-dir
 
     @property
     def ha_role(self) -> str:

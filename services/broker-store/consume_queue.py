@@ -16,6 +16,10 @@ rebuilt from a later offset can start anywhere.
 Logical offsets: `max_offset` is one past the last entry; `min_offset` is the
 first entry whose record still exists (the store moves it after retention).
 Within a queue the CommitLog offsets only grow, which the binary searches use.
+
+`queue_dir` is the one place a queue's directory is built from its names: the
+topic must be a valid name (quiver.names) and the resolved path must lie under
+the consumequeue directory, so no topic or queue id can reach outside it.
 """
 
 import bisect
@@ -25,12 +29,52 @@ import os
 import shutil
 import struct
 
+from quiver import names
+from quiver.errors import MessageIllegalError, QuiverError
+
 from .commit_log import NAME_DIGITS
 
 log = logging.getLogger(__name__)
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
+
+
+def queue_dir(root: str, topic: str, queue_id: int | None = None) -> str:
+    """`root/<topic>` or `root/<topic>/<queueId>`, resolved. Raises MessageIllegalError for a
+    topic that is not a valid name or a queue id that is not an int >= 0, and
+    names.UnsafePathError if the path would leave `root` (a symlink pointing out)."""
+    names.check_topic(topic)
+    if queue_id is None:
+        return names.confine(root, topic)
+    if type(queue_id) is not int or queue_id < 0:
+        raise MessageIllegalError(f"queue id must be an integer >= 0, got {queue_id!r}")
+    return names.confine(root, topic, str(queue_id))
+
+
+def load_queues(root: str, entries_per_file: int) -> tuple[dict, int]:
+    """({(topic, queue id): loaded ConsumeQueue} of every queue under `root`, directories
+    skipped). A directory whose name is not a valid topic or canonical queue id, or that
+    resolves outside `root`, is skipped with a log line, not loaded."""
+    out, skipped = {}, 0
+    for topic in os.listdir(root):
+        try:
+            tdir = queue_dir(root, topic)
+        except QuiverError as exc:
+            log.warning("consumequeue/%s skipped: %s", ascii(topic), exc.remark)
+            skipped += 1
+            continue
+        if not os.path.isdir(tdir):
+            continue
+        for qid in os.listdir(tdir):
+            if not (qid.isascii() and qid.isdigit() and qid == str(int(qid))):
+                log.warning("consumequeue/%s/%s skipped: not a queue id", topic, ascii(qid))
+                skipped += 1
+                continue
+            cq = ConsumeQueue(queue_dir(root, topic, int(qid)), topic, int(qid), entries_per_file)
+            cq.load()
+            out[(topic, int(qid))] = cq
+    return out, skipped
 
 
 class _File:

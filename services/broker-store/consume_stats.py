@@ -14,7 +14,6 @@ import logging
 
 from quiver import record
 from quiver.codes import RequestCode, ResponseCode
-from quiver.validation import check_group
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +36,9 @@ def owners(app, group: str) -> dict[tuple[str, int], str]:
     me = app.config.name
     out = {}
     for cid, info in app.clients.consumers.get(group, {}).items():
-        for item in info.meta.get("queues") or ():
-            if isinstance(item, list) and len(item) == 3 and item[1] == me:
-                out[(item[0], item[2])] = cid
+        for topic, broker, qid in info.queues:
+            if broker == me:
+                out[(topic, qid)] = cid
     return out
 
 
@@ -76,33 +75,30 @@ class GroupWatch:
 
     def step(self) -> None:
         app = self.app
-        for group in app.clients.expire():
-            log.info("consumer group %s lost a silent member", group)
-            app.notify_group_changed(group)
-        for group in list(app.clients.consumers):
-            conflicts = app.clients.subscription_conflicts(group)
-            text = repr(sorted((t, sorted(e)) for t, e in conflicts.items())) if conflicts else ""
-            if text != self.reported.get(group, ""):
-                if conflicts:
-                    log.warning("consumer group %s has inconsistent subscriptions (messages may be lost): %s",
-                                group, conflicts)
-                self.reported[group] = text
+        each = app.service.failures.each
+        each("group_watch", app.clients.expire(), self._lost_member)
+        each("group_watch", list(app.clients.consumers), self._watch_conflicts)
 
-    def run(self) -> None:
-        try:
-            self.step()
-        except Exception:
-            log.exception("group watch failed")
-        self.app.service.call_later(self.period_s, self.run)
+    def _lost_member(self, group: str) -> None:
+        log.info("consumer group %s lost a silent member", group)
+        self.app.notify_group_changed(group)
+
+    def _watch_conflicts(self, group: str) -> None:
+        conflicts = self.app.clients.subscription_conflicts(group)
+        text = repr(sorted((t, sorted(e)) for t, e in conflicts.items())) if conflicts else ""
+        if text != self.reported.get(group, ""):
+            if conflicts:
+                log.warning("consumer group %s has inconsistent subscriptions (messages may be lost): %s",
+                            group, conflicts)
+            self.reported[group] = text
 
 
 def make_handlers(app):
     watch = GroupWatch(app)
-    app.service.call_later(watch.period_s, watch.run)
+    app.service.every("group_watch", watch.period_s, watch.step)
 
     def get_stats(req):
-        group = req.ext.get("g")
-        check_group(group)
+        group = req.args.group
         req.reply(ResponseCode.SUCCESS, "", consume_stats(app, group))
 
     return {RequestCode.GET_CONSUME_STATS: get_stats}

@@ -18,7 +18,6 @@ import logging
 import time
 
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError
 
 log = logging.getLogger(__name__)
 
@@ -73,30 +72,20 @@ def make_handlers(app):
     registry = FilterServerRegistry(app)
     app.filter_registry = registry
 
-    def scan() -> None:
-        registry.expire_step()
-        app.service.call_later(SCAN_INTERVAL_S, scan)
-
-    app.service.call_later(SCAN_INTERVAL_S, scan)
+    app.service.every("filter_server_scan", SCAN_INTERVAL_S, registry.expire_step)
 
     def register_filter_server(req):
-        addr = req.ext.get("addr")
-        if not isinstance(addr, str) or ":" not in addr:
-            raise InvalidParameterError("REGISTER_FILTER_SERVER needs 'addr' (HOST:PORT the consumers reach)")
-        if req.ext.get("unregister"):
+        addr = req.args.addr
+        if req.args.unregister:
             registry.unregister(addr)
         else:
             registry.register(addr)
         req.reply(ResponseCode.SUCCESS, "", {"broker_name": app.config.name, "broker_id": app.config.broker_id})
 
     def check_client_config(req):
-        ext = req.ext
-        kind = ext.get("tp") or "TAG"
-        if kind == "TAG":
+        if (req.args.expression_type or "TAG") == "TAG":
             req.reply(ResponseCode.SUCCESS)
             return
-        if kind != "SQL92":
-            raise InvalidParameterError(f"unknown expression type {kind!r}: use TAG or SQL92")
         targets = sorted(registry.seen)
         if not targets:
             req.reply(ResponseCode.SYSTEM_ERROR,
@@ -112,7 +101,6 @@ def make_handlers(app):
 def _relay(app, req, targets: list[str]) -> None:
     """Ask the filter servers in turn; answer with the first real answer."""
     addr, rest = targets[0], targets[1:]
-    ext = {k: req.ext.get(k) for k in ("g", "t", "tp", "sub")}
 
     def done(result):
         if isinstance(result, Exception):
@@ -124,4 +112,4 @@ def _relay(app, req, targets: list[str]) -> None:
             return
         app.service.call_soon_threadsafe(req.reply, result.code, result.remark or "", result.ext)
 
-    app.transport.send(addr, RequestCode.CHECK_CLIENT_CONFIG, ext, (), done, RELAY_TIMEOUT_S)
+    app.transport.send(addr, req.args, None, (), done, RELAY_TIMEOUT_S)

@@ -32,11 +32,12 @@ import time
 import zmq
 
 from quiver import protocol
+from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import QuiverError
+from quiver.errors import ProtocolError, QuiverError
 from quiver.transport import next_request_id
 
-from .ha_stream import GroupAck, LagTracker, aligned_prefix, first_record_size
+from .ha_stream import REPORT_MAX_FRAME_BYTES, GroupAck, LagTracker, aligned_prefix, first_record_size
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class ReplicationMaster:
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 10_000)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        sock.setsockopt(zmq.MAXMSGSIZE, REPORT_MAX_FRAME_BYTES)  # slaves only send small reports
         host, port = self.bind_addr.rsplit(":", 1)
         try:
             sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
@@ -210,11 +212,12 @@ class ReplicationMaster:
             try:
                 env = protocol.decode(frames[1:])
                 if env.code != RequestCode.HA_REPORT:
-                    raise ValueError(f"unexpected code {env.code} on the HA socket")
-                self._report(frames[0], int(env.ext["o"]), str(env.ext.get("addr", "?")),
-                             int(env.ext.get("id", 1)), bool(env.ext.get("reset")))
-            except (QuiverError, KeyError, TypeError, ValueError) as exc:
-                log.warning("bad HA frame: %s", exc)
+                    raise ProtocolError(f"unexpected code {env.code} on the HA socket")
+                r = rq.HaReport.decode(env.ext)
+            except QuiverError as exc:
+                log.warning("bad HA frame: %s", exc.remark)
+                continue
+            self._report(frames[0], r.offset, r.addr, r.broker_id, r.reset)
 
     def _report(self, identity: bytes, offset: int, addr: str, broker_id: int, reset: bool) -> None:
         now = time.monotonic()
@@ -266,8 +269,8 @@ class ReplicationMaster:
         return buf[:n] if n < len(buf) else buf
 
     def _send(self, link: _Link, offset: int, data: bytes, end: int) -> None:
-        ext = {"o": offset, "sb": self.store.segment_bytes, "me": end}
-        frames = protocol.request(RequestCode.HA_TRANSFER, next_request_id(), ext, (data,) if data else ())
+        head = rq.HaTransfer(offset=offset, segment_bytes=self.store.segment_bytes, master_end=end)
+        frames = protocol.request(head, next_request_id(), None, (data,) if data else ())
         try:
             self._sock.send_multipart([link.identity, *frames], zmq.NOBLOCK, copy=len(data) < 65536)
             link.sent_at = time.monotonic()
@@ -294,13 +297,10 @@ class ReplicationMaster:
 # ---- metadata sync (master side) --------------------------------------------------------
 
 def merge_offsets(meta, rows) -> int:
-    """Keep max(mine, theirs) per (group, topic, queue); returns how many moved forward."""
+    """Keep max(mine, theirs) per (group, topic, queue); `rows` are schema-checked
+    (group, topic, queue id, offset) tuples. Returns how many moved forward."""
     moved = 0
-    for row in rows or ():
-        try:
-            g, t, q, o = str(row[0]), str(row[1]), int(row[2]), int(row[3])
-        except (TypeError, ValueError, IndexError):
-            continue
+    for g, t, q, o in rows:
         cur = meta.get_offset(g, t, q)
         if cur is None or o > cur:
             meta.set_offset(g, t, q, o)
@@ -313,15 +313,18 @@ def pull_slave_offsets(app, timeout_s: float = 1.0) -> None:
     slaves = []
     for ns in app.namesrvs:
         try:
-            info = app.transport.call(ns, RequestCode.GET_BROKER_CLUSTER_INFO, timeout=timeout_s).ext["cluster"]
+            env = app.transport.call(ns, rq.GetClusterInfo(), timeout=timeout_s)
+            info = rq.ClusterReply.decode(env.ext).cluster
         except QuiverError:
             continue
-        addrs = (info.get("brokers", {}).get(app.config.name) or {}).get("addrs", {})
-        slaves = [a for bid, a in addrs.items() if str(bid) != "0" and a != app.config.advertised]
+        me = info.brokers.get(app.config.name)
+        addrs = me.addrs if me is not None else {}
+        slaves = [a for bid, a in addrs.items() if bid != 0 and a != app.config.advertised]
         break
     for addr in slaves:
         try:
-            rows = app.transport.call(addr, RequestCode.HA_SLAVE_OFFSETS, timeout=timeout_s).ext.get("offsets")
+            env = app.transport.call(addr, rq.HaSlaveOffsets(), timeout=timeout_s)
+            rows = rq.HaSlaveOffsetsReply.decode(env.ext).offsets
         except QuiverError as exc:
             log.info("slave %s not asked for offsets: %s", addr, exc)
             continue
@@ -336,7 +339,7 @@ def make_handlers(app):
             req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is a slave; sync from the master")
             return
         meta = app.metadata
-        merge_offsets(meta, req.ext.get("offsets"))
+        merge_offsets(meta, req.args.offsets)
         offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
         req.reply(ResponseCode.SUCCESS, "", {"topics": app.topics, "groups": meta.groups, "offsets": offsets,
                                              "max_offset": app.store.max_phys_offset})

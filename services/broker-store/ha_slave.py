@@ -34,8 +34,9 @@ import uuid
 import zmq
 
 from quiver import protocol
+from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import QuiverError
+from quiver.errors import ProtocolError, QuiverError
 from quiver.transport import next_request_id
 
 log = logging.getLogger(__name__)
@@ -138,12 +139,11 @@ class ReplicationSlave:
                 now = time.monotonic()
                 if self.acked != sent_ack or self._reset or now - last_report >= self.hb_s:
                     sent_ack, last_report = self.acked, now
-                    ext = {"o": sent_ack, "addr": self.app.config.advertised, "id": self.app.config.broker_id}
-                    if self._reset:
-                        ext["reset"], self._reset = True, False
+                    report = rq.HaReport(offset=sent_ack, addr=self.app.config.advertised,
+                                         broker_id=self.app.config.broker_id, reset=self._reset)
+                    self._reset = False
                     try:
-                        sock.send_multipart(protocol.request(RequestCode.HA_REPORT, next_request_id(), ext),
-                                            zmq.NOBLOCK)
+                        sock.send_multipart(protocol.request(report, next_request_id()), zmq.NOBLOCK)
                     except zmq.Again:
                         pass  # not connected yet: the next report goes
         except Exception:
@@ -162,16 +162,16 @@ class ReplicationSlave:
             try:
                 env = protocol.decode(frames)
                 if env.code != RequestCode.HA_TRANSFER:
-                    raise ValueError(f"unexpected code {env.code} on the HA socket")
-                o, me, sb = int(env.ext["o"]), int(env.ext.get("me", 0)), int(env.ext.get("sb", 0))
-            except (QuiverError, KeyError, TypeError, ValueError) as exc:
-                log.warning("bad HA frame from the master: %s", exc)
+                    raise ProtocolError(f"unexpected code {env.code} on the HA socket")
+                t = rq.HaTransfer.decode(env.ext)
+            except QuiverError as exc:
+                log.warning("bad HA frame from the master: %s", exc.remark)
                 continue
             got = True
             self.last_frame = time.monotonic()
-            self.master_max = me
+            self.master_max = t.master_end
             if env.bodies and env.bodies[0]:
-                self.app.service.call_soon_threadsafe(self.apply, o, env.bodies[0], sb)
+                self.app.service.call_soon_threadsafe(self.apply, t.offset, env.bodies[0], t.segment_bytes)
         return got
 
     # ---- service thread -------------------------------------------------------------
@@ -218,10 +218,10 @@ class ReplicationSlave:
             self.sync_metadata()
         self.app.service.call_later(min(1.0, self.sync_s), self._sync_tick)
 
-    def local_offsets(self) -> list[list]:
-        """Offsets this slave advanced past the master's last known value."""
+    def local_offsets(self) -> list[tuple]:
+        """Offsets this slave advanced past the master's last known value: (group, topic, queue, offset)."""
         snap = self.snapshot
-        return [[g, t, q, o] for (g, t, q), o in list(self.app.metadata.offsets.items())
+        return [(g, t, q, o) for (g, t, q), o in list(self.app.metadata.offsets.items())
                 if o > snap.get((g, t, q), -1)]
 
     def sync_metadata(self) -> None:
@@ -232,7 +232,7 @@ class ReplicationSlave:
         self.synced_at = time.monotonic()
         soon = self.app.service.call_soon_threadsafe
         try:
-            self.app.transport.send(self.master_addr, RequestCode.HA_SYNC_METADATA, {"offsets": self.local_offsets()},
+            self.app.transport.send(self.master_addr, rq.HaSyncMetadata(offsets=self.local_offsets()), None,
                                     (), lambda r: soon(self._synced, r), timeout=5.0)
         except QuiverError as exc:
             self._sync_busy = False
@@ -244,22 +244,29 @@ class ReplicationSlave:
             log.debug("metadata sync with %s failed: %s", self.master_addr,
                       result if isinstance(result, Exception) else result.remark)
             return
+        try:
+            reply = rq.HaSyncMetadataReply.decode(result.ext)
+        except QuiverError as exc:
+            log.warning("metadata sync reply from %s ignored: %s", self.master_addr, exc.remark)
+            return
         app, meta = self.app, self.app.metadata
         changed = False
-        topics = result.ext.get("topics") or {}
+        topics = reply.topics
         for name, conf in topics.items():
-            if app.topics.get(name) != conf:
-                meta.put_topic(name, conf["read"], conf["write"], conf["perm"], conf.get("sysflag", 0),
-                               order=conf.get("order", False))
+            want = {"read": conf.read, "write": conf.write, "perm": conf.perm, "sysflag": conf.sysflag,
+                    "order": conf.order}
+            if app.topics.get(name) != want:
+                meta.put_topic(name, conf.read, conf.write, conf.perm, conf.sysflag, order=conf.order)
                 changed = True
         for name in [t for t in app.topics if t not in topics]:
             meta.delete_topic(name)
             changed = True
-        for name, g in (result.ext.get("groups") or {}).items():
-            if meta.groups.get(name) != g:
-                meta.put_group(name, int(g.get("retry_max_times", 16)))
+        for name, g in reply.groups.items():
+            mine = meta.groups.get(name)
+            if mine is None or mine.get("retry_max_times") != g.retry_max_times:
+                meta.put_group(name, g.retry_max_times)
         snap = {}
-        for g, t, q, o in result.ext.get("offsets") or ():
+        for g, t, q, o in reply.offsets:
             key = (g, t, q)
             snap[key] = o
             mine = meta.get_offset(g, t, q)
@@ -287,6 +294,6 @@ def make_handlers(app):
         if not isinstance(ha, ReplicationSlave):
             req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is not a slave")
             return
-        req.reply(ResponseCode.SUCCESS, "", {"offsets": ha.local_offsets()})
+        req.reply(ResponseCode.SUCCESS, "", {"offsets": [list(row) for row in ha.local_offsets()]})
 
     return {RequestCode.HA_SLAVE_OFFSETS: slave_offsets}

@@ -4,11 +4,15 @@ Owns what both ends of master/slave replication agree on and what the master
 counts; not the sockets and threads (ha_master, ha_slave) nor the files
 (store.append_replicated writes what `check_chunk` accepted)::
 
-    HA socket (--ha-listen, ROUTER on the master, DEALER per slave), quiver.protocol frames:
+    HA socket (--ha-listen, ROUTER on the master, DEALER per slave), quiver.protocol frames
+    whose fields are the schemas quiver.requests.HaReport / HaTransfer:
       slave  -> master  HA_REPORT   {"o": slave CommitLog max offset, "addr", "id", "reset"?}
       master -> slave   HA_TRANSFER {"o": start offset, "sb": segment bytes, "me": master max offset}
                                     body: whole CommitLog records [o, o + len) of ONE segment
                                     (no body: a heartbeat)
+
+A slave only ever sends reports (a small header, no body), so the master's
+socket refuses frames over REPORT_MAX_FRAME_BYTES.
 
 A chunk is always whole records (`aligned_prefix`), so the slave can CRC-check
 and dispatch every record of it at once; a record never spans segments, and a
@@ -20,6 +24,8 @@ import collections
 import time
 
 from quiver import record
+
+REPORT_MAX_FRAME_BYTES = 64 * 1024  # far above an HA_REPORT header (< 1 KiB)
 
 
 def aligned_prefix(buf, limit: int) -> int:

@@ -8,23 +8,18 @@ import logging
 
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, QueryNotFoundError, TopicNotExistError
-from quiver.validation import check_group, check_topic
+from quiver.validation import check_topic
 
 log = logging.getLogger(__name__)
 
 
-def _field(ext: dict, name: str, kind=str):
-    value = ext.get(name)
-    if type(value) is not kind or (kind is str and not value):
-        raise InvalidParameterError(f"field {name!r} ({kind.__name__}) is required")
-    return value
-
-
-def _queue(app, ext) -> tuple[str, int]:
-    topic, qid = _field(ext, "t"), _field(ext, "q", int)
-    if topic not in app.topics:
+def _queue(app, topic: str, queue_id: int) -> None:
+    conf = app.topics.get(topic)
+    if conf is None:
         raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
-    return topic, qid
+    if queue_id >= max(conf["read"], conf["write"], 1):
+        raise InvalidParameterError(f"queue {queue_id} is not a queue of {topic!r} "
+                                    f"(it has {max(conf['read'], conf['write'])})")
 
 
 def make_handlers(app):
@@ -40,20 +35,14 @@ def make_handlers(app):
         app.puller.handle(req)
 
     def create_topic(req):
-        ext = req.ext
-        topic = _field(ext, "topic")
-        check_topic(topic, for_create=True)
-        read, write = int(ext.get("read", 4)), int(ext.get("write", ext.get("read", 4)))
-        if not (1 <= read <= 1024 and 1 <= write <= 1024):
-            raise InvalidParameterError("queue counts must be between 1 and 1024")
-        perm = int(ext.get("perm", 6))
-        if perm & ~0xF:
-            raise InvalidParameterError("perm bits are READ=4, WRITE=2, INHERIT=1")
-        app.put_topic(topic, read, write, perm, order=bool(ext.get("order", False)))
-        req.reply(ResponseCode.SUCCESS, "", {"topic": topic, "config": app.topics[topic]})
+        a = req.args
+        check_topic(a.topic, for_create=True)
+        write = a.read if a.write is None else a.write
+        app.put_topic(a.topic, a.read, write, a.perm, order=a.order)
+        req.reply(ResponseCode.SUCCESS, "", {"topic": a.topic, "config": app.topics[a.topic]})
 
     def delete_topic(req):
-        topic = _field(req.ext, "topic")
+        topic = req.args.topic
         if topic not in app.topics:
             raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
         app.delete_topic(topic)
@@ -63,70 +52,64 @@ def make_handlers(app):
         req.reply(ResponseCode.SUCCESS, "", {"topics": app.topics})
 
     def query_offset(req):
-        ext = req.ext
-        group = _field(ext, "g")
-        topic, qid = _queue(app, ext)
-        off = meta.get_offset(group, topic, qid)
+        a = req.args
+        _queue(app, a.topic, a.queue_id)
+        off = meta.get_offset(a.group, a.topic, a.queue_id)
         if off is None:
-            raise QueryNotFoundError(f"group {group!r} has no offset for {topic}:{qid}")
+            raise QueryNotFoundError(f"group {a.group!r} has no offset for {a.topic}:{a.queue_id}")
         req.reply(ResponseCode.SUCCESS, "", {"offset": off})
 
     def update_offset(req):
-        ext = req.ext
-        group = _field(ext, "g")
-        check_group(group)
-        topic, qid = _queue(app, ext)
-        meta.set_offset(group, topic, qid, _field(ext, "o", int))
+        a = req.args
+        _queue(app, a.topic, a.queue_id)
+        meta.set_offset(a.group, a.topic, a.queue_id, a.offset)
         req.reply(ResponseCode.SUCCESS)
 
     def max_offset(req):
-        topic, qid = _queue(app, req.ext)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": store.max_offset(topic, qid)})
+        a = req.args
+        _queue(app, a.topic, a.queue_id)
+        req.reply(ResponseCode.SUCCESS, "", {"offset": store.max_offset(a.topic, a.queue_id)})
 
     def min_offset(req):
-        topic, qid = _queue(app, req.ext)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": store.min_offset(topic, qid)})
+        a = req.args
+        _queue(app, a.topic, a.queue_id)
+        req.reply(ResponseCode.SUCCESS, "", {"offset": store.min_offset(a.topic, a.queue_id)})
 
     def search_by_time(req):
-        topic, qid = _queue(app, req.ext)
-        ts = _field(req.ext, "ts", int)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": store.search_offset_by_time(topic, qid, ts)})
+        a = req.args
+        _queue(app, a.topic, a.queue_id)
+        req.reply(ResponseCode.SUCCESS, "", {"offset": store.search_offset_by_time(a.topic, a.queue_id, a.timestamp)})
 
     def query_message(req):
-        ext = req.ext
-        topic, key = _field(ext, "t"), _field(ext, "key")
-        recs = store.query_by_key(topic, key, int(ext.get("n", 32)), int(ext.get("b", 0)),
-                                  int(ext.get("e", 2 ** 62)))
+        a = req.args
+        recs = store.query_by_key(a.topic, a.key, min(a.max_msgs, 1024), a.begin_ts, a.end_ts)
         if not recs:
-            raise QueryNotFoundError(f"no message with key {key!r} in topic {topic!r}")
+            raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
         req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [_raw(r) for r in recs])
 
     def view_message(req):
-        off = _field(req.ext, "offset", int)
+        off = req.args.offset
         rec = store.lookup(off)
         if rec is None:
             raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
         req.reply(ResponseCode.SUCCESS, "", {}, [_raw(rec)])
 
     def heartbeat(req):
-        ext = req.ext
-        client_id = _field(ext, "client_id")
-        changed = app.clients.heartbeat(client_id, req.identity, ext.get("producers"), ext.get("consumers"))
+        a = req.args
+        changed = app.clients.heartbeat(a.client_id, req.identity, a.producers, a.consumers)
         for group in changed:
             app.notify_group_changed(group)
         req.reply(ResponseCode.SUCCESS)
 
     def unregister_client(req):
-        ext = req.ext
-        changed = app.clients.unregister(_field(ext, "client_id"), ext.get("producer_group"),
-                                         ext.get("consumer_group"))
+        a = req.args
+        changed = app.clients.unregister(a.client_id, a.producer_group, a.consumer_group)
         for group in changed:
             app.notify_group_changed(group)
         req.reply(ResponseCode.SUCCESS)
 
     def consumer_list(req):
-        group = _field(req.ext, "g")
-        req.reply(ResponseCode.SUCCESS, "", {"ids": app.clients.consumer_ids(group)})
+        req.reply(ResponseCode.SUCCESS, "", {"ids": app.clients.consumer_ids(req.args.group)})
 
     def clean_expired(req):
         n = store.clean_expired(force=True)

@@ -10,8 +10,6 @@ Pure bookkeeping: no sockets; the clock is injectable for tests.
 import time
 
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError
-from quiver.validation import check_group
 
 LOCK_LEASE_S = 60.0
 
@@ -52,17 +50,6 @@ class LockManager:
         return {mq: e[0] for mq, e in list(self.locks.get(group, {}).items()) if self.holder(group, mq) is not None}
 
 
-def _parse(ext) -> tuple[str, str, list[tuple[str, int]]]:
-    group, client_id, mqs = ext.get("g"), ext.get("c"), ext.get("mqs")
-    check_group(group)
-    if not isinstance(client_id, str) or not client_id:
-        raise InvalidParameterError("field 'c' (client id) is required")
-    if not isinstance(mqs, list) or not all(isinstance(m, list) and len(m) == 2 and isinstance(m[0], str)
-                                            and type(m[1]) is int for m in mqs):
-        raise InvalidParameterError("field 'mqs' must be a list of [topic, queue_id]")
-    return group, client_id, [(t, q) for t, q in mqs]
-
-
 def make_handlers(app):
     def is_member(group, client_id):
         return client_id in app.clients.consumers.get(group, {})
@@ -70,13 +57,13 @@ def make_handlers(app):
     app.locks = LockManager(is_member=is_member)
 
     def lock(req):
-        group, client_id, mqs = _parse(req.ext)
-        got = app.locks.try_lock(group, client_id, mqs)
+        a = req.args
+        got = app.locks.try_lock(a.group, a.client_id, a.queues)
         req.reply(ResponseCode.SUCCESS, "", {"locked": [list(m) for m in got]})
 
     def unlock(req):
-        group, client_id, mqs = _parse(req.ext)
-        app.locks.unlock(group, client_id, mqs)
+        a = req.args
+        app.locks.unlock(a.group, a.client_id, a.queues)
         req.reply(ResponseCode.SUCCESS)
 
     return {RequestCode.LOCK_BATCH_MQ: lock, RequestCode.UNLOCK_BATCH_MQ: unlock}

@@ -2,14 +2,27 @@
 
 SQLite in the data dir by default; any SQLAlchemy URL (PostgreSQL...) by flag.
 Offsets live in memory and are written in one transaction every few seconds
-(and on shutdown), as RocketMQ persists consumerOffset.json.
+(and on shutdown), as RocketMQ persists consumerOffset.json. An offset outside
+0..2^63-1 (what a BIGINT holds) is refused when it is set. A save that fails
+loses nothing: its rows are written one by one, and those that still fail stay
+marked for the next save (with whatever newer value they have by then).
 """
 
+import logging
 import threading
 import time
 
 from sqlalchemy import (BigInteger, Column, Integer, MetaData, String, Table, create_engine, delete,
                         insert, select, update)
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+
+from quiver.errors import InvalidParameterError
+
+log = logging.getLogger(__name__)
+
+MAX_OFFSET = 2 ** 63 - 1
+# the database itself is unusable (locked, gone, disk I/O): trying the next row would fail the same way
+_DB_DOWN = (OperationalError, InterfaceError, DisconnectionError)
 
 _meta = MetaData()
 topics_t = Table("topics", _meta,
@@ -91,6 +104,7 @@ class Metadata:
         return self.offsets.get((group, topic, queue_id))
 
     def set_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        _check_offset(offset)
         key = (group, topic, queue_id)
         with self._lock:
             self.offsets[key] = offset
@@ -98,6 +112,7 @@ class Metadata:
 
     def advance_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set the offset unless it would move backwards (piggy-backed commits may arrive late)."""
+        _check_offset(offset)
         key = (group, topic, queue_id)
         with self._lock:
             if offset > self.offsets.get(key, -1):
@@ -108,12 +123,36 @@ class Metadata:
         return {(t, q): o for (g, t, q), o in self.offsets.items() if g == group}
 
     def persist_offsets(self) -> int:
-        """Write changed offsets in one transaction; returns how many."""
+        """Write changed offsets in one transaction, else row by row; returns how many were saved.
+        Rows not saved are marked changed again, so the next call retries them."""
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             rows = [(k, self.offsets[k]) for k in dirty if k in self.offsets]
         if not rows:
             return 0
+        try:
+            self._write(rows)
+            return len(rows)
+        except Exception as exc:  # any failure: nothing of this transaction was stored
+            if isinstance(exc, _DB_DOWN):
+                self._retry_later([k for k, _ in rows], exc)
+                return 0
+            first = exc
+        saved, failed = 0, []
+        for i, row in enumerate(rows):  # one bad row must not keep the others from being saved
+            try:
+                self._write([row])
+                saved += 1
+            except Exception as exc:
+                failed.append(row[0])
+                if isinstance(exc, _DB_DOWN):
+                    failed.extend(k for k, _ in rows[i + 1:])
+                    first = exc
+                    break
+        self._retry_later(failed, first)
+        return saved
+
+    def _write(self, rows) -> None:
         now = int(time.time() * 1000)
         with self.engine.begin() as conn:
             for (g, t, q), off in rows:
@@ -122,8 +161,23 @@ class Metadata:
                 ).values(offset=off, updated_ms=now))
                 if res.rowcount == 0:
                     conn.execute(insert(offsets_t).values(grp=g, topic=t, queue_id=q, offset=off, updated_ms=now))
-        return len(rows)
+
+    def _retry_later(self, keys, exc: Exception) -> None:
+        if not keys:
+            return
+        with self._lock:  # merged with what changed meanwhile: the newest value is the one saved next
+            self._dirty.update(k for k in keys if k in self.offsets)
+        log.warning("%d consumer offset(s) not saved, kept for the next save (first: %s): %s",
+                    len(keys), keys[0], exc)
 
     def close(self) -> None:
         self.persist_offsets()
         self.engine.dispose()
+
+
+def _check_offset(offset) -> None:
+    if type(offset) is int and 0 <= offset <= MAX_OFFSET:
+        return
+    got = (type(offset).__name__ if type(offset) is not int
+           else offset if offset.bit_length() <= 128 else f"an integer of {offset.bit_length()} bits")
+    raise InvalidParameterError(f"consumer offset must be an integer 0..{MAX_OFFSET}, got {got}")

@@ -25,26 +25,21 @@ class Puller:
         self.max_suspend_ms = app.config.long_poll_max_ms
 
     def handle(self, req) -> None:
-        ext = req.ext
-        topic, queue_id, offset = ext.get("t"), ext.get("q"), ext.get("o")
-        if type(queue_id) is not int or type(offset) is not int or not isinstance(topic, str):
-            raise InvalidParameterError("pull needs 't' (topic), 'q' (queue id) and 'o' (offset)")
+        a = req.args
+        topic, queue_id, offset = a.topic, a.queue_id, a.offset
         conf = self.app.topics.get(topic)
         if conf is None:
             raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
-        if not 0 <= queue_id < max(conf["read"], 1):
+        if queue_id >= max(conf["read"], 1):
             raise InvalidParameterError(f"queue {queue_id} is not a read queue of {topic!r} (it has {conf['read']})")
-        if ext.get("tp", "TAG") not in ("TAG", None):
+        if a.expression_type not in ("TAG", None):
             raise InvalidParameterError("SQL92 subscriptions are pulled through a filter server, not the broker")
-        group = ext.get("g")
-        commit = ext.get("co")
-        if group and type(commit) is int and commit >= 0:
+        if a.group and a.commit_offset is not None and a.commit_offset >= 0:
             # forward only: a pull sent before its queue moved may arrive after the final commit
-            self.app.metadata.advance_offset(group, topic, queue_id, commit)
-        max_msgs = max(1, min(int(ext.get("n", 32)), 1024))
-        suspend_ms = min(int(ext.get("s", 0)), self.max_suspend_ms)
+            self.app.metadata.advance_offset(a.group, topic, queue_id, a.commit_offset)
+        suspend_ms = min(a.suspend_ms, self.max_suspend_ms)
         key = (topic, queue_id)
-        task = [req, topic, queue_id, offset, max_msgs, tags.hashes(ext.get("sub")), int(ext.get("mb", 4 << 20)), None]
+        task = [req, topic, queue_id, offset, min(a.max_msgs, 1024), tags.hashes(a.expression), a.max_bytes, None]
         if not self._try(task, final=suspend_ms <= 0):
             task[7] = self.app.service.call_later(suspend_ms / 1000, self._expire, key, task)
             self.held.setdefault(key, []).append(task)

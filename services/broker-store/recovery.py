@@ -24,7 +24,7 @@ import bisect
 import logging
 import os
 
-from quiver import record
+from quiver import names, record
 
 from . import checkpoint
 
@@ -60,6 +60,10 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
             # A queue that is gone was deleted on purpose unless the record is newer
             # than the checkpoint (then the queue's creation may not have been synced).
             if cq is None and rec.phys_offset >= safe:
+                if not names.is_valid_topic(rec.topic):
+                    log.warning("record at %d has topic %r, not a valid name: not queued", rec.phys_offset,
+                                names.shown(rec.topic))
+                    return
                 cq = store._cq(*key)
                 cq.start_at(rec.queue_offset)
             if cq is not None:

@@ -7,22 +7,24 @@ re-puts it when due), or, once the reconsume count reached the group's max
 (or the consumer asked with delay < 0), to `%DLQ%<group>`. Both topics have one
 queue and are created on demand. The reconsume count travels in the record's
 RECONSUMETIMES field (and the RECONSUME_TIME property, for re-puts that copy
-only properties). This module does not deliver delayed messages.
+only properties). The origin topic (RETRY_TOPIC, or the consumer's 'ot') must be
+a valid topic name (MESSAGE_ILLEGAL otherwise); a malformed RECONSUME_TIME is
+ignored and counted (`bad_system_properties`). This module does not deliver
+delayed messages.
 """
 
 import logging
 
-from quiver import record
+from quiver import names, record
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, QueryNotFoundError
+from quiver.errors import InvalidParameterError, MessageIllegalError, QueryNotFoundError
 from quiver.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
+from quiver.requests import SendMessage
+from quiver.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
 from quiver.validation import DLQ_PREFIX, RETRY_PREFIX, check_group
 
 log = logging.getLogger(__name__)
 
-RECONSUME_TIME = "RECONSUME_TIME"
-MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _DROP = (DELAY, REAL_TOPIC, REAL_QID)
@@ -40,7 +42,23 @@ def max_reconsume_times(app, group: str, asked) -> int:
     conf = app.metadata.groups.get(group)
     if conf is not None:
         return conf["retry_max_times"]
-    return asked if type(asked) is int and asked >= 0 else DEFAULT_MAX_RECONSUME_TIMES
+    return asked if type(asked) is int and 0 <= asked <= INT32_MAX else DEFAULT_MAX_RECONSUME_TIMES
+
+
+def _origin(rec, props: dict, ext: dict) -> str:
+    """The topic the message was first sent to: its RETRY_TOPIC, else the consumer's 'ot' for a
+    message of a retry topic, else its own topic. Raises MessageIllegalError for a name that
+    is not a valid topic (it becomes RETRY_TOPIC / DLQ_ORIGIN_TOPIC, where apps send back to)."""
+    if props.get(RETRY_TOPIC):
+        origin, source = props[RETRY_TOPIC], f"property {RETRY_TOPIC}"
+    elif rec.topic.startswith(RETRY_PREFIX) and ext.get("ot"):
+        origin, source = ext["ot"], "field 'ot' (origin topic)"
+    else:
+        return rec.topic
+    problem = names.topic_problem(origin)
+    if problem is not None:
+        raise MessageIllegalError(f"{source} must be a topic name: {problem}")
+    return origin
 
 
 def make_handlers(app):
@@ -58,11 +76,14 @@ def make_handlers(app):
         props = rec.properties()
         for name in _DROP:
             props.pop(name, None)
-        origin = props.get(RETRY_TOPIC) or (ext.get("ot") if rec.topic.startswith(RETRY_PREFIX) else rec.topic) \
-            or rec.topic
+        origin = _origin(rec, props, ext)
         origin_id = props.get(ORIGIN_MESSAGE_ID) or ext.get("omid") or props.get(UNIQ_KEY) or ""
-        asked_rc = ext.get("rc") if type(ext.get("rc")) is int else 0
-        reconsume = max(rec.reconsume, asked_rc, int(props.get(RECONSUME_TIME, "0") or 0))
+        asked_rc = ext.get("rc") if type(ext.get("rc")) is int and 0 <= ext["rc"] <= INT32_MAX else 0
+
+        def bad_property(remark: str) -> None:
+            app.counters["bad_system_properties"] += 1
+            log.warning("send-back of the message at offset %d: %s; ignored", offset, remark)
+        reconsume = max(rec.reconsume, asked_rc, read_int(props, RECONSUME_TIME, 0, bad_property))
         limit = max_reconsume_times(app, group, ext.get("max"))
         props[RETRY_TOPIC] = origin
         props[ORIGIN_MESSAGE_ID] = origin_id
@@ -74,10 +95,10 @@ def make_handlers(app):
             app.topic_config(topic, create=True, system=True, queues=1)
             queue_id, prop = 0, record.format_properties(props)
             app.counters["dlq_messages"] += 1
-            log.info("message %s of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
+            log.info("message %a of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
         else:
             reconsume += 1
-            level = delay if delay > 0 else 3 + reconsume - 1
+            level = min(delay if delay > 0 else 3 + reconsume - 1, INT32_MAX)  # DELAY's range
             props[RECONSUME_TIME] = str(reconsume)
             props[MAX_RECONSUME_TIMES] = str(limit)
             props[DELAY] = str(level)
@@ -85,8 +106,9 @@ def make_handlers(app):
             app.topic_config(topic, create=True, system=True, queues=1)
             topic, queue_id, prop = app.sender._park(topic, 0, record.format_properties(props), str(level), None)
             app.counters["retry_messages"] += 1
-        put_ext = {"b": rec.born_ts, "bh": host_str(rec.born_host), "rc": reconsume}
-        app.sender._put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put_ext)
+        put = SendMessage(topic=topic, queue_id=queue_id, metas=([rec.flag], [prop]), born_ts=rec.born_ts,
+                          born_host=host_str(rec.born_host), reconsume=reconsume)
+        app.sender._put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put)
 
     def update_group(req):
         ext = req.ext

@@ -18,19 +18,22 @@ itself (services/scheduler) owns waiting, progress and cancellation.
   re-appended to the timer topic unchanged (a timer rolled forward past
   CommitLog retention). Consecutive entries for one queue are one put.
   A message whose real topic is gone or is the half topic is dropped and
-  reported in `dropped` (indices).
+  reported in `dropped` (indices). The properties of every entry are checked
+  again (quiver.system_properties: REAL_TOPIC a valid topic name, REAL_QID
+  0..1023 and a queue of the real topic, i.e. below max(read, write), ...): a
+  request with a bad entry is answered MESSAGE_ILLEGAL, the remark naming the
+  entry and the property, `bad` listing every bad entry, and nothing is put,
+  so the scheduler can drop those and re-put the rest.
 """
 
 import logging
 import time
 
-from quiver import record
+from quiver import record, system_properties
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, QuiverError, ServiceNotAvailableError
+from quiver.errors import QuiverError, ServiceNotAvailableError
 from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
 from quiver.validation import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
-
-from .sending import unpack_bodies
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +46,14 @@ def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str
     """(real topic, real queue id, properties to store) of a parked message."""
     p = record.parse_properties(props)
     topic = p.get(REAL_TOPIC)
-    try:
-        qid = int(p.get(REAL_QID, "0"))
-    except ValueError:
-        qid = 0
+    qid = system_properties.read_int(p, REAL_QID, 0)  # the caller checks the kept REAL_* again
     for name in _DROP:
         p.pop(name, None)
     uniq = p.get(UNIQ_KEY)
     if uniq:
         p[SCHEDULE_ORIGIN_ID] = uniq
-    if due_ms:
-        p[SCHEDULE_DUE_MS] = str(int(due_ms))
+    if type(due_ms) is int and due_ms > 0:
+        p[SCHEDULE_DUE_MS] = str(due_ms)
     return topic, qid, record.format_properties(p)
 
 
@@ -69,28 +69,23 @@ def make_handlers(app):
             "timer_horizon_ms": app.config.timer_horizon_ms, "now_ms": int(time.time() * 1000)})
 
     def reput(req):
-        ext, bodies = req.ext, req.env.bodies
-        if "l" in ext:
-            bodies = unpack_bodies(bodies, ext["l"])
-        metas = ext.get("m")
-        if not isinstance(metas, list) or len(metas) != len(bodies) or not bodies:
-            raise InvalidParameterError("SCHEDULE_REPUT needs one body frame per entry of 'm'")
-        roll = bool(ext.get("roll"))
+        a = req.args  # quiver.requests.ScheduleReput: entries typed and ranged
+        bodies, metas, roll = a.bodies(req.env.bodies), a.metas, a.roll
         groups: dict[tuple, list] = {}   # key -> [key, bodies, props, flags, born_ts]; order kept per queue
         dropped: list[int] = []
+        bad: list[tuple[int, str]] = []  # (index, remark): the request is refused
         for i, (body, meta) in enumerate(zip(bodies, metas)):
-            if not isinstance(meta, list) or len(meta) < 6 or type(meta[1]) is not str:
-                raise InvalidParameterError("each 'm' entry is [flag, properties, born_ts, reconsume, sys_flag, due_ms]")
             flag, props, born_ts, reconsume, sys_flag, due = meta[:6]
             if roll:
-                topic, qid = TIMER_TOPIC, 0
+                topic, qid, problem = TIMER_TOPIC, 0, system_properties.first_problem(props)
             else:
-                topic, qid, props = restore(props, due)
-                target = _target(app, topic)
-                if target is None:
-                    dropped.append(i)
-                    continue
-                qid = qid if 0 <= qid < target["write"] else qid % max(target["write"], 1)
+                topic, qid, props, problem = _real_queue(app, props, due)
+            if problem is not None:
+                bad.append((i, problem))
+                continue
+            if topic is None:
+                dropped.append(i)
+                continue
             key = (topic, qid, int(reconsume or 0), int(sys_flag or 0))
             g = groups.get(key)
             if g is None:
@@ -98,11 +93,34 @@ def make_handlers(app):
             g[1].append(body)
             g[2].append(props)
             g[3].append(int(flag or 0))
+        if bad:
+            app.counters["schedule_reput_illegal"] += len(bad)
+            more = f" ({len(bad) - 1} more bad entries)" if len(bad) > 1 else ""
+            log.warning("re-put refused: entry %d: %s%s", bad[0][0], bad[0][1], more)
+            req.reply(ResponseCode.MESSAGE_ILLEGAL, f"entry {bad[0][0]}: {bad[0][1]}{more}",
+                      {"bad": [i for i, _ in bad], "dropped": dropped})
+            return
         if roll:
             app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
         _put_groups(app, req, list(groups.values()), dropped, len(bodies))
 
     return {RequestCode.SCHEDULE_INIT: init, RequestCode.SCHEDULE_REPUT: reput}
+
+
+def _real_queue(app, props: str, due) -> tuple[str | None, int, str, str | None]:
+    """(real topic, queue id, properties to store, problem) of a parked entry; a problem makes
+    the request MESSAGE_ILLEGAL, a None topic (gone, or the half topic) drops the entry."""
+    topic, qid, props = restore(props, due)
+    problem = system_properties.first_problem(props)
+    if problem is not None:
+        return topic, qid, props, problem
+    target = _target(app, topic)
+    if target is None:
+        return None, qid, props, None
+    queues = max(target["read"], target["write"])  # a topic scaled in keeps its read queues
+    if qid >= queues:
+        problem = f"property {REAL_QID} must be a queue of {topic!r} (0..{queues - 1}), got {qid}"
+    return topic, qid, props, problem
 
 
 def _target(app, topic: str | None) -> dict | None:
@@ -118,7 +136,7 @@ def _target(app, topic: str | None) -> dict | None:
 
 def _put_groups(app, req, groups, dropped, total) -> None:
     store = app.store
-    born_host = app.born_host(req.ext)
+    born_host = app.born_host(req.args.born_host)
     sender = app.sender
     store_ts = 0
     end = None

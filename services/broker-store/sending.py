@@ -1,7 +1,8 @@
 """The send path: validate a single or batch send, park delayed messages, put, reply.
 
-A request carries one body frame per message and the per-message fields as
-compact arrays in its header (`m`: [[flag, properties], ...]). The whole batch
+A request (`quiver.requests.SendMessage`, decoded and ranged before it gets
+here) carries one body per message, packed in one frame for a batch, and the
+per-message flag and properties as compact arrays. The whole batch
 is one put (one write, one CRC pass per body, one ConsumeQueue run). With
 SYNC flush the reply waits for the group commit that covers the batch's end
 offset; past the deadline it answers FLUSH_DISK_TIMEOUT (the data is stored).
@@ -18,27 +19,14 @@ from quiver.codes import ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
 from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.record import get_property as get_props_value
-from quiver.validation import (MAX_PROPERTIES_BYTES, SCHEDULE_TOPIC, TIMER_TOPIC, check_properties_size,
-                               check_topic)
+from quiver.requests import SendMessage
+from quiver.system_properties import check_put
+from quiver.validation import SCHEDULE_TOPIC, TIMER_TOPIC, check_topic
 
 log = logging.getLogger(__name__)
 
 _DELAY_AT = DELAY + "\x01"
 _TIMER_AT = TIMER_DELIVER_MS + "\x01"
-
-
-def unpack_bodies(frames: list, lengths) -> list:
-    """A batch's bodies travel packed in one frame with their lengths in the header."""
-    if len(frames) != 1 or not isinstance(lengths, list) or not lengths:
-        raise InvalidParameterError("'l' (body lengths) goes with exactly one packed body frame")
-    buf = memoryview(frames[0])
-    if sum(lengths) != len(buf) or min(lengths) < 0:
-        raise InvalidParameterError(f"body lengths add up to {sum(lengths)}, the frame has {len(buf)} bytes")
-    out, pos = [], 0
-    for n in lengths:
-        out.append(buf[pos:pos + n])
-        pos += n
-    return out
 
 
 class Sender:
@@ -56,16 +44,11 @@ class Sender:
     # ---- request -------------------------------------------------------------
 
     def handle(self, req, batch: bool) -> None:
-        ext, bodies = req.ext, req.env.bodies
-        if "l" in ext:
-            bodies = unpack_bodies(bodies, ext["l"])
-        topic = ext.get("t")
+        a = req.args
+        topic = a.topic
         check_topic(topic, for_send=True)
-        metas = ext.get("m")
-        if not isinstance(metas, list) or len(metas) != len(bodies) or not bodies:
-            raise InvalidParameterError(
-                f"send needs one body frame per entry of 'm' (got {len(bodies)} bodies, "
-                f"{len(metas) if isinstance(metas, list) else 'no'} entries)")
+        flags, props = a.metas
+        bodies = a.bodies(req.env.bodies)
         if not batch and len(bodies) != 1:
             raise InvalidParameterError("SEND_MESSAGE carries exactly one message; use SEND_BATCH_MESSAGE")
         # list-wise checks (C-level map/min/max): this runs for every message of every batch
@@ -74,27 +57,17 @@ class Sender:
             raise MessageIllegalError("body is empty: a message needs at least one byte")
         if max(lens) > self.max_bytes:
             raise MessageIllegalError(f"body is {max(lens)} bytes; the limit is {self.max_bytes} (max_message_bytes)")
-        total = sum(lens)
-        if not all(isinstance(m, list) and len(m) >= 2 for m in metas):
-            raise InvalidParameterError("each 'm' entry is [flag:int, properties:str]")
-        flags = [m[0] for m in metas]
-        props = [m[1] for m in metas]
-        if set(map(type, flags)) != {int} or set(map(type, props)) != {str}:
-            raise InvalidParameterError("each 'm' entry is [flag:int, properties:str]")
-        for prop in props:
-            # UTF-8 takes at most 4 bytes a character: only long strings can be too big
-            if len(prop) > MAX_PROPERTIES_BYTES // 4:
-                check_properties_size(len(prop.encode()))
-        if batch and total > self.max_bytes:
-            raise MessageIllegalError(f"batch is {total} bytes; the limit is {self.max_bytes}: split it")
+        check_put(props)  # properties with system meaning (DELAY, REAL_TOPIC ...): MESSAGE_ILLEGAL if out of range
+        if batch and sum(lens) > self.max_bytes:
+            raise MessageIllegalError(f"batch is {sum(lens)} bytes; the limit is {self.max_bytes}: split it")
         conf = self.app.topic_config(topic, create=True)
-        queue_id = ext.get("q", 0)
-        if type(queue_id) is not int or not 0 <= queue_id < conf["write"]:
+        queue_id = a.queue_id
+        if queue_id >= conf["write"]:
             raise InvalidParameterError(
                 f"queue {queue_id!r} is not a write queue of {topic!r} (it has {conf['write']})")
         if not conf["perm"] & 2:
             raise ServiceNotAvailableError(f"topic {topic!r} is not writable on this broker")
-        sys_flag = int(ext.get("sf", 0))
+        sys_flag = a.sys_flag
         if sys_flag & record.TX_MASK:  # a half message: transaction.py decides where it is stored
             topic, queue_id, props, sys_flag = self.app.transactions.prepare(topic, queue_id, props, sys_flag, batch)
         joined = "\x02".join(props)
@@ -104,7 +77,7 @@ class Sender:
             topic, queue_id, parked = self._park(topic, queue_id, props[0], get_props_value(props[0], DELAY),
                                                  get_props_value(props[0], TIMER_DELIVER_MS))
             props = [parked]  # _park returns one properties string
-        self._put(req, topic, queue_id, bodies, props, flags, sys_flag, ext)
+        self._put(req, topic, queue_id, bodies, props, flags, sys_flag, a)
 
     def _park(self, topic, queue_id, prop, delay, deliver_at):
         """Move a delayed message to its schedule topic, keeping where it belongs."""
@@ -133,11 +106,12 @@ class Sender:
         self.app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
         return TIMER_TOPIC, 0, prop + extra
 
-    def _put(self, req, topic, queue_id, bodies, props, flags, sys_flag, ext) -> None:
-        born_ts = ext.get("b") or int(time.time() * 1000)
+    def _put(self, req, topic, queue_id, bodies, props, flags, sys_flag, a: SendMessage) -> None:
+        """Store and answer; `a` gives born time and host, reconsume count, prepared offset, wait."""
+        born_ts = a.born_ts or int(time.time() * 1000)
         try:
             res = self.store.put_batch(topic, queue_id, bodies, props, flags, sys_flag, born_ts,
-                                       self.app.born_host(ext), int(ext.get("rc", 0)), int(ext.get("po", 0)))
+                                       self.app.born_host(a.born_host), a.reconsume, a.prepared_offset)
         except ValueError as exc:  # a record larger than a CommitLog segment
             raise MessageIllegalError(f"message does not fit a CommitLog segment: {exc}") from None
         if res.status.name == "DISK_FULL":
@@ -149,13 +123,13 @@ class Sender:
             ha.note_put(res.end_offset)
         if self.sync:
             # visible to consumers (and, with WAIT, answered) only once flushed
-            if not ext.get("w", True):
+            if not a.wait:
                 req.reply(ResponseCode.SUCCESS, "", out)
                 req = None
             self.waiting.append((res.end_offset, time.monotonic() + self.timeout_s, req, out, topic, queue_id))
             self.store.request_flush(res.end_offset)
             return
-        if self.sync_master and ext.get("w", True):
+        if self.sync_master and a.wait:
             ha.wait_for_slave(res.end_offset, req, out)  # SYNC_MASTER: SEND_OK once a slave has it
         else:
             req.reply(ResponseCode.SUCCESS, "", out)

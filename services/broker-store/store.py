@@ -12,6 +12,9 @@ the flush thread and the store's lifecycle. Does not own any disk format
       checkpoint                             flushed / dispatched offsets (checkpoint.py)
       abort                                  exists while open: next open is a crash recovery
 
+Queue directories are built by consume_queue.queue_dir only (topic name
+checked, path confined under consumequeue/).
+
 Dispatch (ConsumeQueue + index entries) runs inline in put_batch rather than on
 a reput thread: it is the same Python work either way and doing it here needs
 no hand-off. Recovery feeds decoded records through the same `_dispatch`.
@@ -33,13 +36,14 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable
 
-from quiver import record
+from quiver import names, record
+from quiver.errors import QuiverError
 from quiver.message import KEYS, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, tag_hash
 
 from . import ha_stream, lookups, recovery, retention
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
-from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
+from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue, load_queues, queue_dir
 from .index_file import HASH_MASK, IndexService, prefix_crc
 
 log = logging.getLogger(__name__)
@@ -164,19 +168,16 @@ class MessageStore:
         os.unlink(self._abort_path)
 
     def _load_cqs(self) -> None:
-        for topic in os.listdir(self._cq_dir):
-            tdir = os.path.join(self._cq_dir, topic)
-            for qid in os.listdir(tdir):
-                if qid.isdigit():
-                    cq = ConsumeQueue(os.path.join(tdir, qid), topic, int(qid),
-                                      self.cq_entries_per_file)
-                    cq.load()
-                    self.cqs[(topic, int(qid))] = cq
+        queues, skipped = load_queues(self._cq_dir, self.cq_entries_per_file)
+        self.cqs.update(queues)
+        self._counts["skipped_queue_dirs"] += skipped
 
     def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue, created on first use; raises MessageIllegalError / UnsafePathError (before
+        anything is written) for a name that cannot be a directory under consumequeue/."""
         cq = self.cqs.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(os.path.join(self._cq_dir, topic, str(queue_id)), topic, queue_id,
+            cq = ConsumeQueue(queue_dir(self._cq_dir, topic, queue_id), topic, queue_id,
                               self.cq_entries_per_file)
             with self._files_lock:
                 self.cqs[(topic, queue_id)] = cq
@@ -323,6 +324,10 @@ class MessageStore:
             key = (first.topic, first.queue_id)
             tx = first.sys_flag & record.TX_MASK
             queued = run if tx == record.TX_NOT or tx == record.TX_COMMIT else []
+            if queued and (not names.is_valid_topic(first.topic) or first.queue_id < 0):
+                log.warning("replicated records of %s/%d: not a valid topic or queue; not queued",
+                            ascii(first.topic), first.queue_id)
+                queued = []
             if queued:
                 cq = self._cq(*key)
                 if cq.max_offset == 0 and not cq.files:
@@ -523,10 +528,18 @@ class MessageStore:
     # ---- topics, retention, stats ------------------------------------------------
 
     def delete_topic(self, topic: str) -> None:
+        """Close the topic's queues and delete consumequeue/<topic>; nothing is deleted for a
+        name that is not a valid topic or whose directory resolves outside consumequeue/."""
+        try:
+            tdir = queue_dir(self._cq_dir, topic)
+        except QuiverError as exc:
+            log.warning("delete of topic %s: no directory deleted (%s)", ascii(topic), exc.remark)
+            tdir = None
         with self._flush_lock, self._files_lock:
             for key in [k for k in self.cqs if k[0] == topic]:
-                self.cqs.pop(key).destroy()
-        shutil.rmtree(os.path.join(self._cq_dir, topic), ignore_errors=True)
+                self.cqs.pop(key).close()
+        if tdir is not None:
+            shutil.rmtree(tdir, ignore_errors=True)
         # Move the checkpoint past this topic's records so recovery does not revive it.
         self.flush_step(force=True)
 
@@ -557,6 +570,7 @@ class MessageStore:
             "segments": len(cl.segments), "queues": len(self.cqs),
             "index_files": len(self.index.files), "disk_ratio": self.disk_ratio_fn(),
             "disk_full": self._disk_full, "replicated_bytes": self._counts["replicated_bytes"],
+            "skipped_queue_dirs": self._counts["skipped_queue_dirs"],
         }
 
 

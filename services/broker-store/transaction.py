@@ -32,6 +32,11 @@ TransactionProducer owns the local transaction.
   "D" op (never committed). Re-puts keep the first offset
   (TRAN_PREPARED_QUEUE_OFFSET) and birth time (TRAN_BORN_MS).
 - TRANSACTION_LIST_OPEN: open transactions with age and check count.
+- Properties with system meaning are read back through quiver.system_properties
+  (they were checked when the half was put): a malformed value
+  (TRANSACTION_CHECK_TIMES=x, CHECK_IMMUNITY_TIME_IN_SECONDS=inf) is counted in
+  `bad_system_properties`, logged, and its default used; a COMMIT whose
+  REAL_TOPIC / REAL_QID is bad is rolled back and answered MESSAGE_ILLEGAL.
 """
 
 import itertools
@@ -45,15 +50,14 @@ from quiver.errors import (InvalidParameterError, MessageIllegalError, QuiverErr
 from quiver.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
                             TRANSACTION_ID, UNIQ_KEY)
 from quiver.record import get_property
+from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, INT32_MAX,
+                                      TRAN_BORN_MS as BORN_MS, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF,
+                                      TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int, read_topic)
 from quiver.transport import next_request_id
 from quiver.validation import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-PREPARED_QOFF = "TRAN_PREPARED_QUEUE_OFFSET"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-BORN_MS = "TRAN_BORN_MS"
 TX_STATE = "TRAN_STATE"
 OP_TAG = "d"
 COMMIT, ROLLBACK, NOT = record.TX_COMMIT, record.TX_ROLLBACK, record.TX_NOT
@@ -63,14 +67,13 @@ _ERRORS = {"not_found": (ResponseCode.SYSTEM_ERROR, "half message not found at t
            "group_wrong": (ResponseCode.TRANSACTION_STATE_GROUP_WRONG, "producer group differs from the half message's PGROUP"),
            "txid_mismatch": (ResponseCode.SYSTEM_ERROR, "transaction id differs from the half message's"),
            "illegal": (ResponseCode.ILLEGAL_OPERATION, "answer came after the message's check immunity window; the checker resolves it"),
+           "bad_real_queue": (ResponseCode.MESSAGE_ILLEGAL, f"the half message's {REAL_TOPIC} or {REAL_QID} is not a "
+                              "valid topic name / queue id 0..1023: rolled back"),
            "bad_state": (ResponseCode.INVALID_PARAMETER, "state must be 8 (commit), 12 (rollback) or 0 (unknown)")}
 
 
 def born_ms(rec, props: dict) -> int:
-    try:
-        return int(props.get(BORN_MS) or rec.born_ts)
-    except ValueError:
-        return rec.born_ts
+    return read_int(props, BORN_MS, rec.born_ts)
 
 
 class Transactions:
@@ -177,30 +180,36 @@ class Transactions:
             return "group_wrong"
         if props.get(TRANSACTION_ID) != txid:
             return "txid_mismatch"
-        immunity = props.get(CHECK_IMMUNITY)
-        if not from_check and immunity:
-            try:
-                late = now - born_ms(rec, props) > float(immunity) * 1000
-            except ValueError:
-                late = False
-            if late:
-                return "illegal"
-        real = props.get(REAL_TOPIC, "")
-        code = _STATE_CODE[state]
+        immunity_s = read_int(props, CHECK_IMMUNITY, 0, self._bad_property)
+        if not from_check and immunity_s and now - born_ms(rec, props) > immunity_s * 1000:
+            return "illegal"
+        code, result = _STATE_CODE[state], "ok"
         if state == COMMIT:
-            if born_ms(rec, props) < self.started_ms and self._already_committed(real, txid):
+            problems: list[str] = []
+            real = read_topic(props, REAL_TOPIC, problems.append)
+            qid = read_int(props, REAL_QID, 0, problems.append)
+            if real is None or problems:
+                self._bad_property(f"commit of {txid} impossible ({'; '.join(problems) or 'no ' + REAL_TOPIC}): "
+                                   "rolled back")
+                code, result = "R", "bad_real_queue"
+            elif born_ms(rec, props) < self.started_ms and self._already_committed(real, txid):
                 log.info("transaction %s was committed before a restart: not committing again", txid)
             else:
                 try:
                     conf = self.app.topic_config(real, create=True)
-                    qid = int(props.get(REAL_QID, "0")) % max(conf["write"], 1)
-                    commits.append((real, qid, rec, props))
+                    commits.append((real, qid % max(conf["write"], 1), rec, props))
                 except QuiverError as exc:
                     log.warning("commit of %s impossible (%s): rolled back", txid, exc)
                     code = "R"
         self.resolved[txid] = code
         ops.append((rec.queue_offset, txid, code))
-        return "ok"
+        return result
+
+    def _bad_property(self, remark: str) -> None:
+        """A half message's property with system meaning is malformed: counted and logged; the
+        caller uses its default (or rolls the transaction back)."""
+        self.app.counters["bad_system_properties"] += 1
+        log.warning("half message: %s", remark)
 
     def _commit(self, commits) -> list:
         touched = []
@@ -295,7 +304,7 @@ class Transactions:
         if not members:
             return False
         ext = {"g": group, "e": [[rec.phys_offset, rec.queue_offset, props.get(TRANSACTION_ID, ""),
-                                  props.get(REAL_TOPIC, ""), int(props.get(REAL_QID, "0") or 0), born_ms(rec, props),
+                                  props.get(REAL_TOPIC, ""), read_int(props, REAL_QID, 0), born_ms(rec, props),
                                   rec.store_ts, rec.flag, rec.props] for _, rec, props in items]}
         frames = protocol.request(RequestCode.CHECK_TRANSACTION_STATE, next_request_id(), ext,
                                   [rec.body for _, rec, _ in items])
@@ -313,9 +322,11 @@ class Transactions:
             return []
         bodies, props_out, flags, crcs = [], [], [], []
         for rec, props, inc in reputs:
-            props[CHECK_TIMES] = str(int(props.get(CHECK_TIMES, "0") or 0) + inc)
-            props.setdefault(PREPARED_QOFF, str(rec.queue_offset))
-            props.setdefault(BORN_MS, str(rec.born_ts))
+            props[CHECK_TIMES] = str(min(read_int(props, CHECK_TIMES, 0, self._bad_property) + inc, INT32_MAX))
+            if read_int(props, PREPARED_QOFF, -1) < 0:  # absent (the first re-put) or malformed
+                props[PREPARED_QOFF] = str(rec.queue_offset)
+            if read_int(props, BORN_MS, -1) < 0:
+                props[BORN_MS] = str(rec.born_ts)
             bodies.append(rec.body)
             props_out.append(record.format_properties(props))
             flags.append(rec.flag)
@@ -363,8 +374,9 @@ class Transactions:
                     continue
                 born = born_ms(rec, props)
                 open_[txid] = {"transaction_id": txid, "topic": props.get(REAL_TOPIC), "group": props.get(PGROUP),
-                               "age_ms": now - born, "checks": int(props.get(CHECK_TIMES, "0") or 0),
-                               "half_offset": rec.queue_offset, "first_offset": int(props.get(PREPARED_QOFF, rec.queue_offset)),
+                               "age_ms": now - born, "checks": read_int(props, CHECK_TIMES, 0, self._bad_property),
+                               "half_offset": rec.queue_offset,
+                               "first_offset": read_int(props, PREPARED_QOFF, rec.queue_offset, self._bad_property),
                                "keys": props.get("KEYS", "")}
             scanned += res.count
             off = res.next_offset

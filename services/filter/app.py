@@ -14,7 +14,9 @@ import logging
 import time
 from collections import Counter
 
-from quiver.codes import RequestCode, ResponseCode
+from quiver import requests as rq
+from quiver.codes import ResponseCode
+from quiver.errors import QuiverError
 from quiver.service import Service
 from quiver.settings import split_addrs
 from quiver.transport import Transport
@@ -31,16 +33,15 @@ def _rank(me: str, addr: str) -> bytes:
     return hashlib.blake2b(f"{me}|{addr}".encode(), digest_size=8).digest()
 
 
-def pick_broker(cluster: dict, me: str, current: str | None = None) -> str | None:
+def pick_broker(cluster: rq.ClusterData, me: str, current: str | None = None) -> str | None:
     """The master to attach to: the least loaded, staying on `current` unless another has fewer.
 
     When filter servers started together crowd one broker while another has
     fewer, only one of them (the highest rank) moves per round, so they spread
     out without oscillating (`--scale filter=N` with N >= brokers covers all).
     """
-    live = cluster.get("live", {})
-    load = {addr: [f for f in (info.get("filter_servers") or []) if f != me]
-            for addr, info in live.items() if info.get("broker_id", 0) == 0}
+    load = {addr: [f for f in info.filter_servers if f != me]
+            for addr, info in cluster.live.items() if info.broker_id == 0}
     if not load:
         return None
     least = min(len(v) for v in load.values())
@@ -89,14 +90,19 @@ class App:
 
         def done(result):
             self.service.call_soon_threadsafe(self._cluster_answer, result, rest)
-        self.transport.send(addr, RequestCode.GET_BROKER_CLUSTER_INFO, None, (), done, 3.0)
+        self.transport.send(addr, rq.GetClusterInfo(), None, (), done, 3.0)
 
     def _cluster_answer(self, result, rest) -> None:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
             self._ask_cluster(rest)
             return
-        cluster = result.ext.get("cluster", {})
-        self.known_brokers = {a for b in cluster.get("brokers", {}).values() for a in b.get("addrs", {}).values()}
+        try:
+            cluster = rq.ClusterReply.decode(result.ext).cluster
+        except QuiverError as exc:
+            log.warning("cluster info ignored: %s", exc.remark)
+            self._ask_cluster(rest)
+            return
+        self.known_brokers = {a for b in cluster.brokers.values() for a in b.addrs.values()}
         chosen = pick_broker(cluster, self.advertised, self.broker)
         if chosen != self.broker:
             if chosen:
@@ -104,8 +110,8 @@ class App:
             else:
                 log.warning("no live broker to attach to (retrying)")
             if self.broker:  # leave the old broker's list at once (it would expire us in 30 s)
-                self.transport.send(self.broker, RequestCode.REGISTER_FILTER_SERVER,
-                                    {"addr": self.advertised, "unregister": True}, (), lambda _r: None, 2.0)
+                self.transport.send(self.broker, rq.RegisterFilterServer(addr=self.advertised, unregister=True),
+                                    None, (), lambda _r: None, 2.0)
             self.broker = chosen
             self.registered_at = None
         if self.broker:
@@ -118,7 +124,7 @@ class App:
 
         def done(result):
             self.service.call_soon_threadsafe(self._registered, broker, result)
-        self.transport.send(broker, RequestCode.REGISTER_FILTER_SERVER, {"addr": self.advertised}, (), done, 3.0)
+        self.transport.send(broker, rq.RegisterFilterServer(addr=self.advertised), None, (), done, 3.0)
 
     def _registered(self, broker, result) -> None:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
@@ -155,8 +161,8 @@ class App:
 
     def shutdown(self) -> None:
         if self.broker:
-            fut = self.transport.call_future(self.broker, RequestCode.REGISTER_FILTER_SERVER,
-                                             {"addr": self.advertised, "unregister": True}, timeout=1.0)
+            leave = rq.RegisterFilterServer(addr=self.advertised, unregister=True)
+            fut = self.transport.call_future(self.broker, leave, timeout=1.0)
             try:
                 fut.result(1.5)
             except Exception:

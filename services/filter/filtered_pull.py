@@ -23,13 +23,18 @@ import logging
 import math
 import time
 
-from quiver.codes import RequestCode, ResponseCode
+from quiver import requests as rq
+from quiver.codes import ResponseCode
+from quiver.errors import QuiverError
 
 from .scanning import ScanResult, scan
 
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS_AFTER_MATCH = 8   # bound on extra broker reads to fill a reply that has matches
+# the broker's answers that carry a queue position (rq.PullReply)
+_POSITIONED = frozenset((ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                         ResponseCode.PULL_OFFSET_MOVED))
 
 
 class FilteredPull:
@@ -53,15 +58,12 @@ class FilteredPull:
         cfg = self.app.config
         matched = self.result.matched
         suspend_ms = 0 if matched else max(0, int((self.deadline - time.monotonic()) * 1000))
-        ext = {"t": self.topic, "q": self.queue_id, "o": self.offset, "n": self._batch(), "s": suspend_ms,
-               "sub": "*", "mb": cfg.max_reply_bytes}
-        if self.group:
-            ext["g"] = self.group
-        if self.commit is not None and self.rounds == 0:
-            ext["co"] = self.commit
+        pull = rq.PullMessage(topic=self.topic, queue_id=self.queue_id, offset=self.offset, max_msgs=self._batch(),
+                              suspend_ms=suspend_ms, expression="*", max_bytes=cfg.max_reply_bytes,
+                              group=self.group or None, commit_offset=self.commit if self.rounds == 0 else None)
         self.rounds += 1
         try:
-            self.app.transport.send(self.broker, RequestCode.PULL_MESSAGE, ext, (), self.on_reply,
+            self.app.transport.send(self.broker, pull, None, (), self.on_reply,
                                     timeout=suspend_ms / 1000 + cfg.broker_timeout_ms / 1000)
         except Exception as exc:  # transport shut down
             self.on_reply(exc)
@@ -79,12 +81,23 @@ class FilteredPull:
             app.counters["broker_pull_failed"] += 1
             return self._finish_error(ResponseCode.SERVICE_NOT_AVAILABLE,
                                       f"filter server could not pull from broker {self.broker}: {env}")
-        code, ext = env.code, env.ext
-        self.min, self.max = ext.get("min", self.min), ext.get("max", self.max)
+        code = env.code
+        if code not in _POSITIONED:  # an error: passed through (with what we have, if anything matched)
+            if self.result.matched:
+                return self._answer()
+            app.service.call_soon_threadsafe(self.req.reply, code, env.remark or "")
+            return
+        try:
+            pos = rq.PullReply.decode(env.ext)
+        except QuiverError as exc:
+            app.counters["broker_pull_failed"] += 1
+            return self._finish_error(ResponseCode.SYSTEM_ERROR,
+                                      f"broker {self.broker} answered a pull badly: {exc.remark}")
+        self.min, self.max = pos.min, pos.max
         if code == ResponseCode.SUCCESS and env.bodies:
-            return self._scanned(env.bodies[0], ext.get("next", self.offset))
-        if code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY) or code == ResponseCode.SUCCESS:
-            self.offset = max(self.offset, ext.get("next", self.offset))
+            return self._scanned(env.bodies[0], pos.next)
+        if code != ResponseCode.PULL_OFFSET_MOVED:
+            self.offset = max(self.offset, pos.next)
             if self.result.matched:
                 return self._answer()
             if code != ResponseCode.PULL_NOT_FOUND or self._remaining_ms() > 50:
@@ -92,7 +105,8 @@ class FilteredPull:
             return self._answer()
         if self.result.matched:  # answer what we have; the next pull meets the condition again
             return self._answer()
-        app.service.call_soon_threadsafe(self.req.reply, code, env.remark or "", ext)
+        app.service.call_soon_threadsafe(self.req.reply, code, env.remark or "",
+                                         {"next": pos.next, "min": pos.min, "max": pos.max})
 
     def _scanned(self, buf, broker_next: int) -> None:
         cfg = self.app.config

@@ -3,38 +3,27 @@
 import logging
 
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import TopicNotExistError, InvalidParameterError
+from quiver.errors import TopicNotExistError
+
+from .route_table import validate_registration, validate_unregistration
 
 log = logging.getLogger(__name__)
 
 
-def _need(ext: dict, name: str, kind=str):
-    value = ext.get(name)
-    if not isinstance(value, kind) or (kind is str and not value):
-        raise InvalidParameterError(f"field {name!r} ({kind.__name__}) is required")
-    return value
-
-
 def make_handlers(table):
     def register_broker(req):
-        ext = req.ext
-        topics = ext.get("topics") or {}
-        if not isinstance(topics, dict):
-            raise InvalidParameterError("field 'topics' must map topic name -> config")
-        out = table.register(_need(ext, "cluster"), _need(ext, "broker_name"), _need(ext, "broker_addr"),
-                             int(ext.get("broker_id", 0)), ext.get("data_version") or {}, topics,
-                             ext.get("filter_servers") or [], ext.get("ha_addr") or "")
-        req.reply(ResponseCode.SUCCESS, "", out)
+        # the schema checked each field; this checks the whole registration before any table is touched
+        reg = validate_registration(req.ext)
+        req.reply(ResponseCode.SUCCESS, "", table.register(reg))
 
     def unregister_broker(req):
-        ext = req.ext
-        found = table.unregister(_need(ext, "cluster"), _need(ext, "broker_name"), _need(ext, "broker_addr"),
-                                 ext.get("broker_id"))
-        log.info("broker %s unregistered (%s)", ext["broker_addr"], "known" if found else "unknown")
+        unreg = validate_unregistration(req.ext)
+        found = table.unregister(unreg)
+        log.info("broker %s unregistered (%s)", unreg.broker_addr, "known" if found else "unknown")
         req.reply(ResponseCode.SUCCESS)
 
     def get_route(req):
-        topic = _need(req.ext, "topic")
+        topic = req.args.topic
         route = table.route(topic)
         if route is None:
             raise TopicNotExistError(f"no route for topic {topic!r}: create it or enable auto-create on a broker")

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from quiver.codes import RequestCode
+from quiver import requests as rq
 from quiver.errors import QueryNotFoundError, QuiverError
 from quiver.service import Service
 from quiver.validation import SCHEDULE_TOPIC
@@ -47,17 +47,19 @@ class App:
         self.timers = Timers(self)
         self.membership = Membership(self.client)
         self.owned: dict = {}          # unit -> "starting" | "running"
-        self.brokers: dict = {}
+        self.brokers: dict = {}        # broker name -> membership.BrokerInfo
         self.control = ThreadPoolExecutor(1, thread_name_prefix="scheduler-control")
         self._rebalance_pending = threading.Event()
         self.aps = BackgroundScheduler(daemon=True)
 
     # ---- IO: replies come back on the service thread ----------------------------------
 
-    def request(self, addr, code, ext, bodies, callback, timeout: float = 3.0) -> None:
+    def request(self, addr, req, ext, bodies, callback, timeout: float = 3.0) -> None:
+        """Send `req` (a typed request, quiver.requests; `ext` None) to a broker;
+        `callback(envelope | error)` runs on this thread."""
         soon = self.service.call_soon_threadsafe
         try:
-            self.client.transport.send(addr, code, ext, bodies, lambda r: soon(callback, r), timeout)
+            self.client.transport.send(addr, req, ext, bodies, lambda r: soon(callback, r), timeout)
         except QuiverError as exc:
             soon(callback, exc)
 
@@ -103,14 +105,16 @@ class App:
         info = self.brokers.get(unit.broker)
         if info is None:
             return
-        addr = info["addr"]
+        addr = info.addr
         try:
             if unit.kind == LEVEL:
-                ext = {"g": self.config.group, "t": SCHEDULE_TOPIC, "q": unit.queue_id}
+                call = self.client.call_broker
                 try:
-                    start = self.client.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+                    env = call(addr, rq.QueryConsumerOffset(group=self.config.group, topic=SCHEDULE_TOPIC,
+                                                            queue_id=unit.queue_id))
                 except QueryNotFoundError:
-                    start = self.client.call_broker(addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+                    env = call(addr, rq.GetMinOffset(topic=SCHEDULE_TOPIC, queue_id=unit.queue_id))
+                start = rq.OffsetReply.decode(env.ext).offset
             else:
                 start = plan_start(self.client, self.db, self.config.group, unit, addr)
         except QuiverError as exc:
@@ -128,10 +132,10 @@ class App:
             return
         self.owned[unit] = "running"
         if unit.kind == LEVEL:
-            delays = info["delay_levels_ms"]
-            self.levels.start(unit, info["addr"], delays[min(unit.queue_id, len(delays) - 1)], start)
+            delays = info.init.delay_levels_ms
+            self.levels.start(unit, info.addr, delays[min(unit.queue_id, len(delays) - 1)], start)
         else:
-            self.timers.start(unit, info["addr"], start)
+            self.timers.start(unit, info.addr, start)
 
     # ---- cancel -------------------------------------------------------------------------------
 

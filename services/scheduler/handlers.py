@@ -6,7 +6,6 @@ App.status) and SCHEDULE_CANCEL.
 """
 
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError
 
 
 def make_handlers(app):
@@ -14,9 +13,6 @@ def make_handlers(app):
         req.reply(ResponseCode.SUCCESS, "pong", {"service": "scheduler", "client_id": app.client.client_id})
 
     def cancel(req):
-        msg_id = req.ext.get("id")
-        if not isinstance(msg_id, str) or not msg_id or len(msg_id) > 64:
-            raise InvalidParameterError("SCHEDULE_CANCEL needs 'id': the msgId the producer got from send()")
-        req.reply(ResponseCode.SUCCESS, "", {"result": app.cancel(msg_id)})
+        req.reply(ResponseCode.SUCCESS, "", {"result": app.cancel(req.args.msg_id)})
 
     return {RequestCode.PING: ping, RequestCode.SCHEDULE_CANCEL: cancel}

@@ -6,6 +6,10 @@ the ConsumeQueue tagsCode holds) -> one timer for the head's due time ->
 SCHEDULE_REPUT of every due head message (batched, one request in flight per
 queue) -> commit the group's offset on the broker. A crash between a re-put
 and its commit re-delivers that batch only (at-least-once; same msgId).
+One poisoned message never stops a queue: a message whose REAL_TOPIC / REAL_QID
+is malformed is skipped before its re-put, and one the broker refuses
+(MESSAGE_ILLEGAL, its index in `bad`) is dropped while the rest of its batch is
+re-put; both are logged and counted (`poisoned_skipped` in STATUS counters).
 Does not own allocation (allocation.py / membership.py) nor timers (timers.py).
 """
 
@@ -13,9 +17,9 @@ import collections
 import logging
 import time
 
-from quiver import record
+from quiver import record, system_properties
 from quiver.codes import RequestCode, ResponseCode
-from quiver.message import UNIQ_KEY, offset_msg_id
+from quiver.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
 from quiver.validation import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -50,6 +54,29 @@ def msg_id_of(rec) -> str:
     return record.get_property(rec.props, UNIQ_KEY) or offset_msg_id(rec.store_host, rec.phys_offset)
 
 
+def poison_of(props: str) -> str | None:
+    """Why a parked message cannot go back to its real queue (REAL_TOPIC / REAL_QID
+    malformed), or None. The broker checks again, and also the real topic's queue count."""
+    return system_properties.first_problem(props, (REAL_TOPIC, REAL_QID))
+
+
+def refused(env, n: int) -> set[int]:
+    """Indices of a SCHEDULE_REPUT batch of `n` the broker refused as MESSAGE_ILLEGAL (`bad`);
+    empty for any other answer (then the whole batch is retried)."""
+    if isinstance(env, Exception) or env.code != ResponseCode.MESSAGE_ILLEGAL:
+        return set()
+    bad = env.ext.get("bad")
+    if not isinstance(bad, list):
+        return {0} if n == 1 else set()
+    return {i for i in bad if type(i) is int and 0 <= i < n}
+
+
+def skip_poisoned(app, unit, msg_id: str, remark: str) -> None:
+    """One poisoned message left behind: counted in STATUS, logged, and the queue goes on."""
+    app.service.counters["poisoned_skipped"] += 1
+    log.warning("%s: message %a skipped, it cannot be delivered: %s", unit, msg_id, remark)
+
+
 class LevelQueue:
     __slots__ = ("unit", "addr", "delay_ms", "next_pull", "delivered", "committed", "buffer", "in_flight",
                  "pulling", "timer", "active", "max_offset", "ids")
@@ -59,7 +86,7 @@ class LevelQueue:
         self.next_pull = self.delivered = offset
         self.committed = offset
         self.buffer = collections.deque()   # (due_ms, queue_offset, msg_id, record)
-        self.in_flight = collections.deque()  # [batch, done] per SCHEDULE_REPUT under way, in offset order
+        self.in_flight = collections.deque()  # [batch, done, end offset] per SCHEDULE_REPUT under way, in order
         self.pulling = False
         self.timer = None
         self.active = True
@@ -165,6 +192,11 @@ class Levels:
                 self.app.stats.cancelled_skipped += 1
                 skipped_to = item[1] + 1
                 continue
+            problem = poison_of(item[3].props)
+            if problem is not None:
+                skip_poisoned(self.app, q.unit, item[2], problem)
+                skipped_to = item[1] + 1
+                continue
             batch.append(item)
         if not batch:
             if skipped_to is not None and not q.in_flight:
@@ -173,9 +205,15 @@ class Levels:
             self._arm(q)
             self._pull(q)
             return
-        entry = [batch, False]
+        # once done, progress covers the batch and any message skipped after it
+        entry = [batch, False, max(batch[-1][1] + 1, skipped_to or 0)]
         q.in_flight.append(entry)
         self.in_flight_ids.update(i[2] for i in batch)
+        self._send(q, entry)
+        self._arm(q)  # several re-puts of one queue may be under way (reput_window)
+
+    def _send(self, q: LevelQueue, entry) -> None:
+        batch = entry[0]
         metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, due] for due, _, _, r in batch]
         ext = {"m": metas}
         bodies = [i[3].body for i in batch]
@@ -184,12 +222,21 @@ class Levels:
             bodies = [b"".join(bodies)]
         self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, ext, bodies,
                          lambda env: self._reput_done(q, entry, env), timeout=10.0)
-        self._arm(q)  # several re-puts of one queue may be under way (reput_window)
 
     def _reput_done(self, q: LevelQueue, entry, env) -> None:
         batch = entry[0]
+        bad = refused(env, len(batch))
+        if bad:  # drop what the broker refused, re-put the rest in the same place of the order
+            for i in sorted(bad):
+                skip_poisoned(self.app, q.unit, batch[i][2], env.remark)
+                self.in_flight_ids.discard(batch[i][2])
+            entry[0] = batch = [item for i, item in enumerate(batch) if i not in bad]
+            if batch:
+                self._send(q, entry)
+                return
+            env = None  # nothing left to deliver: the entry is done
         self.in_flight_ids.difference_update(i[2] for i in batch)
-        if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+        if env is not None and (isinstance(env, Exception) or env.code != ResponseCode.SUCCESS):
             log.warning("re-put of %d from %s failed (%s); retrying", len(batch), q.unit,
                         env if isinstance(env, Exception) else env.remark)
             q.in_flight.remove(entry)
@@ -202,11 +249,12 @@ class Levels:
                 q.timer = self.app.service.call_later(0.2, fired, q, self._arm)
             return
         entry[1] = True
-        ts = env.ext.get("ts") or now_ms()
-        self.app.stats.delivered(ts, [i[0] for i in batch], [i[2] for i in batch])
+        if batch:
+            ts = env.ext.get("ts") or now_ms()
+            self.app.stats.delivered(ts, [i[0] for i in batch], [i[2] for i in batch])
         # progress moves only over the finished prefix: never past a re-put still under way
         while q.in_flight and q.in_flight[0][1]:
-            q.delivered = q.in_flight.popleft()[0][-1][1] + 1
+            q.delivered = q.in_flight.popleft()[2]
         self._commit(q)
         if q.active:
             self._arm(q)

@@ -15,7 +15,10 @@ import logging
 import os
 import time
 from concurrent.futures import wait
+from dataclasses import dataclass
 
+from quiver import names
+from quiver import requests as rq
 from quiver.client import ClientBase
 from quiver.codes import RequestCode
 from quiver.errors import QuiverError
@@ -44,30 +47,39 @@ class SchedulerClient(ClientBase):
 
     push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _members_changed}
 
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker as the last rebalance saw it: where it is and its SCHEDULE_INIT answer."""
+    addr: str
+    init: rq.ScheduleInitReply
+
+
 class Membership:
     def __init__(self, client: SchedulerClient, dead_after: int = 3, ping_timeout_s: float = 1.5):
         self.client = client
         self.dead_after = dead_after
         self.ping_timeout_s = ping_timeout_s
         self.failures: dict[str, int] = {}
-        self.brokers: dict[str, dict] = {}      # broker name -> {"addr", "delay_levels_ms", ...}
+        self.brokers: dict[str, BrokerInfo] = {}
         self.members: list[str] = []
 
-    def step(self) -> tuple[list[Unit], dict[str, dict]]:
+    def step(self) -> tuple[list[Unit], dict[str, BrokerInfo]]:
         """(my units, broker info) from a fresh look at brokers and members."""
         c = self.client
         brokers = {}
         for name, addr in c.all_broker_addrs().items():
             try:
-                info = c.call_broker(addr, RequestCode.SCHEDULE_INIT).ext
+                init = rq.ScheduleInitReply.decode(c.call_broker(addr, rq.ScheduleInit()).ext)
             except QuiverError as exc:
                 log.warning("broker %s (%s) did not answer SCHEDULE_INIT: %s", name, addr, exc)
                 continue
-            brokers[name] = {**info, "addr": addr}
+            brokers[name] = BrokerInfo(addr, init)
         ids = {c.client_id}
         for name, info in brokers.items():
             try:
-                ids.update(c.call_broker(info["addr"], RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"g": c.group}).ext["ids"])
+                env = c.call_broker(info.addr, rq.GetConsumerList(group=c.group))
+                ids.update(rq.ConsumerListReply.decode(env.ext).ids)
             except QuiverError as exc:
                 log.warning("members of %s from %s: %s", c.group, name, exc)
         live = self._alive(sorted(ids))
@@ -75,7 +87,7 @@ class Membership:
             log.info("scheduler members: %s", live)
         self.members, self.brokers = live, brokers
         units = [u for name, info in sorted(brokers.items())
-                 for u in units_of(name, info["schedule_queues"], info["timer_queues"])]
+                 for u in units_of(name, info.init.schedule_queues, info.init.timer_queues)]
         return allocate(units, live, c.client_id), brokers
 
     def _alive(self, ids: list[str]) -> list[str]:
@@ -83,14 +95,19 @@ class Membership:
         futs = {}
         for cid in ids:
             addr = addr_of(cid)
-            if cid == me or addr is None:
+            if cid == me or addr is None or names.addr_problem(addr):  # no scheduler can be reached there
                 continue
-            futs[cid] = self.client.transport.call_future(addr, RequestCode.PING, timeout=self.ping_timeout_s)
-        wait(list(futs.values()), self.ping_timeout_s + 0.5)
+            try:
+                futs[cid] = self.client.transport.call_future(addr, rq.Ping(), timeout=self.ping_timeout_s)
+            except QuiverError as exc:  # shutting down
+                log.debug("member %s not pinged: %s", cid, exc)
+                futs[cid] = None
+        wait([f for f in futs.values() if f is not None], self.ping_timeout_s + 0.5)
         live = [me]
         for cid, fut in futs.items():
-            ok = fut.done() and fut.exception() is None and fut.result().code == 0
-            if ok and fut.result().ext.get("client_id") != cid:
+            answered = _ping_answer(fut)
+            ok = answered is not None
+            if ok and answered.client_id != cid:
                 self.failures[cid] = self.dead_after   # its address now belongs to another instance
                 continue
             self.failures[cid] = 0 if ok else self.failures.get(cid, 0) + 1
@@ -100,3 +117,13 @@ class Membership:
             if cid not in futs:
                 del self.failures[cid]
         return sorted(live)
+
+
+def _ping_answer(fut) -> rq.PingReply | None:
+    """The PING reply a member sent, or None if it did not answer (in time, or well)."""
+    if fut is None or not fut.done() or fut.exception() is not None or fut.result().code != 0:
+        return None
+    try:
+        return rq.PingReply.decode(fut.result().ext)
+    except QuiverError:
+        return None

@@ -18,24 +18,29 @@ Owns, per owned timer queue (one per broker; service thread only):
 - roll forward (`roll_step`): a pending timer whose stored copy is older than
   `roll_after_ms` is re-appended to the timer topic (SCHEDULE_REPUT roll), so
   a rebuild from the topic finds it after the original segment expired.
+- poison: a timer whose TIMER_DELIVER_MS, REAL_TOPIC or REAL_QID is malformed
+  is not ingested; one the broker refuses (MESSAGE_ILLEGAL, its index in `bad`)
+  is cancelled in the index while the rest of its batch goes on; both are
+  logged and counted (`poisoned_skipped`, levels.skip_poisoned).
 """
 
 import heapq
 import logging
 
-from quiver import record
+from quiver import record, system_properties
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import QueryNotFoundError
-from quiver.message import TIMER_DELIVER_MS
+from quiver.message import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.validation import TIMER_TOPIC
 
 from .db import row_dict
-from .levels import fired, msg_id_of, now_ms, wake_at
+from .levels import fired, msg_id_of, now_ms, refused, skip_poisoned, wake_at
 
 log = logging.getLogger(__name__)
 
 _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
             ResponseCode.PULL_OFFSET_MOVED)
+_CHECKED = (TIMER_DELIVER_MS, REAL_TOPIC, REAL_QID)  # a timer with one malformed is not ingested
 
 
 def wm_group(group: str) -> str:
@@ -149,10 +154,11 @@ class Timers:
             if rec.queue_offset < q.next_pull:
                 continue
             mid = msg_id_of(rec)
-            try:
-                due = int(record.get_property(rec.props, TIMER_DELIVER_MS) or 0)
-            except ValueError:
-                due = 0
+            problem = system_properties.first_problem(rec.props, _CHECKED)
+            if problem is not None:
+                skip_poisoned(self.app, q.unit, mid, problem)
+                continue
+            due = system_properties.read_int(rec.props, TIMER_DELIVER_MS, 0)
             if rec.queue_offset < q.rebuild_until and due <= q.wm:
                 continue  # delivered by the previous owner
             q.rolled.discard(mid)
@@ -212,6 +218,14 @@ class Timers:
 
     def _reput_done(self, q: TimerQueue, rows, env) -> None:
         q.in_flight = None
+        bad = refused(env, len(rows))
+        if bad:  # cancel what the broker refused; the rest is due: delivered at once
+            self._drop(q, [rows[i] for i in sorted(bad)], env.remark)
+            for i, r in enumerate(rows):
+                if i not in bad:
+                    self._push(q, r.due_ms, r.id)
+            self._arm(q)
+            return
         if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
             log.warning("timer re-put of %d failed (%s); retrying", len(rows),
                         env if isinstance(env, Exception) else env.remark)
@@ -226,6 +240,11 @@ class Timers:
         if not q.rebuilding:
             self._commit(q)
         self._arm(q)
+
+    def _drop(self, q: TimerQueue, rows, remark: str) -> None:
+        for r in rows:
+            skip_poisoned(self.app, q.unit, r.id, remark)
+            self.db.cancel(r.id)
 
     def in_flight_ids(self) -> set[str]:
         return {r.id for q in self.queues.values() for r in (q.in_flight or ())}
@@ -262,9 +281,17 @@ class Timers:
             q.rolled.update(r.id for r in rows)
             metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, r.due_ms] for r in rows]
             self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas, "roll": True}, [r.body for r in rows],
-                             _log_failure, timeout=10.0)
+                             lambda env, q=q, rows=rows: self._rolled(q, rows, env), timeout=10.0)
             n += len(rows)
         return n
+
+    def _rolled(self, q: TimerQueue, rows, env) -> None:
+        """A failed roll is tried again at the next step; what the broker refused is cancelled."""
+        if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+            _log_failure(env)
+            bad = refused(env, len(rows))
+            self._drop(q, [rows[i] for i in sorted(bad)], env.remark if bad else "")
+            q.rolled.difference_update(r.id for i, r in enumerate(rows) if i not in bad)
 
     def in_memory(self) -> int:
         return sum(len(q.heap) for q in self.queues.values())

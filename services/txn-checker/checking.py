@@ -11,6 +11,9 @@ Owns the decision per half message (RocketMQ's TransactionalMessageServiceImpl
 - otherwise "c": the broker pushes CHECK_TRANSACTION_STATE to a live producer
   of the group and re-puts the half with the count + 1 (not counted when no
   producer is live).
+A malformed property (CHECK_IMMUNITY_TIME_IN_SECONDS=inf, TRANSACTION_CHECK_TIMES=x)
+is read as absent, counted in `bad_system_properties` and logged: one bad half
+message never stops a round.
 A round stops at the half queue's max offset seen when it began (re-put copies
 are next round's work). Progress = consumer offsets of `group` on the half and
 op queues, committed after the broker acknowledged the round's checks, so a
@@ -30,13 +33,12 @@ from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import QueryNotFoundError, QuiverError
 from quiver.message import TRANSACTION_ID
 from quiver.rebalance import Rebalancer, allocate_averagely
+from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, TRAN_BORN_MS as BORN_MS,
+                                      TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int)
 from quiver.validation import HALF_TOPIC, OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-BORN_MS = "TRAN_BORN_MS"
 RESOLVED_KEEP = 500_000  # transaction ids remembered per broker (the broker is the authority anyway)
 _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
             ResponseCode.PULL_OFFSET_MOVED)
@@ -179,20 +181,21 @@ class Checker:
         return counts
 
     def _decide(self, m, st: _BrokerState, now: int) -> str | None:
+        """Never raises: a malformed property is counted, logged, and its default used."""
         props = m.properties
         txid = props.get(TRANSACTION_ID, "")
         if txid in st.resolved:
             return "skip"
-        try:
-            checks = int(props.get(CHECK_TIMES, "0") or 0)
-            born = int(props.get(BORN_MS) or m.born_timestamp)
-            immune_s = props.get(CHECK_IMMUNITY)
-            immunity = max(self.config.transaction_timeout_ms, int(float(immune_s) * 1000) if immune_s else 0)
-        except ValueError:
-            checks, born, immune_s, immunity = 0, m.born_timestamp, None, self.config.transaction_timeout_ms
+
+        def bad(remark: str) -> None:
+            self.counters["bad_system_properties"] += 1
+            log.warning("half message %a at offset %d: %s; its default is used", txid, m.queue_offset, remark)
+        checks = read_int(props, CHECK_TIMES, 0, bad)
+        born = read_int(props, BORN_MS, m.born_timestamp, bad)
+        immune_s = read_int(props, CHECK_IMMUNITY, 0, bad)
         if checks >= self.config.max_checks:
             return "d"
-        if now - born < immunity:
+        if now - born < max(self.config.transaction_timeout_ms, immune_s * 1000):
             return "r" if immune_s else None
         return "c"
 

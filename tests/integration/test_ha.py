@@ -5,7 +5,8 @@ import signal
 
 import pytest
 
-from quiver import Admin, Message, Producer, SendStatus
+from quiver import Admin, Message, Producer, SendStatus, record
+from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
 from quiver.transport import Transport
 
@@ -14,7 +15,6 @@ from support.ha import ha_cluster, status, wait_converged, wait_for, wait_slave_
 
 def _pull_all(t, addr, topic, queue, upto):
     out, off = [], 0
-    from quiver import record
     while off < upto:
         env = t.call(addr, RequestCode.PULL_MESSAGE, {"t": topic, "q": queue, "o": off, "n": 256},
                      timeout=5.0, ok=(ResponseCode.SUCCESS,))
@@ -58,11 +58,11 @@ def test_slave_refuses_writes_and_end_transaction(ha_cluster):
     c, master, slave = ha_cluster("ASYNC_MASTER")
     t = Transport("test")
     try:
-        for code, ext in ((RequestCode.SEND_MESSAGE, {"t": "X", "q": 0, "m": [[0, ""]]}),
-                          (RequestCode.END_TRANSACTION, {"g": "g", "o": 0}),
-                          (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"})):
-            env = t.call(slave.addr, code, ext, (b"x",), ok=tuple(ResponseCode))
-            assert env.code == ResponseCode.SERVICE_NOT_AVAILABLE, (code, env.remark)
+        for req in (rq.SendMessage(topic="X", metas=([0], [""])),
+                    rq.EndTransaction(group="g", entries=[(0, 0, record.TX_COMMIT, "")]),
+                    rq.CreateTopic(topic="X")):
+            env = t.call(slave.addr, req, None, (b"x",), ok=tuple(ResponseCode))
+            assert env.code == ResponseCode.SERVICE_NOT_AVAILABLE, (req, env.remark)
         # routes list both addresses by id; producers only write to the master
         Admin(namesrv=c.namesrv).create_topic("HaRoute", queues=2)
         route = Admin(namesrv=c.namesrv).topic_route("HaRoute")

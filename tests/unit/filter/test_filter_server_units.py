@@ -4,6 +4,7 @@ the broker's filter-server registry."""
 import pytest
 
 from quiver import record
+from quiver import requests as rq
 from quiver.client import MessageQueue, Route
 from quiver.errors import SubscriptionParseError
 from quiver.filter_route import FilterServers, NoFilterServerError, pull_address, should_fail_over
@@ -57,25 +58,29 @@ def test_selector_cache_per_group_topic_expression_and_bounded():
     assert len(cache) == 2
 
 
+def _cluster(live: dict) -> rq.ClusterData:
+    return rq.ClusterData.decode({"live": {a: {"broker_name": "b", **info} for a, info in live.items()}})
+
+
 def test_pick_broker_keeps_current_else_least_loaded_master():
-    cluster = {"live": {"b1:1": {"broker_id": 0, "filter_servers": ["f1"]},
+    cluster = _cluster({"b1:1": {"broker_id": 0, "filter_servers": ["f1:1"]},
                         "b2:1": {"broker_id": 0, "filter_servers": []},
-                        "b3:1": {"broker_id": 1, "filter_servers": []}}}
+                        "b3:1": {"broker_id": 1, "filter_servers": []}})
     assert pick_broker(cluster, "me:1") == "b2:1"
     assert pick_broker(cluster, "me:1", current="b2:1") == "b2:1"
     assert pick_broker(cluster, "me:1", current="gone:1") == "b2:1"
-    assert pick_broker({"live": {}}, "me:1") is None
+    assert pick_broker(_cluster({}), "me:1") is None
 
 
 def test_pick_broker_spreads_a_crowd_one_at_a_time():
-    cluster = {"live": {"b1:1": {"broker_id": 0, "filter_servers": ["f1", "f2"]},
-                        "b2:1": {"broker_id": 0, "filter_servers": []}}}
-    moves = [f for f in ("f1", "f2") if pick_broker(cluster, f, current="b1:1") == "b2:1"]
+    live = {"b1:1": {"broker_id": 0, "filter_servers": ["f1:1", "f2:1"]},
+            "b2:1": {"broker_id": 0, "filter_servers": []}}
+    moves = [f for f in ("f1:1", "f2:1") if pick_broker(_cluster(live), f, current="b1:1") == "b2:1"]
     assert len(moves) == 1                      # exactly one of the two moves
-    cluster["live"]["b1:1"]["filter_servers"] = ["f1"]
-    cluster["live"]["b2:1"]["filter_servers"] = ["f2"]
-    assert pick_broker(cluster, "f1", current="b1:1") == "b1:1"
-    assert pick_broker(cluster, "f2", current="b2:1") == "b2:1"
+    live["b1:1"]["filter_servers"] = ["f1:1"]
+    live["b2:1"]["filter_servers"] = ["f2:1"]
+    assert pick_broker(_cluster(live), "f1:1", current="b1:1") == "b1:1"
+    assert pick_broker(_cluster(live), "f2:1", current="b2:1") == "b2:1"
 
 
 def _route(filters: dict) -> Route:

@@ -1,6 +1,6 @@
 """Name server routing rules, without sockets."""
 
-from quiver_namesrv.route_table import RouteTable
+from quiver_namesrv.route_table import RouteTable, Unregistration, validate_registration
 
 
 class Clock:
@@ -11,8 +11,10 @@ class Clock:
         return self.t
 
 
-def _reg(table, name, addr, topics, version=1, bid=0, filters=()):
-    return table.register("C", name, addr, bid, {"counter": version}, topics, list(filters))
+def _reg(table, name, addr, topics, version=1, bid=0, filters=(), cluster="C"):
+    return table.register(validate_registration({
+        "cluster": cluster, "broker_name": name, "broker_addr": addr, "broker_id": bid,
+        "data_version": {"counter": version}, "topics": topics, "filter_servers": list(filters)}))
 
 
 def test_route_lists_queue_data_and_brokers():
@@ -60,7 +62,39 @@ def test_unregister_keeps_other_addresses_of_a_broker_name():
     table = RouteTable()
     _reg(table, "a", "h:1", {"T": {}})
     _reg(table, "a", "h:3", {"T": {}}, bid=1)
-    table.unregister("C", "a", "h:3")
+    table.unregister(Unregistration("C", "a", "h:3"))
     assert table.route("T") and table.cluster_info()["brokers"]["a"]["addrs"] == {"0": "h:1"}
-    table.unregister("C", "a", "h:1")
+    table.unregister(Unregistration("C", "a", "h:1"))
     assert table.route("T") is None and table.cluster_info()["clusters"] == {}
+
+
+def test_unregister_under_another_name_or_id_leaves_the_live_entry():
+    table = RouteTable()
+    _reg(table, "a", "h:1", {"T": {}})
+    assert table.unregister(Unregistration("C", "b", "h:1")) is False
+    assert table.unregister(Unregistration("C", "a", "h:1", broker_id=1)) is False
+    assert "h:1" in table.live and table.route("T")
+    assert table.unregister(Unregistration("C", "a", "h:1", broker_id=0)) is True
+    assert table.cluster_info() == {"brokers": {}, "clusters": {}, "live": {}} and table.topic_list() == []
+
+
+def test_address_reused_by_another_broker_name_leaves_no_ghost():
+    clock = Clock()
+    table = RouteTable(clock)
+    _reg(table, "a", "h:1", {"T": {}})
+    _reg(table, "b", "h:1", {"U": {}})
+    info = table.cluster_info()
+    assert list(info["brokers"]) == ["b"] and info["clusters"] == {"C": ["b"]}
+    assert table.route("T") is None and table.route("U")
+    clock.t = 100
+    assert table.expire(50) == ["h:1"]
+    assert table.cluster_info() == {"brokers": {}, "clusters": {}, "live": {}}
+
+
+def test_broker_name_moving_cluster_is_listed_once():
+    table = RouteTable()
+    _reg(table, "a", "h:1", {"T": {}}, cluster="C1")
+    _reg(table, "a", "h:1", {"T": {}}, cluster="C2")
+    assert table.cluster_info()["clusters"] == {"C2": ["a"]}
+    table.unregister(Unregistration("C2", "a", "h:1"))
+    assert table.cluster_info()["clusters"] == {}

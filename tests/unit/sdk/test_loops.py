@@ -1,0 +1,59 @@
+"""Periodic loops survive failing steps and failing items, and count them."""
+
+import logging
+import threading
+import time
+
+from quiver.errors import InvalidParameterError
+from quiver.loops import Failures, Loop
+
+
+def test_each_skips_a_bad_item_counts_it_and_logs_it_once(caplog):
+    failures = Failures()
+    seen = []
+
+    def step(item):
+        if item == "bad":
+            raise InvalidParameterError("bad item")
+        seen.append(item)
+
+    with caplog.at_level(logging.WARNING, logger="quiver.loops"):
+        assert failures.each("scan", ["a", "bad", "b"], step) == 2
+        assert failures.each("scan", ["bad", "c"], step) == 1
+    assert seen == ["a", "b", "c"]
+    assert failures.counters["scan_failed"] == 2
+    assert len([r for r in caplog.records if "bad item" in r.getMessage()]) == 1
+
+
+def test_a_bug_is_logged_with_its_traceback(caplog):
+    failures = Failures()
+    with caplog.at_level(logging.WARNING, logger="quiver.loops"):
+        assert not failures.guard("x", lambda: 1 / 0)
+    assert caplog.records[0].exc_info is not None
+
+
+def test_loop_goes_on_after_a_failing_step_and_stops():
+    runs = []
+    done = threading.Event()
+
+    def step():
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            raise RuntimeError("first run fails")
+        if len(runs) >= 3:
+            done.set()
+
+    loop = Loop("tick", 0.01, step).start()
+    assert done.wait(5)
+    loop.stop(join_s=2)
+    n = len(runs)
+    time.sleep(0.05)
+    assert len(runs) == n and loop.failures.counters["tick_failed"] == 1
+
+
+def test_wake_runs_the_step_early():
+    ran = threading.Event()
+    loop = Loop("slow", 60.0, ran.set).start()
+    loop.wake()
+    assert ran.wait(5)
+    loop.stop(join_s=2)
