@@ -143,18 +143,11 @@ class Transactions:
 
     def end(self, req) -> None:
         self.load()
-        ext = req.ext
-        group = ext.get("g")
-        entries = ext.get("e")
-        if not isinstance(group, str) or not isinstance(entries, list) or not entries:
-            raise InvalidParameterError("END_TRANSACTION needs 'g' (producer group) and 'e' ([[phys, qoff, state, txid]])")
-        from_check = bool(ext.get("fc"))
+        a = req.args  # quiver.requests.EndTransaction: entries are (phys, qoff, state, txid)
+        group, entries, from_check = a.group, a.entries, a.from_check
         now = int(time.time() * 1000)
         results, commits, ops = [], [], []
-        for e in entries:
-            if not isinstance(e, list) or len(e) < 4:
-                raise InvalidParameterError("each entry is [half_phys, half_qoff, state, txid]")
-            phys, qoff, state, txid = e[:4]
+        for phys, qoff, state, txid in entries:
             results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops))
         touched = self._commit(commits) + self._write_ops(ops)
         c = self.app.counters
@@ -256,14 +249,10 @@ class Transactions:
 
     def check(self, req) -> None:
         self.load()
-        entries = req.ext.get("e")
-        if not isinstance(entries, list) or not entries:
-            raise InvalidParameterError("TRANSACTION_CHECK needs 'e' ([[half_phys, half_qoff, action], ...])")
+        entries = req.args.entries  # quiver.requests.TransactionCheck: (phys, qoff, "c" | "r" | "d")
         results: list = [None] * len(entries)
         reputs, discards, groups = [], [], {}
         for i, e in enumerate(entries):
-            if not isinstance(e, list) or len(e) < 3 or e[2] not in ("c", "r", "d"):
-                raise InvalidParameterError("each entry is [half_phys, half_qoff, 'c' | 'r' | 'd']")
             rec = self._half(e[0], e[1])
             if rec is None:
                 results[i] = "missing"
@@ -355,7 +344,7 @@ class Transactions:
 
     def list_open(self, req) -> None:
         self.load()
-        limit = max(1, min(int(req.ext.get("limit", 1000)), 100_000))
+        limit = min(req.args.limit, 100_000)
         start = self.store.min_offset(HALF_TOPIC, 0)
         group_offs = [o for (g, t, q), o in self.app.metadata.offsets.items() if t == HALF_TOPIC and q == 0]
         if group_offs:
