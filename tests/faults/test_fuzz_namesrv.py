@@ -1,7 +1,8 @@
 """Socket fuzz of the name server (issue 13): every request code, every field type-confused and
-out of range (registrations whose broker_addr is not host:port, filter_servers that are not
-lists, topic configs that are not maps ...), envelope garbage, oversized frames, path-shaped
-names; then the process is alive, PING answers, a round trip works, the canary is intact,
+out of range, envelope garbage, oversized frames, path-shaped names, then registrations of
+brokers that do not exist, each under its own name and claiming the schedule topics
+(broker_addr not host:port; filter_servers, topic configs, data_version of the wrong shape);
+then the process is alive, PING answers, a round trip works, the canary is intact,
 memory stayed bounded, every registration the fuzz made has expired (no ghost broker, cluster
 or topic: the name server runs with a 4 s broker expiry), and a scheduler still delivers a
 delay-level-1 message within 2 s.
@@ -82,6 +83,7 @@ def test_namesrv_survives_malformed_frames(fuzz_env, out):
     run.general()
     run.oversized()
     run.paths()
+    run.frames("registrations", run.src.registration_poison())
     _register_known_ghost(env)
     checks.attempt("control: no ghost broker, cluster or topic once the fuzz's registrations expire",
                    _ghosts_expire, env)

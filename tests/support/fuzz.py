@@ -387,3 +387,28 @@ class FrameSource:
         for name in names:
             yield self.frame(int(RequestCode.DELETE_TOPIC_IN_BROKER), {"topic": name}, [],
                              f"DELETE_TOPIC_IN_BROKER:path:topic={name[:24]!r}")
+
+    def registration_poison(self):
+        """Registrations of brokers that do not exist, each under a name of its own (a later frame
+        must not overwrite what an earlier one left): addresses that are not host:port, and
+        registrations that should fail as a whole (a field of the wrong shape after good ones).
+        All claim the schedule topics, so a ghost among them reaches every scheduler."""
+        code = int(RequestCode.REGISTER_BROKER)
+        ext, _ = self.base(code)
+        n = 0
+        for vlabel, addr in POISON:
+            n += 1
+            yield self.frame(code, {**ext, "broker_name": f"fuzz-bad-addr-{n}", "broker_addr": addr}, [],
+                             f"REGISTER_BROKER:reg:broker_addr={vlabel}")
+        wrong = {"filter_servers": [5, "x", {"a": 1}, [5], [None], ["a:b:c"]],
+                 "topics": ["x", 5, [1], {"FuzzT": "x"}, {"FuzzT": 5}, {"FuzzT": [1]}, {"FuzzT": {"read": "x"}},
+                            {"FuzzT": {"read": 2**63}}],
+                 "data_version": ["x", 5, [1], {"counter": "x"}],
+                 "ha_addr": [5, ":", "a:b:c"],
+                 "broker_id": ["x", -1, 2**63, 1.5]}
+        for key, values in wrong.items():
+            for value in values:
+                n += 1
+                topics = {**ext["topics"], **value} if key == "topics" and isinstance(value, dict) else None
+                yield self.frame(code, {**ext, "broker_name": f"fuzz-half-{n}", key: topics or value}, [],
+                                 f"REGISTER_BROKER:reg:{key}={label_of(value)}")

@@ -83,7 +83,10 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.CHECK_CLIENT_CONFIG: ({"g": g, "t": t, "tp": "SQL92", "sub": "a > 1"}, []),
         R.REGISTER_BROKER: ({"cluster": "FuzzCluster", "broker_name": "fuzz-broker", "broker_addr": ctx.dead_addr,
                              "broker_id": 0, "data_version": {"counter": 1, "ts": now},
-                             "topics": {"FuzzGhostTopic": {"read": 4, "write": 4, "perm": 6, "order": False}},
+                             "topics": {"FuzzGhostTopic": {"read": 4, "write": 4, "perm": 6, "order": False},
+                                        # what a scheduler looks up: a ghost here reaches its rebalance
+                                        "SCHEDULE_TOPIC_XXXX": {"read": 3, "write": 3, "perm": 6},
+                                        "rmq_sys_wheel_timer": {"read": 1, "write": 1, "perm": 6}},
                              "filter_servers": [], "ha_addr": "127.0.0.1:2"}, []),
         R.UNREGISTER_BROKER: ({"cluster": "FuzzCluster", "broker_name": "fuzz-broker", "broker_addr": ctx.dead_addr,
                                "broker_id": 0}, []),

@@ -7,7 +7,7 @@ import types
 import pytest
 
 from quiver import MessageExt, record, system_properties as sp
-from quiver.codes import ResponseCode
+from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError
 
 BAD_INTS = ["inf", "-inf", "nan", "1e3", "0x10", " 1", "1 ", "+1", "1_000", "1.0", "", "x", "١", "１", "1\x00",
@@ -157,8 +157,9 @@ def test_scheduler_poison_helpers():
 
 
 class _Req:
-    def __init__(self, ext):
-        self.ext, self.args, self.answered, self.replies = ext, types.SimpleNamespace(**ext), False, []
+    def __init__(self, ext, code):
+        from quiver.requests import SCHEMAS
+        self.ext, self.args, self.answered, self.replies = ext, SCHEMAS[code].decode(ext), False, []
 
     def reply(self, code, remark="", ext=None):
         self.answered = True
@@ -194,18 +195,18 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
                               int(time.time() * 1000), b"\x7f\0\0\x01\0\0\0\0")
         halves[txid] = (res.phys_offsets[0], res.first_queue_offset)
     try:
-        req = _Req({"limit": 100})
+        req = _Req({"limit": 100}, RequestCode.TRANSACTION_LIST_OPEN)
         tx.list_open(req)
         code, _, out = req.replies[0]
         assert code == ResponseCode.SUCCESS and out["count"] == 5
         rows = {r["transaction_id"]: r for r in out["open"]}
         assert rows["times"]["checks"] == 0 and rows["immune"]["first_offset"] == halves["immune"][1]
         assert app.counters["bad_system_properties"] == 2
-        req = _Req({"e": [[*halves["times"], "r"]]})
+        req = _Req({"e": [[*halves["times"], "r"]]}, RequestCode.TRANSACTION_CHECK)
         tx.check(req)                                        # re-put with a clean count
         assert req.replies[0][2] == {"r": ["requeued"]}
         e = [[*halves[t], 8, t] for t in ("ok", "immune", "evil", "evil2")]
-        req = _Req({"g": "pg", "e": e})
+        req = _Req({"g": "pg", "e": e}, RequestCode.END_TRANSACTION)
         tx.end(req)                                          # a batch: one result per entry
         assert req.replies[0][2] == {"r": ["ok", "ok", "bad_real_queue", "bad_real_queue"]}
         assert tx.resolved == {"ok": "C", "immune": "C", "evil": "R", "evil2": "R"}
