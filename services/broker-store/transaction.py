@@ -73,7 +73,8 @@ _ERRORS = {"not_found": (ResponseCode.SYSTEM_ERROR, "half message not found at t
 
 
 def born_ms(rec, props: dict) -> int:
-    return read_int(props, BORN_MS, rec.born_ts)
+    # a half cannot be born after it was stored: a future TRAN_BORN_MS would hold it back forever
+    return min(read_int(props, BORN_MS, rec.born_ts), rec.store_ts)
 
 
 class Transactions:

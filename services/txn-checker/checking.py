@@ -191,7 +191,8 @@ class Checker:
             self.counters["bad_system_properties"] += 1
             log.warning("half message %a at offset %d: %s; its default is used", txid, m.queue_offset, remark)
         checks = read_int(props, CHECK_TIMES, 0, bad)
-        born = read_int(props, BORN_MS, m.born_timestamp, bad)
+        # a half cannot be born after it was stored: a future TRAN_BORN_MS would stop every round here
+        born = min(read_int(props, BORN_MS, m.born_timestamp, bad), m.store_timestamp)
         immune_s = read_int(props, CHECK_IMMUNITY, 0, bad)
         if checks >= self.config.max_checks:
             return "d"
