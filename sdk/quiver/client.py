@@ -8,6 +8,7 @@ host:port (or that is not shaped like a route entry) is skipped and logged once
 per client, so one bad registration cannot break every user of the route.
 """
 
+import dataclasses
 import logging
 import os
 import reprlib
@@ -17,6 +18,7 @@ import time
 from concurrent.futures import wait
 from dataclasses import dataclass
 
+from . import requests as rq
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, QuiverError, TopicNotExistError
 from .names import is_valid_addr
@@ -188,20 +190,33 @@ class ClientBase:
 
     # ---- heartbeats and pushed requests ----------------------------------------------
 
-    def heartbeat_payload(self) -> dict | None:
-        """{"producers": [...], "consumers": [...]} for HEART_BEAT, or None to send none."""
+    def heartbeat_payload(self) -> rq.HeartBeat | dict | None:
+        """The HEART_BEAT this client sends (an `rq.HeartBeat`; its `client_id` is always this
+        client's), or None to send none. The wire form {"producers": [...], "consumers": [...]}
+        is still accepted from a subclass and decoded through the schema (`heartbeat`)."""
         return None
+
+    def heartbeat(self) -> rq.HeartBeat | None:
+        """`heartbeat_payload()` as a typed HEART_BEAT of this client; FieldError if a dict
+        payload does not fit the schema."""
+        payload = self.heartbeat_payload()
+        if payload is None:
+            return None
+        if isinstance(payload, rq.HeartBeat):
+            if payload.client_id != self.client_id:
+                payload = dataclasses.replace(payload, client_id=self.client_id)
+            return payload
+        return rq.HeartBeat.decode({**payload, rq.HeartBeat.key("client_id"): self.client_id})
 
     def heartbeat_brokers(self) -> dict[str, str]:
         """Broker name -> address this client heartbeats to (default: every broker)."""
         return self.all_broker_addrs()
 
     def send_heartbeats(self) -> None:
-        payload = self.heartbeat_payload()
-        if payload is None:
-            return
-        ext = {"client_id": self.client_id, **payload}
         try:
+            req = self.heartbeat()
+            if req is None:
+                return
             brokers = self.heartbeat_brokers()
         except QuiverError as exc:
             log.warning("heartbeat skipped: %s", exc)
@@ -209,7 +224,7 @@ class ClientBase:
         # slaves too: while a master is down its slave answers the group's consumer list
         for addr in [*brokers.values(), *self.slave_addrs(brokers)]:
             try:
-                self.transport.send(addr, RequestCode.HEART_BEAT, ext, (), _ignore, self.request_timeout)
+                self.transport.send(addr, req, None, (), _ignore, self.request_timeout)
             except QuiverError as exc:  # shut down meanwhile
                 log.debug("heartbeat to %s not sent: %s", addr, exc)
                 return
@@ -221,17 +236,19 @@ class ClientBase:
     def before_close(self) -> None:
         """Leave every group this client heartbeats, at once: the broker tells the other
         members (they rebalance now, not after the 120 s expiry) and stops pushing to us."""
-        payload = self.heartbeat_payload()
-        if payload is None:
+        try:
+            hb = self.heartbeat()
+        except QuiverError:
             return
-        leaving = [{"producer_group": g} for g in payload.get("producers") or ()]
-        leaving += [{"consumer_group": c["group"]} for c in payload.get("consumers") or ()]
+        if hb is None:
+            return
+        leaving = [rq.UnregisterClient(client_id=self.client_id, producer_group=g) for g in hb.producers]
+        leaving += [rq.UnregisterClient(client_id=self.client_id, consumer_group=c.group) for c in hb.consumers]
         try:
             addrs = list(self.heartbeat_brokers().values()) if leaving else []
         except QuiverError:
             return
-        futs = [self.transport.call_future(addr, RequestCode.UNREGISTER_CLIENT, {"client_id": self.client_id, **g},
-                                           timeout=1.0) for addr in addrs for g in leaving]
+        futs = [self.transport.call_future(addr, req, timeout=1.0) for addr in addrs for req in leaving]
         wait(futs, 2.0)  # best effort: a broker that does not answer expires us later anyway
 
     # handlers for requests a broker pushes: {RequestCode: method(addr, env) -> frames | None}
@@ -256,7 +273,9 @@ class ClientBase:
 
     # ---- name server ---------------------------------------------------------------
 
-    def call_namesrv(self, code: int, ext: dict | None = None) -> dict:
+    def call_namesrv(self, code, ext: dict | None = None) -> dict:
+        """The reply's ext from the first name server that answers; `code` is a typed request
+        (quiver.requests), or a bare code with `ext`."""
         last: Exception | None = None
         for addr in self.namesrvs:
             try:
@@ -272,7 +291,7 @@ class ClientBase:
         cached = self._routes.get(topic)
         if cached and not refresh and now - cached[0] < self.route_refresh_s:
             return cached[1]
-        data = self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).get("route")
+        data = self.call_namesrv(rq.GetRouteInfo(topic=topic)).get("route")
         if not isinstance(data, dict):
             raise ClientError(f"the name server's route of {topic!r} is {_short(data)}, not a map")
         route = Route(topic, data)
@@ -283,7 +302,7 @@ class ClientBase:
     def cluster_info(self) -> dict:
         """The name server's cluster info, with every broker address that is not host:port left out
         (and brokers left with no address, and `live` entries under such an address)."""
-        info = self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO).get("cluster")
+        info = self.call_namesrv(rq.GetClusterInfo()).get("cluster")
         if not isinstance(info, dict):
             raise ClientError(f"the name server's cluster info is {_short(info)}, not a map")
         skipped: list[str] = []
@@ -351,8 +370,8 @@ class ClientBase:
         """A read from `addr` failed with a connection error: use a slave for a while."""
         self._read_down[addr] = time.monotonic() + self.master_retry_s
 
-    def call_read(self, topic: str, broker: str, code: int, ext: dict | None = None):
-        """A read request (offsets, queue bounds) to the master, else to a slave (call_broker)."""
+    def call_read(self, topic: str, broker: str, code, ext: dict | None = None):
+        """A read request (offsets, queue bounds; typed, quiver.requests) to the master, else to a slave."""
         return self.call_broker(self.read_addr(topic, broker), code, ext)
 
     # ---- fault avoidance -----------------------------------------------------------------
@@ -370,9 +389,9 @@ class ClientBase:
         until = self._avoid.get(broker)
         return until is None or until <= time.monotonic()
 
-    def call_broker(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float | None = None,
+    def call_broker(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float | None = None,
                     ok=(ResponseCode.SUCCESS,)):
-        """A request to a broker. Reads (offsets, queue bounds, consumer lists, lookups) sent
+        """A request to a broker: `code` is a typed request (quiver.requests), or a bare code with `ext`. Reads (offsets, queue bounds, consumer lists, lookups) sent
         to a master that is unreachable go to its slaves (known from cached routes)."""
         self._need_started()
         slaves = self._slaves_of_master(addr) if getattr(code, "CODE", code) in _READ_CODES else ()

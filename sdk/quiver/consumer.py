@@ -19,10 +19,11 @@ import threading
 import time
 
 from . import filter_route, tags
+from . import requests as rq
 from .client import ClientBase, MessageQueue
 from .rebalance import Rebalancer
 from .codes import RequestCode, ResponseCode
-from .errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
+from .errors import ClientError, FieldError, QueryNotFoundError, QuiverError, TopicNotExistError
 from .message import MessageExt, MessageSelector, decode_messages
 
 log = logging.getLogger(__name__)
@@ -104,13 +105,19 @@ class PullConsumer(ClientBase):
 
     # ---- assignment and offsets ---------------------------------------------------
 
-    def heartbeat_payload(self) -> dict:
-        subs = {t: {"type": s.type, "expression": s.expression} for t, s in self.subscriptions.items()}
-        return {"consumers": [{"group": self.group, "subscriptions": subs, "consume_type": "PULL",
-                               "model": "CLUSTERING", "consume_from": str(self.consume_from)}]}
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        subs = {t: rq.Subscription(type=s.type, expression=s.expression) for t, s in self.subscriptions.items()}
+        me = rq.ConsumerData(group=self.group, subscriptions=subs, consume_type="PULL", model="CLUSTERING",
+                             consume_from=str(self.consume_from))
+        return rq.HeartBeat(client_id=self.client_id, consumers=[me])
 
     def _on_ids_changed(self, addr, env):
-        if env.ext.get("g") in (None, self.group):
+        try:
+            group = rq.NotifyConsumerIdsChanged.decode(env.ext).group
+        except FieldError as exc:
+            log.warning("ignoring a malformed consumer-ids notification from %s: %s", addr, exc)
+            return None
+        if group in (None, self.group):
             self._wake.set()
         return None
 
@@ -169,25 +176,28 @@ class PullConsumer(ClientBase):
             self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
         if st.committed != st.consumed:
             try:
-                self.call_broker(st.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                                 {"g": self.group, "t": mq.topic, "q": mq.queue_id, "o": st.consumed})
+                self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
+                                                                  queue_id=mq.queue_id, offset=st.consumed))
             except QuiverError as exc:
                 log.warning("commit of released %s failed: %s", mq, exc)
         log.info("released %s at offset %d", mq, st.consumed)
 
+    def _read_offset(self, mq: MessageQueue, req: rq.Schema) -> int:
+        """An offset from the master, or a slave while the master is unreachable."""
+        return rq.OffsetReply.decode(self.call_read(mq.topic, mq.broker, req).ext).offset
+
     def _initial_offset(self, mq: MessageQueue, addr: str) -> int:
-        ext = {"g": self.group, "t": mq.topic, "q": mq.queue_id}
-        read = self.call_read  # the master, or a slave while the master is unreachable
         try:
-            return read(mq.topic, mq.broker, RequestCode.QUERY_CONSUMER_OFFSET, ext).ext["offset"]
+            return self._read_offset(mq, rq.QueryConsumerOffset(group=self.group, topic=mq.topic,
+                                                                queue_id=mq.queue_id))
         except QueryNotFoundError:
             pass
         if self.consume_from == "first":
-            return read(mq.topic, mq.broker, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+            return self._read_offset(mq, rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id))
         if isinstance(self.consume_from, int) and not isinstance(self.consume_from, bool):
-            ext["ts"] = self.consume_from
-            return read(mq.topic, mq.broker, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext["offset"]
-        return read(mq.topic, mq.broker, RequestCode.GET_MAX_OFFSET, ext).ext["offset"]
+            return self._read_offset(mq, rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id,
+                                                                    timestamp=self.consume_from))
+        return self._read_offset(mq, rq.GetMaxOffset(topic=mq.topic, queue_id=mq.queue_id))
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         st = self._queues.get(mq)
@@ -203,13 +213,13 @@ class PullConsumer(ClientBase):
 
     def seek_to_timestamp(self, ts_ms: int) -> None:
         for mq, st in list(self._queues.items()):
-            ext = {"t": mq.topic, "q": mq.queue_id, "ts": int(ts_ms)}
-            self.seek(mq, self.call_broker(st.addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext["offset"])
+            req = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=int(ts_ms))
+            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
 
     def seek_to_begin(self) -> None:
         for mq, st in list(self._queues.items()):
-            ext = {"t": mq.topic, "q": mq.queue_id}
-            self.seek(mq, self.call_broker(st.addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"])
+            req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
+            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
 
     def committed(self, mq: MessageQueue) -> int | None:
         st = self._queues.get(mq)
@@ -221,15 +231,15 @@ class PullConsumer(ClientBase):
             off = st.consumed
             if st.committed == off:
                 continue
-            ext = {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": off}
+            req = rq.UpdateConsumerOffset(group=self.group, topic=st.mq.topic, queue_id=st.mq.queue_id, offset=off)
             try:
-                self.call_broker(st.addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+                self.call_broker(st.addr, req)
             except ClientError:  # its master is unreachable: the slave keeps it meanwhile
                 self.read_failed(st.addr)
                 addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False)
                 if not addr or addr == st.addr:
                     raise
-                self.call_broker(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
+                self.call_broker(addr, req)
             st.committed = off
 
     # ---- pulling (IO-thread callbacks) --------------------------------------------------
@@ -245,11 +255,8 @@ class PullConsumer(ClientBase):
                 return
             st.in_flight = True
         sel = self.subscriptions.get(st.mq.topic)
-        ext = {"g": self.group, "t": st.mq.topic, "q": st.mq.queue_id, "o": st.next, "n": self.pull_batch_size,
-               "s": self.suspend_ms, "sub": sel.expression if sel else "*"}
-        if filter_route.is_sql(sel):
-            ext["tp"] = "SQL92"
-            ext["ba"] = st.addr  # the broker meant: a filter server attached elsewhere refuses
+        sql = filter_route.is_sql(sel)
+        if sql:
             cached = self._routes.get(st.mq.topic)  # never block here: this may run on the IO thread
             try:
                 if cached is None:
@@ -268,8 +275,13 @@ class PullConsumer(ClientBase):
             st.via = st.addr
         gen = st.gen
         via = st.via
+        # SQL92: `broker_addr` names the broker meant (a filter server attached elsewhere refuses)
+        req = rq.PullMessage(group=self.group, topic=st.mq.topic, queue_id=st.mq.queue_id, offset=st.next,
+                             max_msgs=self.pull_batch_size, suspend_ms=self.suspend_ms,
+                             expression=(sel.expression if sel else None) or "*",
+                             expression_type="SQL92" if sql else None, broker_addr=st.addr if sql else None)
         try:
-            self.transport.send(via, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(st, gen, r, via),
+            self.transport.send(via, req, None, (), lambda r: self._pulled(st, gen, r, via),
                                 timeout=self.suspend_ms / 1000 + 15)
         except QuiverError:
             st.in_flight = False
@@ -292,7 +304,13 @@ class PullConsumer(ClientBase):
             log.warning("pull %s failed: %s", st.mq, env if isinstance(env, Exception) else env.remark)
             threading.Timer(1.0, self._pull, (st,)).start()
             return
-        nxt = env.ext.get("next", st.next)
+        try:
+            nxt = rq.PullReply.decode(env.ext).next
+        except FieldError as exc:  # a garbled answer: ask again later rather than move anywhere
+            log.warning("pull %s: %s", st.mq, exc)
+            st.in_flight = False
+            threading.Timer(1.0, self._pull, (st,)).start()
+            return
         if env.code == ResponseCode.SUCCESS and env.bodies:
             sel = self.subscriptions.get(st.mq.topic)
             wanted = tags.parse(sel.expression) if sel is not None and sel.type == "TAG" else None

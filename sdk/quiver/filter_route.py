@@ -62,7 +62,7 @@ def pull_address(route, mq, selector, client_id: str = "", avoid=()) -> str:
         return broker_addr
     servers = sorted(set(route.filter_servers.get(broker_addr) or ()))
     if not servers:
-        # the broker has none of its own: any filter server of the cluster pulls from it (by "ba")
+        # the broker has none of its own: any filter server of the cluster pulls from it (by `broker_addr`)
         servers = sorted({a for addrs in route.filter_servers.values() for a in addrs})
     live = [a for a in servers if a not in avoid]
     if not live:

@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from . import record
 
 # Property names (RocketMQ's MessageConst)
-TAGS = "TAGS"
-KEYS = "KEYS"
+TAGS, KEYS, UNIQ_KEY = record.TAGS, record.KEYS, record.UNIQ_KEY
 WAIT = "WAIT"
 DELAY = "DELAY"
-UNIQ_KEY = "UNIQ_KEY"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 RETRY_TOPIC = "RETRY_TOPIC"

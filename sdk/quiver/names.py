@@ -83,11 +83,12 @@ def group_problem(name) -> str | None:
     return _problem("group", name, TOPIC_RE, GROUP_MAX_CHARS, _TOPIC_ALLOWED)
 
 
-def check_topic(name, for_send: bool = False, for_create: bool = False) -> None:
+def check_topic(name, for_send: bool = False, for_create: bool = False, for_delete: bool = False) -> None:
     """Raise MessageIllegalError (bad name) or NoPermissionError (system topic) saying what to fix.
 
     `for_send`: apps may not send to the system topics of NOT_ALLOWED_SEND;
-    `for_create`: nor create a system topic."""
+    `for_create`, `for_delete`: nor create or delete a system topic (deleting the half
+    queue would strand every open transaction)."""
     problem = topic_problem(name)
     if problem is not None:
         raise MessageIllegalError(problem)
@@ -95,6 +96,8 @@ def check_topic(name, for_send: bool = False, for_create: bool = False) -> None:
         raise NoPermissionError(f"topic {name!r} is a system topic: apps cannot send to it")
     if for_create and is_system_topic(name):
         raise NoPermissionError(f"topic {name!r} is reserved for the system: pick another name")
+    if for_delete and is_system_topic(name):
+        raise NoPermissionError(f"topic {name!r} is a system topic: it cannot be deleted")
 
 
 def check_group(name) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 from concurrent.futures import Future
 
+from . import requests as rq
 from .client import ClientBase, MessageQueue
 from .codes import RequestCode, ResponseCode
 from .errors import ClientError, MessageIllegalError, QuiverError, error_for
@@ -32,14 +33,6 @@ _STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIM
 
 _SCHEDULED_AT = DELAY + "\x01"
 _TIMER_AT = TIMER_DELIVER_MS + "\x01"
-
-
-def pack_bodies(ext: dict, bodies: list) -> list:
-    """Several bodies go as one frame plus their lengths: one socket call, not one per message."""
-    if len(bodies) < 2:
-        return bodies
-    ext["l"] = [len(b) for b in bodies]
-    return [b"".join(bodies)]
 
 
 def _retryable(exc: Exception) -> bool:
@@ -113,12 +106,11 @@ class Producer(ClientBase):
         status = _STATUS.get(env.code)
         if status is None:
             raise error_for(env.code, env.remark or "")
-        ext = env.ext
+        sent = rq.SendReply.decode(env.ext)
         store_host = self._store_host(addr)
-        first = ext["o"]
-        qid, topic = ext.get("q", mq.queue_id), ext.get("t", mq.topic)
+        first, qid, topic = sent.queue_offset, sent.queue_id, sent.topic
         return [SendResult(status, mid, mq.broker, qid, first + i, topic, store_host, p)
-                for i, (mid, p) in enumerate(zip(msg_ids, ext["p"]))]
+                for i, (mid, p) in enumerate(zip(msg_ids, sent.phys_offsets))]
 
     _host_cache: dict = {}
 
@@ -191,8 +183,8 @@ class Producer(ClientBase):
                                       "same key go to the same queue, in order; use send() for unordered messages")
         msg_id, props = self._encode(msg)
         mq, addr = self._pick(msg.topic, key=str(sharding_key))
-        env = self.call_broker(addr, RequestCode.SEND_MESSAGE, self._ext(mq, [props], [msg.flag]), [msg.body],
-                               timeout or self.send_timeout, ok=tuple(_STATUS))
+        req, frames = self._request(mq, [props], [msg.flag], [msg.body])
+        env = self.call_broker(addr, req, None, frames, timeout or self.send_timeout, ok=tuple(_STATUS))
         return self._result(env, mq, addr, [msg_id])[0]
 
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
@@ -214,7 +206,7 @@ class Producer(ClientBase):
         except QuiverError as exc:
             fut.set_exception(exc)
             return
-        ext = self._ext(mq, props, flags)
+        req, frames = self._request(mq, props, flags, bodies)
         t0 = time.monotonic()
 
         def done(env):
@@ -232,8 +224,7 @@ class Producer(ClientBase):
             self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
             fut.set_result(results)
         try:
-            self.transport.send(addr, RequestCode.SEND_BATCH_MESSAGE, ext, pack_bodies(ext, bodies), done,
-                                self.send_timeout)
+            self.transport.send(addr, RequestCode.SEND_BATCH_MESSAGE, req.ext(), frames, done, self.send_timeout)
         except QuiverError as exc:
             done(exc)
 
@@ -253,9 +244,13 @@ class Producer(ClientBase):
             raise MessageIllegalError(f"batch is {sum(map(len, bodies))} bytes; the limit is {self.max_message_bytes}: split it")
         return topic, ids, props, bodies, flags
 
-    def _ext(self, mq: MessageQueue, props: list[str], flags: list[int]) -> dict:
-        return {"t": mq.topic, "q": mq.queue_id, "b": int(time.time() * 1000), "g": self.group,
-                "m": [[f, p] for f, p in zip(flags, props)]}
+    def _request(self, mq: MessageQueue, props: list[str], flags: list[int], bodies: list,
+                 wait: bool = True) -> tuple[rq.SendMessage, list]:
+        """The send of these messages to `mq` and its body frames (several bodies: one packed frame).
+        The schema is SEND_MESSAGE's; a batch goes as SEND_BATCH_MESSAGE with its `ext()`."""
+        lengths, frames = rq.pack_bodies(bodies)
+        return rq.SendMessage(topic=mq.topic, queue_id=mq.queue_id, metas=(flags, props), lengths=lengths,
+                              group=self.group, born_ts=int(time.time() * 1000), wait=wait), frames
 
     def _send_sync(self, topic, ids, props, bodies, flags, code, timeout) -> list[SendResult]:
         deadline = time.monotonic() + (timeout or self.send_timeout)
@@ -267,8 +262,8 @@ class Producer(ClientBase):
             mq, addr = self._pick(topic, avoid)
             t0 = time.monotonic()
             try:
-                ext = self._ext(mq, props, flags)
-                env = self.transport.call(addr, code, ext, pack_bodies(ext, bodies), left, ok=tuple(_STATUS))
+                req, frames = self._request(mq, props, flags, bodies)
+                env = self.transport.call(addr, code, req.ext(), frames, left, ok=tuple(_STATUS))
                 self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
                 return self._result(env, mq, addr, ids)
             except QuiverError as exc:
@@ -287,9 +282,8 @@ class Producer(ClientBase):
         self._need_started()
         msg_id, props = self._encode(msg)
         mq, addr = self._pick(msg.topic)
-        ext = self._ext(mq, [props], [msg.flag])
-        ext["w"] = False
-        self.transport.oneway(addr, RequestCode.SEND_MESSAGE, ext, [msg.body])
+        req, frames = self._request(mq, [props], [msg.flag], [msg.body], wait=False)
+        self.transport.oneway(addr, req, None, frames)
 
     # ---- async, auto-batched -------------------------------------------------------------------------
 
@@ -322,8 +316,7 @@ class Producer(ClientBase):
 
     def _dispatch(self, mq, addr, items, batcher=None) -> None:
         code = RequestCode.SEND_BATCH_MESSAGE if len(items) > 1 else RequestCode.SEND_MESSAGE
-        ext = self._ext(mq, [i[1] for i in items], [i[3] for i in items])
-        bodies = pack_bodies(ext, [i[2] for i in items])
+        req, frames = self._request(mq, [i[1] for i in items], [i[3] for i in items], [i[2] for i in items])
         t0 = time.monotonic()
 
         def done(env):
@@ -331,7 +324,7 @@ class Producer(ClientBase):
                 self._next_batch(mq, addr, batcher)
             self._complete(mq, addr, items, env, t0)
         try:
-            self.transport.send(addr, code, ext, bodies, done, self.send_timeout)
+            self.transport.send(addr, code, req.ext(), frames, done, self.send_timeout)
         except QuiverError as exc:
             done(exc)
 
@@ -387,18 +380,19 @@ class Producer(ClientBase):
         ids = set()
         for addr in brokers.values():
             try:
-                ids.update(self.call_broker(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"g": group}).ext["ids"])
+                env = self.call_broker(addr, rq.GetConsumerList(group=group))
+                ids.update(rq.ConsumerListReply.decode(env.ext).ids)
             except QuiverError as exc:
                 log.warning("scheduler list from %s: %s", addr, exc)
         addrs = {p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"}
-        futs = [self.transport.call_future(a, RequestCode.SCHEDULE_CANCEL, {"id": msg_id}, timeout=timeout)
+        futs = [self.transport.call_future(a, rq.ScheduleCancel(msg_id=msg_id), timeout=timeout)
                 for a in sorted(addrs)]
         answers = []
         for f in futs:
             try:
                 env = f.result(timeout + 1)
                 if env.code == ResponseCode.SUCCESS:
-                    answers.append(env.ext.get("result"))
+                    answers.append(rq.ScheduleCancelReply.decode(env.ext).result)
             except QuiverError:
                 pass
         if not answers:
@@ -410,7 +404,7 @@ class Producer(ClientBase):
         for name, addr in brokers.items():
             for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
                 try:
-                    self.call_broker(addr, RequestCode.QUERY_MESSAGE, {"t": topic, "key": msg_id, "n": 1})
+                    self.call_broker(addr, rq.QueryMessage(topic=topic, key=msg_id, max_msgs=1))
                     return True   # parked, not yet read by a scheduler: the tombstones stop it
                 except QueryNotFoundError:
                     continue

@@ -179,7 +179,7 @@ class PushConsumer(ConsumeService, ClientBase):
             topics.append(self.retry_topic)
         return topics
 
-    def heartbeat_payload(self) -> dict:
+    def heartbeat_payload(self) -> rq.HeartBeat:
         subs = {t: rq.Subscription(type=s.type, expression=s.expression) for t, s in self.subscriptions.items()}
         if not self.broadcast:
             subs[self.retry_topic] = rq.Subscription(type="TAG", expression="*")
@@ -187,7 +187,7 @@ class PushConsumer(ConsumeService, ClientBase):
                              model="BROADCASTING" if self.broadcast else "CLUSTERING",
                              consume_from=str(self.consume_from), orderly=self._orderly,
                              queues=[(mq.topic, mq.broker, mq.queue_id) for mq in list(self._pqs)])
-        return {"consumers": [me.ext()]}  # wire form: ClientBase merges the payload into HEART_BEAT's ext
+        return rq.HeartBeat(client_id=self.client_id, consumers=[me])
 
     def _on_ids_changed(self, addr, env):
         try:

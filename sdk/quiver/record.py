@@ -22,8 +22,19 @@ MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
 MAGIC_BLANK = 0xCBD43194
 
-_FIXED = struct.Struct(">iIiiiqqiq8sq8siqi")
+# The fixed fields in order: the struct and every named position come from this one table.
+_LAYOUT = (("size", "i"), ("magic", "I"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
+           ("queue_offset", "q"), ("phys_offset", "q"), ("sys_flag", "i"), ("born_ts", "q"),
+           ("born_host", "8s"), ("store_ts", "q"), ("store_host", "8s"), ("reconsume", "i"),
+           ("prepared_offset", "q"), ("body_len", "i"))
+_FIXED = struct.Struct(">" + "".join(fmt for _, fmt in _LAYOUT))
 FIXED_SIZE = _FIXED.size  # 88: fixed fields through BODYLEN
+AT = {name: struct.calcsize(">" + "".join(fmt for _, fmt in _LAYOUT[:i])) for i, (name, _) in enumerate(_LAYOUT)}
+QUEUE_OFFSET_AT = AT["queue_offset"]
+STORE_TS_AT = AT["store_ts"]
+BODY_LEN_AT = AT["body_len"]
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">iI")
 _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
@@ -44,6 +55,13 @@ PROP_SEP = "\x02"
 
 def crc(body) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def encode_record(rec: "Record") -> bytes:
+    """A decoded record as bytes again (its own CRC and offsets)."""
+    return encode(rec.body, rec.topic.encode(), rec.queue_id, rec.flag, rec.queue_offset, rec.phys_offset,
+                  rec.sys_flag, rec.born_ts, rec.born_host, rec.store_ts, rec.store_host, rec.reconsume,
+                  rec.prepared_offset, rec.props.encode(), rec.body_crc)
 
 
 def encode(body: bytes, topic: bytes, queue_id: int, flag: int, queue_offset: int,
@@ -119,6 +137,7 @@ class Record:
     body: bytes
     topic: str
     props: str
+    stored: bytes | None = None  # the bytes it was decoded from, when the reader kept them (lookups)
 
     def properties(self) -> dict[str, str]:
         return parse_properties(self.props)
@@ -133,16 +152,64 @@ def peek(buf, pos: int) -> tuple[int, int]:
     return _PREFIX.unpack_from(buf, pos)
 
 
+def check_head(buf, pos: int = 0, room: int | None = None) -> tuple[int, bool]:
+    """(size, is_blank) of the record starting at `pos`, after the one head check every
+    reader uses: a known magic, at least the minimum size (8 for a BLANK filler) and
+    at most `room` bytes (default: the rest of `buf`). Raises BadRecord otherwise."""
+    if len(buf) - pos < 8:
+        raise BadRecord(f"torn record head at {pos}")
+    size, magic = _PREFIX.unpack_from(buf, pos)
+    room = len(buf) - pos if room is None else room
+    if magic == MAGIC_BLANK:
+        if size < 8 or size > room:
+            raise BadRecord(f"BLANK of {size} bytes at {pos} does not fit its {room}")
+        return size, True
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        raise BadRecord(f"bad magic {magic:#x} at {pos}")
+    if size < MIN_RECORD or size > room:
+        raise BadRecord(f"record size {size} at {pos} out of range (room {room})")
+    return size, False
+
+
+def queue_offset_at(buf, pos: int) -> int:
+    return _I64.unpack_from(buf, pos + QUEUE_OFFSET_AT)[0]
+
+
+def store_ts_of(head) -> int:
+    """STORETIMESTAMP from the first STORE_TS_AT + 8 bytes of a record."""
+    return _I64.unpack_from(head, STORE_TS_AT)[0]
+
+
+def properties_at(buf, pos: int) -> tuple[int, dict[str, str]]:
+    """(size, properties) of the record at `pos` without copying its body; BadRecord on garbage."""
+    total, blank = check_head(buf, pos)
+    if blank:
+        raise BadRecord(f"BLANK at {pos} has no properties")
+    p = pos + FIXED_SIZE + _I32.unpack_from(buf, pos + BODY_LEN_AT)[0]
+    try:
+        p += (1 + buf[p]) if _PREFIX.unpack_from(buf, pos)[1] == MAGIC_V1 else (2 + _U16.unpack_from(buf, p)[0])
+        (plen,) = _U16.unpack_from(buf, p)
+    except (struct.error, IndexError):
+        raise BadRecord(f"record at {pos}: fields overrun the buffer") from None
+    p += 2
+    if p + plen != pos + total:
+        raise BadRecord(f"record at {pos}: length mismatch")
+    try:
+        return total, parse_properties(bytes(buf[p:p + plen]).decode())
+    except UnicodeDecodeError as exc:
+        raise BadRecord(f"record at {pos}: properties not UTF-8: {exc}") from None
+
+
 def decode_at(buf, pos: int = 0, check_crc: bool = False) -> Record:
     """Decode the record at `pos` of `buf` (bytes or memoryview)."""
-    end_buf = len(buf)
-    if end_buf - pos < MIN_RECORD:
+    if len(buf) - pos < MIN_RECORD:
         raise BadRecord("truncated record header")
-    (total, magic, body_crc, queue_id, flag, qoff, poff, sys_flag, born_ts, born_host,
+    total, blank = check_head(buf, pos)
+    if blank:
+        raise BadRecord(f"BLANK filler at {pos}")
+    (_, magic, body_crc, queue_id, flag, qoff, poff, sys_flag, born_ts, born_host,
      store_ts, store_host, reconsume, prep, blen) = _FIXED.unpack_from(buf, pos)
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        raise BadRecord(f"bad magic {magic:#x}")
-    if total < MIN_RECORD or pos + total > end_buf or blen < 0:
+    if blen < 0:
         raise BadRecord("record size out of range")
     p = pos + FIXED_SIZE
     body = bytes(buf[p:p + blen])
@@ -177,11 +244,9 @@ def decode_many(buf) -> list[Record]:
     out = []
     pos, end = 0, len(buf)
     while pos < end:
-        total, magic = peek(buf, pos)
-        if magic == MAGIC_BLANK:
-            pos += total
-            continue
-        out.append(decode_at(buf, pos))
+        total, blank = check_head(buf, pos)
+        if not blank:
+            out.append(decode_at(buf, pos))
         pos += total
     return out
 
@@ -244,6 +309,30 @@ def parse_properties(s: str) -> dict[str, str]:
             k, _, v = item.partition(NAME_SEP)
             out[k] = v
     return out
+
+
+# the properties the broker indexes (ConsumeQueue tag code, IndexFile keys): RocketMQ's MessageConst names
+TAGS = "TAGS"
+KEYS = "KEYS"
+UNIQ_KEY = "UNIQ_KEY"
+_TAGS_AT = PROP_SEP + TAGS + NAME_SEP
+_KEYS_AT = PROP_SEP + KEYS + NAME_SEP
+_UNIQ_AT = PROP_SEP + UNIQ_KEY + NAME_SEP
+_LT, _LK, _LU = len(_TAGS_AT), len(_KEYS_AT), len(_UNIQ_AT)
+
+
+def index_fields(props: str) -> tuple[str | None, str | None, list[str]]:
+    """(TAGS, UNIQ_KEY, KEYS split on spaces) of one properties string.
+
+    Per message on the put path: three str.find over the string, no dict."""
+    p = f"{PROP_SEP}{props}{PROP_SEP}"  # each "\x02NAME\x01" now has a "\x02" after its value
+    i = p.find(_TAGS_AT)
+    tag = p[i + _LT:p.find(PROP_SEP, i + _LT)] if i >= 0 else None
+    i = p.find(_UNIQ_AT)
+    uniq = p[i + _LU:p.find(PROP_SEP, i + _LU)] if i >= 0 else None
+    i = p.find(_KEYS_AT)
+    keys = [k for k in p[i + _LK:p.find(PROP_SEP, i + _LK)].split(" ") if k] if i >= 0 else []
+    return tag, uniq, keys
 
 
 def get_property(s: str, name: str) -> str | None:

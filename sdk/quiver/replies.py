@@ -7,9 +7,9 @@ the requests (requests.py) nor the machinery (schema.py).
 """
 
 from .schema import *  # noqa: F401,F403
-from .schema import (ADDR, BROKER_NAME, CLIENT_ID, CLUSTER, GROUP, MAX_BATCH, MAX_QUEUES, OFFSET, QUEUE_COUNT,
-                     QUEUE_ID, TIMESTAMP, TOPIC, U31, Bool, IdKey, Int, Json, ListOf, MapOf, Nested, Opt, Row,
-                     Schema, Str, TopicConfig, schema, wire)
+from .schema import (ADDR, BROKER_NAME, CLIENT_ID, CLUSTER, GROUP, MAX_BATCH, MAX_BODY_BYTES, MAX_QUEUES, OFFSET,
+                     QUEUE_COUNT, QUEUE_ID, TIMESTAMP, TOPIC, U31, Bool, IdKey, Int, Json, ListOf, MapOf, Nested, Opt,
+                     Row, Schema, Str, TopicConfig, schema, wire)
 
 
 
@@ -93,19 +93,26 @@ class OffsetReply(Schema):
 
 @schema
 class ScheduleInitReply(Schema):
-    delay_levels_ms: list = wire("delay_levels_ms", ListOf(Int(1, 10 * 365 * 86_400_000), 1024, 1))
+    delay_levels_ms: list = wire("delay_levels_ms", ListOf(Int(0, 10 * 365 * 86_400_000), 1024, 1))
     broker_name: str = wire("broker_name", BROKER_NAME)
     schedule_queues: int = wire("schedule_queues", QUEUE_COUNT)
     timer_queues: int = wire("timer_queues", QUEUE_COUNT)
     timer_horizon_ms: int = wire("timer_horizon_ms", Int(0, MAX_OFFSET))
     now_ms: int = wire("now_ms", TIMESTAMP)
+    # the broker's largest body (its --max-message-bytes), which also bounds one re-put's packed bodies;
+    # None from a broker that does not say (the scheduler then uses its own --max-reput-bytes)
+    max_message_bytes: int | None = wire("max_message_bytes", Opt(Int(1, MAX_BODY_BYTES)), None)
 
 
 @schema
 class ScheduleReputReply(Schema):
+    """SUCCESS: how many were put, which were dropped (real topic gone), when stored. MESSAGE_ILLEGAL:
+    `bad` lists the refused entries (indices into the request's metas; nothing was put)."""
     count: int = wire("n", Int(0, MAX_BATCH), 0)
     dropped: list = wire("dropped", ListOf(Int(0, MAX_BATCH), MAX_BATCH), [])
     store_ts: int = wire("ts", TIMESTAMP, 0)
+    # None: not said (absent); a garbled index is dropped, the rest still name what to leave behind
+    bad: list | None = wire("bad", ListOf(Int(0, MAX_BATCH - 1), MAX_BATCH, skip_bad=True), None)
 
 
 # ---- replies: master/slave sync, scheduler membership (added by the broker-HA/scheduler/filter conversion) ----
@@ -208,3 +215,31 @@ class StatusReply(Schema):
 class SubscriptionParseFailedReply(Schema):
     """CHECK_CLIENT_CONFIG answered SUBSCRIPTION_PARSE_FAILED: where in the expression."""
     position: int | None = wire("position", Opt(U31), None)
+
+
+# ---- replies the txn-checker and the filter server read (added by the scheduler/txn/filter conversion) ----
+
+
+@schema
+class TransactionCheckReply(Schema):
+    """TRANSACTION_CHECK: one result per entry, in order ("checked", "no_producer", "requeued", "discarded",
+    "resolved", "missing"); not skip_bad: a dropped item would shift every later result onto the wrong entry."""
+    results: list = wire("r", ListOf(Str(32), MAX_BATCH), [])
+
+
+@schema
+class RegisterFilterServerReply(Schema):
+    """REGISTER_FILTER_SERVER: which broker took the registration."""
+    broker_name: str | None = wire("broker_name", Opt(BROKER_NAME), None)
+    broker_id: int | None = wire("broker_id", Opt(U31), None)
+
+
+# ---- replies the SDK's producer reads (added by the SDK-callers conversion) ----
+
+from .schema import OneOf  # noqa: E402
+
+
+@schema
+class ScheduleCancelReply(Schema):
+    """SCHEDULE_CANCEL: "cancelled", "too_late" (delivered or being delivered) or "unknown" (kept as a tombstone)."""
+    result: str = wire("result", OneOf("cancelled", "too_late", "unknown"))

@@ -39,6 +39,8 @@ from .replies import *  # noqa: F401,F403,E402
 
 @request(RequestCode.REGISTER_BROKER)
 class RegisterBroker(Schema):
+    """The name server's only check of a registration: decoded whole before its route table is
+    touched, so a bad field changes nothing and leaves no ghost broker."""
     cluster: str = wire("cluster", CLUSTER)
     broker_name: str = wire("broker_name", BROKER_NAME)
     broker_addr: str = wire("broker_addr", ADDR)
@@ -46,7 +48,7 @@ class RegisterBroker(Schema):
     data_version: DataVersion | None = wire("data_version", Opt(Nested(DataVersion)), None)
     topics: dict = wire("topics", MapOf(TOPIC, Nested(TopicConfig), 100_000), {})
     filter_servers: list = wire("filter_servers", ListOf(ADDR, 1024), [])
-    ha_addr: str | None = wire("ha_addr", Opt(ADDR), None)
+    ha_addr: str | None = wire("ha_addr", Opt(ADDR, blank=True), None)   # "": no HA listener
 
 
 @request(RequestCode.UNREGISTER_BROKER)
@@ -322,9 +324,14 @@ class EndTransaction(Schema):
     from_check: bool = wire("fc", Bool(), False)
 
 
+# TRANSACTION_CHECK actions: ask the producer group (count + 1), re-put unchanged (still immune), discard
+CHECK_ASK, CHECK_REQUEUE, CHECK_DISCARD = "c", "r", "d"
+
+
 @request(RequestCode.TRANSACTION_CHECK)
 class TransactionCheck(Schema):
-    entries: list = wire("e", ListOf(Row(OFFSET, OFFSET, OneOf("c", "r", "d")), MAX_BATCH, 1))  # phys, qoff, action
+    entries: list = wire("e", ListOf(Row(OFFSET, OFFSET, OneOf(CHECK_ASK, CHECK_REQUEUE, CHECK_DISCARD)),
+                                     MAX_BATCH, 1))  # phys, qoff, action
 
 
 @request(RequestCode.TRANSACTION_LIST_OPEN)

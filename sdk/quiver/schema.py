@@ -9,6 +9,7 @@ objects nested in several requests and replies, and packed batch bodies.
 Does not own any request (requests.py) or reply (replies.py).
 """
 
+import re
 import reprlib
 from dataclasses import MISSING, dataclass, field, fields
 
@@ -243,7 +244,11 @@ class Nested(Check):
     def __call__(self, value):
         if type(value) is not dict:
             raise Invalid(self.expected, value)
-        return self.schema._decode(value)
+        try:
+            return self.schema._decode(value)
+        except Invalid as exc:
+            exc.path = "." + exc.path  # topics['T'].read, not topics['T']read
+            raise
 
     def encode(self, value):
         return value.ext()
@@ -378,7 +383,7 @@ class Schema:
     @classmethod
     def _error(cls, exc: Invalid) -> FieldError:
         got = "nothing (the field is required)" if exc.got is MISSING else _show(exc.got)
-        key = exc.path.split("[", 1)[0]
+        key = re.split(r"[\[.]", exc.path, maxsplit=1)[0]
         label = next((f" ({s.name})" for s in cls.FIELDS if s.key == key and s.name != key), "")
         err = FieldError(f"{cls._what()}: field {exc.path!r}{label}: expected {exc.expected}, got {got}")
         if exc.code is not None:
@@ -388,6 +393,14 @@ class Schema:
     @classmethod
     def _what(cls) -> str:
         return f"{cls.CODE.name} ({int(cls.CODE)})" if cls.CODE is not None else cls.__name__
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        """The wire key of field `name`, for code that must touch a wire-form map (`HeartBeat.key("client_id")`)."""
+        for spec in cls.FIELDS:
+            if spec.name == name:
+                return spec.key
+        raise AttributeError(f"{cls.__name__} has no field {name!r}")
 
     def ext(self) -> dict:
         """The wire form: short keys, None and unchanged defaults left out."""
@@ -500,15 +513,18 @@ class ConsumerData(Schema):
 
 @schema
 class TopicConfig(Schema):
-    read: int = wire("read", Int(0, MAX_QUEUES))
-    write: int = wire("write", Int(0, MAX_QUEUES))
+    """A topic as a broker stores it (REGISTER_BROKER, HA sync, topic create): 1..1024 queues each way,
+    as UPDATE_AND_CREATE_TOPIC allows; perm READ=4 | WRITE=2 | INHERIT=1; sysflag bits."""
+    read: int = wire("read", QUEUE_COUNT)
+    write: int = wire("write", QUEUE_COUNT)
     perm: int = wire("perm", Int(0, 15), 6)
-    sysflag: int = wire("sysflag", I32, 0)
+    sysflag: int = wire("sysflag", U31, 0)
     order: bool = wire("order", Bool(), False)
 
 
 @schema
 class DataVersion(Schema):
-    state: int = wire("state", I32, 0)
+    """A broker's metadata version: the name server rewrites its queue data only when this changes."""
+    state: int = wire("state", U31, 0)
     ts: int = wire("ts", TIMESTAMP, 0)
     counter: int = wire("counter", Int(0, MAX_OFFSET), 0)

@@ -56,8 +56,8 @@ class TransactionProducer(Producer):
         self.heartbeat_interval_s = heartbeat_interval_s
         self.checks_answered = 0
 
-    def heartbeat_payload(self) -> dict:
-        return {"producers": [self.group], "consumers": []}
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        return rq.HeartBeat(client_id=self.client_id, producers=[self.group])
 
     # ---- send --------------------------------------------------------------------------
 

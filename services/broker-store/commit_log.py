@@ -184,22 +184,16 @@ class CommitLog:
         if seg is None:
             return None
         pos = offset - seg.start
-        head = os.pread(seg.fd, 8, pos)
-        if len(head) < 8:
+        try:
+            size, blank = record.check_head(os.pread(seg.fd, 8, pos), 0, seg.size - pos)
+        except record.BadRecord:
             return None
-        size, magic = record.peek(head, 0)
-        if magic not in (record.MAGIC_V1, record.MAGIC_V2) or size < record.MIN_RECORD \
-                or pos + size > seg.size:
-            return None
-        return os.pread(seg.fd, size, pos)
+        return None if blank else os.pread(seg.fd, size, pos)
 
     def store_ts_at(self, offset: int) -> int | None:
         """STORETIMESTAMP of the record at `offset` (8 bytes read, no decode)."""
         seg = self.segment_for(offset)
         if seg is None:
             return None
-        raw = os.pread(seg.fd, 8, offset - seg.start + STORE_TS_POS)
-        return int.from_bytes(raw, "big", signed=True) if len(raw) == 8 else None
-
-
-STORE_TS_POS = 56  # see the diagram in quiver.record
+        head = os.pread(seg.fd, record.STORE_TS_AT + 8, offset - seg.start)
+        return record.store_ts_of(head) if len(head) == record.STORE_TS_AT + 8 else None

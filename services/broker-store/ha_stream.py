@@ -57,9 +57,12 @@ def check_chunk(data, offset: int, segment_bytes: int) -> list:
     while pos < end:
         if end - pos < 8:
             raise ValueError(f"torn record header at {offset + pos}")
-        size, magic = record.peek(data, pos)
-        if magic == record.MAGIC_BLANK:
-            if size < 8 or pos + size != end or (offset + end) % segment_bytes:
+        try:
+            size, blank = record.check_head(data, pos)
+        except record.BadRecord as exc:
+            raise ValueError(f"bad record at {offset + pos}: {exc}") from None
+        if blank:
+            if pos + size != end or (offset + end) % segment_bytes:
                 raise ValueError(f"BLANK at {offset + pos} does not end its segment")
             out.append(None)
             pos += size

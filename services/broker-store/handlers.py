@@ -43,6 +43,7 @@ def make_handlers(app):
 
     def delete_topic(req):
         topic = req.args.topic
+        check_topic(topic, for_delete=True)
         if topic not in app.topics:
             raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
         app.delete_topic(topic)
@@ -85,14 +86,14 @@ def make_handlers(app):
         recs = store.query_by_key(a.topic, a.key, min(a.max_msgs, 1024), a.begin_ts, a.end_ts)
         if not recs:
             raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
-        req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [_raw(r) for r in recs])
+        req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [r.stored for r in recs])
 
     def view_message(req):
         off = req.args.offset
         rec = store.lookup(off)
         if rec is None:
             raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
-        req.reply(ResponseCode.SUCCESS, "", {}, [_raw(rec)])
+        req.reply(ResponseCode.SUCCESS, "", {}, [rec.stored])
 
     def heartbeat(req):
         a = req.args
@@ -162,9 +163,3 @@ EXTENSIONS: tuple[str, ...] = ("schedule", "filter_servers", "retry", "locks", "
                                "ha_master", "ha_slave")
 
 
-def _raw(rec) -> bytes:
-    """Re-encode a looked-up record for the wire (lookups return decoded records)."""
-    from quiver import record
-    return record.encode(rec.body, rec.topic.encode(), rec.queue_id, rec.flag, rec.queue_offset,
-                         rec.phys_offset, rec.sys_flag, rec.born_ts, rec.born_host, rec.store_ts,
-                         rec.store_host, rec.reconsume, rec.prepared_offset, rec.props.encode(), rec.body_crc)

@@ -19,6 +19,7 @@ def lookup(commit_log, phys_offset: int) -> record.Record | None:
         rec = record.decode_at(raw, 0, check_crc=True)
     except record.BadRecord:
         return None
+    rec.stored = raw  # VIEW_MESSAGE and QUERY_MESSAGE serve the stored bytes
     return rec if rec.phys_offset == phys_offset else None
 
 

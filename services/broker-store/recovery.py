@@ -117,13 +117,13 @@ def _scan_segment(cl, seg, pos: int, on_record) -> int:
             win, win_at, rel = os.pread(seg.fd, min(CHUNK, seg.end - pos), pos - seg.start), pos, 0
             if len(win) < 8:
                 return pos
-        size, magic = record.peek(win, rel)
-        if magic == record.MAGIC_BLANK:
-            # A filler always runs to the end of its segment; anything else is damage.
-            return pos + size if size >= 8 and pos + size == seg.end else pos
-        if magic not in (record.MAGIC_V1, record.MAGIC_V2) or size < record.MIN_RECORD \
-                or pos + size > seg.end:
+        try:
+            size, blank = record.check_head(win, rel, seg.end - pos)
+        except record.BadRecord:
             return pos
+        if blank:
+            # A filler always runs to the end of its segment; anything else is damage.
+            return pos + size if pos + size == seg.end else pos
         if rel + size > len(win):
             win = os.pread(seg.fd, max(size, min(CHUNK, seg.end - pos)), pos - seg.start)
             win_at, rel = pos, 0

@@ -7,21 +7,23 @@ re-puts it when due), or, once the reconsume count reached the group's max
 (or the consumer asked with delay < 0), to `%DLQ%<group>`. Both topics have one
 queue and are created on demand. The reconsume count travels in the record's
 RECONSUMETIMES field (and the RECONSUME_TIME property, for re-puts that copy
-only properties). The origin topic (RETRY_TOPIC, or the consumer's 'ot') must be
-a valid topic name (MESSAGE_ILLEGAL otherwise); a malformed RECONSUME_TIME is
-ignored and counted (`bad_system_properties`). This module does not deliver
-delayed messages.
+only properties). The origin topic (RETRY_TOPIC, or the consumer's origin
+topic) must be a valid topic name (MESSAGE_ILLEGAL otherwise); a malformed
+RECONSUME_TIME is ignored and counted (`bad_system_properties`). Handlers read
+the typed request (`req.args`: quiver.requests.ConsumerSendMsgBack,
+UpdateSubscriptionGroup), already checked and ranged. This module does not
+deliver delayed messages.
 """
 
 import logging
 
 from quiver import names, record
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, MessageIllegalError, QueryNotFoundError
+from quiver.errors import MessageIllegalError, QueryNotFoundError
 from quiver.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
 from quiver.requests import SendMessage
 from quiver.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
-from quiver.validation import DLQ_PREFIX, RETRY_PREFIX, check_group
+from quiver.validation import DLQ_PREFIX, RETRY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -30,29 +32,22 @@ DEFAULT_MAX_RECONSUME_TIMES = 16
 _DROP = (DELAY, REAL_TOPIC, REAL_QID)
 
 
-def _int(ext: dict, name: str, default: int | None = None) -> int:
-    value = ext.get(name, default)
-    if type(value) is not int:
-        raise InvalidParameterError(f"field {name!r} (int) is required")
-    return value
-
-
-def max_reconsume_times(app, group: str, asked) -> int:
+def max_reconsume_times(app, group: str, asked: int | None) -> int:
     """The group's configured retry_max_times wins; else what the consumer asked; else 16."""
     conf = app.metadata.groups.get(group)
     if conf is not None:
         return conf["retry_max_times"]
-    return asked if type(asked) is int and 0 <= asked <= INT32_MAX else DEFAULT_MAX_RECONSUME_TIMES
+    return asked if asked is not None and 0 <= asked <= INT32_MAX else DEFAULT_MAX_RECONSUME_TIMES
 
 
-def _origin(rec, props: dict, ext: dict) -> str:
-    """The topic the message was first sent to: its RETRY_TOPIC, else the consumer's 'ot' for a
-    message of a retry topic, else its own topic. Raises MessageIllegalError for a name that
+def _origin(rec, props: dict, origin_topic: str | None) -> str:
+    """The topic the message was first sent to: its RETRY_TOPIC, else the consumer's origin topic
+    for a message of a retry topic, else its own topic. Raises MessageIllegalError for a name that
     is not a valid topic (it becomes RETRY_TOPIC / DLQ_ORIGIN_TOPIC, where apps send back to)."""
     if props.get(RETRY_TOPIC):
         origin, source = props[RETRY_TOPIC], f"property {RETRY_TOPIC}"
-    elif rec.topic.startswith(RETRY_PREFIX) and ext.get("ot"):
-        origin, source = ext["ot"], "field 'ot' (origin topic)"
+    elif rec.topic.startswith(RETRY_PREFIX) and origin_topic:
+        origin, source = origin_topic, "the origin topic field"
     else:
         return rec.topic
     problem = names.topic_problem(origin)
@@ -65,26 +60,23 @@ def make_handlers(app):
     store = app.store
 
     def send_back(req):
-        ext = req.ext
-        group = ext.get("g")
-        check_group(group)
-        offset = _int(ext, "offset")
-        delay = _int(ext, "delay", 0)
+        a = req.args   # quiver.requests.ConsumerSendMsgBack
+        group, offset, delay = a.group, a.offset, a.delay_level
         rec = store.lookup(offset)
         if rec is None:
             raise QueryNotFoundError(f"no message at commitlog offset {offset} to send back")
         props = rec.properties()
         for name in _DROP:
             props.pop(name, None)
-        origin = _origin(rec, props, ext)
-        origin_id = props.get(ORIGIN_MESSAGE_ID) or ext.get("omid") or props.get(UNIQ_KEY) or ""
-        asked_rc = ext.get("rc") if type(ext.get("rc")) is int and 0 <= ext["rc"] <= INT32_MAX else 0
+        origin = _origin(rec, props, a.origin_topic)
+        origin_id = props.get(ORIGIN_MESSAGE_ID) or a.origin_msg_id or props.get(UNIQ_KEY) or ""
+        asked_rc = a.reconsume or 0
 
         def bad_property(remark: str) -> None:
             app.counters["bad_system_properties"] += 1
             log.warning("send-back of the message at offset %d: %s; ignored", offset, remark)
         reconsume = max(rec.reconsume, asked_rc, read_int(props, RECONSUME_TIME, 0, bad_property))
-        limit = max_reconsume_times(app, group, ext.get("max"))
+        limit = max_reconsume_times(app, group, a.max_reconsume)
         props[RETRY_TOPIC] = origin
         props[ORIGIN_MESSAGE_ID] = origin_id
         if delay < 0 or reconsume >= limit:
@@ -111,13 +103,9 @@ def make_handlers(app):
         app.sender._put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put)
 
     def update_group(req):
-        ext = req.ext
-        group = ext.get("g")
-        check_group(group)
-        times = _int(ext, "retry_max_times", DEFAULT_MAX_RECONSUME_TIMES)
-        if not 0 <= times <= 1_000_000:
-            raise InvalidParameterError("retry_max_times must be between 0 and 1000000")
-        app.metadata.put_group(group, times)
+        a = req.args   # quiver.requests.UpdateSubscriptionGroup: retry_max_times 0..1000000
+        group = a.group
+        app.metadata.put_group(group, a.retry_max_times)
         req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": app.metadata.groups[group]})
 
     return {

@@ -30,6 +30,7 @@ import logging
 import time
 
 from quiver import record, system_properties
+from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import QuiverError, ServiceNotAvailableError
 from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
@@ -63,10 +64,11 @@ def make_handlers(app):
     def init(req):
         app.topic_config(SCHEDULE_TOPIC, create=True, system=True, queues=len(levels))
         app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
-        req.reply(ResponseCode.SUCCESS, "", {
-            "delay_levels_ms": levels, "broker_name": app.config.name,
-            "schedule_queues": app.topics[SCHEDULE_TOPIC]["read"], "timer_queues": app.topics[TIMER_TOPIC]["read"],
-            "timer_horizon_ms": app.config.timer_horizon_ms, "now_ms": int(time.time() * 1000)})
+        req.reply(ResponseCode.SUCCESS, "", rq.ScheduleInitReply(
+            delay_levels_ms=list(levels), broker_name=app.config.name,
+            schedule_queues=app.topics[SCHEDULE_TOPIC]["read"], timer_queues=app.topics[TIMER_TOPIC]["read"],
+            timer_horizon_ms=app.config.timer_horizon_ms, now_ms=int(time.time() * 1000),
+            max_message_bytes=app.config.max_message_bytes).ext())
 
     def reput(req):
         a = req.args  # quiver.requests.ScheduleReput: entries typed and ranged

@@ -38,7 +38,7 @@ from typing import Callable
 
 from quiver import names, record
 from quiver.errors import QuiverError
-from quiver.message import KEYS, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, tag_hash
+from quiver.message import TIMER_DELIVER_MS, tag_hash
 
 from . import ha_stream, lookups, recovery, retention
 from .checkpoint import Checkpoint, CheckpointFile
@@ -255,12 +255,7 @@ class MessageStore:
     def _dispatch(self, topic: str, queue_id: int, tx: int, store_ts: int,
                   phys_offsets: list[int], sizes: list[int], props: list[str],
                   to_cq: bool = True, to_index: bool = True) -> None:
-        """ConsumeQueue and index entries for records of one queue (put and recovery).
-
-        One pass over the properties finds tag, KEYS and UNIQ_KEY: this is per
-        message work on the hot path, so it is inlined str.find, not a dict
-        (the key hash is index_file.key_hash, spelled out for the same reason).
-        """
+        """ConsumeQueue and index entries for records of one queue (put and recovery)."""
         to_cq = to_cq and (tx == record.TX_NOT or tx == record.TX_COMMIT)
         to_index = to_index and tx != record.TX_ROLLBACK
         want_tags = to_cq and topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
@@ -268,22 +263,15 @@ class MessageStore:
         keyed: list[tuple[int, int]] = []
         pre = prefix_crc(topic)
         crc32 = zlib.crc32
-        sep = record.PROP_SEP
-        lt, lu, lk = len(_TAGS_AT), len(_UNIQ_AT), len(_KEYS_AT)
+        fields = record.index_fields
         for phys, p in zip(phys_offsets, props):
-            p = f"{sep}{p}{sep}"  # each "\x02NAME\x01" now has a "\x02" after its value
+            tag, uniq, keys = fields(p)
             if want_tags:
-                i = p.find(_TAGS_AT)
-                codes.append(tag_hash(p[i + lt:p.find(sep, i + lt)]) if i >= 0 else 0)
+                codes.append(tag_hash(tag) if tag is not None else 0)
             if to_index:
-                i = p.find(_UNIQ_AT)
-                if i >= 0:
-                    keyed.append((crc32(p[i + lu:p.find(sep, i + lu)].encode(), pre)
-                                  & HASH_MASK, phys))
-                i = p.find(_KEYS_AT)
-                if i >= 0:
-                    keyed.extend((crc32(k.encode(), pre) & HASH_MASK, phys)
-                                 for k in p[i + lk:p.find(sep, i + lk)].split(" ") if k)
+                if uniq is not None:
+                    keyed.append((crc32(uniq.encode(), pre) & HASH_MASK, phys))
+                keyed.extend((crc32(k.encode(), pre) & HASH_MASK, phys) for k in keys)
         if to_cq:
             if topic == SCHEDULE_TOPIC:
                 levels = self.delay_levels_ms
@@ -574,9 +562,6 @@ class MessageStore:
         }
 
 
-_TAGS_AT = record.PROP_SEP + TAGS + record.NAME_SEP
-_KEYS_AT = record.PROP_SEP + KEYS + record.NAME_SEP
-_UNIQ_AT = record.PROP_SEP + UNIQ_KEY + record.NAME_SEP
 
 
 def _int(s: str | None) -> int:

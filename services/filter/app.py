@@ -63,7 +63,7 @@ class App:
         self.selectivity: dict = {}   # (group, topic, expression) -> EWMA of matched/scanned
         self.broker: str | None = config.broker or None
         # every broker address of the cluster: a pull for a broker with no filter server of its
-        # own may come here (the pull names its broker in "ba")
+        # own may come here (the pull names its broker: PullMessage.broker_addr)
         self.known_brokers: set[str] = set()
         self.registered_at: float | None = None
         self.namesrvs = split_addrs(config.namesrv)
@@ -134,7 +134,11 @@ class App:
             self._next(RETRY_S)
             return
         if self.registered_at is None:
-            log.info("registered with broker %s (%s)", broker, result.ext.get("broker_name"))
+            try:
+                name = rq.RegisterFilterServerReply.decode(result.ext).broker_name
+            except QuiverError as exc:   # FieldError: registered all the same, the name is only logged
+                name = f"unnamed: {exc}"
+            log.info("registered with broker %s (%s)", broker, name)
         self.registered_at = time.time()
         self._next(self.config.register_interval_ms / 1000)
 

@@ -7,39 +7,7 @@ slices, so the consumer decodes exactly what the broker stored. BLANK
 fillers are skipped. No sockets here.
 """
 
-import struct
-
 from quiver import record
-
-_I32 = struct.Struct(">i")
-_U16 = struct.Struct(">H")
-_BODYLEN_AT = record.FIXED_SIZE - 4     # BODYLEN is the last fixed field
-_QOFF_AT = 20
-_NAME_SEP = record.NAME_SEP
-_PROP_SEP = record.PROP_SEP
-
-
-def properties_at(buf, pos: int) -> tuple[int, dict[str, str]]:
-    """(total size, properties) of the record at pos; raises record.BadRecord on garbage."""
-    total, magic = record.peek(buf, pos)
-    if magic not in (record.MAGIC_V1, record.MAGIC_V2):
-        raise record.BadRecord(f"bad magic {magic:#x} at {pos}")
-    p = pos + record.FIXED_SIZE + _I32.unpack_from(buf, pos + _BODYLEN_AT)[0]
-    if magic == record.MAGIC_V1:
-        p += 1 + buf[p]
-    else:
-        p += 2 + _U16.unpack_from(buf, p)[0]
-    (plen,) = _U16.unpack_from(buf, p)
-    p += 2
-    if p + plen != pos + total:
-        raise record.BadRecord(f"record at {pos}: length mismatch")
-    props = {}
-    if plen:
-        for item in bytes(buf[p:p + plen]).decode().split(_PROP_SEP):
-            if item:
-                k, _, v = item.partition(_NAME_SEP)
-                props[k] = v
-    return total, props
 
 
 class ScanResult:
@@ -66,11 +34,11 @@ def scan(buf, matches, limit_msgs: int, limit_bytes: int, out: ScanResult | None
     while pos < end:
         if out.matched >= limit_msgs:
             break
-        total, magic = record.peek(buf, pos)
-        if magic == record.MAGIC_BLANK:
+        total, blank = record.check_head(buf, pos)
+        if blank:
             pos += total
             continue
-        total, props = properties_at(buf, pos)
+        total, props = record.properties_at(buf, pos)
         if matches(props):
             if out.matched and out.bytes + total > limit_bytes:
                 break
@@ -78,6 +46,6 @@ def scan(buf, matches, limit_msgs: int, limit_bytes: int, out: ScanResult | None
             out.matched += 1
             out.bytes += total
         out.scanned += 1
-        out.last_offset = struct.unpack_from(">q", buf, pos + _QOFF_AT)[0]
+        out.last_offset = record.queue_offset_at(buf, pos)
         pos += total
     return out, pos

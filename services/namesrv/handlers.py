@@ -5,19 +5,16 @@ import logging
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import TopicNotExistError
 
-from .route_table import validate_registration, validate_unregistration
-
 log = logging.getLogger(__name__)
 
 
 def make_handlers(table):
     def register_broker(req):
-        # the schema checked each field; this checks the whole registration before any table is touched
-        reg = validate_registration(req.ext)
-        req.reply(ResponseCode.SUCCESS, "", table.register(reg))
+        # req.args: the whole registration decoded by quiver.requests.RegisterBroker, the one check of it
+        req.reply(ResponseCode.SUCCESS, "", table.register(req.args))
 
     def unregister_broker(req):
-        unreg = validate_unregistration(req.ext)
+        unreg = req.args
         found = table.unregister(unreg)
         log.info("broker %s unregistered (%s)", unreg.broker_addr, "known" if found else "unknown")
         req.reply(ResponseCode.SUCCESS)

@@ -6,163 +6,19 @@ and filter servers) and their rules: QueueData is rewritten only when a
 broker's data version changes, only the master (id 0) writes it, and a broker
 name with no address left disappears from every topic.
 
-It also owns the shape of a registration: `validate_registration` checks a
-whole REGISTER_BROKER (and `validate_unregistration` an UNREGISTER_BROKER)
-before any table is touched, so a bad one changes nothing and leaves no ghost
-broker; the table methods take only the validated objects. Invariant kept by
-every method: each address in a broker name's `addrs` is in `live` under that
-name and id, so the expiry scan can reach (and drop) everything registered.
-No sockets here.
+Does not own the shape of a registration: its schema,
+`quiver.requests.RegisterBroker` (and `UnregisterBroker`), checks the whole
+request before a handler runs, so a bad one changes nothing and leaves no
+ghost broker; the table methods take only those decoded objects. Invariant
+kept by every method: each address in a broker name's `addrs` is in `live`
+under that name and id, so the expiry scan can reach (and drop) everything
+registered. No sockets here.
 """
 
-import reprlib
 import time
 from dataclasses import dataclass, field
 
-from quiver.errors import InvalidParameterError
-from quiver.names import is_valid_addr, is_valid_broker_name, is_valid_cluster, topic_problem
-
-MAX_FILTER_SERVERS = 1024
-MAX_BROKER_ID = 2 ** 31 - 1
-MAX_QUEUES = 1024
-MAX_INT64 = 2 ** 63 - 1
-DATA_VERSION_KEYS = frozenset({"state", "ts", "counter"})
-TOPIC_DEFAULTS = {"read": 4, "write": 4, "perm": 6, "sysflag": 0, "order": False}
-_NAME_RULE = "1..127 ASCII letters, digits and '%|_-.' (not '.' or '..')"
-_ADDR_RULE = "host:port (hostname, IPv4 or [IPv6]; port 1..65535)"
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 64, 64
-
-
-@dataclass(frozen=True)
-class Registration:
-    """A REGISTER_BROKER whose every field has been checked (see validate_registration)."""
-    cluster: str
-    broker_name: str
-    broker_addr: str
-    broker_id: int
-    data_version: dict              # a subset of DATA_VERSION_KEYS -> int
-    topics: dict                    # topic -> {"read", "write", "perm", "sysflag", "order"}
-    filter_servers: tuple = ()      # host:port strings
-    ha_addr: str = ""               # host:port or ""
-
-
-@dataclass(frozen=True)
-class Unregistration:
-    cluster: str
-    broker_name: str
-    broker_addr: str
-    broker_id: int | None = None    # None: whatever id the address is registered under
-
-
-def validate_registration(ext: dict) -> Registration:
-    """The whole REGISTER_BROKER checked, or InvalidParameterError naming the field."""
-    f = _Fields("REGISTER_BROKER", ext)
-    return Registration(
-        cluster=f.name("cluster", is_valid_cluster), broker_name=f.name("broker_name", is_valid_broker_name),
-        broker_addr=f.addr("broker_addr"), broker_id=f.int("broker_id", 0, MAX_BROKER_ID, default=0),
-        data_version=f.data_version("data_version"),
-        topics=f.topics("topics"), filter_servers=f.addr_list("filter_servers", MAX_FILTER_SERVERS),
-        ha_addr=f.addr("ha_addr", optional=True))
-
-
-def validate_unregistration(ext: dict) -> Unregistration:
-    f = _Fields("UNREGISTER_BROKER", ext)
-    return Unregistration(cluster=f.name("cluster", is_valid_cluster),
-                          broker_name=f.name("broker_name", is_valid_broker_name),
-                          broker_addr=f.addr("broker_addr"),
-                          broker_id=f.int("broker_id", 0, MAX_BROKER_ID, default=None))
-
-
-def _show(value) -> str:
-    # bounded (a 1000-deep list has no repr), ASCII only (no control or right-to-left characters)
-    text = _REPR.repr(value).encode("ascii", "backslashreplace").decode()
-    text = text if len(text) <= 64 else text[:61] + "..."
-    return f"{text} ({type(value).__name__})"
-
-
-class _Fields:
-    """Reads one request's `ext`; every failure names the request, the field, what was expected and what came."""
-
-    def __init__(self, request: str, ext: dict):
-        self.request, self.ext = request, ext
-
-    def fail(self, name: str, expected: str, got) -> InvalidParameterError:
-        return InvalidParameterError(f"{self.request} field '{name}': expected {expected}, got {_show(got)}")
-
-    def name(self, name: str, valid) -> str:
-        value = self.ext.get(name)
-        if not valid(value):
-            raise self.fail(name, _NAME_RULE, value)
-        return value
-
-    def addr(self, name: str, optional: bool = False) -> str:
-        value = self.ext.get(name)
-        if optional and value in (None, ""):
-            return ""
-        if not is_valid_addr(value):
-            raise self.fail(name, _ADDR_RULE, value)
-        return value
-
-    def int(self, name: str, lo: int, hi: int, default):
-        value = self.ext.get(name)
-        if value is None:
-            return default
-        if type(value) is not int or not lo <= value <= hi:
-            raise self.fail(name, f"an integer {lo}..{hi}", value)
-        return value
-
-    def addr_list(self, name: str, cap: int) -> tuple:
-        value = self.ext.get(name)
-        if value is None:
-            return ()
-        if not isinstance(value, list) or len(value) > cap:
-            raise self.fail(name, f"a list of at most {cap} host:port strings", value)
-        for i, item in enumerate(value):
-            if not is_valid_addr(item):
-                raise self.fail(f"{name}[{i}]", _ADDR_RULE, item)
-        return tuple(value)
-
-    def data_version(self, name: str) -> dict:
-        value = self.ext.get(name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict) or not set(value) <= DATA_VERSION_KEYS:
-            raise self.fail(name, f"a map with keys among {sorted(DATA_VERSION_KEYS)}", value)
-        for key, v in value.items():
-            if type(v) is not int or not 0 <= v <= MAX_INT64:
-                raise self.fail(f"{name}.{key}", f"an integer 0..{MAX_INT64}", v)
-        return dict(value)
-
-    def topics(self, name: str) -> dict:
-        value = self.ext.get(name)
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(name, "a map of topic name -> config map", value)
-        out = {}
-        for topic, conf in value.items():
-            problem = topic_problem(topic)
-            if problem is not None:
-                raise self.fail(name, f"topic names by the topic rules ({problem})", topic)
-            out[topic] = self.topic_config(f"{name}.{topic}", conf)  # a checked name has no '.'
-        return out
-
-    def topic_config(self, name: str, conf) -> dict:
-        if not isinstance(conf, dict):
-            raise self.fail(name, "a config map {read, write, perm, sysflag, order}", conf)
-        out = dict(TOPIC_DEFAULTS)
-        for key, lo, hi in (("read", 1, MAX_QUEUES), ("write", 1, MAX_QUEUES), ("perm", 0, 15),
-                            ("sysflag", 0, MAX_BROKER_ID)):
-            v = conf.get(key, out[key])
-            if type(v) is not int or not lo <= v <= hi:
-                raise self.fail(f"{name}.{key}", f"an integer {lo}..{hi}", v)
-            out[key] = v
-        order = conf.get("order", False)
-        if type(order) is not bool:
-            raise self.fail(f"{name}.order", "true or false", order)
-        out["order"] = order
-        return out  # other keys are not stored, so not checked
+from quiver.requests import DataVersion, RegisterBroker, TopicConfig, UnregisterBroker
 
 
 @dataclass
@@ -171,7 +27,7 @@ class LiveBroker:
     broker_name: str
     broker_id: int
     last_update: float
-    data_version: dict
+    data_version: DataVersion | None    # None: the broker sent none
     ha_addr: str = ""
     filter_servers: list = field(default_factory=list)
 
@@ -184,8 +40,8 @@ class RouteTable:
         self.clusters: dict[str, set[str]] = {}
         self.live: dict[str, LiveBroker] = {}       # broker addr -> liveness
 
-    def register(self, reg: Registration) -> dict:
-        """Record a validated registration; returns the master's addresses for a slave."""
+    def register(self, reg: RegisterBroker) -> dict:
+        """Record a decoded registration; returns the master's addresses for a slave."""
         name, addr = reg.broker_name, reg.broker_addr
         prev = self.live.get(addr)
         if prev is not None and (prev.broker_name != name or prev.cluster != reg.cluster):
@@ -203,19 +59,21 @@ class RouteTable:
         changed = prev is None or data["addrs"].get(reg.broker_id) != addr or prev.data_version != reg.data_version
         data["addrs"][reg.broker_id] = addr
         self.live[addr] = LiveBroker(reg.cluster, name, reg.broker_id, self.clock(), reg.data_version,
-                                     reg.ha_addr, list(reg.filter_servers))
+                                     reg.ha_addr or "", list(reg.filter_servers))
         master_writes = reg.broker_id == 0 or 0 not in data["addrs"]
         if changed and master_writes:
             self._replace_queue_data(name, reg.topics)
         master = data["addrs"].get(0, "")
         return {"master_addr": master, "ha_addr": self.live[master].ha_addr if master in self.live else ""}
 
-    def _replace_queue_data(self, broker_name: str, topics: dict) -> None:
+    def _replace_queue_data(self, broker_name: str, topics: dict[str, TopicConfig]) -> None:
         for name in list(self.topics):
             if name not in topics:
                 self._drop_queue_data(name, broker_name)
         for name, conf in topics.items():
-            self.topics.setdefault(name, {})[broker_name] = {"broker_name": broker_name, **conf}
+            self.topics.setdefault(name, {})[broker_name] = {
+                "broker_name": broker_name, "read": conf.read, "write": conf.write, "perm": conf.perm,
+                "sysflag": conf.sysflag, "order": conf.order}
 
     def _drop_queue_data(self, topic: str, broker_name: str) -> None:
         per = self.topics.get(topic)
@@ -231,8 +89,8 @@ class RouteTable:
             if not names:
                 del self.clusters[cluster]
 
-    def unregister(self, unreg: Unregistration) -> bool:
-        """Drop a validated unregistration's address; False if it was not registered so."""
+    def unregister(self, unreg: UnregisterBroker) -> bool:
+        """Drop a decoded unregistration's address; False if it was not registered so."""
         return self._remove(unreg.broker_name, unreg.broker_addr, unreg.broker_id)
 
     def _remove(self, broker_name: str, addr: str, broker_id: int | None = None) -> bool:

@@ -22,6 +22,7 @@ from quiver.service import Service
 from quiver.validation import SCHEDULE_TOPIC
 
 from . import db as dbm
+from . import reput
 from .allocation import LEVEL
 from .db import TimerDB
 from .handlers import make_handlers
@@ -54,12 +55,12 @@ class App:
 
     # ---- IO: replies come back on the service thread ----------------------------------
 
-    def request(self, addr, req, ext, bodies, callback, timeout: float = 3.0) -> None:
-        """Send `req` (a typed request, quiver.requests; `ext` None) to a broker;
-        `callback(envelope | error)` runs on this thread."""
+    def request(self, addr, req, callback, bodies=(), timeout: float = 3.0) -> None:
+        """Send `req` (a typed request, quiver.requests) to a broker; `callback(envelope | error)`
+        runs on this thread."""
         soon = self.service.call_soon_threadsafe
         try:
-            self.client.transport.send(addr, req, ext, bodies, lambda r: soon(callback, r), timeout)
+            self.client.transport.send(addr, req, None, bodies, lambda r: soon(callback, r), timeout)
         except QuiverError as exc:
             soon(callback, exc)
 
@@ -131,11 +132,12 @@ class App:
         if self.owned.get(unit) != "starting":
             return
         self.owned[unit] = "running"
+        max_bytes = reput.body_cap(self.config.max_reput_bytes, info.init)
         if unit.kind == LEVEL:
             delays = info.init.delay_levels_ms
-            self.levels.start(unit, info.addr, delays[min(unit.queue_id, len(delays) - 1)], start)
+            self.levels.start(unit, info.addr, delays[min(unit.queue_id, len(delays) - 1)], start, max_bytes)
         else:
-            self.timers.start(unit, info.addr, start)
+            self.timers.start(unit, info.addr, start, max_bytes)
 
     # ---- cancel -------------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ class Config:
     timer_window_ms: int = setting(30_000, "timers due within this window are held in memory")
     roll_after_ms: int = setting(24 * 3_600_000, "a pending timer whose stored copy is this old is rolled forward")
     max_reput_batch: int = setting(1024, "messages per SCHEDULE_REPUT request")
+    max_reput_bytes: int = setting(4 * 1024 * 1024, "body bytes per SCHEDULE_REPUT request (keep at most the "
+                                   "brokers' --max-message-bytes; a broker that names a smaller one wins)")
     reput_window: int = setting(4, "SCHEDULE_REPUT requests under way per level queue")
     pull_batch: int = setting(1024, "messages per pull of a level queue")
     buffer_per_queue: int = setting(20_000, "pulled-but-not-due messages held per level queue")
@@ -31,6 +33,8 @@ class Config:
     def __post_init__(self):
         if self.max_reput_batch < 1 or self.pull_batch < 1 or self.pull_batch > 1024:
             raise ValueError("max_reput_batch must be >= 1 and pull_batch between 1 and 1024")
+        if self.max_reput_bytes < 1:
+            raise ValueError("max_reput_bytes must be >= 1")
         if self.timer_window_ms < 100 or self.rebalance_interval_ms < 100:
             raise ValueError("timer_window_ms and rebalance_interval_ms must be >= 100")
 

@@ -5,12 +5,14 @@ on a reused port from the one they knew), STATUS (from the Service, filled by
 App.status) and SCHEDULE_CANCEL.
 """
 
+from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
 
 
 def make_handlers(app):
     def ping(req):
-        req.reply(ResponseCode.SUCCESS, "pong", {"service": "scheduler", "client_id": app.client.client_id})
+        me = rq.PingReply(service="scheduler", client_id=app.client.client_id)
+        req.reply(ResponseCode.SUCCESS, "pong", me.ext())
 
     def cancel(req):
         req.reply(ResponseCode.SUCCESS, "", {"result": app.cancel(req.args.msg_id)})

@@ -3,14 +3,16 @@
 Owns the per-queue state machine (runs on the service thread only):
 pull -> buffer (due = store_timestamp + the broker's delay for that level, what
 the ConsumeQueue tagsCode holds) -> one timer for the head's due time ->
-SCHEDULE_REPUT of every due head message (batched, one request in flight per
-queue) -> commit the group's offset on the broker. A crash between a re-put
-and its commit re-delivers that batch only (at-least-once; same msgId).
+SCHEDULE_REPUT of the due head messages (batched within reput.py's limits;
+`reput_window` requests under way per queue) -> commit the group's offset on
+the broker. A crash between a re-put and its commit re-delivers that batch
+only (at-least-once; same msgId).
 One poisoned message never stops a queue: a message whose REAL_TOPIC / REAL_QID
 is malformed is skipped before its re-put, and one the broker refuses
 (MESSAGE_ILLEGAL, its index in `bad`) is dropped while the rest of its batch is
 re-put; both are logged and counted (`poisoned_skipped` in STATUS counters).
-Does not own allocation (allocation.py / membership.py) nor timers (timers.py).
+Does not own allocation (allocation.py / membership.py), timers (timers.py)
+nor the re-put's batch limits and wire shapes (reput.py).
 """
 
 import collections
@@ -18,9 +20,13 @@ import logging
 import time
 
 from quiver import record, system_properties
-from quiver.codes import RequestCode, ResponseCode
+from quiver import requests as rq
+from quiver.codes import ResponseCode
+from quiver.errors import FieldError
 from quiver.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
 from quiver.validation import SCHEDULE_TOPIC
+
+from . import reput
 
 log = logging.getLogger(__name__)
 
@@ -60,29 +66,30 @@ def poison_of(props: str) -> str | None:
     return system_properties.first_problem(props, (REAL_TOPIC, REAL_QID))
 
 
-def refused(env, n: int) -> set[int]:
-    """Indices of a SCHEDULE_REPUT batch of `n` the broker refused as MESSAGE_ILLEGAL (`bad`);
-    empty for any other answer (then the whole batch is retried)."""
-    if isinstance(env, Exception) or env.code != ResponseCode.MESSAGE_ILLEGAL:
-        return set()
-    bad = env.ext.get("bad")
-    if not isinstance(bad, list):
-        return {0} if n == 1 else set()
-    return {i for i in bad if type(i) is int and 0 <= i < n}
-
-
 def skip_poisoned(app, unit, msg_id: str, remark: str) -> None:
     """One poisoned message left behind: counted in STATUS, logged, and the queue goes on."""
     app.service.counters["poisoned_skipped"] += 1
     log.warning("%s: message %a skipped, it cannot be delivered: %s", unit, msg_id, remark)
 
 
-class LevelQueue:
-    __slots__ = ("unit", "addr", "delay_ms", "next_pull", "delivered", "committed", "buffer", "in_flight",
-                 "pulling", "timer", "active", "max_offset", "ids")
+def pull_reply(unit, env) -> rq.PullReply | None:
+    """Where a pull of `unit` leaves off, or None (logged) for a failed or garbled answer."""
+    if isinstance(env, Exception) or env.code not in _PULL_OK:
+        log.warning("pull %s failed: %s", unit, env if isinstance(env, Exception) else env.remark)
+        return None
+    try:
+        return rq.PullReply.decode(env.ext)
+    except FieldError as exc:
+        log.warning("pull %s: bad answer: %s", unit, exc)
+        return None
 
-    def __init__(self, unit, addr: str, delay_ms: int, offset: int):
-        self.unit, self.addr, self.delay_ms = unit, addr, delay_ms
+
+class LevelQueue:
+    __slots__ = ("unit", "addr", "delay_ms", "max_bytes", "next_pull", "delivered", "committed", "buffer",
+                 "in_flight", "pulling", "timer", "active", "max_offset")
+
+    def __init__(self, unit, addr: str, delay_ms: int, offset: int, max_bytes: int):
+        self.unit, self.addr, self.delay_ms, self.max_bytes = unit, addr, delay_ms, max_bytes
         self.next_pull = self.delivered = offset
         self.committed = offset
         self.buffer = collections.deque()   # (due_ms, queue_offset, msg_id, record)
@@ -107,8 +114,9 @@ class Levels:
 
     # ---- lifecycle ------------------------------------------------------------------
 
-    def start(self, unit, addr: str, delay_ms: int, offset: int) -> None:
-        q = LevelQueue(unit, addr, delay_ms, offset)
+    def start(self, unit, addr: str, delay_ms: int, offset: int, max_bytes: int) -> None:
+        """Deliver `unit` from `offset`; `max_bytes`: the body bytes one re-put to its broker may carry."""
+        q = LevelQueue(unit, addr, delay_ms, offset, max_bytes)
         self.queues[unit] = q
         log.info("delivering %s from offset %d (delay %d ms)", unit, offset, delay_ms)
         self._pull(q)
@@ -137,21 +145,19 @@ class Levels:
         if not q.active or q.pulling or len(q.buffer) >= self.config.buffer_per_queue:
             return
         q.pulling = True
-        ext = {"g": self.config.group, "t": SCHEDULE_TOPIC, "q": q.unit.queue_id, "o": q.next_pull,
-               "n": self.config.pull_batch, "s": 15_000, "sub": "*"}
-        self.app.request(q.addr, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(q, r), timeout=30.0)
+        req = rq.PullMessage(group=self.config.group, topic=SCHEDULE_TOPIC, queue_id=q.unit.queue_id,
+                             offset=q.next_pull, max_msgs=self.config.pull_batch, suspend_ms=15_000, expression="*")
+        self.app.request(q.addr, req, lambda r: self._pulled(q, r), timeout=30.0)
 
     def _pulled(self, q: LevelQueue, env) -> None:
         q.pulling = False
         if not q.active:
             return
-        if isinstance(env, Exception) or env.code not in _PULL_OK:
-            log.warning("pull %s failed: %s", q.unit, env if isinstance(env, Exception) else env.remark)
+        pos = pull_reply(q.unit, env)
+        if pos is None:
             self.app.service.call_later(1.0, self._pull, q)
             return
-        ext = env.ext
-        q.max_offset = ext.get("max", q.max_offset)
-        nxt = ext.get("next", q.next_pull)
+        q.max_offset, nxt = pos.max, pos.next
         if env.code == ResponseCode.SUCCESS and env.bodies:
             delay = q.delay_ms
             buf, ids = q.buffer, self.buffered
@@ -184,20 +190,22 @@ class Levels:
         now = now_ms()
         buf, cancelled = q.buffer, self.app.cancelled
         batch, skipped_to = [], None
-        limit = self.config.max_reput_batch
-        while buf and buf[0][0] <= now and len(batch) < limit:
-            item = buf.popleft()
-            self.buffered.pop(item[2], None)
-            if item[2] in cancelled:
+        budget = reput.Budget(self.config.max_reput_batch, q.max_bytes)
+        while buf and buf[0][0] <= now:
+            item = buf[0]
+            _, qoff, mid, rec = item
+            if mid in cancelled:
                 self.app.stats.cancelled_skipped += 1
-                skipped_to = item[1] + 1
-                continue
-            problem = poison_of(item[3].props)
-            if problem is not None:
-                skip_poisoned(self.app, q.unit, item[2], problem)
-                skipped_to = item[1] + 1
-                continue
-            batch.append(item)
+                skipped_to = qoff + 1
+            elif (problem := poison_of(rec.props)) is not None:
+                skip_poisoned(self.app, q.unit, mid, problem)
+                skipped_to = qoff + 1
+            elif budget.take(rec.body, rec.props):
+                batch.append(item)
+            else:
+                break  # full: the rest goes in the next re-put
+            buf.popleft()
+            self.buffered.pop(mid, None)
         if not batch:
             if skipped_to is not None and not q.in_flight:
                 q.delivered = skipped_to
@@ -214,18 +222,12 @@ class Levels:
 
     def _send(self, q: LevelQueue, entry) -> None:
         batch = entry[0]
-        metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, due] for due, _, _, r in batch]
-        ext = {"m": metas}
-        bodies = [i[3].body for i in batch]
-        if len(bodies) > 1:  # one packed frame, lengths in the header
-            ext["l"] = [len(b) for b in bodies]
-            bodies = [b"".join(bodies)]
-        self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, ext, bodies,
-                         lambda env: self._reput_done(q, entry, env), timeout=10.0)
+        req, frames = reput.request([i[3] for i in batch], [i[0] for i in batch])
+        self.app.request(q.addr, req, lambda env: self._reput_done(q, entry, env), frames, timeout=10.0)
 
     def _reput_done(self, q: LevelQueue, entry, env) -> None:
         batch = entry[0]
-        bad = refused(env, len(batch))
+        bad = reput.refused(env, len(batch))
         if bad:  # drop what the broker refused, re-put the rest in the same place of the order
             for i in sorted(bad):
                 skip_poisoned(self.app, q.unit, batch[i][2], env.remark)
@@ -250,8 +252,7 @@ class Levels:
             return
         entry[1] = True
         if batch:
-            ts = env.ext.get("ts") or now_ms()
-            self.app.stats.delivered(ts, [i[0] for i in batch], [i[2] for i in batch])
+            self.app.stats.delivered(reput.stored_ms(env), [i[0] for i in batch], [i[2] for i in batch])
         # progress moves only over the finished prefix: never past a re-put still under way
         while q.in_flight and q.in_flight[0][1]:
             q.delivered = q.in_flight.popleft()[2]
@@ -264,14 +265,15 @@ class Levels:
         if q.delivered == q.committed:
             return
         off = q.delivered
-        ext = {"g": self.config.group, "t": SCHEDULE_TOPIC, "q": q.unit.queue_id, "o": off}
+        req = rq.UpdateConsumerOffset(group=self.config.group, topic=SCHEDULE_TOPIC, queue_id=q.unit.queue_id,
+                                      offset=off)
 
         def done(env):
             if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
                 log.warning("commit %s@%d failed: %s", q.unit, off, env if isinstance(env, Exception) else env.remark)
             elif off > q.committed:
                 q.committed = off
-        self.app.request(q.addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, (), done)
+        self.app.request(q.addr, req, done)
 
     # ---- cancel and status -----------------------------------------------------------------
 

@@ -37,9 +37,11 @@ class SchedulerClient(ClientBase):
         self.heartbeat_interval_s = config.heartbeat_interval_ms / 1000
         self._on_changed = on_members_changed
 
-    def heartbeat_payload(self):
-        subs = {t: {"type": "TAG", "expression": "*"} for t in (SCHEDULE_TOPIC, TIMER_TOPIC)}
-        return {"consumers": [{"group": self.group, "subscriptions": subs, "model": "CLUSTERING"}]}
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        """This instance as a member of --group, subscribed to every parked message (tag "*")."""
+        subs = {t: rq.Subscription(type="TAG", expression="*") for t in (SCHEDULE_TOPIC, TIMER_TOPIC)}
+        me = rq.ConsumerData(group=self.group, subscriptions=subs, model="CLUSTERING")
+        return rq.HeartBeat(client_id=self.client_id, consumers=[me])
 
     def _members_changed(self, addr, env):
         self._on_changed()

@@ -8,16 +8,19 @@ Owns, per owned timer queue (one per broker; service thread only):
 - memory: only timers due within `timer_window_ms` sit in a heap (due, id);
   `load_step` moves the window forward from the index.
 - delivery: one timer for the heap head; due rows are fetched from the DB,
-  re-put in a batch, marked DELIVERED; then the delivered watermark W (every
-  ingested timer due at or before W is delivered or cancelled) is stored on
-  the broker as the offset of group `<group>_TIMER_WM`.
+  re-put in a batch (within reput.py's limits; what does not fit goes back
+  on the heap, due, and leaves once this batch is answered), marked
+  DELIVERED; then the delivered watermark W (every ingested timer due at or
+  before W is delivered or cancelled) is stored on the broker as the offset
+  of group `<group>_TIMER_WM` (once W >= 0).
 - takeover / lost index (`plan_start`): if the local index is behind the
   broker's committed offset (file lost, or another instance owned the queue
   meanwhile), forget this broker's rows and re-read the timer topic from its
   min offset, keeping records below the committed offset only if due after W.
 - roll forward (`roll_step`): a pending timer whose stored copy is older than
   `roll_after_ms` is re-appended to the timer topic (SCHEDULE_REPUT roll), so
-  a rebuild from the topic finds it after the original segment expired.
+  a rebuild from the topic finds it after the original segment expired
+  (in as many batches as reput.py's limits need).
 - poison: a timer whose TIMER_DELIVER_MS, REAL_TOPIC or REAL_QID is malformed
   is not ingested; one the broker refuses (MESSAGE_ILLEGAL, its index in `bad`)
   is cancelled in the index while the rest of its batch goes on; both are
@@ -28,18 +31,18 @@ import heapq
 import logging
 
 from quiver import record, system_properties
-from quiver.codes import RequestCode, ResponseCode
+from quiver import requests as rq
+from quiver.codes import ResponseCode
 from quiver.errors import QueryNotFoundError
 from quiver.message import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.validation import TIMER_TOPIC
 
+from . import reput
 from .db import row_dict
-from .levels import fired, msg_id_of, now_ms, refused, skip_poisoned, wake_at
+from .levels import fired, msg_id_of, now_ms, pull_reply, skip_poisoned, wake_at
 
 log = logging.getLogger(__name__)
 
-_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-            ResponseCode.PULL_OFFSET_MOVED)
 _CHECKED = (TIMER_DELIVER_MS, REAL_TOPIC, REAL_QID)  # a timer with one malformed is not ingested
 
 
@@ -49,30 +52,31 @@ def wm_group(group: str) -> str:
 
 def plan_start(client, db, group: str, unit, addr: str) -> dict:
     """Blocking (control thread): where to resume a timer queue, rebuilding the index if needed."""
-    ext = {"t": TIMER_TOPIC, "q": unit.queue_id}
+    def offset_of(req):
+        return rq.OffsetReply.decode(client.call_broker(addr, req).ext).offset
 
-    def offset_of(g):
+    def committed_of(g):
         try:
-            return client.call_broker(addr, RequestCode.QUERY_CONSUMER_OFFSET, {**ext, "g": g}).ext["offset"]
+            return offset_of(rq.QueryConsumerOffset(group=g, topic=TIMER_TOPIC, queue_id=unit.queue_id))
         except QueryNotFoundError:
             return None
-    committed, wm = offset_of(group), offset_of(wm_group(group))
+    committed, wm = committed_of(group), committed_of(wm_group(group))
     local = db.progress(unit.broker)
     if local is not None and (committed is None or local >= committed):
         dropped = db.drop_delivered_by_others(unit.broker, wm) if wm is not None else 0
         return {"start": local, "rebuild_until": 0, "wm": wm, "dropped": dropped, "mode": "resume"}
-    min_off = client.call_broker(addr, RequestCode.GET_MIN_OFFSET, ext).ext["offset"]
+    min_off = offset_of(rq.GetMinOffset(topic=TIMER_TOPIC, queue_id=unit.queue_id))
     db.reset_broker(unit.broker)
     return {"start": min_off, "rebuild_until": committed or 0, "wm": wm if wm is not None else -1,
             "dropped": 0, "mode": "rebuild" if committed else "fresh"}
 
 
 class TimerQueue:
-    __slots__ = ("unit", "addr", "next_pull", "rebuild_until", "wm", "heap", "in_heap", "loaded_until",
-                 "in_flight", "pulling", "timer", "active", "rolled", "committed")
+    __slots__ = ("unit", "addr", "max_bytes", "next_pull", "rebuild_until", "wm", "heap", "in_heap",
+                 "loaded_until", "in_flight", "pulling", "timer", "active", "rolled", "committed")
 
-    def __init__(self, unit, addr, plan):
-        self.unit, self.addr = unit, addr
+    def __init__(self, unit, addr, plan, max_bytes: int):
+        self.unit, self.addr, self.max_bytes = unit, addr, max_bytes
         self.next_pull = plan["start"]
         self.rebuild_until = plan["rebuild_until"]
         self.wm = plan["wm"]
@@ -100,8 +104,9 @@ class Timers:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
-    def start(self, unit, addr: str, plan: dict) -> None:
-        q = TimerQueue(unit, addr, plan)
+    def start(self, unit, addr: str, plan: dict, max_bytes: int) -> None:
+        """Ingest and deliver `unit` as `plan_start` planned; `max_bytes`: body bytes per re-put to its broker."""
+        q = TimerQueue(unit, addr, plan, max_bytes)
         self.queues[unit] = q
         log.info("timers of %s: %s from offset %d (rebuild below %d, watermark %s, %d delivered elsewhere)",
                  unit, plan["mode"], q.next_pull, q.rebuild_until, q.wm, plan["dropped"])
@@ -126,19 +131,20 @@ class Timers:
         if not q.active or q.pulling:
             return
         q.pulling = True
-        ext = {"g": self.config.group, "t": TIMER_TOPIC, "q": q.unit.queue_id, "o": q.next_pull,
-               "n": min(self.config.pull_batch, 512), "s": 15_000, "sub": "*"}
-        self.app.request(q.addr, RequestCode.PULL_MESSAGE, ext, (), lambda r: self._pulled(q, r), timeout=30.0)
+        req = rq.PullMessage(group=self.config.group, topic=TIMER_TOPIC, queue_id=q.unit.queue_id,
+                             offset=q.next_pull, max_msgs=min(self.config.pull_batch, 512), suspend_ms=15_000,
+                             expression="*")
+        self.app.request(q.addr, req, lambda r: self._pulled(q, r), timeout=30.0)
 
     def _pulled(self, q: TimerQueue, env) -> None:
         q.pulling = False
         if not q.active:
             return
-        if isinstance(env, Exception) or env.code not in _PULL_OK:
-            log.warning("pull %s failed: %s", q.unit, env if isinstance(env, Exception) else env.remark)
+        pos = pull_reply(q.unit, env)
+        if pos is None:
             self.app.service.call_later(1.0, self._pull, q)
             return
-        nxt = env.ext.get("next", q.next_pull)
+        nxt = pos.next
         if env.code == ResponseCode.SUCCESS and env.bodies:
             self.ingest(q, record.decode_many(env.bodies[0]), nxt)
         elif env.code == ResponseCode.PULL_OFFSET_MOVED:
@@ -211,14 +217,17 @@ class Timers:
             self._arm(q)
             return
         rows.sort(key=lambda r: r.due_ms)
+        rows, *later = reput.split(rows, limit, q.max_bytes)
+        for batch in later:
+            for r in batch:
+                self._push(q, r.due_ms, r.id)   # due: leaves as soon as this batch is answered
         q.in_flight = rows
-        metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, r.due_ms] for r in rows]
-        self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas}, [r.body for r in rows],
-                         lambda env: self._reput_done(q, rows, env), timeout=10.0)
+        req, frames = reput.request(rows, [r.due_ms for r in rows])
+        self.app.request(q.addr, req, lambda env: self._reput_done(q, rows, env), frames, timeout=10.0)
 
     def _reput_done(self, q: TimerQueue, rows, env) -> None:
         q.in_flight = None
-        bad = refused(env, len(rows))
+        bad = reput.refused(env, len(rows))
         if bad:  # cancel what the broker refused; the rest is due: delivered at once
             self._drop(q, [rows[i] for i in sorted(bad)], env.remark)
             for i, r in enumerate(rows):
@@ -236,7 +245,7 @@ class Timers:
             return
         ids = [r.id for r in rows]
         self.db.mark_delivered(ids)
-        self.app.stats.delivered(env.ext.get("ts") or now_ms(), [r.due_ms for r in rows], ids)
+        self.app.stats.delivered(reput.stored_ms(env), [r.due_ms for r in rows], ids)
         if not q.rebuilding:
             self._commit(q)
         self._arm(q)
@@ -258,13 +267,15 @@ class Timers:
         if q.in_flight:
             wm = min(wm, q.in_flight[0].due_ms - 1)
         q.wm = max(q.wm, wm)
-        base = {"t": TIMER_TOPIC, "q": q.unit.queue_id}
         if q.next_pull != q.committed:
             q.committed = q.next_pull
-            self.app.request(q.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                             {**base, "g": self.config.group, "o": q.next_pull}, (), _log_failure)
-        self.app.request(q.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
-                         {**base, "g": wm_group(self.config.group), "o": q.wm}, (), _log_failure)
+            self.app.request(q.addr, rq.UpdateConsumerOffset(group=self.config.group, topic=TIMER_TOPIC,
+                                                             queue_id=q.unit.queue_id, offset=q.next_pull),
+                             _log_failure)
+        if q.wm >= 0:   # -1: nothing delivered yet (an offset cannot be negative)
+            self.app.request(q.addr, rq.UpdateConsumerOffset(group=wm_group(self.config.group), topic=TIMER_TOPIC,
+                                                             queue_id=q.unit.queue_id, offset=q.wm),
+                             _log_failure)
 
     # ---- roll forward ---------------------------------------------------------------------
 
@@ -279,9 +290,10 @@ class Timers:
             if not rows:
                 continue
             q.rolled.update(r.id for r in rows)
-            metas = [[r.flag, r.props, r.born_ts, r.reconsume, r.sys_flag, r.due_ms] for r in rows]
-            self.app.request(q.addr, RequestCode.SCHEDULE_REPUT, {"m": metas, "roll": True}, [r.body for r in rows],
-                             lambda env, q=q, rows=rows: self._rolled(q, rows, env), timeout=10.0)
+            for batch in reput.split(rows, self.config.max_reput_batch, q.max_bytes):
+                req, frames = reput.request(batch, [r.due_ms for r in batch], roll=True)
+                self.app.request(q.addr, req, lambda env, q=q, rows=batch: self._rolled(q, rows, env), frames,
+                                 timeout=10.0)
             n += len(rows)
         return n
 
@@ -289,7 +301,7 @@ class Timers:
         """A failed roll is tried again at the next step; what the broker refused is cancelled."""
         if isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
             _log_failure(env)
-            bad = refused(env, len(rows))
+            bad = reput.refused(env, len(rows))
             self._drop(q, [rows[i] for i in sorted(bad)], env.remark if bad else "")
             q.rolled.difference_update(r.id for i, r in enumerate(rows) if i not in bad)
 

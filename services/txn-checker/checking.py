@@ -4,13 +4,14 @@ Owns the decision per half message (RocketMQ's TransactionalMessageServiceImpl
 .check), done from outside the broker through the SDK:
 
 - resolved (an op record or a check answer named its transaction id): skip;
-- TRANSACTION_CHECK_TIMES >= max_checks: "d" (discard to TRANS_CHECK_MAX_TIME_TOPIC);
+- TRANSACTION_CHECK_TIMES >= max_checks: CHECK_DISCARD (to TRANS_CHECK_MAX_TIME_TOPIC);
 - younger than its immunity (transaction timeout, or CHECK_IMMUNITY_TIME_IN_SECONDS
   when larger): without the property the scan of this broker stops (later
-  messages are younger); with it the message is re-put unchanged ("r");
-- otherwise "c": the broker pushes CHECK_TRANSACTION_STATE to a live producer
-  of the group and re-puts the half with the count + 1 (not counted when no
-  producer is live).
+  messages are younger); with it the message is re-put unchanged (CHECK_REQUEUE);
+- otherwise CHECK_ASK: the broker pushes CHECK_TRANSACTION_STATE to a live
+  producer of the group and re-puts the half with the count + 1 (not counted
+  when no producer is live).
+The actions and the TRANSACTION_CHECK request and reply are quiver.requests'.
 A malformed property (CHECK_IMMUNITY_TIME_IN_SECONDS=inf, TRANSACTION_CHECK_TIMES=x)
 is read as absent, counted in `bad_system_properties` and logged: one bad half
 message never stops a round.
@@ -28,10 +29,11 @@ import os
 import time
 
 from quiver import record
+from quiver import requests as rq
 from quiver.client import ClientBase
-from quiver.codes import RequestCode, ResponseCode
+from quiver.codes import ResponseCode
 from quiver.errors import QueryNotFoundError, QuiverError
-from quiver.message import TRANSACTION_ID
+from quiver.message import MessageExt, TRANSACTION_ID
 from quiver.rebalance import Rebalancer, allocate_averagely
 from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, TRAN_BORN_MS as BORN_MS,
                                       TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int)
@@ -39,6 +41,7 @@ from quiver.validation import HALF_TOPIC, OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 
+SKIP = "skip"   # already resolved: no TRANSACTION_CHECK entry
 RESOLVED_KEEP = 500_000  # transaction ids remembered per broker (the broker is the authority anyway)
 _PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
             ResponseCode.PULL_OFFSET_MOVED)
@@ -56,9 +59,11 @@ class CheckerClient(ClientBase):
             # with the brokers for a while, but stops answering PING at once
             self.client_id = f"txn@{advertised}#{os.getpid()}#{time.monotonic_ns()}"
 
-    def heartbeat_payload(self) -> dict:
-        return {"producers": [], "consumers": [{"group": self.group, "type": "txn-checker",
-                                                "subscriptions": {HALF_TOPIC: {"type": "TAG", "expression": "*"}}}]}
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        """This instance as a member of the checker group, subscribed to the half topic (tag "*")."""
+        me = rq.ConsumerData(group=self.group, subscriptions={HALF_TOPIC: rq.Subscription(type="TAG", expression="*")})
+        return rq.HeartBeat(client_id=self.client_id, consumers=[me])
+
 
 class _BrokerState:
     __slots__ = ("half", "op", "resolved")
@@ -113,10 +118,10 @@ class Checker:
         if not cid.startswith("txn@") or "#" not in cid:
             return True
         try:
-            env = self.client.transport.call(cid[4:cid.index("#")], RequestCode.STATUS, timeout=0.5)
-        except QuiverError:
+            env = self.client.transport.call(cid[4:cid.index("#")], rq.Status(), timeout=0.5)
+            return rq.StatusReply.decode(env.ext).status.get("client_id") == cid
+        except QuiverError:   # no answer, or not a status (FieldError)
             return False
-        return env.ext.get("status", {}).get("client_id") == cid
 
     # ---- the round --------------------------------------------------------------------
 
@@ -148,7 +153,12 @@ class Checker:
         self._read_ops(addr, st)
         began = time.monotonic()
         deadline = began + self.config.round_budget_ms / 1000
-        max_off = self._call(addr, RequestCode.GET_MAX_OFFSET, t=HALF_TOPIC)["offset"]
+        max_off = self._offset(addr, rq.GetMaxOffset(topic=HALF_TOPIC, queue_id=0))
+        if st.half > max_off:
+            # the queue went back (its store was replaced): walking on from our offset would wait forever
+            log.warning("half queue of %s ends at %d, before our offset %d: starting again from its min",
+                        broker, max_off, st.half)
+            st.half = self._offset(addr, rq.GetMinOffset(topic=HALF_TOPIC, queue_id=0))
         off, batch, stop = st.half, [], False
         while off < max_off and not stop and time.monotonic() < deadline:
             msgs, nxt = self._pull(addr, HALF_TOPIC, off, min(self.config.pull_batch, max_off - off))
@@ -166,8 +176,8 @@ class Checker:
                 if action is None:
                     stop = True
                     break
-                if action != "skip":
-                    batch.append([m.commit_log_offset, m.queue_offset, action, m.properties.get(TRANSACTION_ID, "")])
+                if action != SKIP:
+                    batch.append(((m.commit_log_offset, m.queue_offset, action), m.properties.get(TRANSACTION_ID, "")))
                 off = m.queue_offset + 1
                 if len(batch) >= self.config.check_batch:
                     self._send_checks(addr, st, batch, counts)
@@ -181,11 +191,12 @@ class Checker:
         return counts
 
     def _decide(self, m, st: _BrokerState, now: int) -> str | None:
-        """Never raises: a malformed property is counted, logged, and its default used."""
+        """The TRANSACTION_CHECK action for `m`, SKIP, or None (stop: the rest is younger).
+        Never raises: a malformed property is counted, logged, and its default used."""
         props = m.properties
         txid = props.get(TRANSACTION_ID, "")
         if txid in st.resolved:
-            return "skip"
+            return SKIP
 
         def bad(remark: str) -> None:
             self.counters["bad_system_properties"] += 1
@@ -195,58 +206,59 @@ class Checker:
         born = min(read_int(props, BORN_MS, m.born_timestamp, bad), m.store_timestamp)
         immune_s = read_int(props, CHECK_IMMUNITY, 0, bad)
         if checks >= self.config.max_checks:
-            return "d"
+            return rq.CHECK_DISCARD
         if now - born < max(self.config.transaction_timeout_ms, immune_s * 1000):
-            return "r" if immune_s else None
-        return "c"
+            return rq.CHECK_REQUEUE if immune_s else None
+        return rq.CHECK_ASK
 
     def _send_checks(self, addr: str, st: _BrokerState, batch: list, counts) -> None:
+        """`batch`: ((half phys, half qoff, action), transaction id) per half message."""
         if not batch:
             return
-        ext = {"e": [e[:3] for e in batch]}
-        env = self.client.call_broker(addr, RequestCode.TRANSACTION_CHECK, ext, timeout=10.0)
-        for e, result in zip(batch, env.ext.get("r") or []):
+        env = self.client.call_broker(addr, rq.TransactionCheck(entries=[e for e, _ in batch]), timeout=10.0)
+        for (_, txid), result in zip(batch, rq.TransactionCheckReply.decode(env.ext).results):
             counts[result] += 1
             if result in ("resolved", "discarded"):
-                st.resolve(e[3])
+                st.resolve(txid)
 
     # ---- SDK calls ---------------------------------------------------------------------
 
-    def _call(self, addr: str, code, **ext) -> dict:
-        return self.client.call_broker(addr, code, {"q": 0, **ext}).ext
+    def _offset(self, addr: str, req) -> int:
+        """The offset a broker answers `req` with (GET_MAX_OFFSET, GET_MIN_OFFSET, QUERY_CONSUMER_OFFSET)."""
+        return rq.OffsetReply.decode(self.client.call_broker(addr, req).ext).offset
 
     def _start_offset(self, addr: str, topic: str) -> int:
         try:
-            return self._call(addr, RequestCode.QUERY_CONSUMER_OFFSET, g=self.config.group, t=topic)["offset"]
+            return self._offset(addr, rq.QueryConsumerOffset(group=self.config.group, topic=topic, queue_id=0))
         except QueryNotFoundError:
             pass
         except QuiverError as exc:
             if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                 raise
             return 0
-        return self._call(addr, RequestCode.GET_MIN_OFFSET, t=topic)["offset"]
+        return self._offset(addr, rq.GetMinOffset(topic=topic, queue_id=0))
 
     def _pull(self, addr: str, topic: str, off: int, n: int):
         """(messages, next offset), or (None, next offset) when the queue has nothing there."""
-        env = self.client.call_broker(addr, RequestCode.PULL_MESSAGE,
-                                      {"g": self.config.group, "t": topic, "q": 0, "o": off, "n": max(1, n), "s": 0},
-                                      timeout=10.0, ok=_PULL_OK)
-        nxt = env.ext.get("next", off)
+        req = rq.PullMessage(group=self.config.group, topic=topic, queue_id=0, offset=off, max_msgs=max(1, n))
+        env = self.client.call_broker(addr, req, timeout=10.0, ok=_PULL_OK)
+        nxt = rq.PullReply.decode(env.ext).next   # FieldError (a QuiverError): the round on this broker stops
         if env.code == ResponseCode.PULL_OFFSET_MOVED and nxt != off:
             log.info("%s offset %d moved to %d on %s", topic, off, nxt, addr)
             return None, nxt
         if env.code != ResponseCode.SUCCESS or not env.bodies:
             return [], off
-        from quiver.message import MessageExt
         return [MessageExt.from_record(r, "") for r in record.decode_many(env.bodies[0])], nxt
 
     def _read_ops(self, addr: str, st: _BrokerState) -> None:
         try:
-            max_off = self._call(addr, RequestCode.GET_MAX_OFFSET, t=OP_HALF_TOPIC)["offset"]
+            max_off = self._offset(addr, rq.GetMaxOffset(topic=OP_HALF_TOPIC, queue_id=0))
         except QuiverError as exc:
             if getattr(exc, "code", None) == ResponseCode.TOPIC_NOT_EXIST:
                 return
             raise
+        if st.op > max_off:
+            st.op = self._offset(addr, rq.GetMinOffset(topic=OP_HALF_TOPIC, queue_id=0))
         while st.op < max_off:
             msgs, nxt = self._pull(addr, OP_HALF_TOPIC, st.op, self.config.pull_batch)
             if msgs is None:
@@ -265,7 +277,8 @@ class Checker:
         if off is None:
             return
         try:
-            self._call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, g=self.config.group, t=topic, o=off)
+            self.client.call_broker(addr, rq.UpdateConsumerOffset(group=self.config.group, topic=topic, queue_id=0,
+                                                                  offset=off))
         except QuiverError as exc:
             if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                 raise

@@ -18,13 +18,13 @@ import time
 
 import pytest
 
-from quiver import Admin, Message, TransactionProducer, TransactionState
+from quiver import Message, TransactionProducer, TransactionState
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import QuiverError
 from quiver.transport import Transport
 
 from support.fuzz_cluster import Checks, fuzz_env, out  # noqa: F401  (fixtures)
-from support.fuzz_controls import txn_control
+from support.fuzz_controls import open_transactions, txn_control
 from support.fuzz_run import FuzzRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -75,15 +75,6 @@ def _sdk_poison(tp) -> collections.Counter:
     return codes
 
 
-def _open_transactions(ns: str):
-    admin = Admin(namesrv=ns)
-    try:
-        rows = admin.open_transactions()
-    finally:
-        admin.shutdown()
-    return True, f"{sum(len(v) for v in rows.values())} open"
-
-
 def test_txn_checker_survives_malformed_frames_and_poison_halves(fuzz_env, out):
     env = fuzz_env()
     checks = Checks("txn-checker", out)
@@ -102,7 +93,7 @@ def test_txn_checker_survives_malformed_frames_and_poison_halves(fuzz_env, out):
         time.sleep(2.0)  # several check rounds (--check-interval-ms 300) over the poison
         checks.attempt("control: after poison transaction properties a normal transaction is still checked "
                        "and committed", txn_control, env.ns, env.txn.addr)
-        checks.attempt("TRANSACTION_LIST_OPEN answers after poison transaction properties", _open_transactions,
+        checks.attempt("TRANSACTION_LIST_OPEN answers after poison transaction properties", open_transactions,
                        env.ns)
     run.standard_checks(checks)
     checks.assert_all()

@@ -11,6 +11,7 @@ import pytest
 
 from quiver import Admin, Message, PullConsumer, TransactionProducer, TransactionState
 from quiver.local import wait_healthy
+from support.waiting import wait_for as _wait
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -33,15 +34,6 @@ def _cluster(make_cluster):
     checker = c.add_service("txn-checker", "quiver_txn", *CHECKER)
     c.wait()
     return c, checker
-
-
-def _wait(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _no_open(admin):

@@ -5,15 +5,7 @@ import threading
 import time
 
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
-
-
-def _wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+from support.waiting import wait_for as _wait
 
 
 def test_three_broadcast_consumers_each_get_all_and_a_restart_resumes(cluster, tmp_path):

@@ -5,18 +5,9 @@ import time
 
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
 from quiver.message import java_hash
+from support.waiting import wait_for as _wait
 
 KEYS, PER_KEY, QUEUES = 20, 500, 4
-
-
-def _wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_per_key_order_holds_while_consumers_join_and_leave(cluster):

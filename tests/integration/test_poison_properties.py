@@ -117,6 +117,10 @@ def test_reput_and_delete_with_path_names_stay_inside(cluster, raw, tmp_path):
         env = raw.ask(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": name})
         assert env.code != ResponseCode.SUCCESS, name
     assert (victim / "keep").read_text() == "precious"
+    # system topics cannot be deleted: the half queue holds every open transaction
+    for name in ["RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"]:
+        env = raw.ask(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": name})
+        assert env.code == ResponseCode.NO_PERMISSION and "system topic" in env.remark, (name, env.remark)
     assert _marks(tmp_path) == []
     status = raw.ask(RequestCode.STATUS, {}).ext["status"]
     assert status["counters"]["schedule_reput_illegal"] >= len(parked) + 2

@@ -7,10 +7,10 @@ import sys
 import threading
 import time
 
-import pytest
 
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
 from quiver.cli import main as cli_main
+from support.waiting import wait_for as _wait
 
 EXPIRY_MS = 2000  # broker drops a silent client after this (RocketMQ: 120 s)
 
@@ -48,16 +48,6 @@ def _lines(paths):
         except FileNotFoundError:
             pass
     return out
-
-
-def _wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _owners(admin, group, topic):

@@ -6,19 +6,10 @@ import time
 import pytest
 
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
+from support.waiting import wait_for as _wait
 
 # 18 levels; level 3 (the first retry) onwards are short so retries take well under a second
 LEVELS = "100ms 100ms 100ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms 200ms"
-
-
-def _wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture

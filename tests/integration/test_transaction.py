@@ -1,12 +1,13 @@
 """Transactional messages over real processes: commit, rollback, check-backs, max checks, admin."""
 
+import dataclasses
 import subprocess
 import sys
 import time
 
 import pytest
 
-from quiver import Admin, Message, PullConsumer, TransactionProducer, TransactionState
+from quiver import Admin, Message, PullConsumer, TransactionProducer, TransactionState, record
 from quiver.codes import RequestCode
 from quiver.errors import MessageIllegalError
 from quiver.validation import CHECK_MAX_TOPIC
@@ -83,10 +84,11 @@ def test_delayed_and_batched_transactional_messages_refused(cluster):
             tp.send_in_transaction([Message("Tx", b"x")], lambda m, a: TransactionState.COMMIT)
         # the broker refuses a prepared batch or a prepared delayed message on its own too
         mq, addr = tp._pick("Tx")
-        ext = tp._ext(mq, ["UNIQ_KEY\x01a\x02PGROUP\x01tpg\x02", "UNIQ_KEY\x01b\x02PGROUP\x01tpg\x02"], [0, 0])
-        ext["sf"], ext["l"] = 4, [1, 1]
+        req, frames = tp._request(mq, ["UNIQ_KEY\x01a\x02PGROUP\x01tpg\x02", "UNIQ_KEY\x01b\x02PGROUP\x01tpg\x02"],
+                                  [0, 0], [b"x", b"y"])
+        req = dataclasses.replace(req, sys_flag=record.TX_PREPARED)
         with pytest.raises(MessageIllegalError, match="batched"):
-            tp.call_broker(addr, RequestCode.SEND_BATCH_MESSAGE, ext, [b"xy"])
+            tp.call_broker(addr, RequestCode.SEND_BATCH_MESSAGE, req.ext(), frames)
 
 
 def test_max_checks_discards_to_check_max_topic(make_cluster):

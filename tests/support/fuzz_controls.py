@@ -205,3 +205,13 @@ def stats_control(ns: str, group: str, topic: str, offsets: dict[int, int]) -> t
         admin.shutdown()
     have = {r["queue_id"]: r["consumer_offset"] for r in rows}
     return have == offsets, f"rows {have}, committed {offsets}"
+
+
+def open_transactions(ns: str) -> tuple[bool, str]:
+    """TRANSACTION_LIST_OPEN answers on every broker."""
+    admin = Admin(namesrv=ns)
+    try:
+        rows = admin.open_transactions()
+    finally:
+        admin.shutdown()
+    return True, f"{sum(len(v) for v in rows.values())} open"

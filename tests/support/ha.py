@@ -2,29 +2,19 @@
 
 import os
 import signal
-import time
 
 import pytest
 
 from quiver.codes import RequestCode
 from quiver.errors import QuiverError
 from quiver.local import LocalCluster
+from .waiting import wait_for  # noqa: F401  (re-exported for the HA tests)
 
 HA_FAST = ("--ha-heartbeat-interval-ms", "300", "--ha-housekeeping-ms", "3000", "--ha-sync-interval-ms", "1000")
 
 
 def status(t, svc) -> dict:
     return t.call(svc.addr, RequestCode.STATUS, timeout=3.0).ext["status"]
-
-
-def wait_for(pred, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def wait_slave_connected(t, master, timeout=15.0):

@@ -11,7 +11,8 @@ from quiver.filter_route import FilterServers, NoFilterServerError, pull_address
 from quiver.message import MessageSelector
 from quiver_broker.filter_servers import FilterServerRegistry
 from quiver_filter.app import pick_broker
-from quiver_filter.scanning import properties_at, scan
+from quiver.record import properties_at
+from quiver_filter.scanning import scan
 from quiver_filter.selectors import SelectorCache
 from quiver_filter.sql92 import compile as sql_compile
 

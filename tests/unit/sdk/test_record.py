@@ -89,3 +89,47 @@ def test_decode_messages_builds_message_ext_with_lazy_offset_id():
     m = msgs[0]
     assert (m.topic, m.body, m.tags, m.keys, m.broker, m.queue_id) == ("Orders", b"x", "A", ["k1", "k2"], "broker-a", 3)
     assert m.offset_msg_id == offset_msg_id(HOST, 4096) == m.msg_id   # no UNIQ_KEY: the offset id
+
+
+def test_named_positions_match_rocketmq_layout():
+    # the diagram in record.py's docstring, which is RocketMQ's CommitLog layout
+    assert (record.QUEUE_OFFSET_AT, record.STORE_TS_AT, record.BODY_LEN_AT, record.FIXED_SIZE) == (20, 56, 84, 88)
+    raw = _rec()
+    assert record.queue_offset_at(raw, 0) == 11
+    assert record.store_ts_of(raw[:record.STORE_TS_AT + 8]) == 2000
+
+
+def test_encode_record_gives_back_the_stored_bytes():
+    raw = _rec(b"again", props="KEYS\x01a b\x02")
+    assert record.encode_record(record.decode_at(raw)) == raw
+
+
+@pytest.mark.parametrize("buf, room, problem", [
+    (b"\x00\x00", None, "torn"),
+    (b"\x00\x00\x00\x40\xde\xad\xbe\xef" + bytes(56), None, "magic"),
+    (_rec()[:4] + _rec()[4:], 50, "out of range"),
+    (b"\x00\x00\x00\x04" + (record.MAGIC_BLANK).to_bytes(4, "big"), None, "BLANK"),
+])
+def test_check_head_refuses_what_no_reader_should_walk(buf, room, problem):
+    with pytest.raises(record.BadRecord, match=problem):
+        record.check_head(buf, 0, room)
+
+
+def test_check_head_sizes_records_and_fillers():
+    assert record.check_head(_rec()) == (len(_rec()), False)
+    assert record.check_head(record.blank(64)) == (64, True)
+
+
+def test_index_fields_reads_tag_uniq_and_keys_in_one_pass():
+    props = record.format_properties({"KEYS": "k1  k2", "TAGS": "A", "UNIQ_KEY": "U", "XTAGS": "no"})
+    assert record.index_fields(props) == ("A", "U", ["k1", "k2"])
+    assert record.index_fields("") == (None, None, [])
+    # a name that merely ends like an indexed one is not it
+    assert record.index_fields(record.format_properties({"MYTAGS": "x"})) == (None, None, [])
+
+
+def test_properties_at_skips_the_body_and_checks_lengths():
+    raw = _rec(b"x" * 1000, props="TAGS\x01A\x02")
+    assert record.properties_at(raw + _rec(), 0) == (len(raw), {"TAGS": "A"})
+    with pytest.raises(record.BadRecord):
+        record.properties_at(raw[:-1], 0)

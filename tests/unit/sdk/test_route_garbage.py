@@ -65,8 +65,9 @@ class _Fake(ClientBase):
         super().__init__("127.0.0.1:1")
         self.answers = answers
 
-    def call_namesrv(self, code, ext=None):
-        return self.answers[code]
+    def call_namesrv(self, req, ext=None):
+        assert isinstance(req, rq.Schema), req  # typed requests only (issue 13)
+        return self.answers[req.CODE]
 
 
 def test_cluster_info_leaves_out_bad_addresses_and_logs_each_once(caplog):

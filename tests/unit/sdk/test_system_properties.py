@@ -142,20 +142,6 @@ def test_txn_checker_decides_past_poisoned_properties():
     assert ck._decide(_half({tx: "a", "CHECK_IMMUNITY_TIME_IN_SECONDS": "60"}, now - 5000), st, now) == "r"
 
 
-def test_scheduler_poison_helpers():
-    from quiver_scheduler.levels import poison_of, refused
-    assert poison_of(props(REAL_TOPIC="Orders", REAL_QID="3")) is None
-    assert poison_of(props(REAL_TOPIC="Orders")) is None                    # absent qid: queue 0
-    assert "REAL_TOPIC" in poison_of(props(REAL_TOPIC="../../../x", REAL_QID="0"))
-    assert "REAL_QID" in poison_of(props(REAL_TOPIC="Orders", REAL_QID="x"))
-    illegal = types.SimpleNamespace(code=ResponseCode.MESSAGE_ILLEGAL, remark="r", ext={"bad": [1, 5, "x", -1, 9]})
-    assert refused(illegal, 6) == {1, 5}
-    assert refused(types.SimpleNamespace(code=ResponseCode.MESSAGE_ILLEGAL, remark="r", ext={}), 1) == {0}
-    assert refused(types.SimpleNamespace(code=ResponseCode.MESSAGE_ILLEGAL, remark="r", ext={}), 3) == set()
-    assert refused(types.SimpleNamespace(code=ResponseCode.SYSTEM_BUSY, remark="r", ext={"bad": [0]}), 3) == set()
-    assert refused(TimeoutError(), 3) == set()
-
-
 class _Req:
     def __init__(self, ext, code):
         from quiver.requests import SCHEMAS
@@ -215,86 +201,5 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
         store.close()
 
 
-class _SchedApp:
-    """What the scheduler's level and timer queues use of their app: config, service timers and
-    counters, requests (recorded here, answered by the test), stats, cancellations, the timer index."""
-
-    def __init__(self, db=None):
-        from quiver_scheduler.config import Config
-        from quiver_scheduler.stats import DeliveryStats
-        self.config, self.db, self.stats, self.cancelled = Config(), db, DeliveryStats(), set()
-        self.service = types.SimpleNamespace(counters=collections.Counter(), call_later=lambda *a: object(),
-                                             cancel=lambda t: None)
-        self.requests = []
-
-    def request(self, addr, code, ext, bodies, callback, timeout=3.0):
-        self.requests.append((code, ext, bodies, callback))
-
-    def reputs(self):
-        from quiver.codes import RequestCode
-        return [r for r in self.requests if r[0] == RequestCode.SCHEDULE_REPUT]
-
-
-def _parked(entries):
-    """Decoded records of a parked queue: (properties, queue offset) each."""
-    host = b"\x7f\0\0\x01\0\0\0\0"
-    return record.decode_many(b"".join(
-        record.encode(f"b{off}".encode(), b"SCHEDULE_TOPIC_XXXX", 0, 0, off, off * 1000, 0, 1, host, 2, host, 0, 0,
-                      record.format_properties({"UNIQ_KEY": f"M{off}", **p}).encode())
-        for p, off in entries))
-
-
-def _env(code, **ext):
-    return types.SimpleNamespace(code=code, remark="entry: property REAL_QID ...", ext=ext)
-
-
-def test_level_queue_goes_on_past_poison():
-    from quiver_scheduler.allocation import Unit
-    from quiver_scheduler.levels import LevelQueue, Levels
-    app = _SchedApp()
-    levels = Levels(app)
-    unit = Unit("b", "S", 0)
-    q = levels.queues[unit] = LevelQueue(unit, "addr", 1000, 0)
-    recs = _parked([({"REAL_TOPIC": "T", "REAL_QID": "0"}, 0), ({"REAL_TOPIC": "../../../x"}, 1),
-                    ({"REAL_TOPIC": "T", "REAL_QID": "1"}, 2), ({"REAL_TOPIC": "T", "REAL_QID": "7"}, 3),
-                    ({"REAL_TOPIC": "T", "REAL_QID": "x"}, 4)])
-    for r in recs:
-        q.buffer.append((0, r.queue_offset, f"M{r.queue_offset}", r))
-    q.next_pull = q.max_offset = 5
-    levels._deliver(q)
-    (_, ext, _, done), = app.reputs()
-    assert len(ext["m"]) == 3                               # two poisoned ones never left the scheduler
-    done(_env(ResponseCode.MESSAGE_ILLEGAL, bad=[2]))       # REAL_QID 7: not a queue of T on the broker
-    assert len(app.reputs()) == 2
-    _, ext, _, done = app.reputs()[-1]
-    assert len(ext["m"]) == 2                               # the rest, re-put at once
-    done(_env(ResponseCode.SUCCESS, ts=1, n=2))
-    assert q.delivered == 5 and not q.in_flight and app.stats.count == 2
-    assert app.service.counters["poisoned_skipped"] == 3 and not levels.in_flight_ids
-
-
-def test_timer_queue_goes_on_past_poison(tmp_path):
-    from quiver_scheduler.allocation import Unit
-    from quiver_scheduler.db import TimerDB
-    from quiver_scheduler.timers import TimerQueue, Timers
-    db = TimerDB(f"sqlite:///{tmp_path / 't.db'}")
-    app = _SchedApp(db)
-    timers = Timers(app)
-    unit = Unit("b", "T", 0)
-    q = timers.queues[unit] = TimerQueue(unit, "addr", {"start": 0, "rebuild_until": 0, "wm": -1})
-    q.loaded_until = 2**62
-    due = str(int(time.time() * 1000) - 1000)
-    recs = _parked([({"TIMER_DELIVER_MS": "inf", "REAL_TOPIC": "T"}, 0), ({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "T"}, 1),
-                    ({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "a/b"}, 2), ({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "T"}, 3)])
-    timers.ingest(q, recs, 4)
-    assert db.pending_count() == 2 and app.service.counters["poisoned_skipped"] == 2
-    timers._deliver(q)
-    (_, ext, _, done), = app.reputs()
-    done(_env(ResponseCode.MESSAGE_ILLEGAL, bad=[0]))       # refused by the broker: cancelled, the rest goes on
-    assert db.pending_count() == 1 and app.service.counters["poisoned_skipped"] == 3
-    timers._deliver(q)
-    _, ext, _, done = app.reputs()[-1]
-    assert len(ext["m"]) == 1
-    done(_env(ResponseCode.SUCCESS, ts=1, n=1))
-    assert db.pending_count() == 0
-    db.close()
+# The scheduler's readers (poison_of, refused, its queues going on past poison) are tested in
+# tests/unit/scheduler/test_scheduler_queues.py.

@@ -1,0 +1,600 @@
+"""An in-process Quiver for unit tests: the real services, no processes, no sockets.
+
+Owns a fake network (address -> in-process Service, identity -> client), the
+transport clients use on it, and `stub_cluster()`: a name server and brokers
+running their real `App` (handler tables, `Service.handle`, a `MessageStore` in
+a temp dir) on threads, only the ZeroMQ sockets replaced (dramatiq's StubBroker
+pattern, with the real broker)::
+
+    with stub_cluster(brokers=2) as cluster:
+        cluster.admin().create_topic("Orders", queues=2)
+        with cluster.client(Producer, "pg") as p:
+            p.send(Message("Orders", b"o-1"))
+        with cluster.client(PullConsumer, "cg", consume_from="first") as c:
+            c.subscribe("Orders")
+            assert wait_until(lambda: c.poll(0.1))
+
+    Producer -> FakeTransport --frames--> _Router -> Service inbox -> Service.handle -> handler
+             <- its IO thread <--frames--  send_multipart by identity  <- req.reply / push
+
+Faults: `disconnect(addr)` (a dead peer: waiting requests fail, new ones fail
+fast, late replies are lost), `hold`/`release(addr)` (requests wait: one
+deterministically in flight), `fail(code, reply_code)` (answered before the
+service sees it); `count(code, addr)` says what was sent. Not simulated: the
+scheduler, txn-checker and filter (tests/e2e runs them), replication, socket limits.
+
+`ClientBase.start()` builds `quiver.client.Transport(name, on_push=...,
+identity_prefix=...)`; while a network is open that name is a chooser giving
+clients made by `cluster.client(...)` / `attach()` a FakeTransport, every other
+client the real one. No service package is imported until a cluster is made.
+"""
+
+import collections
+import contextlib
+import errno
+import itertools
+import logging
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import zmq
+
+from . import client as client_module
+from . import protocol
+from . import requests as rq
+from .codes import ResponseCode
+from .errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
+from .transport import _check_addr, _wire, next_request_id
+
+__all__ = ["FakeNetwork", "FakeTransport", "FakeCluster", "Fault", "stub_cluster", "attach", "wait_until"]
+
+log = logging.getLogger(__name__)
+
+FAKE_HOST = "192.0.2.1"  # TEST-NET-1 (RFC 5737): a client that is not attached fails, it reaches nothing real
+NAMESRV_PORT = 9876
+FIRST_BROKER_PORT = 10911
+_SCAN_S = 0.02          # how often a fake transport looks for expired requests
+_ATTACHED = "_quiver_fake_network"
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.005):
+    """Call `predicate` until it returns something true (returned) or `timeout` passes (returns it falsy)."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(interval)
+    return value
+
+
+def _safely(fn, *args):
+    """A request callback or push handler: what it raises is logged, and the IO loop goes on."""
+    try:
+        return fn(*args)
+    except Exception:
+        log.exception("%s failed", getattr(fn, "__qualname__", fn))
+        return None
+
+
+def _as_bytes(frames) -> list:
+    # the wire copies: a sender that reuses its buffer afterwards must not change what was sent
+    return [f if type(f) is bytes else bytes(f) for f in frames]
+
+
+class Fault:
+    """Requests the network answers itself with `reply_code` (`times` of them; None: until healed)."""
+
+    def __init__(self, code, reply_code, remark: str, addr: str | None, times: int | None):
+        self.code, self.reply_code, self.remark, self.addr, self.left = code, reply_code, remark, addr, times
+        self.hits: list[str] = []   # the addresses of the requests it answered
+
+    def _take(self, code, addr) -> bool:
+        if self.left == 0 or code != self.code or (self.addr is not None and addr != self.addr):
+            return False
+        if self.left is not None:
+            self.left -= 1
+        self.hits.append(addr)
+        return True
+
+
+class _Router:
+    """A Service's ROUTER socket, in process. Frames in go to the service thread's inbox
+    (`Service.handle` there, on the real loop: zmq's poller reports a bare fd for a
+    non-zmq object, so the eventfd it polls here is never written); frames out go to
+    the network by identity."""
+
+    def __init__(self, network: "FakeNetwork", addr: str, service):
+        self.network, self.addr, self.service, self._mandatory = network, addr, service, False
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def put(self, frames: list) -> bool:
+        if self._fd < 0:
+            return False
+        self.service.call_soon_threadsafe(self.service.handle, frames)
+        return True
+
+    def recv_multipart(self, flags=0, copy=True) -> list:
+        raise zmq.Again()
+
+    def send_multipart(self, frames, flags=0, copy=True, **_kw) -> None:
+        identity, *rest = frames
+        if not self.network._to_client(self.addr, bytes(identity), _as_bytes(rest)) and self._mandatory:
+            raise zmq.ZMQError(errno.EHOSTUNREACH)
+
+    def setsockopt(self, option, value) -> None:
+        if option == zmq.ROUTER_MANDATORY:
+            self._mandatory = bool(value)
+
+    def close(self, linger=None) -> None:
+        self.network._unbind(self.addr, self)
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            os.close(fd)
+
+
+class FakeTransport:
+    """`quiver.transport.Transport`'s interface over a FakeNetwork: requests go straight to the
+    peer's inbox; callbacks run on this transport's IO thread, pushed requests on a small pool;
+    an unreachable or silent peer gives the real transport's ClientError / RequestTimeoutError."""
+
+    def __init__(self, network: "FakeNetwork", name: str = "quiver", on_push=None, identity_prefix: str | None = None):
+        self.network, self.name, self._on_push = network, name, on_push
+        self._prefix = identity_prefix or f"{name}#{next(network._serial)}"
+        self._pending: dict[int, tuple] = {}   # request id -> (callback, deadline, addr)
+        self._events: queue.SimpleQueue = queue.SimpleQueue()     # work for the IO thread
+        self._unmatched: queue.SimpleQueue = queue.SimpleQueue()  # replies to exchange()
+        self._raw = 0  # exchange() calls waiting: only then are unmatched replies kept
+        self._push_pool = ThreadPoolExecutor(2, thread_name_prefix=f"{name}-push")
+        self._stopped = threading.Event()
+        self._next_scan = 0.0
+        self._thread = threading.Thread(target=self._run, name=f"{name}-fake-io", daemon=True)
+        self._thread.start()
+
+    def identity(self, addr: str) -> bytes:
+        """The identity a service sees for this transport (the real DEALER's: prefix@addr)."""
+        return f"{self._prefix}@{addr}".encode()[:255]
+
+    # ---- caller side (Transport's interface) ------------------------------------------
+
+    def send(self, addr: str, code, ext: dict | None, bodies, callback, timeout: float = 3.0) -> int:
+        self._open(addr)
+        code, ext = _wire(code, ext)
+        req_id = next_request_id()
+        frames = _as_bytes(protocol.request(code, req_id, ext, bodies))  # a bad body raises here, not later
+        self._pending[req_id] = (callback, time.monotonic() + timeout, addr)
+        self.network._deliver(self, addr, code, frames, req_id)
+        return req_id
+
+    def oneway(self, addr: str, code, ext: dict | None = None, bodies=()) -> None:
+        self._open(addr)
+        code, ext = _wire(code, ext)
+        self.network._deliver(self, addr, code, protocol.request(code, next_request_id(), ext, bodies), 0)
+
+    def call_future(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0) -> Future:
+        fut: Future = Future()
+        self.send(addr, code, ext, bodies,
+                  lambda r: fut.set_exception(r) if isinstance(r, Exception) else fut.set_result(r), timeout)
+        return fut
+
+    def call(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0,
+             ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
+        fut = self.call_future(addr, code, ext, bodies, timeout)
+        if threading.current_thread() is self._thread:  # a callback calling: run the IO loop here
+            deadline = time.monotonic() + timeout + 1.0
+            while not fut.done() and time.monotonic() < deadline:
+                self._step(0.01)
+        try:
+            env = fut.result(timeout + 1.0)
+        except TimeoutError:
+            raise RequestTimeoutError(f"no reply from {addr} in time") from None
+        if env.code not in ok:
+            raise error_for(env.code, env.remark or "")
+        return env
+
+    def reply_to_push(self, addr: str, frames: list) -> None:
+        if not self._stopped.is_set():
+            self.network._deliver(self, addr, None, frames, 0)
+
+    def exchange(self, addr: str, frames: list, timeout: float = 2.0) -> protocol.Envelope:
+        """Send raw frames (malformed ones too) and return the next reply not matched to a request."""
+        self._open(addr)
+        self._raw += 1
+        try:
+            self.network._deliver(self, addr, None, list(frames), 0)
+            return self._unmatched.get(timeout=timeout)
+        except queue.Empty:
+            raise RequestTimeoutError(f"no reply from {addr} to the raw frames") from None
+        finally:
+            self._raw -= 1
+
+    def close(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._events.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(5)
+        for req_id in list(self._pending):
+            self._fail(req_id, ClientError("transport closed"))
+        self._push_pool.shutdown(wait=False, cancel_futures=True)
+        self.network._forget(self)
+
+    def _open(self, addr) -> None:
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        _check_addr(addr)
+
+    # ---- IO thread ---------------------------------------------------------------------
+
+    def _later(self, fn, *args) -> None:
+        """Run on the IO thread (callbacks, never on the caller's or a service's thread)."""
+        if not self._stopped.is_set():
+            self._events.put((fn, *args))
+
+    def _fail(self, req_id: int, exc: QuiverError) -> None:
+        entry = self._pending.pop(req_id, None)
+        if entry is not None:
+            _safely(entry[0], exc)
+
+    def _fail_peer(self, addr: str, why: str) -> None:
+        for rid in [rid for rid, entry in list(self._pending.items()) if entry[2] == addr]:
+            self._later(self._fail, rid, ClientError(why))
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._step(_SCAN_S)
+
+    def _step(self, wait_s: float) -> None:
+        try:
+            event = self._events.get(timeout=wait_s)
+            if event is not None:
+                event[0](*event[1:])
+        except queue.Empty:
+            pass
+        except Exception:
+            log.exception("fake transport %s: an IO step failed (going on)", self.name)
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self._next_scan = now + _SCAN_S
+            for rid, (_, deadline, addr) in list(self._pending.items()):
+                if deadline <= now:
+                    self._fail(rid, RequestTimeoutError(f"no reply from {addr} in time (request {rid})"))
+
+    def _receive(self, addr: str, frames: list) -> None:
+        try:
+            env = protocol.decode(frames)
+        except ProtocolError as exc:
+            log.warning("malformed frame from %s: %s", addr, exc)
+            self._fail(protocol.request_id_of(exc), exc)
+            return
+        if not env.is_reply:
+            if self._on_push is not None:
+                self._push_pool.submit(self._handle_push, addr, env)
+            return
+        entry = self._pending.pop(env.id, None)
+        if entry is not None:
+            _safely(entry[0], env)
+        elif self._raw:
+            self._unmatched.put(env)
+        else:  # answered after its deadline, or after a disconnect failed it
+            log.debug("late reply %s from %s dropped", env.id, addr)
+
+    def _handle_push(self, addr, env) -> None:
+        out = _safely(self._on_push, addr, env)
+        if out is not None:
+            self.reply_to_push(addr, out)
+
+
+class FakeNetwork:
+    """Addresses -> in-process services; identities -> fake transports; faults in between."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._serial = itertools.count(1)
+        self._routers: dict[str, _Router] = {}
+        self._peers: dict[bytes, tuple[FakeTransport, str]] = {}  # identity -> (transport, the addr it calls)
+        self._transports: list[FakeTransport] = []
+        self._served: list[tuple] = []    # (stop, thread) of every service run here
+        self._down, self._held, self._faults = set(), {}, []
+        self._sent: collections.Counter = collections.Counter()   # (addr, code) -> requests
+        self._closed = False
+        _seam.enter()
+        self._own = self.transport("fake-network")
+
+    # ---- services ------------------------------------------------------------------------
+
+    def plug(self, service, addr: str | None = None) -> str:
+        """Make `service` (a quiver.service.Service) bind to `addr` on this network when it runs."""
+        addr = addr or service.listen
+        router = _Router(self, addr, service)
+        with self._lock:
+            if addr in self._routers:
+                raise ValueError(f"{addr} is already served on this network")
+            self._routers[addr] = router
+        service.bind = lambda: setattr(service, "_sock", router)  # Service.bind takes no socket: this one
+        return addr
+
+    def run(self, target, stop, name: str) -> threading.Thread:
+        """Run `target` (a Service.run or App.run) on a thread; `stop()` ends it at close."""
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._served.append((stop, thread))
+        return thread
+
+    def serve(self, service, addr: str | None = None) -> str:
+        """Run a Service (your own handler table too) at `addr` until the network closes."""
+        addr = self.plug(service, addr)
+
+        def run():
+            try:
+                service.run()
+            finally:
+                service.close()
+        self.run(run, service.stop, f"fake-{service.name}")
+        return addr
+
+    # ---- clients --------------------------------------------------------------------------
+
+    def transport(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None) -> FakeTransport:
+        t = FakeTransport(self, name, on_push, identity_prefix)
+        self._transports.append(t)  # list.append is atomic: no lock
+        return t
+
+    def call(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0, ok=(0,)):
+        """One blocking request on the network's own transport (replies not in `ok` raise)."""
+        return self._own.call(addr, code, ext, bodies, timeout, ok)
+
+    def call_future(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0) -> Future:
+        """One request on the network's own transport, not waited for: Future[Envelope]."""
+        return self._own.call_future(addr, code, ext, bodies, timeout)
+
+    def exchange(self, addr: str, frames: list, timeout: float = 2.0) -> protocol.Envelope:
+        """Raw frames to `addr` (malformed ones too); the service's reply, decoded."""
+        return self._own.exchange(addr, frames, timeout)
+
+    # ---- faults and counts ------------------------------------------------------------------
+
+    def disconnect(self, addr: str) -> None:
+        """`addr` goes away: its unanswered requests fail, new ones fail fast, its replies are lost."""
+        self._down.add(addr)
+        for t in list(self._transports):
+            t._fail_peer(addr, f"connection to {addr} lost before it replied")
+
+    def reconnect(self, addr: str) -> None:
+        self._down.discard(addr)
+
+    def hold(self, addr: str) -> None:
+        """Requests to `addr` wait in the network (in order) until release(addr)."""
+        self._held.setdefault(addr, [])
+
+    def release(self, addr: str) -> None:
+        with self._lock:
+            waiting = self._held.pop(addr, [])
+        for sender, frames in waiting:
+            self._put(sender, addr, frames)
+
+    def held(self, addr: str) -> int:
+        return len(self._held.get(addr, ()))
+
+    def fail(self, code, reply_code, remark: str = "injected by quiver.testing", addr: str | None = None,
+             times: int | None = 1) -> Fault:
+        """Answer the next `times` requests of `code` (to `addr`, or anywhere) with `reply_code`
+        (None: all of them until `heal(fault)`); the service never sees them."""
+        fault = Fault(int(code), int(reply_code), remark, addr, times)
+        self._faults.append(fault)
+        return fault
+
+    def heal(self, fault: Fault) -> None:
+        fault.left = 0
+
+    def count(self, code=None, addr: str | None = None) -> int:
+        """Requests sent so far (faulted and held ones included), by code and/or address."""
+        with self._lock:
+            return sum(n for (a, c), n in self._sent.items()
+                       if (code is None or c == code) and (addr is None or a == addr))
+
+    # ---- delivery --------------------------------------------------------------------------
+
+    def _deliver(self, sender: FakeTransport, addr: str, code, frames: list, req_id: int) -> None:
+        frames = _as_bytes(frames)
+        identity = sender.identity(addr)
+        with self._lock:
+            self._sent[(addr, code)] += 1
+            self._peers[identity] = (sender, addr)
+            reachable = addr in self._routers and addr not in self._down
+            fault = next((f for f in self._faults if f._take(code, addr)), None) if reachable else None
+            held = self._held.get(addr) if reachable else None
+            if held is not None and fault is None:
+                held.append((sender, frames))
+                return
+        if not reachable and req_id:
+            sender._later(sender._fail, req_id, ClientError(f"{addr} is not reachable"))
+        elif reachable and fault is not None and req_id:
+            sender._later(sender._receive, addr, protocol.reply(fault.reply_code, req_id, fault.remark))
+        elif reachable and fault is None:
+            self._put(sender, addr, frames)
+
+    def _put(self, sender: FakeTransport, addr: str, frames: list) -> None:
+        with self._lock:
+            router = self._routers.get(addr) if addr not in self._down else None
+        if router is None or not router.put([sender.identity(addr), *frames]):
+            log.debug("frames to %s dropped: it is gone", addr)
+
+    def _to_client(self, addr: str, identity: bytes, frames: list) -> bool:
+        with self._lock:
+            peer = self._peers.get(identity)
+            if peer is None or addr in self._down:
+                return False
+        peer[0]._later(peer[0]._receive, addr, frames)
+        return True
+
+    def _unbind(self, addr: str, router: _Router) -> None:
+        with self._lock:
+            if self._routers.get(addr) is router:
+                del self._routers[addr]
+
+    def _forget(self, transport: FakeTransport) -> None:
+        with self._lock:
+            if transport in self._transports:
+                self._transports.remove(transport)
+            for ident in [i for i, (t, _) in self._peers.items() if t is transport]:
+                del self._peers[ident]
+
+    def close(self) -> None:
+        """Stop what runs here (newest first) and close every transport left open."""
+        if self._closed:
+            return
+        self._closed = True
+        for stop, thread in reversed(self._served):
+            deadline = time.monotonic() + 15
+            while thread.is_alive() and time.monotonic() < deadline:
+                stop()  # again until it ends: a stop before the loop started is not seen by it
+                thread.join(0.1)
+            if thread.is_alive():
+                log.warning("%s did not stop in 15 s", thread.name)
+        for t in list(self._transports):
+            t.close()
+        _seam.leave()
+
+
+# ---- the client seam ---------------------------------------------------------------------------
+
+
+class _Seam:
+    """While a network is open, `quiver.client.Transport` is `choose`: a client attached to a
+    network (attach()) gets that network's FakeTransport, any other client the real Transport."""
+
+    def __init__(self):
+        self._lock, self._users, self._real = threading.Lock(), 0, None
+
+    def enter(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                self._real = client_module.Transport
+                client_module.Transport = self.choose
+            self._users += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._users == 0:
+                client_module.Transport = self._real
+
+    def choose(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None):
+        network = getattr(getattr(on_push, "__self__", None), _ATTACHED, None)
+        if network is None:
+            return self._real(name, on_push=on_push, identity_prefix=identity_prefix)
+        return network.transport(name, on_push, identity_prefix)
+
+
+_seam = _Seam()
+
+
+def attach(client, network: FakeNetwork):
+    """Make `client` (any ClientBase, not yet started) use `network` from its next start()."""
+    if getattr(client, "_started", False):
+        raise ClientError(f"{type(client).__name__} is already started: attach it before start()")
+    setattr(client, _ATTACHED, network)
+    return client
+
+
+# ---- the cluster -------------------------------------------------------------------------------
+
+
+class FakeCluster(contextlib.AbstractContextManager):
+    """A name server and brokers (their real Apps) on a FakeNetwork, data in a temp dir."""
+
+    def __init__(self, brokers: int = 1, data_dir: str | None = None, broker_options: dict | None = None,
+                 namesrv_options: dict | None = None, ready_timeout_s: float = 10.0):
+        self.network = FakeNetwork()
+        self._own_dir = data_dir is None
+        self.data_dir = data_dir or tempfile.mkdtemp(prefix="quiver-stub-")
+        self.namesrv = f"{FAKE_HOST}:{NAMESRV_PORT}"
+        self.brokers: dict = {}                 # broker name -> its quiver_broker.app.App
+        self.broker_addrs: dict[str, str] = {}  # broker name -> address
+        try:
+            self._start_namesrv(namesrv_options or {})
+            for i in range(brokers):
+                self._start_broker(f"broker-{chr(ord('a') + i)}", FIRST_BROKER_PORT + 2 * i, broker_options or {})
+            self.wait_registered(ready_timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_namesrv(self, options: dict) -> None:
+        from quiver_namesrv.app import App
+        from quiver_namesrv.config import Config
+        app = App(Config(**{"listen": self.namesrv, **options}))
+        self.network.plug(app.service, self.namesrv)
+        self.network.run(app.run, app.service.stop, "fake-namesrv")
+
+    def _start_broker(self, name: str, port: int, options: dict) -> None:
+        from quiver_broker.app import App
+        from quiver_broker.config import Config
+        addr = f"{FAKE_HOST}:{port}"
+        config = Config(**{"listen": addr, "advertise": addr, "namesrv": self.namesrv, "broker_name": name,
+                           "data_dir": os.path.join(self.data_dir, "broker"), "segment_bytes": 64 << 20,
+                           "index_slots": 1 << 16, "index_entries": 1 << 18, **options})
+        if config.is_slave or config.ha_role == "SYNC_MASTER":
+            raise ValueError("stub brokers are ASYNC_MASTERs: replication is not simulated")
+        app = App(config)
+        app.transport.close()  # the App builds a real one; registrations go over the fake network
+        app.transport = self.network.transport(f"broker-{name}")
+        app.ha.start = lambda: None  # no HA socket: there are no slaves
+        self.network.plug(app.service, addr)
+        self.network.run(app.run, app.service.stop, f"fake-{name}")
+        self.brokers[name] = app
+        self.broker_addrs[name] = addr
+
+    def wait_registered(self, timeout_s: float = 10.0) -> None:
+        """Until the name server lists every broker as live."""
+        def registered():
+            try:
+                env = self.network.call(self.namesrv, rq.GetClusterInfo())
+            except QuiverError:
+                return False
+            return set(self.broker_addrs.values()) <= set(rq.ClusterReply.decode(env.ext).cluster.live)
+        if not wait_until(registered, timeout_s):
+            raise RuntimeError(f"stub brokers did not register with the name server in {timeout_s} s")
+
+    def broker(self, name: str = "broker-a"):
+        """The broker's App: `.store` (MessageStore), `.metadata`, `.service.counters` ..."""
+        return self.brokers[name]
+
+    def client(self, cls, *args, **kw):
+        """`cls(*args, namesrv=<this cluster>, **kw)` attached to the network (Admin is started,
+        as Admin always is; the others start on start() or `with`)."""
+        kw.setdefault("namesrv", self.namesrv)
+        obj = cls.__new__(cls)
+        attach(obj, self.network)
+        obj.__init__(*args, **kw)
+        return obj
+
+    def attach(self, client):
+        return attach(client, self.network)
+
+    def admin(self, **kw):
+        from .admin import Admin
+        return self.client(Admin, **kw)
+
+    def close(self) -> None:
+        self.network.close()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def stub_cluster(brokers: int = 1, data_dir: str | None = None, broker_options: dict | None = None,
+                 namesrv_options: dict | None = None) -> FakeCluster:
+    """A running FakeCluster; use it as `with stub_cluster() as cluster:` (stopped, its temp
+    dir removed, after the block). `broker_options` / `namesrv_options` are Config fields of
+    quiver_broker / quiver_namesrv, e.g. {"auto_create_topics": False, "flush": "sync"}."""
+    return FakeCluster(brokers, data_dir, broker_options, namesrv_options)

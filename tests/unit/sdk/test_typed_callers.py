@@ -1,0 +1,298 @@
+"""The SDK's clients send typed requests (quiver.requests) and read replies through their schemas (issue 13).
+
+No sockets: a fake transport records what each client hands it and answers from
+typed replies, so the wire form is always the one a schema made.
+"""
+
+import ast
+import pathlib
+import threading
+import time
+from concurrent.futures import Future
+
+import pytest
+
+from quiver import protocol, replies, schema
+from quiver import requests as rq
+from quiver.client import ClientBase, MessageQueue, Route
+from quiver.codes import ResponseCode
+from quiver.consumer import PullConsumer, _QueueState
+from quiver.errors import FieldError, QueryNotFoundError
+from quiver.message import MessageSelector
+from quiver.producer import Producer
+from quiver.push_consumer import PushConsumer
+from quiver.transaction_producer import TransactionProducer
+from quiver.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+
+NS = "127.0.0.1:1"
+ADDR = "127.0.0.1:10911"
+MQ = MessageQueue("T", "a", 0)
+
+
+class FakeTransport:
+    """Records (how, addr, request, ext, bodies); answers `replies[schema class]` (a typed reply,
+    an exception to raise, or a callable request -> either)."""
+
+    def __init__(self, answers=None):
+        self.sent: list[tuple] = []
+        self.answers = answers or {}
+
+    def _answer(self, req):
+        ans = self.answers.get(type(req), rq.Ping())
+        ans = ans(req) if callable(ans) and not isinstance(ans, rq.Schema) else ans
+        if isinstance(ans, Exception):
+            raise ans
+        code = ResponseCode.SUCCESS
+        if isinstance(ans, tuple):
+            code, ans = ans
+        return protocol.Envelope(code, 1, ans.ext() if isinstance(ans, rq.Schema) else ans, [], "")
+
+    def call(self, addr, req, ext=None, bodies=(), timeout=3.0, ok=(ResponseCode.SUCCESS,)):
+        self.sent.append(("call", addr, req, ext, list(bodies)))
+        return self._answer(req)
+
+    def call_future(self, addr, req, ext=None, bodies=(), timeout=3.0):
+        self.sent.append(("future", addr, req, ext, list(bodies)))
+        fut = Future()
+        try:
+            fut.set_result(self._answer(req))
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def send(self, addr, req, ext, bodies, callback, timeout=3.0):
+        self.sent.append(("send", addr, req, ext, list(bodies)))
+        return 1
+
+    def oneway(self, addr, req, ext=None, bodies=()):
+        self.sent.append(("oneway", addr, req, ext, list(bodies)))
+
+    def requests(self):
+        return [s[2] for s in self.sent]
+
+
+def _started(client, answers=None):
+    client.transport = FakeTransport(answers)
+    client._started = True
+    client._hb_stop = threading.Event()
+    return client
+
+
+def _route(topic="T"):
+    return Route(topic, {"brokers": [{"cluster": "C", "broker_name": "a", "addrs": {"0": ADDR}}],
+                         "queues": [{"broker_name": "a", "read": 1, "write": 1, "perm": 6}]})
+
+
+# ---- heartbeats ---------------------------------------------------------------------------------
+
+
+def _pull_consumer():
+    c = PullConsumer("G", namesrv=NS, consume_from="first")
+    c.subscriptions = {"T": MessageSelector.tags("A || B"), "S": MessageSelector.sql("a > 1")}
+    return c
+
+
+def _push_consumer():
+    c = PushConsumer("G", namesrv=NS)
+    c.subscriptions = {"T": MessageSelector.tags("*")}
+    return c
+
+
+@pytest.mark.parametrize("make", [_pull_consumer, _push_consumer,
+                                  lambda: TransactionProducer("PG", namesrv=NS)])
+def test_heartbeats_are_typed_and_round_trip(make):
+    client = make()
+    hb = client.heartbeat_payload()
+    assert isinstance(hb, rq.HeartBeat) and hb.client_id == client.client_id
+    assert client.heartbeat() == hb
+    assert rq.HeartBeat.decode(hb.ext()) == hb
+
+
+def test_pull_consumer_heartbeat_names_its_subscriptions():
+    consumers = _pull_consumer().heartbeat().consumers
+    assert [(c.group, c.consume_type, c.consume_from) for c in consumers] == [("G", "PULL", "first")]
+    assert {t: (s.type, s.expression) for t, s in consumers[0].subscriptions.items()} == {
+        "T": ("TAG", "A || B"), "S": ("SQL92", "a > 1")}
+
+
+def test_a_plain_producer_sends_no_heartbeat():
+    assert Producer(namesrv=NS).heartbeat() is None
+
+
+class _DictHeartbeat(ClientBase):
+    """A subclass that still answers the wire form (as services' clients may)."""
+
+    def heartbeat_payload(self):
+        return {"consumers": [{"group": "SCHED", "subscriptions": {"T": {"type": "TAG", "expression": "*"}},
+                               "model": "CLUSTERING", "type": "ignored by the schema"}]}
+
+
+def test_a_wire_form_payload_is_decoded_and_gets_this_clients_id():
+    client = _DictHeartbeat(NS)
+    hb = client.heartbeat()
+    assert isinstance(hb, rq.HeartBeat) and hb.client_id == client.client_id
+    assert [c.group for c in hb.consumers] == ["SCHED"] and hb.consumers[0].subscriptions["T"].expression == "*"
+
+
+def test_a_typed_payload_with_another_id_is_sent_under_this_clients_id():
+    class Other(ClientBase):
+        def heartbeat_payload(self):
+            return rq.HeartBeat(client_id="someone-else", producers=["P"])
+    client = Other(NS)
+    assert client.heartbeat() == rq.HeartBeat(client_id=client.client_id, producers=["P"])
+
+
+def test_heartbeats_and_leaving_send_typed_requests():
+    client = _started(_DictHeartbeat(NS))
+    client.heartbeat_brokers = lambda: {"a": ADDR}
+    client.send_heartbeats()
+    client.before_close()
+    reqs = client.transport.requests()
+    assert reqs == [client.heartbeat(), rq.UnregisterClient(client_id=client.client_id, consumer_group="SCHED")]
+
+
+def test_a_bad_wire_form_payload_skips_the_heartbeat_instead_of_raising(caplog):
+    class Bad(ClientBase):
+        def heartbeat_payload(self):
+            return {"consumers": [{"group": ""}]}
+    client = _started(Bad(NS))
+    client.send_heartbeats()
+    client.before_close()
+    assert client.transport.sent == [] and "heartbeat skipped" in caplog.text
+
+
+# ---- producer -----------------------------------------------------------------------------------
+
+
+def test_send_request_packs_several_bodies_and_round_trips():
+    p = Producer("PG", namesrv=NS)
+    bodies = [b"one", "два".encode(), b""]
+    req, frames = p._request(MQ, ["p1", "p2", "p3"], [0, 1, 2], bodies)
+    back = rq.SendMessage.decode(req.ext())
+    assert (back.topic, back.queue_id, back.group, back.metas) == ("T", 0, "PG", ([0, 1, 2], ["p1", "p2", "p3"]))
+    assert [bytes(b) for b in back.bodies(frames)] == bodies and len(frames) == 1
+    req, frames = p._request(MQ, ["p"], [0], [b"x"], wait=False)
+    back = rq.SendMessage.decode(req.ext())
+    assert back.lengths is None and frames == [b"x"] and back.wait is False and back.bodies(frames) == [b"x"]
+
+
+def test_send_results_come_from_the_send_reply():
+    p = Producer("PG", namesrv=NS)
+    env = protocol.Envelope(ResponseCode.SUCCESS, 1, rq.SendReply(topic="T", queue_id=0, queue_offset=10,
+                                                                   phys_offsets=[100, 200]).ext(), [], "")
+    res = p._result(env, MQ, ADDR, ["m1", "m2"])
+    assert [(r.msg_id, r.queue_offset, r.commit_log_offset) for r in res] == [("m1", 10, 100), ("m2", 11, 200)]
+    env.ext = {rq.SendReply.key("queue_offset"): 10}
+    with pytest.raises(FieldError, match="SendReply"):
+        p._result(env, MQ, ADDR, ["m1"])
+
+
+def test_cancel_scheduled_asks_typed_and_reads_typed_answers():
+    p = _started(Producer("PG", namesrv=NS), {
+        rq.GetConsumerList: rq.ConsumerListReply(ids=["scheduler|127.0.0.1:7000|x", "other|h:1|y"]),
+        rq.ScheduleCancel: rq.ScheduleCancelReply(result="cancelled")})
+    p.all_broker_addrs = lambda: {"a": ADDR}
+    assert p.cancel_scheduled("MSGID") is True
+    assert p.transport.requests() == [rq.GetConsumerList(group="SCHEDULE_CONSUMER"), rq.ScheduleCancel(msg_id="MSGID")]
+
+
+def test_cancel_scheduled_unknown_everywhere_looks_the_id_up():
+    p = _started(Producer("PG", namesrv=NS), {
+        rq.GetConsumerList: rq.ConsumerListReply(ids=["scheduler|127.0.0.1:7000|x"]),
+        rq.ScheduleCancel: rq.ScheduleCancelReply(result="unknown"),
+        rq.QueryMessage: lambda req: rq.Ping() if req.topic == TIMER_TOPIC else QueryNotFoundError("no")})
+    p.all_broker_addrs = lambda: {"a": ADDR}
+    assert p.cancel_scheduled("MSGID") is True  # still parked in the timer topic
+    lookups = [r for r in p.transport.requests() if isinstance(r, rq.QueryMessage)]
+    assert lookups == [rq.QueryMessage(topic=t, key="MSGID", max_msgs=1) for t in (SCHEDULE_TOPIC, TIMER_TOPIC)]
+
+
+# ---- pull consumer ------------------------------------------------------------------------------
+
+
+def test_pull_consumer_pulls_with_a_typed_request_and_moves_by_the_pull_reply():
+    c = _started(_pull_consumer())
+    st = _QueueState(MQ, ADDR, 5)
+    c._queues[MQ] = st
+    c._pull(st)
+    (how, addr, req, ext, _), = c.transport.sent
+    assert how == "send" and addr == ADDR and ext is None
+    assert req == rq.PullMessage(group="G", topic="T", queue_id=0, offset=5, max_msgs=32, suspend_ms=15_000,
+                                 expression="A || B")
+    reply = protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, rq.PullReply(next=9).ext(), [], "")
+    c._started = False  # no follow-up pull
+    c._pulled(st, st.gen, reply, ADDR)
+    assert st.next == 9 and st.consumed == 9
+
+
+def test_a_garbled_pull_reply_moves_nothing():
+    c = _started(_pull_consumer())
+    st = _QueueState(MQ, ADDR, 5)
+    c._started = False
+    c._pulled(st, st.gen, protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""), ADDR)
+    assert st.next == 5 and st.consumed == 5 and not st.in_flight
+
+
+def test_pull_consumer_offsets_are_typed_both_ways():
+    c = _started(_pull_consumer(), {rq.QueryConsumerOffset: QueryNotFoundError("none"),
+                                    rq.GetMinOffset: rq.OffsetReply(offset=42)})
+    c._routes["T"] = (time.monotonic(), _route())
+    assert c._initial_offset(MQ, ADDR) == 42
+    assert c.transport.requests() == [rq.QueryConsumerOffset(group="G", topic="T", queue_id=0),
+                                      rq.GetMinOffset(topic="T", queue_id=0)]
+    st = _QueueState(MQ, ADDR, 42)
+    st.consumed = 50
+    c._queues[MQ] = st
+    c.commit()
+    assert c.transport.requests()[-1] == rq.UpdateConsumerOffset(group="G", topic="T", queue_id=0, offset=50)
+    assert st.committed == 50
+
+
+def test_consumer_ids_notifications_are_decoded():
+    c = _pull_consumer()
+    for group, woken in (("other", False), ("G", True), (None, True)):
+        c._wake.clear()
+        c._on_ids_changed(ADDR, protocol.Envelope(40, 1, rq.NotifyConsumerIdsChanged(group=group).ext()))
+        assert c._wake.is_set() is woken
+    c._wake.clear()
+    c._on_ids_changed(ADDR, protocol.Envelope(40, 1, {rq.NotifyConsumerIdsChanged.key("group"): 7}))
+    assert not c._wake.is_set()
+
+
+# ---- nothing spells a wire key ------------------------------------------------------------------
+
+SDK = pathlib.Path(schema.__file__).parent
+CALLERS = ["client", "consumer", "push_consumer", "producer", "transaction_producer", "admin", "range_reader",
+           "spark", "filter_route", "consume_service"]
+SENDS = {"call_broker", "call_read", "call_namesrv", "call", "call_future", "send", "oneway"}
+ALLOWED = {("admin", "id")}  # ha_status rows for people: a row's broker id, not a wire key
+
+
+def _short_keys() -> set[str]:
+    schemas = {v for m in (rq, replies, schema) for v in vars(m).values()
+               if isinstance(v, type) and issubclass(v, schema.Schema) and v is not schema.Schema}
+    return {s.key for cls in schemas for s in cls.FIELDS if len(s.key) <= 3}
+
+
+@pytest.mark.parametrize("name", CALLERS)
+def test_callers_spell_no_wire_key_and_read_no_raw_ext(name):
+    short = _short_keys()
+    found = []
+    for node in ast.walk(ast.parse((SDK / f"{name}.py").read_text())):
+        keys = []
+        if isinstance(node, ast.Dict):
+            keys = node.keys
+        elif isinstance(node, ast.Subscript):
+            keys = [node.slice]
+            if isinstance(node.value, ast.Attribute) and node.value.attr == "ext":
+                found.append(f"line {node.lineno}: a raw read of a reply's ext")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "get" and node.args:
+                keys = node.args[:1]
+                if isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "ext":
+                    found.append(f"line {node.lineno}: a raw read of a reply's ext")
+            if node.func.attr in SENDS and any(isinstance(a, ast.Dict) for a in node.args):
+                found.append(f"line {node.lineno}: an ext map built by hand for {node.func.attr}")
+        found += [f"line {node.lineno}: wire key {k.value!r}" for k in keys
+                  if isinstance(k, ast.Constant) and k.value in short and (name, k.value) not in ALLOWED]
+    assert not found, found
