@@ -170,10 +170,11 @@ class ClientBase:
     # ---- lifecycle ------------------------------------------------------------
 
     heartbeat_interval_s = 30.0
+    transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
 
     def start(self):
         if not self._started:
-            self.transport = Transport(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id)
+            self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id)
             self._started = True
             self._hb_stop = threading.Event()
             if self.heartbeat_payload() is not None:

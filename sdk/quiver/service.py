@@ -86,7 +86,14 @@ class Service:
 
     # ---- lifecycle -------------------------------------------------------
 
+    def use_socket(self, sock) -> None:
+        """Serve on `sock` (anything with a ROUTER's recv_multipart/send_multipart and a
+        fileno or zmq socket to poll) instead of binding one: quiver.testing's fake network."""
+        self._sock = sock
+
     def bind(self) -> None:
+        if self._sock is not None:
+            return
         sock = self._ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 200_000)

@@ -23,10 +23,10 @@ deterministically in flight), `fail(code, reply_code)` (answered before the
 service sees it); `count(code, addr)` says what was sent. Not simulated: the
 scheduler, txn-checker and filter (tests/e2e runs them), replication, socket limits.
 
-`ClientBase.start()` builds `quiver.client.Transport(name, on_push=...,
-identity_prefix=...)`; while a network is open that name is a chooser giving
-clients made by `cluster.client(...)` / `attach()` a FakeTransport, every other
-client the real one. No service package is imported until a cluster is made.
+A client made by `cluster.client(...)` or passed to `attach()` gets the
+network's FakeTransport through its `transport_factory`; a service gets its
+router through `Service.use_socket`. No service package is imported until a
+cluster is made.
 """
 
 import collections
@@ -44,7 +44,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import zmq
 
-from . import client as client_module
 from . import protocol
 from . import requests as rq
 from .codes import ResponseCode
@@ -59,7 +58,6 @@ FAKE_HOST = "192.0.2.1"  # TEST-NET-1 (RFC 5737): a client that is not attached 
 NAMESRV_PORT = 9876
 FIRST_BROKER_PORT = 10911
 _SCAN_S = 0.02          # how often a fake transport looks for expired requests
-_ATTACHED = "_quiver_fake_network"
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.005):
@@ -304,7 +302,6 @@ class FakeNetwork:
         self._down, self._held, self._faults = set(), {}, []
         self._sent: collections.Counter = collections.Counter()   # (addr, code) -> requests
         self._closed = False
-        _seam.enter()
         self._own = self.transport("fake-network")
 
     # ---- services ------------------------------------------------------------------------
@@ -317,7 +314,7 @@ class FakeNetwork:
             if addr in self._routers:
                 raise ValueError(f"{addr} is already served on this network")
             self._routers[addr] = router
-        service.bind = lambda: setattr(service, "_sock", router)  # Service.bind takes no socket: this one
+        service.use_socket(router)
         return addr
 
     def run(self, target, stop, name: str) -> threading.Thread:
@@ -460,47 +457,16 @@ class FakeNetwork:
                 log.warning("%s did not stop in 15 s", thread.name)
         for t in list(self._transports):
             t.close()
-        _seam.leave()
 
 
 # ---- the client seam ---------------------------------------------------------------------------
-
-
-class _Seam:
-    """While a network is open, `quiver.client.Transport` is `choose`: a client attached to a
-    network (attach()) gets that network's FakeTransport, any other client the real Transport."""
-
-    def __init__(self):
-        self._lock, self._users, self._real = threading.Lock(), 0, None
-
-    def enter(self) -> None:
-        with self._lock:
-            if self._users == 0:
-                self._real = client_module.Transport
-                client_module.Transport = self.choose
-            self._users += 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._users == 0:
-                client_module.Transport = self._real
-
-    def choose(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None):
-        network = getattr(getattr(on_push, "__self__", None), _ATTACHED, None)
-        if network is None:
-            return self._real(name, on_push=on_push, identity_prefix=identity_prefix)
-        return network.transport(name, on_push, identity_prefix)
-
-
-_seam = _Seam()
 
 
 def attach(client, network: FakeNetwork):
     """Make `client` (any ClientBase, not yet started) use `network` from its next start()."""
     if getattr(client, "_started", False):
         raise ClientError(f"{type(client).__name__} is already started: attach it before start()")
-    setattr(client, _ATTACHED, network)
+    client.transport_factory = network.transport
     return client
 
 
