@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -253,48 +254,18 @@ def cmd_cluster(args) -> int:
     return 0
 
 
-def caret_lines(expr: str, position: int | None) -> list[str]:
-    """The line of `expr` holding `position` and a caret under it."""
-    if position is None:
-        return [f"  {expr}"]
-    position = max(0, min(position, len(expr)))
-    start = expr.rfind("\n", 0, position) + 1
-    end = expr.find("\n", position)
-    line = expr[start:end if end >= 0 else len(expr)]
-    return [f"  {line}", "  " + " " * (position - start) + "^"]
-
-
 def cmd_filter(args) -> int:
-    """Evaluate a SQL92 selector locally (the CLI is a tool, so it may import the engine)."""
-    try:
-        from quiver_filter import sql92
-    except ImportError:
-        print("error: the SQL92 engine (package quiver_filter) is not installed", file=sys.stderr)
-        return 2
-    from .errors import SubscriptionParseError
-    props = {}
-    for item in args.props or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            print(f"error: --props takes KEY=VALUE, got {item!r}", file=sys.stderr)
-            return 2
-        props[key] = value
-    try:
-        sel = sql92.compile(args.expression)
-    except SubscriptionParseError as exc:
-        print(f"error: {exc.remark}", file=sys.stderr)
-        print("\n".join(caret_lines(args.expression, getattr(exc, "position", None))), file=sys.stderr)
-        return 2
-    try:
-        value = sel.evaluate(props)
-        shown = {True: "TRUE", False: "FALSE", None: "NULL"}.get(value, repr(value))
-    except sql92.EvaluationError as exc:
-        value, shown = None, f"evaluation error ({exc})"
-    matched = value is True
-    print(f"{shown} -> {'match' if matched else 'no match'}")
+    """`python -m quiver_filter check`, run as its own process: the SDK never imports a service."""
+    argv = [sys.executable, "-m", "quiver_filter", "check", args.expression]
+    if args.props:
+        argv += ["--props", *args.props]
     if args.verbose:
-        print(f"properties read: {', '.join(sorted(sel.property_names)) or '(none)'}")
-    return 0 if matched else 1
+        argv.append("-v")
+    try:
+        return subprocess.run(argv, check=False).returncode
+    except OSError as exc:
+        print(f"error: cannot run the filter's checker ({exc})", file=sys.stderr)
+        return 2
 
 
 def cmd_ha(args) -> int:

@@ -8,7 +8,9 @@ completing a future nobody waited on takes one global lock and no Condition.
 
 import threading
 from concurrent.futures import Future, InvalidStateError
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+
+# the states concurrent.futures.Future keeps in `_state` (stable since 3.2; a unit test checks them)
+PENDING, CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED = "PENDING", "CANCELLED", "CANCELLED_AND_NOTIFIED", "FINISHED"
 
 _create_lock = threading.Lock()
 _ENDED = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)

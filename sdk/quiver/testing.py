@@ -498,7 +498,7 @@ class FakeCluster(contextlib.AbstractContextManager):
         from quiver_namesrv.config import Config
         app = App(Config(**{"listen": self.namesrv, **options}))
         self.network.plug(app.service, self.namesrv)
-        self.network.run(app.run, app.service.stop, "fake-namesrv")
+        self.network.run(app.run, app.shutdown, "fake-namesrv")
 
     def _start_broker(self, name: str, port: int, options: dict) -> None:
         from quiver_broker.app import App

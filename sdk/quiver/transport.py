@@ -5,8 +5,10 @@ queued, the IO thread is woken through an eventfd, sends it on the peer's
 DEALER and matches the reply by request id, so many requests to one peer are
 in flight at once (pipelined). Requests a server pushes to us (no "r" in the
 header) go to `on_push(peer, envelope)` on a small worker pool, never on the
-IO thread. A peer whose DEALER has been silent while requests were due is
-closed and recreated (liveness), with the waiting requests failed fast.
+IO thread. When a peer's connection drops (the DEALER's socket monitor says
+so), the requests it has not answered fail at once instead of at their
+timeouts; ZeroMQ reconnects on its own, and requests made meanwhile fail
+fast as "not reachable" after CONNECT_WAIT_S.
 
 Whatever the socket layer raises (a zmq.ZMQError on connecting to an address
 that is not host:port, a socket closed under us) reaches the caller as a
@@ -172,11 +174,6 @@ class Transport:
             self._poller.register(mon, zmq.POLLIN)
         return sock
 
-    def drop_peer(self, addr: str) -> None:
-        """Close a peer's socket from any thread (it is recreated on next use)."""
-        self._queue.append((addr, None, 0))
-        os.eventfd_write(self._wake_fd, 1)
-
     def _close_peer(self, addr: str, linger_ms: int = 0) -> None:
         sock = self._peers.pop(addr, None)
         if sock is not None:
@@ -287,9 +284,6 @@ class Transport:
         q = self._queue
         while q:
             addr, frames, req_id = q.popleft()
-            if frames is None:
-                self._close_peer(addr)
-                continue
             self._send(addr, frames, req_id, None)
 
     def _send(self, addr, frames, req_id, since) -> None:

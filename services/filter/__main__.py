@@ -1,4 +1,6 @@
-"""python -m quiver_filter"""
+"""python -m quiver_filter (the filter server), or python -m quiver_filter check EXPR (see check.py)"""
+
+import sys
 
 from quiver.settings import run_service
 
@@ -7,6 +9,10 @@ from .config import Config
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["check"]:
+        from .check import main as check
+        sys.exit(check(argv[1:]))
     run_service(Config, App, "quiver_filter", argv)
 
 

@@ -37,3 +37,7 @@ class App:
             self.service.run()
         finally:
             self.service.close()
+
+    def shutdown(self) -> None:
+        """Stop serving (from any thread); run() closes the socket as it returns."""
+        self.service.stop()

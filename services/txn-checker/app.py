@@ -17,7 +17,6 @@ from .checking import Checker, CheckerClient
 from .handlers import make_handlers
 
 log = logging.getLogger(__name__)
-logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per round is enough
 
 
 class App:

@@ -183,3 +183,4 @@ def test_store_is_reachable_for_assertions(stub):
     store = stub.broker(r.broker).store
     assert store.max_offset("Direct", r.queue_id) == 1
     assert [x.body for x in store.query_by_key("Direct", "k")] == [b"hello"]
+
