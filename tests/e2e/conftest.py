@@ -1,7 +1,8 @@
 """One whole cluster for the user journeys: name server, broker, scheduler, txn-checker, filter.
 
 Real processes on loopback ports (quiver.local.LocalCluster, as tests/conftest.py's
-fixtures), started once for tests/e2e and killed by PID at the end. Each journey
+fixtures), started once per journey module and killed by PID at its end (not per session:
+a cluster left running would write under the basetemp other tests watch). Each journey
 uses its own topics and groups, so journeys share the cluster without seeing each
 other. Delay levels are short except level 1 (1 s, the demo's "see you in a
 second"): a retry starts at level 3, so retries take 100-200 ms.
@@ -19,7 +20,7 @@ LEVELS = "1s 500ms " + " ".join(["100ms"] * 4 + ["200ms"] * 12)
 FAST_CHECKS = ("--check-interval-ms", "300", "--transaction-timeout-ms", "600")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def e2e(tmp_path_factory):
     """The running LocalCluster (its `.namesrv` is the address to give clients)."""
     c = LocalCluster(str(tmp_path_factory.mktemp("e2e")))
