@@ -4,7 +4,7 @@ import dataclasses
 import logging
 import time
 
-from . import record
+from . import queue_puller, record
 from . import requests as rq
 from .client import ClientBase, MessageQueue
 from .codes import ResponseCode
@@ -198,14 +198,11 @@ class Admin(ClientBase):
             off = self.min_offset(mq)
             while len(out) < max_num:
                 want = min(32, max_num - len(out))
-                req = rq.PullMessage(topic=topic, queue_id=mq.queue_id, offset=off, max_msgs=want)
-                env = self.call_broker(addr, req, ok=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND,
-                                                      ResponseCode.PULL_OFFSET_MOVED,
-                                                      ResponseCode.PULL_RETRY_IMMEDIATELY))
-                if env.code != ResponseCode.SUCCESS or not env.bodies:
+                pulled = queue_puller.fetch(self, addr, queue_puller.request(topic, mq.queue_id, off, max_msgs=want))
+                if pulled.status is not queue_puller.FOUND:
                     break
-                out.extend(MessageExt.from_record(r, mq.broker) for r in record.decode_many(env.bodies[0]))
-                off = rq.PullReply.decode(env.ext).next
+                out.extend(pulled.messages(mq.broker))
+                off = pulled.next
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 

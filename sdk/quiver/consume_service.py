@@ -6,9 +6,9 @@ Orderly mode runs one thread per queue under a broker lock; a failing batch is
 retried in place after a suspend and, past the max reconsume times, sent to the
 dead-letter topic so the queue moves on. Mixed into PushConsumer (RocketMQ's
 ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
-attributes it uses: _pool, _timer, _listener, offsets, batch_size, broadcast,
-max_reconsume_times, suspend_current_queue_s, threads, _running, _active_cond,
-_cost_per_msg_s.
+attributes it uses: options (consume_batch_size, consume_threads,
+max_reconsume_times, suspend_current_queue_ms), broadcast, _pool, _timer,
+_listener, offsets, _running, _active_cond, _cost_per_msg_s.
 """
 
 import logging
@@ -34,11 +34,11 @@ class ConsumeService:
         # Handing a task to the pool costs a thread wake-up (tens of µs): a fast listener is
         # best served by one task per pulled batch, a slow one by spreading the batch over the
         # threads. The measured listener cost per message decides.
-        bs = self.batch_size
+        bs = self.options.consume_batch_size
         n = len(msgs)
         tasks = 1
         if n * self._cost_per_msg_s > SPLIT_WORTH_S:
-            tasks = min(self.threads, -(-n // bs))
+            tasks = min(self.options.consume_threads, -(-n // bs))
         chunk = -(-n // tasks)
         chunk = -(-chunk // bs) * bs
         for i in range(0, n, chunk):
@@ -73,7 +73,7 @@ class ConsumeService:
             return False
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        bs = self.batch_size
+        bs = self.options.consume_batch_size
         finished: list[MessageExt] = []
         listening = 0.0  # time inside the listener only: the rest is ours (and GIL waits)
         clock = time.perf_counter
@@ -110,7 +110,7 @@ class ConsumeService:
         origin_id = m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id or None
         req = rq.ConsumerSendMsgBack(group=self.group, offset=m.commit_log_offset, delay_level=delay,
                                      origin_topic=m.topic, origin_msg_id=origin_id,
-                                     max_reconsume=self.max_reconsume_times, reconsume=m.reconsume_times)
+                                     max_reconsume=self.options.max_reconsume_times, reconsume=m.reconsume_times)
         try:
             self.call_broker(pq.addr, req)
             return True
@@ -141,14 +141,14 @@ class ConsumeService:
                 if time.monotonic() - started > MAX_CONSUME_CONTINUOUSLY_S:
                     retry_in = 0.01
                     break
-                batch = pq.head(self.batch_size)
+                batch = pq.head(self.options.consume_batch_size)
                 if not batch:
                     break
                 if self._call_listener(batch) or self._give_up(pq, batch):
                     off = pq.remove(batch)
                     self.offsets.update(pq.mq, off)
                     continue
-                retry_in = self.suspend_current_queue_s
+                retry_in = self.options.suspend_current_queue_ms / 1000
                 break
         with pq.lock:
             pq.scheduled = False
@@ -161,13 +161,14 @@ class ConsumeService:
 
     def _give_up(self, pq: ProcessQueue, batch: list[MessageExt]) -> bool:
         """A failed orderly batch: count the attempt; past the max, dead-letter it and move on."""
-        if any(m.reconsume_times < self.max_reconsume_times for m in batch):
+        limit = self.options.max_reconsume_times
+        if any(m.reconsume_times < limit for m in batch):
             for m in batch:
                 m.reconsume_times += 1
             return False
         if self.broadcast:
             log.warning("orderly broadcast consumption failed %d times: dropping %d message(s)",
-                        self.max_reconsume_times, len(batch))
+                        limit, len(batch))
             return True
         return all(self._send_back(pq, m, delay=-1) for m in batch)
 

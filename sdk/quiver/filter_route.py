@@ -17,6 +17,7 @@ to the others of the same broker. With none left, `pull_address` raises
 NoFilterServerError: the caller logs it (`servers.log_unavailable`) and
 retries later with a refreshed route.
 
+`as_selector(expression)` is what both consumers' `subscribe` accepts;
 `check_subscription` validates an expression at subscribe/start time through
 CHECK_CLIENT_CONFIG on a filter server of the topic's brokers (falling back to
 the broker, which relays to one of its filter servers).
@@ -30,6 +31,7 @@ import time
 from . import requests as rq
 from .codes import ResponseCode
 from .errors import ClientError, FieldError, QuiverError, SubscriptionParseError
+from .message import MessageSelector
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,19 @@ FAILOVER_CODES = frozenset({ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYS
 
 class NoFilterServerError(ClientError):
     """No live filter server serves the queue's broker: SQL92 pulls wait until one is back."""
+
+
+def as_selector(expression) -> MessageSelector:
+    """A subscription: a MessageSelector as given, or a tag expression ("*", "TagA || TagB")."""
+    sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression)
+    if sel.type not in ("TAG", "SQL92"):
+        raise ClientError(f"unknown selector type {sel.type!r}: use MessageSelector.tags or .sql")
+    return sel
+
+
+def wire_subscriptions(subscriptions: dict) -> dict:
+    """topic -> rq.Subscription, as a consumer's heartbeat names its subscriptions."""
+    return {t: rq.Subscription(type=s.type, expression=s.expression) for t, s in subscriptions.items()}
 
 
 def is_sql(selector) -> bool:

@@ -3,7 +3,8 @@
 Both stores keep offsets in memory (`update` only moves forward unless told
 otherwise) and persist them every few seconds, when a queue is dropped, and
 on shutdown. `read` gives the stored offset of a queue or None when the group
-never stored one (then the consumer applies consume_from).
+never stored one (then the consumer applies consume_from: `start_offset`, the
+one reading of consume_from for both consumers).
 
 Local files live at `<dir>/<instance>/<group>/offsets.json`, RocketMQ's
 LocalFileOffsetStore layout; they are replaced atomically (write + rename).
@@ -17,12 +18,34 @@ import threading
 from . import requests as rq
 from .client import MessageQueue, _ignore
 from .errors import QueryNotFoundError, QuiverError
+from .validation import RETRY_PREFIX
 
 log = logging.getLogger(__name__)
 
 DEFAULT_OFFSET_DIR = os.path.join(os.path.expanduser("~"), ".quiver_offsets")
 
 
+def query_offset(client, group: str, mq: MessageQueue, addr: str) -> int | None:
+    """The offset `group` stored for `mq` on the broker at `addr`, or None if it never stored one."""
+    req = rq.QueryConsumerOffset(group=group, topic=mq.topic, queue_id=mq.queue_id)
+    try:
+        return rq.OffsetReply.decode(client.call_broker(addr, req).ext).offset
+    except QueryNotFoundError:
+        return None
+
+
+def start_offset(client, mq: MessageQueue, addr: str, consume_from) -> int:
+    """Where a group with no stored offset for `mq` starts (RocketMQ's computePullFromWhere):
+    "first" the queue's min, "last" its max, an epoch-ms time the first message stored at
+    or after it; a retry topic from its min ("first", "last") or its max (a time)."""
+    retry = mq.topic.startswith(RETRY_PREFIX)
+    if consume_from == "first" or (retry and consume_from == "last"):
+        req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
+    elif consume_from == "last" or retry:
+        req = rq.GetMaxOffset(topic=mq.topic, queue_id=mq.queue_id)
+    else:
+        req = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=consume_from)
+    return rq.OffsetReply.decode(client.call_broker(addr, req).ext).offset
 
 
 class _Memory:
@@ -53,11 +76,7 @@ class RemoteOffsetStore(_Memory):
         self.group = group
 
     def read(self, mq: MessageQueue, addr: str) -> int | None:
-        req = rq.QueryConsumerOffset(group=self.group, topic=mq.topic, queue_id=mq.queue_id)
-        try:
-            return rq.OffsetReply.decode(self.client.call_broker(addr, req).ext).offset
-        except QueryNotFoundError:
-            return None
+        return query_offset(self.client, self.group, mq, addr)
 
     def persist(self, mq: MessageQueue, addr: str, sync: bool = False) -> None:
         off = self.get(mq)

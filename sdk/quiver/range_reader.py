@@ -11,12 +11,15 @@ Without a filter several pulls of consecutive chunks are in flight at once
 stopped). A tag expression is checked on the broker (hash) and again here
 (string). A SQL92 expression is pulled through a filter server of the queue's
 broker, one pull at a time (a filter server scans ahead until it finds a
-match, so parallel chunks would rescan the same records).
+match, so parallel chunks would rescan the same records); an unusable one
+(filter_route.should_fail_over) hands over to the next, until every one has
+failed in a row. Requests and answers are queue_puller.py's.
 
 Offsets below the queue's min offset (deleted by retention) are data loss:
 `DataLossError` when `fail_on_data_loss`, else a logged warning and the read
 goes on from the min offset. Does not own planning (which ranges to read:
-spark.py) nor the wire (protocol.py).
+spark.py), the pull request and its answer (queue_puller.py) nor the wire
+(protocol.py).
 """
 
 import collections
@@ -24,18 +27,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from . import record, tags
-from . import requests as rq
-from .codes import ResponseCode
+from . import queue_puller
 from .errors import ClientError, QuiverError
+from .filter_route import should_fail_over
+from .message import MessageSelector
+from .queue_puller import FOUND, OFFSET_ILLEGAL
 
 log = logging.getLogger(__name__)
 
 MAX_PULL = 1024            # the broker answers at most this many records per pull
 PIPELINE_DEPTH = 4         # chunks in flight per queue when nothing is filtered
 MISSING_WAIT_S = 10.0      # how long an offset below the planned end may stay invisible (flush lag)
-_PULL_ANSWERS = frozenset((ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-                           ResponseCode.PULL_OFFSET_MOVED))
 
 
 class DataLossError(ClientError):
@@ -76,24 +78,22 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
     if rng.size == 0:
         return
     batch_size = max(1, min(int(batch_size), MAX_PULL))
-    wanted_tags = tags.parse(subscription) if sql is None else None
     if sql is not None:
-        expression = dict(expression=sql, expression_type="SQL92")
+        selector = MessageSelector.sql(sql)
         vias = list(rng.filter_addrs)
         if not vias:
             raise ClientError(f"no filter server for broker {rng.broker} ({rng.addr}): SQL92 subscriptions "
                               f"need one (python -m quiver_filter --broker {rng.addr})")
         depth = 1
     else:
-        expression = dict(expression=subscription or "*")
+        selector = subscription or "*"
         vias = [rng.addr]
         depth = PIPELINE_DEPTH
-    via_i = 0
+    via_i = failures = 0
 
     def ask(lo: int, hi: int):
         stats.pulls += 1
-        req = rq.PullMessage(topic=rng.topic, queue_id=rng.queue_id, offset=lo, max_msgs=min(batch_size, hi - lo),
-                             suspend_ms=0, **expression)
+        req = queue_puller.request(rng.topic, rng.queue_id, lo, max_msgs=min(batch_size, hi - lo), selector=selector)
         return transport.call_future(vias[via_i], req, timeout=timeout_s)
 
     pending = collections.deque()   # [lo, hi, future], consecutive, in offset order
@@ -108,39 +108,34 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
             return
         lo, hi, fut = pending[0]
         try:
-            env = fut.result(timeout_s + 2)
+            pulled = queue_puller.read(fut.result(timeout_s + 2))   # FieldError (a QuiverError) if garbled
         except QuiverError as exc:
-            if sql is not None and len(vias) > 1:
+            failures += 1
+            if sql is not None and len(vias) > 1 and failures < len(vias) and should_fail_over(exc):
                 log.warning("filter server %s failed (%s); trying another", vias[via_i], exc)
                 via_i = (via_i + 1) % len(vias)
                 pending[0][2] = ask(lo, hi)
                 continue
             raise
-        code = env.code
-        if code not in _PULL_ANSWERS:
-            raise ClientError(f"pull of {rng.topic}:{rng.broker}:{rng.queue_id} at {lo} failed: "
-                              f"code {code} {env.remark}")
-        bounds = rq.PullReply.decode(env.ext)   # FieldError (a QuiverError) if garbled
-        nxt = bounds.next
-        if code == ResponseCode.SUCCESS and env.bodies:
+        failures = 0
+        nxt = pulled.next
+        if pulled.status is FOUND:
             missing_since = None
             # a filtered reply may run past this chunk: keep all of [lo, end); covered chunks are dropped below
-            recs = [r for r in record.decode_many(env.bodies[0]) if _wanted(r.queue_offset, lo, rng.end)]
-            if wanted_tags is not None:
-                recs = [r for r in recs if record.get_property(r.props, "TAGS") in wanted_tags]
+            recs = [r for r in pulled.records(selector) if _wanted(r.queue_offset, lo, rng.end)]
             if recs:
                 stats.records += len(recs)
                 yield recs
             nxt = max(nxt, recs[-1].queue_offset + 1) if recs else nxt
-        elif code != ResponseCode.PULL_OFFSET_MOVED:   # nothing here (yet)
+        elif pulled.status is not OFFSET_ILLEGAL:   # nothing here (yet)
             if nxt <= lo:   # nothing visible at lo although it was below max when planned: flush lag
                 missing_since = missing_since or time.monotonic()
                 if time.monotonic() - missing_since > MISSING_WAIT_S:
                     raise ClientError(f"{rng.topic}:{rng.broker}:{rng.queue_id} has no message at offset {lo} "
-                                      f"although it was planned below {rng.end} ({env.remark})")
+                                      f"although it was planned below {rng.end}")
                 time.sleep(0.05)
         else:
-            low = bounds.min
+            low = pulled.min
             if lo >= low:          # beyond the queue's max: the queue lost its tail
                 nxt = hi
                 low = hi

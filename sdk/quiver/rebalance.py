@@ -1,19 +1,26 @@
 """Queue allocation inside a consumer group, shared by the push and pull consumers.
 
 Owns the allocation strategies (RocketMQ's AllocateMessageQueueAveragely,
-AveragelyByCircle and ConsistentHash) and `Rebalancer`, which asks a broker
+AveragelyByCircle and ConsistentHash); `Rebalancer`, which asks a broker
 for the group's client ids, takes every readable queue of each subscribed
-topic, and returns the queues this client should own. It does not own
-process queues, offsets or pulling: the consumer applies the difference.
+topic, and returns the queues this client should own; and `RebalanceLoop`,
+the one loop both consumers run: a round at start, every interval, at once
+when a broker says the group changed (NOTIFY_CONSUMER_IDS_CHANGED) and a
+second after a round that could not take a queue it was given. A round
+releases the queues no longer this client's and takes the new ones through
+the consumer's `release(mq)` and `take(mq, notified_at)`. It does not own
+process queues, offsets or pulling: the consumer does.
 """
 
 import bisect
 import hashlib
 import logging
+import threading
+import time
 
 from . import requests as rq
 from .client import MessageQueue
-from .errors import QuiverError, TopicNotExistError
+from .errors import FieldError, QuiverError, TopicNotExistError
 
 log = logging.getLogger(__name__)
 
@@ -118,3 +125,100 @@ class Rebalancer:
 
     def assignment(self, topics) -> dict[str, list[MessageQueue] | None]:
         return {t: self.topic_queues(t) for t in topics}
+
+
+RETRY_S = 1.0   # after a round that could not take every queue it was given (a lock held elsewhere)
+
+
+class RebalanceLoop:
+    """Keeps a consumer's owned queues equal to its share of the group.
+
+    `topics()` names what to allocate; `owned` is the consumer's dict of queues
+    (mq -> its state), changed only by `take(mq, notified_at) -> bool` (False: not
+    now, tried again a second later) and `release(mq)`; `changed()`, if given,
+    runs after a round that took or released something. `notified_at` is when the
+    notification that started the round arrived (monotonic s), else None."""
+
+    def __init__(self, rebalancer: Rebalancer, interval_s: float, topics, owned: dict, take, release,
+                 changed=None):
+        self.rebalancer, self.group = rebalancer, rebalancer.group
+        self.interval_s = interval_s
+        self.topics, self.owned, self.take, self.release, self.changed = topics, owned, take, release, changed
+        self.notified_at: float | None = None
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._retry_soon = False
+
+    def start(self, name: str) -> None:
+        """A first round now (on the caller's thread), then the loop on its own thread."""
+        self._stopped.clear()
+        self.step()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def notified(self, addr: str, env) -> None:
+        """A broker's NOTIFY_CONSUMER_IDS_CHANGED: a round now if it is about this group."""
+        try:
+            group = rq.NotifyConsumerIdsChanged.decode(env.ext).group
+        except FieldError as exc:
+            log.warning("ignoring a malformed consumer-ids notification from %s: %s", addr, exc)
+            return
+        if group in (None, self.group):
+            if self.notified_at is None:
+                self.notified_at = time.monotonic()
+            self._wake.set()
+
+    def step(self) -> None:
+        """One round: release what is no longer ours, take what is."""
+        changed = False
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            notified_at, self.notified_at = self.notified_at, None
+            missing = False
+            for topic, mqs in self.rebalancer.assignment(self.topics()).items():
+                if mqs is None:
+                    continue  # unknown right now: keep what we have
+                want = set(mqs)
+                for mq in [m for m in list(self.owned) if m.topic == topic and m not in want]:
+                    self.release(mq)
+                    changed = True
+                for mq in sorted(want - set(self.owned)):
+                    if self.take(mq, notified_at):
+                        changed = True
+                    else:
+                        missing = True
+            self._retry_soon = missing
+        if changed:
+            log.info("%s of %s now owns %s", self.rebalancer.client.client_id, self.group,
+                     [f"{m.topic}:{m.broker}:{m.queue_id}" for m in sorted(self.owned)])
+            if self.changed is not None:
+                self.changed()
+
+    def release_all(self) -> None:
+        """Give up every owned queue (shutdown), after any round under way."""
+        with self._lock:
+            for mq in list(self.owned):
+                self.release(mq)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(RETRY_S if self._retry_soon else self.interval_s)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            try:
+                self.step()
+            except QuiverError as exc:
+                if self._stopped.is_set():
+                    return  # shut down meanwhile: its calls fail by design, nothing to report
+                log.warning("rebalance of %s failed: %s", self.group, exc)
+            except Exception:
+                log.exception("rebalance of %s failed", self.group)

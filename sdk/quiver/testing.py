@@ -509,9 +509,7 @@ class FakeCluster(contextlib.AbstractContextManager):
                            "index_slots": 1 << 16, "index_entries": 1 << 18, **options})
         if config.is_slave or config.ha_role == "SYNC_MASTER":
             raise ValueError("stub brokers are ASYNC_MASTERs: replication is not simulated")
-        app = App(config)
-        app.transport.close()  # the App builds a real one; registrations go over the fake network
-        app.transport = self.network.transport(f"broker-{name}")
+        app = App(config, transport=self.network.transport(f"broker-{name}"))  # registrations go over the fake network
         app.ha.start = lambda: None  # no HA socket: there are no slaves
         self.network.plug(app.service, addr)
         self.network.run(app.run, app.service.stop, f"fake-{name}")

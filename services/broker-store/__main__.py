@@ -1,13 +1,24 @@
 """python -m quiver_broker"""
 
+import dataclasses
+
 from quiver.settings import run_service
 
 from .app import App
 from .config import Config
+from .identity import claim_slot
+
+
+def make_app(config: Config) -> App:
+    """App(config); `--broker-name auto` becomes the broker-N slot claimed in --data-dir,
+    whose lock this process then holds until it exits (identity.py)."""
+    if config.auto_name:
+        config = dataclasses.replace(config, broker_name=claim_slot(config.data_dir).name)
+    return App(config)
 
 
 def main(argv=None) -> None:
-    run_service(Config, App, "quiver_broker", argv)
+    run_service(Config, make_app, "quiver_broker", argv)
 
 
 if __name__ == "__main__":

@@ -1,41 +1,49 @@
-"""The broker process: store + metadata + the service loop + periodic jobs.
+"""The broker process: builds every part in one place, runs the service loop and periodic jobs.
+
+`App.__init__` is the whole wiring: store, metadata, topic table, clients, the
+request parts (each given only what it uses, its codes in its `handlers()`,
+merged by handlers.table) and replication. Nothing is loaded by name and no
+part reaches back into the App; where a part needs the App (re-register after
+a topic change, tell a consumer group its members changed) it gets that one
+callable.
 
 All store and metadata mutations happen on the service thread. APScheduler
 (one BackgroundScheduler, jobs registered in `_jobs`) only hands work to that
 thread, except offset persistence, which writes a snapshot on its own thread.
 """
 
-import ipaddress
 import logging
 import os
-import struct
-import time
-from collections import Counter
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from quiver import protocol
-from quiver import names, requests as rq
-from quiver.errors import QuiverError, TopicNotExistError
+from quiver import names, protocol
+from quiver import requests as rq
+from quiver.errors import QuiverError
 from quiver.message import host_bytes
 from quiver.service import Service
 from quiver.settings import split_addrs
 from quiver.transport import Transport
-from quiver.validation import is_system_topic
 
-from . import ha_master
+from . import ha_master, handlers
 from .clients import ClientRegistry
+from .consume_stats import ConsumeStats, GroupWatch
+from .filter_servers import SCAN_INTERVAL_S, FilterServerRegistry, FilterServerRequests
+from .group_commit import GroupCommit
 from .ha_slave import ReplicationSlave
-from .handlers import make_handlers
+from .locks import LockManager
 from .metadata import Metadata
 from .pulling import Puller
+from .retry import Retry
+from .schedule import Schedule
 from .sending import Sender
 from .store import MessageStore
+from .topics import Topics
+from .transaction import Transactions
 
 log = logging.getLogger(__name__)
 
 FRAME_HEADROOM_BYTES = 64 * 1024
-_LOOPBACK_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 
 
 def max_frame_bytes(config) -> int:
@@ -48,78 +56,70 @@ def max_frame_bytes(config) -> int:
 
 
 class App:
-    def __init__(self, config):
-        self.config = config
-        os.makedirs(config.store_dir, exist_ok=True)
-        self.counters = Counter()
-        adv_host, adv_port = config.advertised.rsplit(":", 1)
+    """`transport`: the client transport to name servers, filter servers and the master
+    (a real one by default; quiver.testing passes its fake network's)."""
+
+    def __init__(self, config, transport=None):
+        self.config = c = config
+        os.makedirs(c.store_dir, exist_ok=True)
+        self.service = Service(c.listen, {}, "broker-store", self.status, max_frame_bytes(c))
+        self.counters = self.service.counters  # one map in STATUS: the parts' and the loops' failures
+        self.transport = transport if transport is not None else Transport("broker")
+        self.namesrvs = split_addrs(c.namesrv)
+        self.scheduler = BackgroundScheduler(daemon=True)
+        adv_host, adv_port = c.advertised.rsplit(":", 1)
         self.store_host = host_bytes(adv_host, int(adv_port))
         self.store = MessageStore(
-            config.store_dir, segment_bytes=config.segment_bytes, cq_entries_per_file=config.cq_entries_per_file,
-            index_slots=config.index_slots, index_entries=config.index_entries, flush_sync=config.flush == "sync",
-            flush_interval_ms=config.flush_interval_ms, store_host=self.store_host,
-            delay_levels_ms=config.delay_levels_ms, file_reserved_hours=config.file_reserved_hours,
-            delete_when_hours=config.delete_when_hours, on_flushed=self._flushed_from_thread)
-        url = config.metadata_url or f"sqlite:///{os.path.join(config.store_dir, 'metadata.db')}"
-        self.metadata = Metadata(url)
-        self.topics = self.metadata.topics
-        self.clients = ClientRegistry()
-        self.service = Service(config.listen, {}, "broker-store", self.status, max_frame_bytes(config))
+            c.store_dir, segment_bytes=c.segment_bytes, cq_entries_per_file=c.cq_entries_per_file,
+            index_slots=c.index_slots, index_entries=c.index_entries, flush_sync=c.flush == "sync",
+            flush_interval_ms=c.flush_interval_ms, store_host=self.store_host, delay_levels_ms=c.delay_levels_ms,
+            file_reserved_hours=c.file_reserved_hours, delete_when_hours=c.delete_when_hours,
+            on_flushed=self._flushed_from_thread)
+        self.metadata = Metadata(c.metadata_url or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}")
+        self.topics = Topics(self.metadata, self.store, self.register_all, c.auto_create_topics,
+                             c.default_topic_queues)
+        self.clients = ClientRegistry(expiry_s=c.client_expiry_ms / 1000)
+        self.filter_servers = FilterServerRegistry(self.register_all)
+        self.puller = Puller(self.store, self.topics, self.metadata, self.service, self.counters, c.long_poll_max_ms)
         # replication: a master streams its CommitLog to slaves, a slave follows its master
-        self.ha = ReplicationSlave(self) if config.is_slave else ha_master.ReplicationMaster(self)
-        self.sender = Sender(self)
-        self.puller = Puller(self)
-        self.service.handlers.update(make_handlers(self))
-        self.service.counters = self.counters
-        self.transport = Transport("broker")
-        self.namesrvs = split_addrs(config.namesrv)
-        self.data_version = {"state": 0, "ts": int(time.time() * 1000), "counter": 0}
-        self.scheduler = BackgroundScheduler(daemon=True)
-        self.filter_servers: set[str] = set()
+        self.ha = self._replication()
+        self.wait_for_slave = self.ha.wait_for_slave if c.ha_role == "SYNC_MASTER" else None
+        self.group_commit = GroupCommit(self.store, c.flush == "sync", c.sync_flush_timeout_ms, self.puller.notify,
+                                        self.wait_for_slave)
+        self.watch = GroupWatch(self.clients, self.service.failures, self.notify_group_changed, c.client_expiry_ms)
+        self.service.handlers.update(handlers.table(self._request_parts(), c.is_slave))
+        self.service.every("filter_server_scan", SCAN_INTERVAL_S, self.filter_servers.expire_step)
+        self.service.every("group_watch", self.watch.period_s, self.watch.step)
 
-    # ---- topics ----------------------------------------------------------------
+    def _replication(self):
+        c = self.config
+        if c.is_slave:
+            return ReplicationSlave(c, self.store, self.metadata, self.topics, self.service, self.transport,
+                                    self.counters, self.puller.notify, self.register_all)
+        return ha_master.ReplicationMaster(c, self.store, self.metadata, self.topics,
+                                           self.service.call_soon_threadsafe)
 
-    def topic_config(self, topic: str, create: bool = False, system: bool = False, queues: int | None = None) -> dict:
-        conf = self.topics.get(topic)
-        if conf is not None:
-            return conf
-        if not create or (not system and (not self.config.auto_create_topics or is_system_topic(topic))):
-            raise TopicNotExistError(
-                f"topic {topic!r} does not exist: create it (quiver topic create) or run the broker with --auto-create-topics")
-        n = queues or self.config.default_topic_queues
-        log.info("auto-creating topic %s with %d queues", topic, n)
-        return self.put_topic(topic, n, n, 6)
-
-    def put_topic(self, topic, read, write, perm=6, order=False) -> dict:
-        conf = self.metadata.put_topic(topic, read, write, perm, order=order)
-        self.data_version["counter"] += 1
-        self.register_all()
-        return conf
-
-    def delete_topic(self, topic: str) -> None:
-        self.metadata.delete_topic(topic)
-        self.store.delete_topic(topic)
-        self.data_version["counter"] += 1
-        self.register_all()
-
-    @staticmethod
-    def born_host(addr: str | None) -> bytes:
-        """A request's "host:port" born host (its schema checked the form) as 8 bytes.
-
-        Only an IPv4 literal is packed as is: a hostname would cost a DNS lookup
-        on the service thread and an IPv6 host does not fit, so both read as
-        127.0.0.1 with their port; no born host reads as 127.0.0.1:0."""
-        if not addr:
-            return _LOOPBACK_HOST
-        host, _, port = addr.rpartition(":")
-        try:
-            ip = ipaddress.IPv4Address(host).packed
-        except ValueError:
-            ip = _LOOPBACK_HOST[:4]
-        try:
-            return ip + struct.pack(">i", int(port))
-        except (ValueError, struct.error):
-            return _LOOPBACK_HOST
+    def _request_parts(self) -> list:
+        """Every part that answers requests, each with its own collaborators."""
+        c, store, meta, topics, clients, commit = (self.config, self.store, self.metadata, self.topics, self.clients,
+                                                   self.group_commit)
+        txn = Transactions(store, topics, meta, clients, commit, self.counters, self.service.send_if_connected,
+                           self.store_host)
+        sender = Sender(c, store, topics, commit, self.counters, self.puller.notify, txn.prepare,
+                        note_put=None if c.is_slave else self.ha.note_put, wait_for_slave=self.wait_for_slave)
+        return [
+            sender, self.puller, txn, self.ha,
+            Retry(store, meta, topics, sender, self.counters),
+            Schedule(c, store, topics, commit, self.counters),
+            LockManager(is_member=clients.is_consumer),
+            FilterServerRequests(self.filter_servers, c.name, c.broker_id, self.transport,
+                                 self.service.call_soon_threadsafe),
+            ConsumeStats(c.name, store, meta, topics, clients),
+            handlers.TopicRequests(topics),
+            handlers.OffsetRequests(topics, meta, store),
+            handlers.MessageRequests(store),
+            handlers.ClientRequests(clients, self.notify_group_changed),
+        ]
 
     # ---- name servers -------------------------------------------------------------
 
@@ -129,11 +129,11 @@ class App:
         # a topic stored before names were checked would make the whole registration refused
         topics = {t: rq.TopicConfig(read=conf["read"], write=conf["write"], perm=conf["perm"] & perm_mask,
                                     sysflag=conf.get("sysflag", 0), order=conf.get("order", False))
-                  for t, conf in self.topics.items() if names.is_valid_topic(t)}
+                  for t, conf in self.topics.rows.items() if names.is_valid_topic(t)}
         ha_addr = c.ha_advertised if not c.is_slave and self.ha.status()["ha_listen"] else None
         req = rq.RegisterBroker(cluster=c.cluster, broker_name=c.name, broker_addr=c.advertised,
-                                broker_id=c.broker_id, data_version=rq.DataVersion(**self.data_version),
-                                topics=topics, filter_servers=sorted(self.filter_servers), ha_addr=ha_addr)
+                                broker_id=c.broker_id, data_version=rq.DataVersion(**self.topics.data_version),
+                                topics=topics, filter_servers=self.filter_servers.addrs(), ha_addr=ha_addr)
         for addr in self.namesrvs:
             self.transport.send(addr, req, None, (), lambda r, a=addr: self._registered(a, r), timeout=5.0)
 
@@ -158,7 +158,7 @@ class App:
     # ---- threads -> service thread ---------------------------------------------------
 
     def _flushed_from_thread(self, offset: int) -> None:
-        self.service.call_soon_threadsafe(self.sender.on_flushed, offset)
+        self.service.call_soon_threadsafe(self.group_commit.on_flushed, offset)
 
     def _jobs(self) -> None:
         soon = self.service.call_soon_threadsafe
@@ -176,7 +176,7 @@ class App:
             self.notify_group_changed(group)
 
     def _sync_flush_watch(self) -> None:
-        self.sender.expire_step()
+        self.group_commit.expire()
         self.service.call_later(0.05, self._sync_flush_watch)
 
     def _sync_slave_watch(self) -> None:
@@ -195,7 +195,9 @@ class App:
         self.store.open()
         self.service.bind()
         if not self.config.is_slave:
-            ha_master.pull_slave_offsets(self)  # before serving: offsets committed on a slave meanwhile
+            # before serving: offsets committed on a slave meanwhile
+            ha_master.pull_slave_offsets(self.transport, self.namesrvs, self.config.name, self.config.advertised,
+                                         self.metadata)
         self.ha.start()
         self.register_all()
         self._jobs()

@@ -68,6 +68,9 @@ class ClientRegistry:
                         changed.add(group)
         return changed
 
+    def is_consumer(self, group: str, client_id: str) -> bool:
+        return client_id in self.consumers.get(group, {})
+
     def consumer_ids(self, group: str) -> list[str]:
         return sorted(self.consumers.get(group, {}))
 

@@ -8,6 +8,7 @@ from quiver.settings import advertised_addr, default_identity, setting
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
+AUTO_NAME = "auto"  # --broker-name auto: claim a broker-N slot of --data-dir (identity.py)
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -25,6 +26,9 @@ def parse_delay_levels(text: str) -> list[int]:
     return out
 
 
+DEFAULT_DELAY_LEVELS_MS = tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))  # RocketMQ's messageDelayLevel
+
+
 @dataclass(frozen=True)
 class Config:
     """Quiver broker-store."""
@@ -32,7 +36,8 @@ class Config:
     advertise: str = setting("", "HOST:PORT clients reach (default: hostname:port, 127.0.0.1 on a local bind)")
     namesrv: str = setting("127.0.0.1:9876", "name servers, 'h:p;h:p'")
     data_dir: str = setting("./data/broker", "where the store lives (a per-broker sub-directory is used)")
-    broker_name: str = setting("", "broker name (default: broker-<hostname>)")
+    broker_name: str = setting("", "broker name (default: broker-<hostname>); 'auto': claim a free broker-N "
+                                   "slot of --data-dir, kept across container re-creation")
     broker_id: int = setting(0, "0 = master")
     cluster: str = setting("DefaultCluster", "cluster name")
     flush: str = setting("async", "sync | async: SEND_OK after fdatasync, or background flush")
@@ -79,6 +84,8 @@ class Config:
             raise ValueError("broker_id must be >= 0")
         if (self.broker_id == 0) == (self.ha_role == "SLAVE"):
             raise ValueError("broker id 0 is the master (SYNC_MASTER or ASYNC_MASTER); ids >= 1 are slaves (SLAVE)")
+        if self.auto_name and self.broker_id != 0:
+            raise ValueError("--broker-name auto is for masters (id 0): a slave names its master's broker")
         if self.ha_transfer_bytes < 4096 or self.ha_window_bytes < self.ha_transfer_bytes:
             raise ValueError("ha_transfer_bytes must be >= 4096 and <= ha_window_bytes")
         try:  # the broker name becomes a directory, both names travel in registrations
@@ -86,6 +93,11 @@ class Config:
             names.check_cluster(self.cluster)
         except QuiverError as exc:
             raise ValueError(exc.remark) from None
+
+    @property
+    def auto_name(self) -> bool:
+        """True until __main__ replaces `auto` with the slot it claimed; App never sees it."""
+        return self.broker_name == AUTO_NAME
 
     @property
     def name(self) -> str:

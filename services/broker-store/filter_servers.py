@@ -2,10 +2,10 @@
 
 Owns REGISTER_FILTER_SERVER (a filter server says "I serve SQL92 pulls for
 you", every few seconds) and CHECK_CLIENT_CONFIG (a consumer validating its
-subscription). `app.filter_servers` is the set the broker reports to the name
-servers with each registration; an entry silent for FILTER_SERVER_EXPIRY_MS
-(RocketMQ's 30 s) is dropped, and any change re-registers at once so routes
-carry the new set.
+subscription). `FilterServerRegistry.addrs()` is the set the broker reports to
+the name servers with each registration; an entry silent for
+FILTER_SERVER_EXPIRY_MS (RocketMQ's 30 s) is dropped, and any change calls
+`on_change` (the app re-registers at once) so routes carry the new set.
 
 Does not own the SQL92 engine: services never import each other, so a SQL92
 CHECK_CLIENT_CONFIG is relayed to one of the attached filter servers and its
@@ -27,13 +27,16 @@ RELAY_TIMEOUT_S = 3.0
 
 
 class FilterServerRegistry:
-    """addr -> last registration (monotonic s); mirrors its keys into `app.filter_servers`."""
+    """addr -> last registration (monotonic s); `on_change()` after every change of the set."""
 
-    def __init__(self, app, expiry_ms: int = FILTER_SERVER_EXPIRY_MS, clock=time.monotonic):
-        self.app = app
+    def __init__(self, on_change, expiry_ms: int = FILTER_SERVER_EXPIRY_MS, clock=time.monotonic):
+        self.on_change = on_change
         self.expiry_s = expiry_ms / 1000
         self.clock = clock
         self.seen: dict[str, float] = {}
+
+    def addrs(self) -> list[str]:
+        return sorted(self.seen)
 
     def register(self, addr: str) -> bool:
         """Note a registration; True if the set changed."""
@@ -41,14 +44,14 @@ class FilterServerRegistry:
         self.seen[addr] = self.clock()
         if new:
             log.info("filter server %s attached", addr)
-            self._changed()
+            self.on_change()
         return new
 
     def unregister(self, addr: str) -> bool:
         if self.seen.pop(addr, None) is None:
             return False
         log.info("filter server %s detached", addr)
-        self._changed()
+        self.on_change()
         return True
 
     def expire_step(self) -> list[str]:
@@ -59,57 +62,57 @@ class FilterServerRegistry:
             del self.seen[addr]
             log.warning("filter server %s silent for %.0f s: dropped", addr, self.expiry_s)
         if gone:
-            self._changed()
+            self.on_change()
         return gone
 
-    def _changed(self) -> None:
-        self.app.filter_servers.clear()
-        self.app.filter_servers.update(self.seen)
-        self.app.register_all()
 
+class FilterServerRequests:
+    """REGISTER_FILTER_SERVER and CHECK_CLIENT_CONFIG. A SQL92 check is relayed over
+    `transport`; its answer comes back on the transport's thread and is handed to the
+    service thread with `post` (Service.call_soon_threadsafe)."""
 
-def make_handlers(app):
-    registry = FilterServerRegistry(app)
-    app.filter_registry = registry
+    def __init__(self, registry: FilterServerRegistry, broker_name: str, broker_id: int, transport, post):
+        self.registry = registry
+        self.broker_name = broker_name
+        self.broker_id = broker_id
+        self.transport = transport
+        self.post = post
 
-    app.service.every("filter_server_scan", SCAN_INTERVAL_S, registry.expire_step)
+    def handlers(self) -> dict:
+        return {RequestCode.REGISTER_FILTER_SERVER: self.register_filter_server,
+                RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config}
 
-    def register_filter_server(req):
+    def register_filter_server(self, req) -> None:
         addr = req.args.addr
         if req.args.unregister:
-            registry.unregister(addr)
+            self.registry.unregister(addr)
         else:
-            registry.register(addr)
-        req.reply(ResponseCode.SUCCESS, "", {"broker_name": app.config.name, "broker_id": app.config.broker_id})
+            self.registry.register(addr)
+        req.reply(ResponseCode.SUCCESS, "", {"broker_name": self.broker_name, "broker_id": self.broker_id})
 
-    def check_client_config(req):
+    def check_client_config(self, req) -> None:
         if (req.args.expression_type or "TAG") == "TAG":
             req.reply(ResponseCode.SUCCESS)
             return
-        targets = sorted(registry.seen)
+        targets = self.registry.addrs()
         if not targets:
             req.reply(ResponseCode.SYSTEM_ERROR,
-                      f"broker {app.config.name} has no filter server attached, so it cannot check SQL92 "
+                      f"broker {self.broker_name} has no filter server attached, so it cannot check SQL92 "
                       "expressions: start one (python -m quiver_filter --broker ...)")
             return
-        _relay(app, req, targets)
+        self._relay(req, targets)
 
-    return {RequestCode.REGISTER_FILTER_SERVER: register_filter_server,
-            RequestCode.CHECK_CLIENT_CONFIG: check_client_config}
+    def _relay(self, req, targets: list[str]) -> None:
+        """Ask the filter servers in turn; answer with the first real answer."""
+        addr, rest = targets[0], targets[1:]
 
+        def done(result):
+            if isinstance(result, Exception):
+                if rest:
+                    self._relay(req, rest)
+                else:
+                    self.post(req.reply, ResponseCode.SYSTEM_ERROR, f"no attached filter server answered: {result}")
+                return
+            self.post(req.reply, result.code, result.remark or "", result.ext)
 
-def _relay(app, req, targets: list[str]) -> None:
-    """Ask the filter servers in turn; answer with the first real answer."""
-    addr, rest = targets[0], targets[1:]
-
-    def done(result):
-        if isinstance(result, Exception):
-            if rest:
-                _relay(app, req, rest)
-            else:
-                app.service.call_soon_threadsafe(req.reply, ResponseCode.SYSTEM_ERROR,
-                                                 f"no attached filter server answered: {result}")
-            return
-        app.service.call_soon_threadsafe(req.reply, result.code, result.remark or "", result.ext)
-
-    app.transport.send(addr, req.args, None, (), done, RELAY_TIMEOUT_S)
+        self.transport.send(addr, req.args, None, (), done, RELAY_TIMEOUT_S)

@@ -53,12 +53,15 @@ class _Link:
 
 
 class ReplicationMaster:
-    """The HA thread of a master broker."""
+    """The HA thread of a master broker, and HA_SYNC_METADATA. `post` hands work to the
+    service thread (Service.call_soon_threadsafe)."""
 
-    def __init__(self, app):
-        self.app = app
-        c = app.config
-        self.store = app.store
+    def __init__(self, config, store, metadata, topics, post):
+        c = self.config = config
+        self.store = store
+        self.metadata = metadata
+        self.topics = topics
+        self.post = post
         self.chunk = c.ha_transfer_bytes
         self.window = c.ha_window_bytes
         self.max_gap = c.ha_max_gap_bytes
@@ -101,7 +104,7 @@ class ReplicationMaster:
         self._sock = sock
         self._thread = threading.Thread(target=self._run, name="ha-master", daemon=True)
         self._thread.start()
-        log.info("%s: HA socket on %s", self.app.config.ha_role, self.bind_addr)
+        log.info("%s: HA socket on %s", self.config.ha_role, self.bind_addr)
 
     def stop(self) -> None:
         self._stop.set()
@@ -144,13 +147,25 @@ class ReplicationMaster:
     def on_acks(self, best: int, connected: int) -> None:
         """Posted by the HA thread (service thread)."""
         self.best_acked, self.connected = best, connected
-        for _, _, req, out in self.pending.acked(best):
-            req.reply(ResponseCode.SUCCESS, "", out)
+        for w in self.pending.acked(best):
+            w.req.reply(ResponseCode.SUCCESS, "", w.reply_ext)
 
     def expire_step(self) -> None:
-        ms = self.app.config.slave_timeout_ms
-        for _, _, req, out in self.pending.expired(time.monotonic()):
-            req.reply(ResponseCode.FLUSH_SLAVE_TIMEOUT, f"stored on the master; no slave acked within {ms} ms", out)
+        ms = self.config.slave_timeout_ms
+        for w in self.pending.expired(time.monotonic()):
+            w.req.reply(ResponseCode.FLUSH_SLAVE_TIMEOUT, f"stored on the master; no slave acked within {ms} ms",
+                        w.reply_ext)
+
+    def handlers(self) -> dict:
+        return {RequestCode.HA_SYNC_METADATA: self.sync_metadata, RequestCode.HA_SLAVE_OFFSETS: _not_a_slave}
+
+    def sync_metadata(self, req) -> None:
+        """A slave's offsets in (max of both kept); topics, groups and offsets out."""
+        meta = self.metadata
+        merge_offsets(meta, req.args.offsets)
+        offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
+        req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows, "groups": meta.groups, "offsets": offsets,
+                                             "max_offset": self.store.max_phys_offset})
 
     def status(self) -> dict:
         return {"ha_listen": self.bind_addr if self._sock is not None else "", "slaves": self.snapshot,
@@ -283,7 +298,7 @@ class ReplicationMaster:
         state = (max((l.acked for l in live), default=0), len(live))
         if state != self._posted:
             self._posted = state
-            self.app.service.call_soon_threadsafe(self.on_acks, *state)
+            self.post(self.on_acks, *state)
 
     def _publish(self, now: float) -> None:
         end = self.store.max_phys_offset
@@ -308,40 +323,31 @@ def merge_offsets(meta, rows) -> int:
     return moved
 
 
-def pull_slave_offsets(app, timeout_s: float = 1.0) -> None:
+def pull_slave_offsets(transport, namesrvs: list[str], broker_name: str, own_addr: str, metadata,
+                       timeout_s: float = 1.0) -> None:
     """A master about to serve: fold in what its slaves stored while it was away."""
     slaves = []
-    for ns in app.namesrvs:
+    for ns in namesrvs:
         try:
-            env = app.transport.call(ns, rq.GetClusterInfo(), timeout=timeout_s)
+            env = transport.call(ns, rq.GetClusterInfo(), timeout=timeout_s)
             info = rq.ClusterReply.decode(env.ext).cluster
         except QuiverError:
             continue
-        me = info.brokers.get(app.config.name)
+        me = info.brokers.get(broker_name)
         addrs = me.addrs if me is not None else {}
-        slaves = [a for bid, a in addrs.items() if bid != 0 and a != app.config.advertised]
+        slaves = [a for bid, a in addrs.items() if bid != 0 and a != own_addr]
         break
     for addr in slaves:
         try:
-            env = app.transport.call(addr, rq.HaSlaveOffsets(), timeout=timeout_s)
+            env = transport.call(addr, rq.HaSlaveOffsets(), timeout=timeout_s)
             rows = rq.HaSlaveOffsetsReply.decode(env.ext).offsets
         except QuiverError as exc:
             log.info("slave %s not asked for offsets: %s", addr, exc)
             continue
-        n = merge_offsets(app.metadata, rows)
+        n = merge_offsets(metadata, rows)
         if n:
             log.info("took %d consumer offsets committed on slave %s while this master was away", n, addr)
 
 
-def make_handlers(app):
-    def sync_metadata(req):
-        if app.config.is_slave:
-            req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is a slave; sync from the master")
-            return
-        meta = app.metadata
-        merge_offsets(meta, req.args.offsets)
-        offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
-        req.reply(ResponseCode.SUCCESS, "", {"topics": app.topics, "groups": meta.groups, "offsets": offsets,
-                                             "max_offset": app.store.max_phys_offset})
-
-    return {RequestCode.HA_SYNC_METADATA: sync_metadata}
+def _not_a_slave(req) -> None:
+    req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is not a slave")

@@ -43,10 +43,22 @@ log = logging.getLogger(__name__)
 
 
 class ReplicationSlave:
-    def __init__(self, app):
-        self.app = app
-        c = app.config
-        self.store = app.store
+    """The HA thread of a slave broker, its metadata sync and HA_SLAVE_OFFSETS.
+
+    `service` is the broker's loop (timers, hand-off from the HA thread); `notify(topic,
+    queue_id)` wakes pulls held on a queue a chunk touched; `register_all()` asks the
+    name servers again while the master is not known yet."""
+
+    def __init__(self, config, store, metadata, topics, service, transport, counters, notify, register_all):
+        c = self.config = config
+        self.store = store
+        self.metadata = metadata
+        self.topics = topics
+        self.service = service
+        self.transport = transport
+        self.counters = counters
+        self.notify = notify
+        self.register_all = register_all
         self.target = c.ha_master          # the master's HA address
         self.master_addr = ""              # the master's broker address (metadata sync)
         self.hb_s = c.ha_heartbeat_interval_ms / 1000
@@ -72,8 +84,8 @@ class ReplicationSlave:
         self.acked = self.store.max_phys_offset
         self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
         self._thread.start()
-        self.app.service.call_later(0.5, self._sync_tick)
-        log.info("slave of %s: replicating from offset %d (master HA %s)", self.app.config.name, self.acked,
+        self.service.call_later(0.5, self._sync_tick)
+        log.info("slave of %s: replicating from offset %d (master HA %s)", self.config.name, self.acked,
                  self.target or "from name servers")
 
     def stop(self) -> None:
@@ -93,7 +105,7 @@ class ReplicationSlave:
         """From a name server's registration reply (any thread)."""
         if master_addr:
             self.master_addr = master_addr
-        if ha_addr and not self.app.config.ha_master and ha_addr != self.target:
+        if ha_addr and not self.config.ha_master and ha_addr != self.target:
             log.info("master HA address is %s", ha_addr)
             self.target = ha_addr
             self._wake()
@@ -117,7 +129,7 @@ class ReplicationSlave:
                 if sock is None and self.target:
                     sock = zmq.Context.instance().socket(zmq.DEALER)
                     sock.setsockopt(zmq.LINGER, 0)
-                    sock.setsockopt(zmq.IDENTITY, f"{self.app.config.advertised}#{uuid.uuid4().hex[:8]}".encode())
+                    sock.setsockopt(zmq.IDENTITY, f"{self.config.advertised}#{uuid.uuid4().hex[:8]}".encode())
                     sock.connect(f"tcp://{self.target}")
                     poller.register(sock, zmq.POLLIN)
                     connected_to, self.last_frame, sent_ack, fresh = self.target, now, -1, True
@@ -128,7 +140,7 @@ class ReplicationSlave:
                         if self._drain(sock) and fresh:
                             fresh = False
                             self.state = f"replicating from {connected_to}"
-                            self.app.service.call_soon_threadsafe(self.sync_metadata)
+                            self.service.call_soon_threadsafe(self.sync_metadata)
                     else:
                         try:
                             os.eventfd_read(self._wake_fd)
@@ -139,8 +151,8 @@ class ReplicationSlave:
                 now = time.monotonic()
                 if self.acked != sent_ack or self._reset or now - last_report >= self.hb_s:
                     sent_ack, last_report = self.acked, now
-                    report = rq.HaReport(offset=sent_ack, addr=self.app.config.advertised,
-                                         broker_id=self.app.config.broker_id, reset=self._reset)
+                    report = rq.HaReport(offset=sent_ack, addr=self.config.advertised,
+                                         broker_id=self.config.broker_id, reset=self._reset)
                     self._reset = False
                     try:
                         sock.send_multipart(protocol.request(report, next_request_id()), zmq.NOBLOCK)
@@ -171,7 +183,7 @@ class ReplicationSlave:
             self.last_frame = time.monotonic()
             self.master_max = t.master_end
             if env.bodies and env.bodies[0]:
-                self.app.service.call_soon_threadsafe(self.apply, t.offset, env.bodies[0], t.segment_bytes)
+                self.service.call_soon_threadsafe(self.apply, t.offset, env.bodies[0], t.segment_bytes)
         return got
 
     # ---- service thread -------------------------------------------------------------
@@ -198,30 +210,30 @@ class ReplicationSlave:
         self.error = ""
         self.acked = end
         self._wake()
-        self.app.counters["replicated_bytes"] += len(data)
+        self.counters["replicated_bytes"] += len(data)
         unknown = False
         for topic, qid in touched:
-            if topic in self.app.topics:
-                self.app.puller.notify(topic, qid)
+            if topic in self.topics:
+                self.notify(topic, qid)
             else:
                 unknown = True
         if unknown and not self._sync_soon:
             self._sync_soon = True
-            self.app.service.call_later(0.2, self.sync_metadata)
+            self.service.call_later(0.2, self.sync_metadata)
 
     def _sync_tick(self) -> None:
         if self._stop.is_set():
             return
         if not self.target or not self.master_addr:
-            self.app.register_all()  # the replies name the master once it registered
+            self.register_all()  # the replies name the master once it registered
         elif time.monotonic() - self.synced_at >= self.sync_s:
             self.sync_metadata()
-        self.app.service.call_later(min(1.0, self.sync_s), self._sync_tick)
+        self.service.call_later(min(1.0, self.sync_s), self._sync_tick)
 
     def local_offsets(self) -> list[tuple]:
         """Offsets this slave advanced past the master's last known value: (group, topic, queue, offset)."""
         snap = self.snapshot
-        return [(g, t, q, o) for (g, t, q), o in list(self.app.metadata.offsets.items())
+        return [(g, t, q, o) for (g, t, q), o in list(self.metadata.offsets.items())
                 if o > snap.get((g, t, q), -1)]
 
     def sync_metadata(self) -> None:
@@ -230,10 +242,10 @@ class ReplicationSlave:
             return
         self._sync_busy = True
         self.synced_at = time.monotonic()
-        soon = self.app.service.call_soon_threadsafe
+        soon = self.service.call_soon_threadsafe
         try:
-            self.app.transport.send(self.master_addr, rq.HaSyncMetadata(offsets=self.local_offsets()), None,
-                                    (), lambda r: soon(self._synced, r), timeout=5.0)
+            self.transport.send(self.master_addr, rq.HaSyncMetadata(offsets=self.local_offsets()), None,
+                                (), lambda r: soon(self._synced, r), timeout=5.0)
         except QuiverError as exc:
             self._sync_busy = False
             log.debug("metadata sync not sent: %s", exc)
@@ -249,18 +261,8 @@ class ReplicationSlave:
         except QuiverError as exc:
             log.warning("metadata sync reply from %s ignored: %s", self.master_addr, exc.remark)
             return
-        app, meta = self.app, self.app.metadata
-        changed = False
-        topics = reply.topics
-        for name, conf in topics.items():
-            want = {"read": conf.read, "write": conf.write, "perm": conf.perm, "sysflag": conf.sysflag,
-                    "order": conf.order}
-            if app.topics.get(name) != want:
-                meta.put_topic(name, conf.read, conf.write, conf.perm, conf.sysflag, order=conf.order)
-                changed = True
-        for name in [t for t in app.topics if t not in topics]:
-            meta.delete_topic(name)
-            changed = True
+        meta = self.metadata
+        changed = self.topics.mirror(reply.topics)  # re-registers when it changed
         for name, g in reply.groups.items():
             mine = meta.groups.get(name)
             if mine is None or mine.get("retry_max_times") != g.retry_max_times:
@@ -275,10 +277,16 @@ class ReplicationSlave:
                     meta.set_offset(g, t, q, o)
         self.snapshot = snap
         if changed:
-            app.data_version["counter"] += 1
-            app.register_all()
-            for (topic, qid) in list(app.store.cqs):
-                app.puller.notify(topic, qid)
+            for (topic, qid) in list(self.store.cqs):
+                self.notify(topic, qid)
+
+    # ---- requests ---------------------------------------------------------------------
+
+    def handlers(self) -> dict:
+        return {RequestCode.HA_SLAVE_OFFSETS: self.slave_offsets, RequestCode.HA_SYNC_METADATA: _is_a_slave}
+
+    def slave_offsets(self, req) -> None:
+        req.reply(ResponseCode.SUCCESS, "", {"offsets": [list(row) for row in self.local_offsets()]})
 
     def status(self) -> dict:
         end = self.store.max_phys_offset
@@ -288,12 +296,5 @@ class ReplicationSlave:
                 "last_frame_ms_ago": round((time.monotonic() - self.last_frame) * 1000) if self.last_frame else None}
 
 
-def make_handlers(app):
-    def slave_offsets(req):
-        ha = getattr(app, "ha", None)
-        if not isinstance(ha, ReplicationSlave):
-            req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is not a slave")
-            return
-        req.reply(ResponseCode.SUCCESS, "", {"offsets": [list(row) for row in ha.local_offsets()]})
-
-    return {RequestCode.HA_SLAVE_OFFSETS: slave_offsets}
+def _is_a_slave(req) -> None:
+    req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "this broker is a slave; sync from the master")

@@ -22,6 +22,7 @@ BLANK filler ends its segment, as in the master's CommitLog.
 import bisect
 import collections
 import time
+from typing import NamedTuple
 
 from quiver import record
 
@@ -93,8 +94,15 @@ def runs(recs: list) -> list[list]:
     return out
 
 
+class SlaveWait(NamedTuple):
+    end: int            # CommitLog offset a slave must ack
+    deadline: float     # time.monotonic()
+    req: object         # quiver.service.Request
+    reply_ext: dict
+
+
 class GroupAck:
-    """SYNC_MASTER's waiting replies: (end offset, deadline, request, reply ext), in offset order.
+    """SYNC_MASTER's waiting replies (SlaveWait), in offset order.
 
     One list for the whole broker, like the SYNC flush list: a slave's ack of
     offset A completes every entry ending at or before A at once."""
@@ -104,19 +112,19 @@ class GroupAck:
         self.waiting: collections.deque = collections.deque()
 
     def add(self, end: int, req, out: dict, now: float | None = None) -> None:
-        self.waiting.append((end, (now or time.monotonic()) + self.timeout_s, req, out))
+        self.waiting.append(SlaveWait(end, (now or time.monotonic()) + self.timeout_s, req, out))
 
-    def acked(self, offset: int) -> list:
+    def acked(self, offset: int) -> list[SlaveWait]:
         """Entries now acknowledged (removed)."""
         done, w = [], self.waiting
-        while w and w[0][0] <= offset:
+        while w and w[0].end <= offset:
             done.append(w.popleft())
         return done
 
-    def expired(self, now: float) -> list:
+    def expired(self, now: float) -> list[SlaveWait]:
         """Entries past their deadline (removed); deadlines grow with offsets."""
         done, w = [], self.waiting
-        while w and w[0][1] <= now:
+        while w and w[0].deadline <= now:
             done.append(w.popleft())
         return done
 

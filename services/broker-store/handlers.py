@@ -1,150 +1,19 @@
-"""Request handlers of the broker: `make_handlers(app)` -> {RequestCode: fn}.
+"""The broker's request table: `table(parts, is_slave)` -> {RequestCode: fn}.
 
-Send and pull live in sending.py and pulling.py; the small ones are here.
+Every part owns its codes and says which in its `handlers()`: send (sending.py),
+pull (pulling.py), transactions, schedule, retry, locks, filter servers, consume
+stats, replication (ha_master / ha_slave), and the small ones below (topics,
+offsets, messages, clients). app.py builds the parts and passes them here; a
+code claimed twice is a wiring mistake and fails at start.
 """
 
-import importlib
 import logging
 
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, QueryNotFoundError, TopicNotExistError
-from quiver.validation import check_topic
+from quiver.errors import QueryNotFoundError, TopicNotExistError
+from quiver.names import check_topic
 
 log = logging.getLogger(__name__)
-
-
-def _queue(app, topic: str, queue_id: int) -> None:
-    conf = app.topics.get(topic)
-    if conf is None:
-        raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
-    if queue_id >= max(conf["read"], conf["write"], 1):
-        raise InvalidParameterError(f"queue {queue_id} is not a queue of {topic!r} "
-                                    f"(it has {max(conf['read'], conf['write'])})")
-
-
-def make_handlers(app):
-    store, meta = app.store, app.metadata
-
-    def send(req):
-        app.sender.handle(req, batch=False)
-
-    def send_batch(req):
-        app.sender.handle(req, batch=True)
-
-    def pull(req):
-        app.puller.handle(req)
-
-    def create_topic(req):
-        a = req.args
-        check_topic(a.topic, for_create=True)
-        write = a.read if a.write is None else a.write
-        app.put_topic(a.topic, a.read, write, a.perm, order=a.order)
-        req.reply(ResponseCode.SUCCESS, "", {"topic": a.topic, "config": app.topics[a.topic]})
-
-    def delete_topic(req):
-        topic = req.args.topic
-        check_topic(topic, for_delete=True)
-        if topic not in app.topics:
-            raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
-        app.delete_topic(topic)
-        req.reply(ResponseCode.SUCCESS)
-
-    def all_topics(req):
-        req.reply(ResponseCode.SUCCESS, "", {"topics": app.topics})
-
-    def query_offset(req):
-        a = req.args
-        _queue(app, a.topic, a.queue_id)
-        off = meta.get_offset(a.group, a.topic, a.queue_id)
-        if off is None:
-            raise QueryNotFoundError(f"group {a.group!r} has no offset for {a.topic}:{a.queue_id}")
-        req.reply(ResponseCode.SUCCESS, "", {"offset": off})
-
-    def update_offset(req):
-        a = req.args
-        _queue(app, a.topic, a.queue_id)
-        meta.set_offset(a.group, a.topic, a.queue_id, a.offset)
-        req.reply(ResponseCode.SUCCESS)
-
-    def max_offset(req):
-        a = req.args
-        _queue(app, a.topic, a.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": store.max_offset(a.topic, a.queue_id)})
-
-    def min_offset(req):
-        a = req.args
-        _queue(app, a.topic, a.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": store.min_offset(a.topic, a.queue_id)})
-
-    def search_by_time(req):
-        a = req.args
-        _queue(app, a.topic, a.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": store.search_offset_by_time(a.topic, a.queue_id, a.timestamp)})
-
-    def query_message(req):
-        a = req.args
-        recs = store.query_by_key(a.topic, a.key, min(a.max_msgs, 1024), a.begin_ts, a.end_ts)
-        if not recs:
-            raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
-        req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [r.stored for r in recs])
-
-    def view_message(req):
-        off = req.args.offset
-        rec = store.lookup(off)
-        if rec is None:
-            raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
-        req.reply(ResponseCode.SUCCESS, "", {}, [rec.stored])
-
-    def heartbeat(req):
-        a = req.args
-        changed = app.clients.heartbeat(a.client_id, req.identity, a.producers, a.consumers)
-        for group in changed:
-            app.notify_group_changed(group)
-        req.reply(ResponseCode.SUCCESS)
-
-    def unregister_client(req):
-        a = req.args
-        changed = app.clients.unregister(a.client_id, a.producer_group, a.consumer_group)
-        for group in changed:
-            app.notify_group_changed(group)
-        req.reply(ResponseCode.SUCCESS)
-
-    def consumer_list(req):
-        req.reply(ResponseCode.SUCCESS, "", {"ids": app.clients.consumer_ids(req.args.group)})
-
-    def clean_expired(req):
-        n = store.clean_expired(force=True)
-        req.reply(ResponseCode.SUCCESS, "", {"deleted_segments": n})
-
-    table = {
-        RequestCode.SEND_MESSAGE: send,
-        RequestCode.SEND_MESSAGE_V2: send,
-        RequestCode.SEND_BATCH_MESSAGE: send_batch,
-        RequestCode.PULL_MESSAGE: pull,
-        RequestCode.UPDATE_AND_CREATE_TOPIC: create_topic,
-        RequestCode.DELETE_TOPIC_IN_BROKER: delete_topic,
-        RequestCode.GET_ALL_TOPIC_CONFIG: all_topics,
-        RequestCode.QUERY_CONSUMER_OFFSET: query_offset,
-        RequestCode.UPDATE_CONSUMER_OFFSET: update_offset,
-        RequestCode.GET_MAX_OFFSET: max_offset,
-        RequestCode.GET_MIN_OFFSET: min_offset,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: search_by_time,
-        RequestCode.QUERY_MESSAGE: query_message,
-        RequestCode.VIEW_MESSAGE_BY_ID: view_message,
-        RequestCode.HEART_BEAT: heartbeat,
-        RequestCode.UNREGISTER_CLIENT: unregister_client,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP: consumer_list,
-        RequestCode.ADMIN_CLEAN_EXPIRED: clean_expired,
-    }
-    # Feature modules add their own codes; each owns its handlers and state.
-    for name in EXTENSIONS:
-        table.update(importlib.import_module(f"quiver_broker.{name}").make_handlers(app))
-    if app.config.is_slave:
-        for code in SLAVE_REFUSES:
-            if code in table:
-                table[code] = _refuse_on_slave
-    return table
-
 
 # A slave only replicates: what writes the store or the topic table goes to the master.
 SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
@@ -153,13 +22,151 @@ SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestC
                  RequestCode.DELETE_TOPIC_IN_BROKER)
 
 
-def _refuse_on_slave(req):
+def table(parts, is_slave: bool) -> dict:
+    """Merge the parts' `handlers()`; on a slave, SLAVE_REFUSES answer SERVICE_NOT_AVAILABLE."""
+    out: dict = {}
+    for part in parts:
+        own = part.handlers()
+        twice = out.keys() & own.keys()
+        if twice:
+            raise TypeError(f"{type(part).__name__} claims codes already taken: {sorted(twice)}")
+        out.update(own)
+    if is_slave:
+        out.update({code: _refuse_on_slave for code in SLAVE_REFUSES if code in out})
+    return out
+
+
+def _refuse_on_slave(req) -> None:
     req.reply(ResponseCode.SERVICE_NOT_AVAILABLE,
               f"this broker is a slave: request {req.env.code} goes to the master of its broker name")
 
 
-# Feature modules of this package with `make_handlers(app) -> {RequestCode: fn}`.
-EXTENSIONS: tuple[str, ...] = ("schedule", "filter_servers", "retry", "locks", "consume_stats", "transaction",
-                               "ha_master", "ha_slave")
+class TopicRequests:
+    """UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG."""
+
+    def __init__(self, topics):
+        self.topics = topics
+
+    def handlers(self) -> dict:
+        return {RequestCode.UPDATE_AND_CREATE_TOPIC: self.create, RequestCode.DELETE_TOPIC_IN_BROKER: self.delete,
+                RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topics}
+
+    def create(self, req) -> None:
+        a = req.args
+        check_topic(a.topic, for_create=True)
+        write = a.read if a.write is None else a.write
+        conf = self.topics.put(a.topic, a.read, write, a.perm, order=a.order)
+        req.reply(ResponseCode.SUCCESS, "", {"topic": a.topic, "config": conf})
+
+    def delete(self, req) -> None:
+        topic = req.args.topic
+        check_topic(topic, for_delete=True)
+        if topic not in self.topics:
+            raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
+        self.topics.delete(topic)
+        req.reply(ResponseCode.SUCCESS)
+
+    def all_topics(self, req) -> None:
+        req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows})
 
 
+class OffsetRequests:
+    """Consumer offsets (QUERY / UPDATE_CONSUMER_OFFSET) and queue offsets (GET_MAX / MIN_OFFSET,
+    SEARCH_OFFSET_BY_TIMESTAMP) of a queue the topic has."""
+
+    def __init__(self, topics, metadata, store):
+        self.topics = topics
+        self.metadata = metadata
+        self.store = store
+
+    def handlers(self) -> dict:
+        return {RequestCode.QUERY_CONSUMER_OFFSET: self.query, RequestCode.UPDATE_CONSUMER_OFFSET: self.update,
+                RequestCode.GET_MAX_OFFSET: self.max_offset, RequestCode.GET_MIN_OFFSET: self.min_offset,
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.by_time}
+
+    def query(self, req) -> None:
+        a = req.args
+        self.topics.check_queue(a.topic, a.queue_id)
+        off = self.metadata.get_offset(a.group, a.topic, a.queue_id)
+        if off is None:
+            raise QueryNotFoundError(f"group {a.group!r} has no offset for {a.topic}:{a.queue_id}")
+        req.reply(ResponseCode.SUCCESS, "", {"offset": off})
+
+    def update(self, req) -> None:
+        a = req.args
+        self.topics.check_queue(a.topic, a.queue_id)
+        self.metadata.set_offset(a.group, a.topic, a.queue_id, a.offset)
+        req.reply(ResponseCode.SUCCESS)
+
+    def max_offset(self, req) -> None:
+        a = req.args
+        self.topics.check_queue(a.topic, a.queue_id)
+        req.reply(ResponseCode.SUCCESS, "", {"offset": self.store.max_offset(a.topic, a.queue_id)})
+
+    def min_offset(self, req) -> None:
+        a = req.args
+        self.topics.check_queue(a.topic, a.queue_id)
+        req.reply(ResponseCode.SUCCESS, "", {"offset": self.store.min_offset(a.topic, a.queue_id)})
+
+    def by_time(self, req) -> None:
+        a = req.args
+        self.topics.check_queue(a.topic, a.queue_id)
+        off = self.store.search_offset_by_time(a.topic, a.queue_id, a.timestamp)
+        req.reply(ResponseCode.SUCCESS, "", {"offset": off})
+
+
+class MessageRequests:
+    """QUERY_MESSAGE (by key), VIEW_MESSAGE_BY_ID (by CommitLog offset), ADMIN_CLEAN_EXPIRED."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def handlers(self) -> dict:
+        return {RequestCode.QUERY_MESSAGE: self.query, RequestCode.VIEW_MESSAGE_BY_ID: self.view,
+                RequestCode.ADMIN_CLEAN_EXPIRED: self.clean_expired}
+
+    def query(self, req) -> None:
+        a = req.args
+        recs = self.store.query_by_key(a.topic, a.key, min(a.max_msgs, 1024), a.begin_ts, a.end_ts)
+        if not recs:
+            raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
+        req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [r.stored for r in recs])
+
+    def view(self, req) -> None:
+        off = req.args.offset
+        rec = self.store.lookup(off)
+        if rec is None:
+            raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
+        req.reply(ResponseCode.SUCCESS, "", {}, [rec.stored])
+
+    def clean_expired(self, req) -> None:
+        n = self.store.clean_expired(force=True)
+        req.reply(ResponseCode.SUCCESS, "", {"deleted_segments": n})
+
+
+class ClientRequests:
+    """HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP; a group whose members changed
+    is told through `notify_group_changed(group)`."""
+
+    def __init__(self, clients, notify_group_changed):
+        self.clients = clients
+        self.notify_group_changed = notify_group_changed
+
+    def handlers(self) -> dict:
+        return {RequestCode.HEART_BEAT: self.heartbeat, RequestCode.UNREGISTER_CLIENT: self.unregister,
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list}
+
+    def heartbeat(self, req) -> None:
+        a = req.args
+        for group in self.clients.heartbeat(a.client_id, req.identity, a.producers, a.consumers):
+            self.notify_group_changed(group)
+        req.reply(ResponseCode.SUCCESS)
+
+    def unregister(self, req) -> None:
+        a = req.args
+        for group in self.clients.unregister(a.client_id, a.producer_group, a.consumer_group):
+            self.notify_group_changed(group)
+        req.reply(ResponseCode.SUCCESS)
+
+    def consumer_list(self, req) -> None:
+        req.reply(ResponseCode.SUCCESS, "", {"ids": self.clients.consumer_ids(req.args.group)})

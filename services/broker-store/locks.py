@@ -3,8 +3,9 @@
 Per group, per (topic, queue) of this broker, one owning client id. A lock is
 a lease: it expires 60 s after its last renewal (RocketMQ's
 rebalance.lockMaxLiveTime), and a holder the broker no longer counts as a
-group member (unregistered or silent past the client expiry) loses it at once.
-Pure bookkeeping: no sockets; the clock is injectable for tests.
+group member (unregistered or silent past the client expiry, `is_member`) loses
+it at once. Bookkeeping and its two requests: no sockets; the clock is
+injectable for tests.
 """
 
 import time
@@ -50,20 +51,17 @@ class LockManager:
         return {mq: e[0] for mq, e in list(self.locks.get(group, {}).items()) if self.holder(group, mq) is not None}
 
 
-def make_handlers(app):
-    def is_member(group, client_id):
-        return client_id in app.clients.consumers.get(group, {})
+    # ---- requests ---------------------------------------------------------------
 
-    app.locks = LockManager(is_member=is_member)
+    def handlers(self) -> dict:
+        return {RequestCode.LOCK_BATCH_MQ: self.lock_batch, RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch}
 
-    def lock(req):
+    def lock_batch(self, req) -> None:
         a = req.args
-        got = app.locks.try_lock(a.group, a.client_id, a.queues)
+        got = self.try_lock(a.group, a.client_id, a.queues)
         req.reply(ResponseCode.SUCCESS, "", {"locked": [list(m) for m in got]})
 
-    def unlock(req):
+    def unlock_batch(self, req) -> None:
         a = req.args
-        app.locks.unlock(a.group, a.client_id, a.queues)
+        self.unlock(a.group, a.client_id, a.queues)
         req.reply(ResponseCode.SUCCESS)
-
-    return {RequestCode.LOCK_BATCH_MQ: lock, RequestCode.UNLOCK_BATCH_MQ: unlock}

@@ -9,25 +9,33 @@ one frame; the SDK decodes them with one struct format.
 import logging
 
 from quiver import tags
-from quiver.codes import ResponseCode
+from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, TopicNotExistError
+
+from .status_codes import pull_code
 
 log = logging.getLogger(__name__)
 
-_FOUND = "FOUND"
-
 
 class Puller:
-    def __init__(self, app):
-        self.app = app
-        self.store = app.store
+    """PULL_MESSAGE; `notify` is what a put (or a replicated chunk) calls for its queue."""
+
+    def __init__(self, store, topics, metadata, service, counters, max_suspend_ms: int):
+        self.store = store
+        self.topics = topics
+        self.metadata = metadata
+        self.service = service            # call_later / cancel: the hold timers
+        self.counters = counters
+        self.max_suspend_ms = max_suspend_ms
         self.held: dict[tuple[str, int], list] = {}
-        self.max_suspend_ms = app.config.long_poll_max_ms
+
+    def handlers(self) -> dict:
+        return {RequestCode.PULL_MESSAGE: self.handle}
 
     def handle(self, req) -> None:
         a = req.args
         topic, queue_id, offset = a.topic, a.queue_id, a.offset
-        conf = self.app.topics.get(topic)
+        conf = self.topics.get(topic)
         if conf is None:
             raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
         if queue_id >= max(conf["read"], 1):
@@ -36,43 +44,28 @@ class Puller:
             raise InvalidParameterError("SQL92 subscriptions are pulled through a filter server, not the broker")
         if a.group and a.commit_offset is not None and a.commit_offset >= 0:
             # forward only: a pull sent before its queue moved may arrive after the final commit
-            self.app.metadata.advance_offset(a.group, topic, queue_id, a.commit_offset)
+            self.metadata.advance_offset(a.group, topic, queue_id, a.commit_offset)
         suspend_ms = min(a.suspend_ms, self.max_suspend_ms)
         key = (topic, queue_id)
         task = [req, topic, queue_id, offset, min(a.max_msgs, 1024), tags.hashes(a.expression), a.max_bytes, None]
         if not self._try(task, final=suspend_ms <= 0):
-            task[7] = self.app.service.call_later(suspend_ms / 1000, self._expire, key, task)
+            task[7] = self.service.call_later(suspend_ms / 1000, self._expire, key, task)
             self.held.setdefault(key, []).append(task)
-            self.app.counters["pulls_held"] += 1
+            self.counters["pulls_held"] += 1
 
     def _try(self, task, final: bool) -> bool:
         """Run the pull; answer unless it found nothing new and may wait. True if answered."""
         req, topic, queue_id, offset, max_msgs, hashes, max_bytes, _ = task
         res = self.store.get_messages(topic, queue_id, offset, max_msgs, hashes, max_bytes)
-        status = res.status.name
+        code, remark = pull_code(res.status, offset, res.min_offset, res.max_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and not final:
+            return False  # nothing new yet (at the queue's end, an empty queue at 0, or not yet flushed)
         ext = {"next": res.next_offset, "min": res.min_offset, "max": res.max_offset}
-        if status == _FOUND and res.count > 0:
-            self.app.counters["pulled_messages"] += res.count
-            req.reply(ResponseCode.SUCCESS, "", ext, (res.data,))
-            return True
-        if status == "NO_MATCHED_MESSAGE":
-            req.reply(ResponseCode.PULL_RETRY_IMMEDIATELY, "no message matched the subscription", ext)
-            return True
-        if status == "OFFSET_TOO_SMALL":
-            req.reply(ResponseCode.PULL_OFFSET_MOVED, f"offset {offset} is below the queue's min {res.min_offset}", ext)
-            return True
-        if status == "OFFSET_OVERFLOW_BADLY":
-            req.reply(ResponseCode.PULL_OFFSET_MOVED, f"offset {offset} is beyond the queue's max {res.max_offset}", ext)
-            return True
-        if status == "NO_MESSAGE_IN_QUEUE" and offset != 0:
-            ext["next"] = 0
-            req.reply(ResponseCode.PULL_OFFSET_MOVED, "the queue is empty; start from 0", ext)
-            return True
-        # nothing new yet (OFFSET_OVERFLOW_ONE, empty queue at 0, or not yet flushed)
-        if not final:
-            return False
-        ext["next"] = offset
-        req.reply(ResponseCode.PULL_NOT_FOUND, "no new message", ext)
+        if code == ResponseCode.SUCCESS:
+            self.counters["pulled_messages"] += res.count
+            req.reply(code, "", ext, (res.data,))
+        else:
+            req.reply(code, remark, ext)
         return True
 
     def notify(self, topic: str, queue_id: int) -> None:
@@ -85,7 +78,7 @@ class Puller:
             if task[0].answered:
                 continue
             if self._try(task, final=False):
-                self.app.service.cancel(task[7])
+                self.service.cancel(task[7])
             else:
                 keep.append(task)
         if keep:

@@ -21,9 +21,9 @@ from quiver import names, record
 from quiver.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, QueryNotFoundError
 from quiver.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
+from quiver.names import DLQ_PREFIX, RETRY_PREFIX
 from quiver.requests import SendMessage
 from quiver.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
-from quiver.validation import DLQ_PREFIX, RETRY_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,9 @@ DEFAULT_MAX_RECONSUME_TIMES = 16
 _DROP = (DELAY, REAL_TOPIC, REAL_QID)
 
 
-def max_reconsume_times(app, group: str, asked: int | None) -> int:
+def max_reconsume_times(groups: dict, group: str, asked: int | None) -> int:
     """The group's configured retry_max_times wins; else what the consumer asked; else 16."""
-    conf = app.metadata.groups.get(group)
+    conf = groups.get(group)
     if conf is not None:
         return conf["retry_max_times"]
     return asked if asked is not None and 0 <= asked <= INT32_MAX else DEFAULT_MAX_RECONSUME_TIMES
@@ -56,13 +56,25 @@ def _origin(rec, props: dict, origin_topic: str | None) -> str:
     return origin
 
 
-def make_handlers(app):
-    store = app.store
+class Retry:
+    """CONSUMER_SEND_MSG_BACK and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; the copy goes out
+    through the send path (`sender`: sending.Sender's park and put)."""
 
-    def send_back(req):
+    def __init__(self, store, metadata, topics, sender, counters):
+        self.store = store
+        self.metadata = metadata
+        self.topics = topics
+        self.sender = sender
+        self.counters = counters
+
+    def handlers(self) -> dict:
+        return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group}
+
+    def send_back(self, req) -> None:
         a = req.args   # quiver.requests.ConsumerSendMsgBack
-        group, offset, delay = a.group, a.offset, a.delay_level
-        rec = store.lookup(offset)
+        group, offset = a.group, a.offset
+        rec = self.store.lookup(offset)
         if rec is None:
             raise QueryNotFoundError(f"no message at commitlog offset {offset} to send back")
         props = rec.properties()
@@ -70,45 +82,47 @@ def make_handlers(app):
             props.pop(name, None)
         origin = _origin(rec, props, a.origin_topic)
         origin_id = props.get(ORIGIN_MESSAGE_ID) or a.origin_msg_id or props.get(UNIQ_KEY) or ""
-        asked_rc = a.reconsume or 0
 
         def bad_property(remark: str) -> None:
-            app.counters["bad_system_properties"] += 1
+            self.counters["bad_system_properties"] += 1
             log.warning("send-back of the message at offset %d: %s; ignored", offset, remark)
-        reconsume = max(rec.reconsume, asked_rc, read_int(props, RECONSUME_TIME, 0, bad_property))
-        limit = max_reconsume_times(app, group, a.max_reconsume)
+        reconsume = max(rec.reconsume, a.reconsume or 0, read_int(props, RECONSUME_TIME, 0, bad_property))
+        limit = max_reconsume_times(self.metadata.groups, group, a.max_reconsume)
         props[RETRY_TOPIC] = origin
         props[ORIGIN_MESSAGE_ID] = origin_id
-        if delay < 0 or reconsume >= limit:
-            topic = f"{DLQ_PREFIX}{group}"
-            props[DLQ_ORIGIN_TOPIC] = origin
-            props[DLQ_ORIGIN_MESSAGE_ID] = origin_id
-            props[RECONSUME_TIME] = str(reconsume)
-            app.topic_config(topic, create=True, system=True, queues=1)
-            queue_id, prop = 0, record.format_properties(props)
-            app.counters["dlq_messages"] += 1
-            log.info("message %a of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
+        if a.delay_level < 0 or reconsume >= limit:
+            topic, queue_id, prop = self._to_dlq(group, props, origin, origin_id, reconsume)
         else:
             reconsume += 1
-            level = min(delay if delay > 0 else 3 + reconsume - 1, INT32_MAX)  # DELAY's range
-            props[RECONSUME_TIME] = str(reconsume)
-            props[MAX_RECONSUME_TIMES] = str(limit)
-            props[DELAY] = str(level)
-            topic = f"{RETRY_PREFIX}{group}"
-            app.topic_config(topic, create=True, system=True, queues=1)
-            topic, queue_id, prop = app.sender._park(topic, 0, record.format_properties(props), str(level), None)
-            app.counters["retry_messages"] += 1
+            topic, queue_id, prop = self._to_retry(group, props, a.delay_level, reconsume, limit)
         put = SendMessage(topic=topic, queue_id=queue_id, metas=([rec.flag], [prop]), born_ts=rec.born_ts,
                           born_host=host_str(rec.born_host), reconsume=reconsume)
-        app.sender._put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put)
+        self.sender.put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put)
 
-    def update_group(req):
+    def _to_dlq(self, group: str, props: dict, origin: str, origin_id: str, reconsume: int):
+        topic = f"{DLQ_PREFIX}{group}"
+        props[DLQ_ORIGIN_TOPIC] = origin
+        props[DLQ_ORIGIN_MESSAGE_ID] = origin_id
+        props[RECONSUME_TIME] = str(reconsume)
+        self.topics.config(topic, create=True, system=True, queues=1)
+        self.counters["dlq_messages"] += 1
+        log.info("message %a of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
+        return topic, 0, record.format_properties(props)
+
+    def _to_retry(self, group: str, props: dict, delay: int, reconsume: int, limit: int):
+        """Parked in the schedule topic for its delay level, bound for %RETRY%<group>."""
+        level = min(delay if delay > 0 else 3 + reconsume - 1, INT32_MAX)  # DELAY's range
+        props[RECONSUME_TIME] = str(reconsume)
+        props[MAX_RECONSUME_TIMES] = str(limit)
+        props[DELAY] = str(level)
+        topic = f"{RETRY_PREFIX}{group}"
+        self.topics.config(topic, create=True, system=True, queues=1)
+        parked = self.sender.park(topic, 0, record.format_properties(props), str(level), None)
+        self.counters["retry_messages"] += 1
+        return parked
+
+    def update_group(self, req) -> None:
         a = req.args   # quiver.requests.UpdateSubscriptionGroup: retry_max_times 0..1000000
         group = a.group
-        app.metadata.put_group(group, a.retry_max_times)
-        req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": app.metadata.groups[group]})
-
-    return {
-        RequestCode.CONSUMER_SEND_MSG_BACK: send_back,
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: update_group,
-    }
+        self.metadata.put_group(group, a.retry_max_times)
+        req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": self.metadata.groups[group]})

@@ -32,9 +32,12 @@ import time
 from quiver import record, system_properties
 from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import QuiverError, ServiceNotAvailableError
+from quiver.errors import QuiverError
 from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
-from quiver.validation import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.names import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
+
+from .sending import born_host
+from .status_codes import check_stored
 
 log = logging.getLogger(__name__)
 
@@ -58,30 +61,56 @@ def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str
     return topic, qid, record.format_properties(p)
 
 
-def make_handlers(app):
-    levels = app.config.delay_levels_ms
+class Schedule:
+    """SCHEDULE_INIT and SCHEDULE_REPUT; `commit` answers once the re-put is visible."""
 
-    def init(req):
-        app.topic_config(SCHEDULE_TOPIC, create=True, system=True, queues=len(levels))
-        app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
+    def __init__(self, config, store, topics, commit, counters):
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self.commit = commit              # group_commit.GroupCommit
+        self.counters = counters
+
+    def handlers(self) -> dict:
+        return {RequestCode.SCHEDULE_INIT: self.init, RequestCode.SCHEDULE_REPUT: self.reput}
+
+    def init(self, req) -> None:
+        c, levels, topics = self.config, self.config.delay_levels_ms, self.topics
+        schedule = topics.config(SCHEDULE_TOPIC, create=True, system=True, queues=len(levels))
+        timer = topics.config(TIMER_TOPIC, create=True, system=True, queues=1)
         req.reply(ResponseCode.SUCCESS, "", rq.ScheduleInitReply(
-            delay_levels_ms=list(levels), broker_name=app.config.name,
-            schedule_queues=app.topics[SCHEDULE_TOPIC]["read"], timer_queues=app.topics[TIMER_TOPIC]["read"],
-            timer_horizon_ms=app.config.timer_horizon_ms, now_ms=int(time.time() * 1000),
-            max_message_bytes=app.config.max_message_bytes).ext())
+            delay_levels_ms=list(levels), broker_name=c.name, schedule_queues=schedule["read"],
+            timer_queues=timer["read"], timer_horizon_ms=c.timer_horizon_ms, now_ms=int(time.time() * 1000),
+            max_message_bytes=c.max_message_bytes).ext())
 
-    def reput(req):
+    def reput(self, req) -> None:
         a = req.args  # quiver.requests.ScheduleReput: entries typed and ranged
-        bodies, metas, roll = a.bodies(req.env.bodies), a.metas, a.roll
-        groups: dict[tuple, list] = {}   # key -> [key, bodies, props, flags, born_ts]; order kept per queue
+        bodies, roll = a.bodies(req.env.bodies), a.roll
+        groups, dropped, bad = self._group(bodies, a.metas, roll)
+        if bad:
+            self.counters["schedule_reput_illegal"] += len(bad)
+            more = f" ({len(bad) - 1} more bad entries)" if len(bad) > 1 else ""
+            log.warning("re-put refused: entry %d: %s%s", bad[0][0], bad[0][1], more)
+            req.reply(ResponseCode.MESSAGE_ILLEGAL, f"entry {bad[0][0]}: {bad[0][1]}{more}",
+                      {"bad": [i for i, _ in bad], "dropped": dropped})
+            return
+        if roll:
+            self.topics.config(TIMER_TOPIC, create=True, system=True, queues=1)
+        self._put_groups(req, groups, dropped, len(bodies))
+
+    def _group(self, bodies, metas, roll: bool) -> tuple[list, list[int], list[tuple[int, str]]]:
+        """(groups, dropped, bad): one group per run of entries for one queue
+        ([key, bodies, props, flags, born_ts], order kept per queue); dropped entries'
+        indices; (index, remark) of each bad entry (the request is refused)."""
+        groups: dict[tuple, list] = {}
         dropped: list[int] = []
-        bad: list[tuple[int, str]] = []  # (index, remark): the request is refused
+        bad: list[tuple[int, str]] = []
         for i, (body, meta) in enumerate(zip(bodies, metas)):
             flag, props, born_ts, reconsume, sys_flag, due = meta[:6]
             if roll:
                 topic, qid, problem = TIMER_TOPIC, 0, system_properties.first_problem(props)
             else:
-                topic, qid, props, problem = _real_queue(app, props, due)
+                topic, qid, props, problem = real_queue(self.topics, self.counters, props, due)
             if problem is not None:
                 bad.append((i, problem))
                 continue
@@ -95,28 +124,31 @@ def make_handlers(app):
             g[1].append(body)
             g[2].append(props)
             g[3].append(int(flag or 0))
-        if bad:
-            app.counters["schedule_reput_illegal"] += len(bad)
-            more = f" ({len(bad) - 1} more bad entries)" if len(bad) > 1 else ""
-            log.warning("re-put refused: entry %d: %s%s", bad[0][0], bad[0][1], more)
-            req.reply(ResponseCode.MESSAGE_ILLEGAL, f"entry {bad[0][0]}: {bad[0][1]}{more}",
-                      {"bad": [i for i, _ in bad], "dropped": dropped})
-            return
-        if roll:
-            app.topic_config(TIMER_TOPIC, create=True, system=True, queues=1)
-        _put_groups(app, req, list(groups.values()), dropped, len(bodies))
+        return list(groups.values()), dropped, bad
 
-    return {RequestCode.SCHEDULE_INIT: init, RequestCode.SCHEDULE_REPUT: reput}
+    def _put_groups(self, req, groups, dropped, total) -> None:
+        host = born_host(req.args.born_host)
+        store_ts = 0
+        touched = []
+        for (topic, qid, reconsume, sys_flag), bodies, props, flags, born_ts in groups:
+            res = self.store.put_batch(topic, qid, bodies, props, flags, sys_flag,
+                                       born_ts or int(time.time() * 1000), host, reconsume, 0)
+            check_stored(res, "re-put")
+            store_ts = store_ts or res.store_ts
+            touched.append((topic, qid, res.end_offset))
+        self.counters["schedule_reput"] += total - len(dropped)
+        out = {"n": total - len(dropped), "dropped": dropped, "ts": store_ts or int(time.time() * 1000)}
+        self.commit.answer(req, out, touched)
 
 
-def _real_queue(app, props: str, due) -> tuple[str | None, int, str, str | None]:
+def real_queue(topics, counters, props: str, due) -> tuple[str | None, int, str, str | None]:
     """(real topic, queue id, properties to store, problem) of a parked entry; a problem makes
     the request MESSAGE_ILLEGAL, a None topic (gone, or the half topic) drops the entry."""
     topic, qid, props = restore(props, due)
     problem = system_properties.first_problem(props)
     if problem is not None:
         return topic, qid, props, problem
-    target = _target(app, topic)
+    target = _target(topics, counters, topic)
     if target is None:
         return None, qid, props, None
     queues = max(target["read"], target["write"])  # a topic scaled in keeps its read queues
@@ -125,41 +157,12 @@ def _real_queue(app, props: str, due) -> tuple[str | None, int, str, str | None]
     return topic, qid, props, problem
 
 
-def _target(app, topic: str | None) -> dict | None:
+def _target(topics, counters, topic: str | None) -> dict | None:
     if not topic or topic == HALF_TOPIC:
         return None
     try:
-        return app.topic_config(topic, create=True, system=topic.startswith(RETRY_PREFIX))
+        return topics.config(topic, create=True, system=topic.startswith(RETRY_PREFIX))
     except QuiverError as exc:
         log.warning("re-put to %r dropped: %s", topic, exc)
-        app.counters["schedule_reput_dropped"] += 1
+        counters["schedule_reput_dropped"] += 1
         return None
-
-
-def _put_groups(app, req, groups, dropped, total) -> None:
-    store = app.store
-    born_host = app.born_host(req.args.born_host)
-    sender = app.sender
-    store_ts = 0
-    end = None
-    touched = []
-    for (topic, qid, reconsume, sys_flag), bodies, props, flags, born_ts in groups:
-        res = store.put_batch(topic, qid, bodies, props, flags, sys_flag, born_ts or int(time.time() * 1000),
-                              born_host, reconsume, 0)
-        if res.status.name == "DISK_FULL":
-            raise ServiceNotAvailableError("broker disk is full: re-put refused")
-        store_ts = store_ts or res.store_ts
-        end = res.end_offset
-        touched.append((topic, qid, res.end_offset))
-    app.counters["schedule_reput"] += total - len(dropped)
-    out = {"n": total - len(dropped), "dropped": dropped, "ts": store_ts or int(time.time() * 1000)}
-    if sender.sync and end is not None:
-        deadline = time.monotonic() + sender.timeout_s
-        for n, (topic, qid, off) in enumerate(touched):
-            last = n == len(touched) - 1
-            sender.waiting.append((off, deadline, req if last else None, out, topic, qid))
-        store.request_flush(end)
-        return
-    req.reply(ResponseCode.SUCCESS, "", out)
-    for topic, qid, _ in touched:
-        app.puller.notify(topic, qid)

@@ -34,26 +34,22 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from quiver import names, record
 from quiver.errors import QuiverError
 from quiver.message import TIMER_DELIVER_MS, tag_hash
+from quiver.names import SCHEDULE_TOPIC, TIMER_TOPIC
 
 from . import ha_stream, lookups, recovery, retention
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
+from .config import DEFAULT_DELAY_LEVELS_MS
 from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue, load_queues, queue_dir
 from .index_file import HASH_MASK, IndexService, prefix_crc
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TIMER_TOPIC = "rmq_sys_wheel_timer"
-# RocketMQ's messageDelayLevel "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
-DELAY_LEVELS_MS = [1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000,
-                   360_000, 420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000,
-                   3_600_000, 7_200_000]
 FILTER_SCAN_ENTRIES = 800   # ConsumeQueue entries one filtered pull may skip (16 000 bytes)
 READ_GAP_BYTES = 16 << 10   # records closer than this are fetched with one pread
 LOGIC_FLUSH_INTERVAL_S = 1.0  # ConsumeQueue/index fsync + checkpoint cadence
@@ -97,7 +93,7 @@ class MessageStore:
                  cq_entries_per_file: int = 300_000, index_slots: int = 5_000_000,
                  index_entries: int = 20_000_000, flush_sync: bool = False,
                  flush_interval_ms: int = 500, store_host: bytes = b"\x7f\0\0\x01\0\0\x2a\x8f",
-                 delay_levels_ms: list[int] = DELAY_LEVELS_MS, file_reserved_hours: float = 72,
+                 delay_levels_ms: Sequence[int] = DEFAULT_DELAY_LEVELS_MS, file_reserved_hours: float = 72,
                  delete_when_hours=(4,), disk_max_used_ratio: float = 0.75,
                  disk_clean_forcibly_ratio: float = 0.85, disk_warning_ratio: float = 0.90,
                  on_flushed: Callable[[int], None] | None = None):

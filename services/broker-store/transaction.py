@@ -45,16 +45,18 @@ import time
 
 from quiver import protocol, record
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import (InvalidParameterError, MessageIllegalError, QuiverError, ServiceNotAvailableError,
-                           error_for)
+from quiver.errors import InvalidParameterError, MessageIllegalError, QuiverError, error_for
 from quiver.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
                             TRANSACTION_ID, UNIQ_KEY)
+from quiver.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from quiver.record import get_property
 from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, INT32_MAX,
                                       TRAN_BORN_MS as BORN_MS, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF,
                                       TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int, read_topic)
 from quiver.transport import next_request_id
-from quiver.validation import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+
+from .status_codes import check_stored
+from .store import GetStatus
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +80,28 @@ def born_ms(rec, props: dict) -> int:
 
 
 class Transactions:
-    def __init__(self, app):
-        self.app = app
-        self.store = app.store
+    """END_TRANSACTION, TRANSACTION_CHECK, TRANSACTION_LIST_OPEN; `prepare` serves sending.py.
+
+    `push(identity, frames) -> bool` sends to a producer only over a live connection
+    (Service.send_if_connected); `commit` answers once what was written is visible."""
+
+    def __init__(self, store, topics, metadata, clients, commit, counters, push, store_host: bytes):
+        self.store = store
+        self.topics = topics
+        self.metadata = metadata
+        self.clients = clients
+        self.commit = commit              # group_commit.GroupCommit
+        self.counters = counters
+        self.push = push
+        self.store_host = store_host
         self.resolved: dict[str, str] = {}  # transaction id -> C / R / D
         self.loaded = False
         self.started_ms = int(time.time() * 1000)
         self._rr = itertools.count()
+
+    def handlers(self) -> dict:
+        return {RequestCode.END_TRANSACTION: self.end, RequestCode.TRANSACTION_CHECK: self.check,
+                RequestCode.TRANSACTION_LIST_OPEN: self.list_open}
 
     # ---- half messages (called by sending.py) -------------------------------------
 
@@ -99,9 +116,9 @@ class Transactions:
         txid = get_property(p, UNIQ_KEY)
         if not txid or not get_property(p, PGROUP):
             raise InvalidParameterError("a half message needs UNIQ_KEY and PGROUP properties")
-        self.app.topic_config(HALF_TOPIC, create=True, system=True, queues=1)
+        self.topics.config(HALF_TOPIC, create=True, system=True, queues=1)
         p += f"{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}\x02{TRANSACTION_ID}\x01{txid}\x02"
-        self.app.counters["txn_half"] += 1
+        self.counters["txn_half"] += 1
         return HALF_TOPIC, 0, [p], sys_flag & ~record.TX_MASK
 
     # ---- resolution state ----------------------------------------------------------
@@ -114,7 +131,7 @@ class Transactions:
         off, n = self.store.min_offset(OP_HALF_TOPIC, 0), 0
         while True:
             res = self.store.get_messages(OP_HALF_TOPIC, 0, off, 1024)
-            if res.status.name != "FOUND":
+            if res.status is not GetStatus.FOUND:
                 break
             for rec in record.decode_many(res.data):
                 txid = get_property(rec.props, TRANSACTION_ID)
@@ -151,13 +168,13 @@ class Transactions:
         for phys, qoff, state, txid in entries:
             results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops))
         touched = self._commit(commits) + self._write_ops(ops)
-        c = self.app.counters
+        c = self.counters
         c["txn_commit"] += len(commits)
         c["txn_end"] += len(entries)
         if len(entries) == 1 and results[0] in _ERRORS:
             code, remark = _ERRORS[results[0]]
             raise error_for(code, remark)
-        self._reply(req, touched, {"r": results})
+        self.commit.answer(req, {"r": results}, touched)
 
     def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops) -> str:
         if state == NOT:
@@ -190,7 +207,7 @@ class Transactions:
                 log.info("transaction %s was committed before a restart: not committing again", txid)
             else:
                 try:
-                    conf = self.app.topic_config(real, create=True)
+                    conf = self.topics.config(real, create=True)
                     commits.append((real, qid % max(conf["write"], 1), rec, props))
                 except QuiverError as exc:
                     log.warning("commit of %s impossible (%s): rolled back", txid, exc)
@@ -202,7 +219,7 @@ class Transactions:
     def _bad_property(self, remark: str) -> None:
         """A half message's property with system meaning is malformed: counted and logged; the
         caller uses its default (or rolls the transaction back)."""
-        self.app.counters["bad_system_properties"] += 1
+        self.counters["bad_system_properties"] += 1
         log.warning("half message: %s", remark)
 
     def _commit(self, commits) -> list:
@@ -213,38 +230,20 @@ class Transactions:
             res = self.store.put_batch(real, qid, [rec.body], [record.format_properties(props)], [rec.flag],
                                        record.TX_COMMIT, rec.born_ts, rec.born_host, 0, rec.phys_offset,
                                        [rec.body_crc])
-            self._check_put(res)
+            check_stored(res, "transaction writes")
             touched.append((real, qid, res.end_offset))
         return touched
 
     def _write_ops(self, ops) -> list:
         if not ops:
             return []
-        self.app.topic_config(OP_HALF_TOPIC, create=True, system=True, queues=1)
+        self.topics.config(OP_HALF_TOPIC, create=True, system=True, queues=1)
         bodies = [f"{qoff},".encode() for qoff, _, _ in ops]
         props = [f"{TAGS}\x01{OP_TAG}\x02{TRANSACTION_ID}\x01{txid}\x02{TX_STATE}\x01{st}\x02" for _, txid, st in ops]
         res = self.store.put_batch(OP_HALF_TOPIC, 0, bodies, props, [0] * len(ops), 0, int(time.time() * 1000),
-                                   self.app.store_host)
-        self._check_put(res)
+                                   self.store_host)
+        check_stored(res, "transaction writes")
         return [(OP_HALF_TOPIC, 0, res.end_offset)]
-
-    @staticmethod
-    def _check_put(res) -> None:
-        if res.status.name == "DISK_FULL":
-            raise ServiceNotAvailableError("broker disk is full: transaction writes refused")
-
-    def _reply(self, req, touched, out) -> None:
-        """Answer once what was written is visible (after the group commit with SYNC flush)."""
-        sender = self.app.sender
-        if sender.sync and touched:
-            deadline = time.monotonic() + sender.timeout_s
-            for n, (topic, qid, off) in enumerate(touched):
-                sender.waiting.append((off, deadline, req if n == len(touched) - 1 else None, out, topic, qid))
-            self.store.request_flush(touched[-1][2])
-            return
-        req.reply(ResponseCode.SUCCESS, "", out)
-        for topic, qid, _ in touched:
-            self.app.puller.notify(topic, qid)
 
     # ---- TRANSACTION_CHECK (from the txn-checker) ------------------------------------------
 
@@ -277,10 +276,10 @@ class Transactions:
                 reputs.append((rec, props, 1 if pushed else 0))
                 results[i] = "checked" if pushed else "no_producer"
         touched = self._reput(reputs) + self._discard(discards)
-        c = self.app.counters
+        c = self.counters
         c["txn_checked"] += sum(r == "checked" for r in results)
         c["txn_discarded"] += len(discards)
-        self._reply(req, touched, {"r": results})
+        self.commit.answer(req, {"r": results}, touched)
 
     def _resolve_if_committed(self, props, txid, rec) -> bool:
         if not self._already_committed(props.get(REAL_TOPIC, ""), txid):
@@ -290,7 +289,7 @@ class Transactions:
         return True
 
     def _push_check(self, group: str, items) -> bool:
-        members = list(self.app.clients.producers.get(group, {}).values())
+        members = list(self.clients.producers.get(group, {}).values())
         if not members:
             return False
         ext = {"g": group, "e": [[rec.phys_offset, rec.queue_offset, props.get(TRANSACTION_ID, ""),
@@ -301,10 +300,10 @@ class Transactions:
         start = next(self._rr)
         for k in range(len(members)):
             info = members[(start + k) % len(members)]
-            if self.app.service.send_if_connected(info.identity, frames):
+            if self.push(info.identity, frames):
                 return True
             log.info("producer %s of %s is gone: forgotten", info.client_id, group)
-            self.app.clients.producers.get(group, {}).pop(info.client_id, None)
+            self.clients.producers.get(group, {}).pop(info.client_id, None)
         return False
 
     def _reput(self, reputs) -> list:
@@ -322,21 +321,21 @@ class Transactions:
             flags.append(rec.flag)
             crcs.append(rec.body_crc)
         res = self.store.put_batch(HALF_TOPIC, 0, bodies, props_out, flags, 0, int(time.time() * 1000),
-                                   self.app.store_host, 0, 0, crcs)
-        self._check_put(res)
+                                   self.store_host, 0, 0, crcs)
+        check_stored(res, "transaction writes")
         return [(HALF_TOPIC, 0, res.end_offset)]
 
     def _discard(self, discards) -> list:
         if not discards:
             return []
-        self.app.topic_config(CHECK_MAX_TOPIC, create=True, system=True, queues=1)
+        self.topics.config(CHECK_MAX_TOPIC, create=True, system=True, queues=1)
         touched = []
         for rec, props, txid in discards:
             log.warning("transaction %s (topic %s, group %s) discarded to %s after %s checks", txid,
                         props.get(REAL_TOPIC), props.get(PGROUP), CHECK_MAX_TOPIC, props.get(CHECK_TIMES, "0"))
             res = self.store.put_batch(CHECK_MAX_TOPIC, 0, [rec.body], [rec.props], [rec.flag], 0, rec.born_ts,
                                        rec.born_host, 0, 0, [rec.body_crc])
-            self._check_put(res)
+            check_stored(res, "transaction writes")
             touched.append((CHECK_MAX_TOPIC, 0, res.end_offset))
             self.resolved[txid] = "D"
         return touched + self._write_ops([(rec.queue_offset, txid, "D") for rec, _, txid in discards])
@@ -347,7 +346,7 @@ class Transactions:
         self.load()
         limit = min(req.args.limit, 100_000)
         start = self.store.min_offset(HALF_TOPIC, 0)
-        group_offs = [o for (g, t, q), o in self.app.metadata.offsets.items() if t == HALF_TOPIC and q == 0]
+        group_offs = [o for (g, t, q), o in self.metadata.offsets.items() if t == HALF_TOPIC and q == 0]
         if group_offs:
             start = max(start, min(group_offs))
         open_: dict[str, dict] = {}
@@ -355,7 +354,7 @@ class Transactions:
         off, scanned = start, 0
         while scanned < 200_000:
             res = self.store.get_messages(HALF_TOPIC, 0, off, 1024)
-            if res.status.name != "FOUND":
+            if res.status is not GetStatus.FOUND:
                 break
             for rec in record.decode_many(res.data):
                 props = rec.properties()
@@ -373,8 +372,3 @@ class Transactions:
         rows = sorted(open_.values(), key=lambda r: -r["age_ms"])[:limit]
         req.reply(ResponseCode.SUCCESS, "", {"open": rows, "count": len(open_), "resolved": len(self.resolved)})
 
-
-def make_handlers(app):
-    app.transactions = tx = Transactions(app)
-    return {RequestCode.END_TRANSACTION: tx.end, RequestCode.TRANSACTION_CHECK: tx.check,
-            RequestCode.TRANSACTION_LIST_OPEN: tx.list_open}

@@ -17,24 +17,24 @@ errors are passed through when nothing matched yet.
 Threads: started on the service thread; broker replies run on the
 transport's IO thread (one request per pull in flight, so never
 concurrently); the answer is handed back to the service thread.
+The broker pull and the reading of its answer are quiver.queue_puller's; the
+records stay raw bytes for the scanner.
 """
 
 import logging
 import math
 import time
 
-from quiver import requests as rq
+from quiver import queue_puller
 from quiver.codes import ResponseCode
-from quiver.errors import QuiverError
+from quiver.errors import FieldError, QuiverError
+from quiver.queue_puller import FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
 
 from .scanning import ScanResult, scan
 
 log = logging.getLogger(__name__)
 
 MAX_ROUNDS_AFTER_MATCH = 8   # bound on extra broker reads to fill a reply that has matches
-# the broker's answers that carry a queue position (rq.PullReply)
-_POSITIONED = frozenset((ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-                         ResponseCode.PULL_OFFSET_MOVED))
 
 
 class FilteredPull:
@@ -58,9 +58,9 @@ class FilteredPull:
         cfg = self.app.config
         matched = self.result.matched
         suspend_ms = 0 if matched else max(0, int((self.deadline - time.monotonic()) * 1000))
-        pull = rq.PullMessage(topic=self.topic, queue_id=self.queue_id, offset=self.offset, max_msgs=self._batch(),
-                              suspend_ms=suspend_ms, expression="*", max_bytes=cfg.max_reply_bytes,
-                              group=self.group or None, commit_offset=self.commit if self.rounds == 0 else None)
+        pull = queue_puller.request(self.topic, self.queue_id, self.offset, max_msgs=self._batch(),
+                                    suspend_ms=suspend_ms, selector="*", max_bytes=cfg.max_reply_bytes,
+                                    group=self.group or None, commit_offset=self.commit if self.rounds == 0 else None)
         self.rounds += 1
         try:
             self.app.transport.send(self.broker, pull, None, (), self.on_reply,
@@ -81,32 +81,31 @@ class FilteredPull:
             app.counters["broker_pull_failed"] += 1
             return self._finish_error(ResponseCode.SERVICE_NOT_AVAILABLE,
                                       f"filter server could not pull from broker {self.broker}: {env}")
-        code = env.code
-        if code not in _POSITIONED:  # an error: passed through (with what we have, if anything matched)
-            if self.result.matched:
-                return self._answer()
-            app.service.call_soon_threadsafe(self.req.reply, code, env.remark or "")
-            return
         try:
-            pos = rq.PullReply.decode(env.ext)
-        except QuiverError as exc:
+            pulled = queue_puller.read(env)
+        except FieldError as exc:
             app.counters["broker_pull_failed"] += 1
             return self._finish_error(ResponseCode.SYSTEM_ERROR,
                                       f"broker {self.broker} answered a pull badly: {exc.remark}")
-        self.min, self.max = pos.min, pos.max
-        if code == ResponseCode.SUCCESS and env.bodies:
-            return self._scanned(env.bodies[0], pos.next)
-        if code != ResponseCode.PULL_OFFSET_MOVED:
-            self.offset = max(self.offset, pos.next)
+        except QuiverError as exc:  # a refusal: passed through (with what we have, if anything matched)
             if self.result.matched:
                 return self._answer()
-            if code != ResponseCode.PULL_NOT_FOUND or self._remaining_ms() > 50:
+            app.service.call_soon_threadsafe(self.req.reply, exc.code, exc.remark)
+            return
+        self.min, self.max = pulled.min, pulled.max
+        if pulled.status is FOUND:
+            return self._scanned(pulled.body, pulled.next)
+        if pulled.status is not OFFSET_ILLEGAL:
+            self.offset = max(self.offset, pulled.next)
+            if self.result.matched:
+                return self._answer()
+            if pulled.status is not NO_NEW_MSG or self._remaining_ms() > 50:
                 return self.step()
             return self._answer()
         if self.result.matched:  # answer what we have; the next pull meets the condition again
             return self._answer()
-        app.service.call_soon_threadsafe(self.req.reply, code, env.remark or "",
-                                         {"next": pos.next, "min": pos.min, "max": pos.max})
+        app.service.call_soon_threadsafe(self.req.reply, ResponseCode.PULL_OFFSET_MOVED, env.remark or "",
+                                         {"next": pulled.next, "min": pulled.min, "max": pulled.max})
 
     def _scanned(self, buf, broker_next: int) -> None:
         cfg = self.app.config

@@ -11,6 +11,8 @@ One poisoned message never stops a queue: a message whose REAL_TOPIC / REAL_QID
 is malformed is skipped before its re-put, and one the broker refuses
 (MESSAGE_ILLEGAL, its index in `bad`) is dropped while the rest of its batch is
 re-put; both are logged and counted (`poisoned_skipped` in STATUS counters).
+`pull` is the pull cycle both level and timer queues run (the request and its
+answer are quiver.queue_puller's; records stay raw record.Record).
 Does not own allocation (allocation.py / membership.py), timers (timers.py)
 nor the re-put's batch limits and wire shapes (reput.py).
 """
@@ -19,10 +21,11 @@ import collections
 import logging
 import time
 
-from quiver import record, system_properties
+from quiver import queue_puller, record, system_properties
 from quiver import requests as rq
 from quiver.codes import ResponseCode
-from quiver.errors import FieldError
+from quiver.errors import QuiverError
+from quiver.queue_puller import FOUND, OFFSET_ILLEGAL
 from quiver.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
 from quiver.validation import SCHEDULE_TOPIC
 
@@ -30,8 +33,8 @@ from . import reput
 
 log = logging.getLogger(__name__)
 
-_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-            ResponseCode.PULL_OFFSET_MOVED)
+LONG_POLL_MS = 15_000     # a pull that finds nothing is held this long by the broker
+PULL_RETRY_S = 1.0        # after a failed or garbled pull
 
 
 def wake_at(service, q, due_ms: int, deliver, arm) -> None:
@@ -72,16 +75,27 @@ def skip_poisoned(app, unit, msg_id: str, remark: str) -> None:
     log.warning("%s: message %a skipped, it cannot be delivered: %s", unit, msg_id, remark)
 
 
-def pull_reply(unit, env) -> rq.PullReply | None:
-    """Where a pull of `unit` leaves off, or None (logged) for a failed or garbled answer."""
-    if isinstance(env, Exception) or env.code not in _PULL_OK:
-        log.warning("pull %s failed: %s", unit, env if isinstance(env, Exception) else env.remark)
-        return None
-    try:
-        return rq.PullReply.decode(env.ext)
-    except FieldError as exc:
-        log.warning("pull %s: bad answer: %s", unit, exc)
-        return None
+def pull(app, q, topic: str, max_msgs: int, then, again) -> None:
+    """One long-polling pull of `q`'s queue (`q.unit`, `q.addr`) from `q.next_pull` as the
+    scheduler group. On the service thread, unless `q` was stopped meanwhile: `then(q, pulled)`
+    with the answer (queue_puller.Pulled), or, for a failed or garbled one (logged), `again(q)`
+    a second later."""
+    q.pulling = True
+    req = queue_puller.request(topic, q.unit.queue_id, q.next_pull, group=app.config.group, max_msgs=max_msgs,
+                               suspend_ms=LONG_POLL_MS)
+
+    def answered(env) -> None:
+        q.pulling = False
+        if not q.active:
+            return
+        try:
+            pulled = queue_puller.read(env)
+        except QuiverError as exc:
+            log.warning("pull %s failed: %s", q.unit, exc)
+            app.service.call_later(PULL_RETRY_S, again, q)
+            return
+        then(q, pulled)
+    app.request(q.addr, req, answered, timeout=LONG_POLL_MS / 1000 + queue_puller.REPLY_GRACE_S)
 
 
 class LevelQueue:
@@ -144,24 +158,14 @@ class Levels:
     def _pull(self, q: LevelQueue) -> None:
         if not q.active or q.pulling or len(q.buffer) >= self.config.buffer_per_queue:
             return
-        q.pulling = True
-        req = rq.PullMessage(group=self.config.group, topic=SCHEDULE_TOPIC, queue_id=q.unit.queue_id,
-                             offset=q.next_pull, max_msgs=self.config.pull_batch, suspend_ms=15_000, expression="*")
-        self.app.request(q.addr, req, lambda r: self._pulled(q, r), timeout=30.0)
+        pull(self.app, q, SCHEDULE_TOPIC, self.config.pull_batch, self._pulled, self._pull)
 
-    def _pulled(self, q: LevelQueue, env) -> None:
-        q.pulling = False
-        if not q.active:
-            return
-        pos = pull_reply(q.unit, env)
-        if pos is None:
-            self.app.service.call_later(1.0, self._pull, q)
-            return
-        q.max_offset, nxt = pos.max, pos.next
-        if env.code == ResponseCode.SUCCESS and env.bodies:
+    def _pulled(self, q: LevelQueue, pulled) -> None:
+        q.max_offset, nxt = pulled.max, pulled.next
+        if pulled.status is FOUND:
             delay = q.delay_ms
             buf, ids = q.buffer, self.buffered
-            for rec in record.decode_many(env.bodies[0]):
+            for rec in pulled.records():
                 if rec.queue_offset < q.next_pull:
                     continue
                 mid = msg_id_of(rec)
@@ -169,7 +173,7 @@ class Levels:
                 ids[mid] = q
             q.next_pull = nxt
             self._arm(q)
-        elif env.code == ResponseCode.PULL_OFFSET_MOVED:
+        elif pulled.status is OFFSET_ILLEGAL:
             log.warning("%s offset moved %d -> %d (messages expired before delivery)", q.unit, q.next_pull, nxt)
             q.next_pull = nxt
             if not q.buffer and not q.in_flight:

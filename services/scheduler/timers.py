@@ -30,16 +30,17 @@ Owns, per owned timer queue (one per broker; service thread only):
 import heapq
 import logging
 
-from quiver import record, system_properties
+from quiver import system_properties
 from quiver import requests as rq
 from quiver.codes import ResponseCode
 from quiver.errors import QueryNotFoundError
 from quiver.message import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
+from quiver.queue_puller import FOUND, OFFSET_ILLEGAL
 from quiver.validation import TIMER_TOPIC
 
 from . import reput
 from .db import row_dict
-from .levels import fired, msg_id_of, now_ms, pull_reply, skip_poisoned, wake_at
+from .levels import fired, msg_id_of, now_ms, pull, skip_poisoned, wake_at
 
 log = logging.getLogger(__name__)
 
@@ -128,26 +129,14 @@ class Timers:
     # ---- ingest --------------------------------------------------------------------------
 
     def _pull(self, q: TimerQueue) -> None:
-        if not q.active or q.pulling:
-            return
-        q.pulling = True
-        req = rq.PullMessage(group=self.config.group, topic=TIMER_TOPIC, queue_id=q.unit.queue_id,
-                             offset=q.next_pull, max_msgs=min(self.config.pull_batch, 512), suspend_ms=15_000,
-                             expression="*")
-        self.app.request(q.addr, req, lambda r: self._pulled(q, r), timeout=30.0)
+        if q.active and not q.pulling:
+            pull(self.app, q, TIMER_TOPIC, min(self.config.pull_batch, 512), self._pulled, self._pull)
 
-    def _pulled(self, q: TimerQueue, env) -> None:
-        q.pulling = False
-        if not q.active:
-            return
-        pos = pull_reply(q.unit, env)
-        if pos is None:
-            self.app.service.call_later(1.0, self._pull, q)
-            return
-        nxt = pos.next
-        if env.code == ResponseCode.SUCCESS and env.bodies:
-            self.ingest(q, record.decode_many(env.bodies[0]), nxt)
-        elif env.code == ResponseCode.PULL_OFFSET_MOVED:
+    def _pulled(self, q: TimerQueue, pulled) -> None:
+        nxt = pulled.next
+        if pulled.status is FOUND:
+            self.ingest(q, pulled.records(), nxt)
+        elif pulled.status is OFFSET_ILLEGAL:
             log.warning("%s offset moved %d -> %d", q.unit, q.next_pull, nxt)
             self.ingest(q, [], nxt)
         elif nxt > q.next_pull:

@@ -28,12 +28,12 @@ import logging
 import os
 import time
 
-from quiver import record
+from quiver import queue_puller
 from quiver import requests as rq
 from quiver.client import ClientBase
 from quiver.codes import ResponseCode
 from quiver.errors import QueryNotFoundError, QuiverError
-from quiver.message import MessageExt, TRANSACTION_ID
+from quiver.message import TRANSACTION_ID
 from quiver.rebalance import Rebalancer, allocate_averagely
 from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, TRAN_BORN_MS as BORN_MS,
                                       TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int)
@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 
 SKIP = "skip"   # already resolved: no TRANSACTION_CHECK entry
 RESOLVED_KEEP = 500_000  # transaction ids remembered per broker (the broker is the authority anyway)
-_PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-            ResponseCode.PULL_OFFSET_MOVED)
 
 
 class CheckerClient(ClientBase):
@@ -240,15 +238,15 @@ class Checker:
 
     def _pull(self, addr: str, topic: str, off: int, n: int):
         """(messages, next offset), or (None, next offset) when the queue has nothing there."""
-        req = rq.PullMessage(group=self.config.group, topic=topic, queue_id=0, offset=off, max_msgs=max(1, n))
-        env = self.client.call_broker(addr, req, timeout=10.0, ok=_PULL_OK)
-        nxt = rq.PullReply.decode(env.ext).next   # FieldError (a QuiverError): the round on this broker stops
-        if env.code == ResponseCode.PULL_OFFSET_MOVED and nxt != off:
-            log.info("%s offset %d moved to %d on %s", topic, off, nxt, addr)
-            return None, nxt
-        if env.code != ResponseCode.SUCCESS or not env.bodies:
+        req = queue_puller.request(topic, 0, off, group=self.config.group, max_msgs=max(1, n))
+        # FieldError (a QuiverError) for a garbled answer: the round on this broker stops
+        pulled = queue_puller.fetch(self.client, addr, req, timeout=10.0)
+        if pulled.status is queue_puller.OFFSET_ILLEGAL and pulled.next != off:
+            log.info("%s offset %d moved to %d on %s", topic, off, pulled.next, addr)
+            return None, pulled.next
+        if pulled.status is not queue_puller.FOUND:
             return [], off
-        return [MessageExt.from_record(r, "") for r in record.decode_many(env.bodies[0])], nxt
+        return pulled.messages(""), pulled.next
 
     def _read_ops(self, addr: str, st: _BrokerState) -> None:
         try:

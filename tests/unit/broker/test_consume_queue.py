@@ -6,9 +6,10 @@ import pytest
 
 from quiver import record
 from quiver.message import tag_hash
+from quiver.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver_broker.config import DEFAULT_DELAY_LEVELS_MS
 from quiver_broker.consume_queue import ENTRY, ENTRY_SIZE
-from quiver_broker.store import (DELAY_LEVELS_MS, SCHEDULE_TOPIC, TIMER_TOPIC, GetStatus,
-                                 MessageStore)
+from quiver_broker.store import GetStatus, MessageStore
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
 
@@ -130,7 +131,7 @@ def test_transaction_bits_decide_queue_and_index(store):
 def test_schedule_and_timer_topics_store_delivery_time_as_tags_code(store):
     res = put(store, 2, topic=SCHEDULE_TOPIC, qid=2)
     _, _, code = store.cqs[(SCHEDULE_TOPIC, 2)].entry(1)
-    assert code == res.store_ts + DELAY_LEVELS_MS[2]
+    assert code == res.store_ts + DEFAULT_DELAY_LEVELS_MS[2]
     put(store, 1, topic=TIMER_TOPIC, extra={"TIMER_DELIVER_MS": "1234567"})
     assert store.cqs[(TIMER_TOPIC, 0)].entry(0)[2] == 1234567
     put(store, 1, tags=["TagA"])

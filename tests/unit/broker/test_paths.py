@@ -8,7 +8,7 @@ from quiver import names, record
 from quiver.errors import MessageIllegalError, QuiverError
 from quiver_broker.config import Config
 from quiver_broker.consume_queue import queue_dir
-from quiver_broker.schedule import _real_queue, restore
+from quiver_broker.schedule import real_queue, restore
 from quiver_broker.store import MessageStore
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
@@ -135,24 +135,24 @@ def test_config_checks_broker_and_cluster_names(tmp_path):
         Config(data_dir=str(tmp_path), broker_name="b", cluster="../c")
 
 
-class FakeApp:
-    """What SCHEDULE_REPUT's placement needs of the broker app: topic configs and counters."""
+class FakeTopics:
+    """What SCHEDULE_REPUT's placement needs of the topic table: configs (none made here)."""
 
-    def __init__(self, topics):
-        self.topics = topics
-        self.counters = {"schedule_reput_dropped": 0}
+    def __init__(self, rows):
+        self.rows = rows
 
-    def topic_config(self, topic, create=False, system=False, queues=None):
-        if topic not in self.topics:
+    def config(self, topic, create=False, system=False, queues=None):
+        if topic not in self.rows:
             raise MessageIllegalError(f"no topic {topic}")
-        return self.topics[topic]
+        return self.rows[topic]
 
 
 def test_reput_placement_checks_real_topic_and_queue():
-    app = FakeApp({"Orders": {"read": 8, "write": 4}, "%RETRY%g": {"read": 1, "write": 1}})
+    topics = FakeTopics({"Orders": {"read": 8, "write": 4}, "%RETRY%g": {"read": 1, "write": 1}})
+    counters = {"schedule_reput_dropped": 0}
 
     def place(**kv):
-        return _real_queue(app, record.format_properties({"UNIQ_KEY": "ID", **kv}), 1234)
+        return real_queue(topics, counters, record.format_properties({"UNIQ_KEY": "ID", **kv}), 1234)
 
     topic, qid, out, problem = place(REAL_TOPIC="Orders", REAL_QID="2")
     assert (topic, qid, problem) == ("Orders", 2, None) and "SCHEDULE_DUE_MS\x011234\x02" in out

@@ -128,7 +128,6 @@ def test_should_fail_over():
 
 class _FakeBroker:
     def __init__(self):
-        self.filter_servers = set()
         self.registrations = 0
 
     def register_all(self):
@@ -138,14 +137,14 @@ class _FakeBroker:
 def test_broker_registry_reregisters_on_change_and_expires():
     now = [0.0]
     app = _FakeBroker()
-    reg = FilterServerRegistry(app, expiry_ms=30_000, clock=lambda: now[0])
-    assert reg.register("f1:1") and app.filter_servers == {"f1:1"} and app.registrations == 1
+    reg = FilterServerRegistry(app.register_all, expiry_ms=30_000, clock=lambda: now[0])
+    assert reg.register("f1:1") and reg.addrs() == ["f1:1"] and app.registrations == 1
     now[0] = 20
     assert not reg.register("f1:1") and app.registrations == 1   # a refresh changes nothing
     now[0] = 30
     assert reg.register("f2:1") and app.registrations == 2
     now[0] = 55
     assert reg.expire_step() == ["f1:1"]                         # silent 35 s
-    assert app.filter_servers == {"f2:1"} and app.registrations == 3
+    assert reg.addrs() == ["f2:1"] and app.registrations == 3
     assert reg.expire_step() == [] and app.registrations == 3
-    assert reg.unregister("f2:1") and app.filter_servers == set() and app.registrations == 4
+    assert reg.unregister("f2:1") and reg.addrs() == [] and app.registrations == 4

@@ -145,7 +145,7 @@ def test_level_queue_pulls_and_commits_with_typed_requests():
     levels._pull(q)
     (pull, _, pulled), = app.requests
     assert pull == rq.PullMessage(group=app.config.group, topic="SCHEDULE_TOPIC_XXXX", queue_id=0, offset=0,
-                                  max_msgs=app.config.pull_batch, suspend_ms=15_000, expression="*")
+                                  max_msgs=app.config.pull_batch, suspend_ms=15_000)   # every record: no expression
     recs = _parked([({"REAL_TOPIC": "T"}, 0), ({"REAL_TOPIC": "T"}, 1)])
     env = types.SimpleNamespace(code=ResponseCode.SUCCESS, remark="", ext={"next": 2, "min": 0, "max": 9},
                                 bodies=[b"".join(map(record.encode_record, recs))])

@@ -1,9 +1,13 @@
-"""Allocation strategies: every queue owned exactly once, RocketMQ's layouts."""
+"""Allocation strategies: every queue owned exactly once, RocketMQ's layouts; the rebalance loop both consumers run."""
+
+import types
 
 import pytest
 
+from quiver import requests as rq
 from quiver.client import MessageQueue
-from quiver.rebalance import (allocate_averagely, allocate_circle, allocate_consistent_hash, strategy)
+from quiver.protocol import Envelope
+from quiver.rebalance import RebalanceLoop, allocate_averagely, allocate_circle, allocate_consistent_hash, strategy
 
 MQS = [MessageQueue("T", "broker-a", i) for i in range(8)]
 CIDS = ["c0", "c1", "c2"]
@@ -55,3 +59,84 @@ def test_strategy_lookup():
     assert strategy(allocate_circle) is allocate_circle
     with pytest.raises(ValueError):
         strategy("nope")
+
+
+# ---- the loop both consumers run -------------------------------------------------------------------
+
+
+class _Allocation:
+    """A Rebalancer stand-in: `assignment` answers what the test set."""
+
+    def __init__(self, group="G"):
+        self.group, self.queues = group, {}
+        self.client = types.SimpleNamespace(client_id="me")
+
+    def assignment(self, topics):
+        return {t: self.queues.get(t) for t in topics}
+
+
+def _loop(alloc, refuse=()):
+    owned, log = {}, []
+
+    def take(mq, notified_at):
+        if mq in refuse:
+            return False
+        owned[mq] = notified_at
+        log.append(("take", mq))
+        return True
+
+    def release(mq):
+        owned.pop(mq)
+        log.append(("release", mq))
+    changed = []
+    loop = RebalanceLoop(alloc, 20.0, lambda: ["T"], owned, take, release, changed=lambda: changed.append(1))
+    return loop, owned, log, changed
+
+
+def test_a_round_takes_and_releases_the_difference():
+    alloc = _Allocation()
+    mqs = [MessageQueue("T", "b", i) for i in range(3)]
+    loop, owned, log, changed = _loop(alloc)
+    alloc.queues["T"] = mqs[:2]
+    loop.step()
+    assert sorted(owned) == mqs[:2] and changed == [1]
+    alloc.queues["T"] = mqs[1:]
+    loop.step()
+    assert sorted(owned) == mqs[1:] and log[-2:] == [("release", mqs[0]), ("take", mqs[2])]
+    alloc.queues["T"] = None          # unknown right now: keep what we have
+    loop.step()
+    assert sorted(owned) == mqs[1:] and len(changed) == 2
+
+
+def test_a_queue_not_taken_is_tried_again_soon():
+    alloc = _Allocation()
+    mq = MessageQueue("T", "b", 0)
+    loop, owned, _, _ = _loop(alloc, refuse={mq})
+    alloc.queues["T"] = [mq]
+    loop.step()
+    assert not owned and loop._retry_soon
+
+
+def test_a_notification_for_the_group_wakes_the_loop_and_times_the_round():
+    loop, owned, _, _ = _loop(_Allocation())
+    loop.notified("a:1", Envelope(40, 1, rq.NotifyConsumerIdsChanged(group="other").ext()))
+    assert not loop._wake.is_set() and loop.notified_at is None
+    loop.notified("a:1", Envelope(40, 1, rq.NotifyConsumerIdsChanged(group="G").ext()))
+    assert loop._wake.is_set() and loop.notified_at is not None
+    t0 = loop.notified_at
+    loop.rebalancer.queues["T"] = [MessageQueue("T", "b", 0)]
+    loop.step()
+    assert list(owned.values()) == [t0] and loop.notified_at is None
+
+
+def test_a_stopped_loop_takes_nothing_and_release_all_gives_everything_up():
+    alloc = _Allocation()
+    loop, owned, _, _ = _loop(alloc)
+    alloc.queues["T"] = [MessageQueue("T", "b", 0)]
+    loop.step()
+    loop.stop()
+    alloc.queues["T"] = [MessageQueue("T", "b", 1)]
+    loop.step()
+    assert list(owned) == [MessageQueue("T", "b", 0)]
+    loop.release_all()
+    assert owned == {}

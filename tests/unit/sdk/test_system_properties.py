@@ -156,6 +156,7 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
     """TRANSACTION_LIST_OPEN, END_TRANSACTION and TRANSACTION_CHECK go on past malformed half properties
     (stored before put-time checks existed, or by a raw writer)."""
     from quiver.names import is_valid_topic
+    from quiver_broker.group_commit import GroupCommit
     from quiver_broker.store import MessageStore
     from quiver_broker.transaction import Transactions
     store = MessageStore(str(tmp_path / "s"), segment_bytes=1 << 16, flush_interval_ms=3_600_000)
@@ -166,12 +167,11 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
         if not is_valid_topic(topic):
             raise MessageIllegalError("bad")
         return topics.setdefault(topic, {"read": queues or 1, "write": queues or 1, "perm": 6})
-    app = types.SimpleNamespace(
-        store=store, counters=collections.Counter(), metadata=types.SimpleNamespace(offsets={}),
-        topic_config=topic_config, sender=types.SimpleNamespace(sync=False),
-        puller=types.SimpleNamespace(notify=lambda *a: None), store_host=b"\x7f\0\0\x01\0\0\0\0",
-        clients=types.SimpleNamespace(producers={}))
-    tx = Transactions(app)
+    counters = collections.Counter()
+    commit = GroupCommit(store, sync=False, timeout_ms=5000, notify=lambda *a: None)
+    tx = Transactions(store, types.SimpleNamespace(config=topic_config), types.SimpleNamespace(offsets={}),
+                      types.SimpleNamespace(producers={}), commit, counters, push=lambda *a: False,
+                      store_host=b"\x7f\0\0\x01\0\0\0\0")
     halves = {}
     for txid, extra in [("ok", {}), ("times", {"TRANSACTION_CHECK_TIMES": "x"}),
                         ("immune", {"CHECK_IMMUNITY_TIME_IN_SECONDS": "inf", "TRAN_PREPARED_QUEUE_OFFSET": "y"}),
@@ -187,7 +187,7 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
         assert code == ResponseCode.SUCCESS and out["count"] == 5
         rows = {r["transaction_id"]: r for r in out["open"]}
         assert rows["times"]["checks"] == 0 and rows["immune"]["first_offset"] == halves["immune"][1]
-        assert app.counters["bad_system_properties"] == 2
+        assert counters["bad_system_properties"] == 2
         req = _Req({"e": [[*halves["times"], "r"]]}, RequestCode.TRANSACTION_CHECK)
         tx.check(req)                                        # re-put with a clean count
         assert req.replies[0][2] == {"r": ["requeued"]}

@@ -12,15 +12,17 @@ from concurrent.futures import Future
 
 import pytest
 
-from quiver import protocol, replies, schema
+from quiver import protocol, record, replies, schema
 from quiver import requests as rq
 from quiver.client import ClientBase, MessageQueue, Route
 from quiver.codes import ResponseCode
 from quiver.consumer import PullConsumer, _QueueState
 from quiver.errors import FieldError, QueryNotFoundError
 from quiver.message import MessageSelector
+from quiver.process_queue import ProcessQueue
 from quiver.producer import Producer
 from quiver.push_consumer import PushConsumer
+from quiver.queue_puller import QueuePuller
 from quiver.transaction_producer import TransactionProducer
 from quiver.validation import SCHEDULE_TOPIC, TIMER_TOPIC
 
@@ -35,6 +37,7 @@ class FakeTransport:
 
     def __init__(self, answers=None):
         self.sent: list[tuple] = []
+        self.callbacks: list = []   # of `send`, in order: call one with a reply
         self.answers = answers or {}
 
     def _answer(self, req):
@@ -62,6 +65,7 @@ class FakeTransport:
 
     def send(self, addr, req, ext, bodies, callback, timeout=3.0):
         self.sent.append(("send", addr, req, ext, list(bodies)))
+        self.callbacks.append(callback)
         return 1
 
     def oneway(self, addr, req, ext=None, bodies=()):
@@ -75,6 +79,24 @@ def _started(client, answers=None):
     client.transport = FakeTransport(answers)
     client._started = True
     client._hb_stop = threading.Event()
+    return client
+
+
+class _Timer:
+    """A consumer's DelayedCalls that records what it is asked to run later."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def call_later(self, delay_s, fn, *args):
+        self.calls.append((delay_s, fn, args))
+
+
+def _pulling(client, answers=None):
+    """`client` started on a fake transport, with the pull engine a real start() gives it."""
+    _started(client, answers)
+    client._timer = _Timer()
+    client._puller = QueuePuller(client, client.group, client.options, client._timer.call_later)
     return client
 
 
@@ -211,7 +233,7 @@ def test_cancel_scheduled_unknown_everywhere_looks_the_id_up():
 
 
 def test_pull_consumer_pulls_with_a_typed_request_and_moves_by_the_pull_reply():
-    c = _started(_pull_consumer())
+    c = _pulling(_pull_consumer())
     st = _QueueState(MQ, ADDR, 5)
     c._queues[MQ] = st
     c._pull(st)
@@ -221,28 +243,32 @@ def test_pull_consumer_pulls_with_a_typed_request_and_moves_by_the_pull_reply():
                                  expression="A || B")
     reply = protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, rq.PullReply(next=9).ext(), [], "")
     c._started = False  # no follow-up pull
-    c._pulled(st, st.gen, reply, ADDR)
-    assert st.next == 9 and st.consumed == 9
+    c.transport.callbacks[-1](reply)
+    assert st.next == 9 and st.consumed == 9 and not st.in_flight
 
 
-def test_a_garbled_pull_reply_moves_nothing():
-    c = _started(_pull_consumer())
+def test_a_garbled_pull_reply_moves_nothing_and_asks_again_later():
+    c = _pulling(_pull_consumer())
     st = _QueueState(MQ, ADDR, 5)
-    c._started = False
-    c._pulled(st, st.gen, protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""), ADDR)
+    c._queues[MQ] = st
+    c._pull(st)
+    c.transport.callbacks[-1](protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""))
     assert st.next == 5 and st.consumed == 5 and not st.in_flight
+    assert c._timer.calls == [(1.0, c._pull, (st,))]   # pull_delay_on_error_ms
 
 
 def test_pull_consumer_offsets_are_typed_both_ways():
-    c = _started(_pull_consumer(), {rq.QueryConsumerOffset: QueryNotFoundError("none"),
+    c = _pulling(_pull_consumer(), {rq.QueryConsumerOffset: QueryNotFoundError("none"),
                                     rq.GetMinOffset: rq.OffsetReply(offset=42)})
     c._routes["T"] = (time.monotonic(), _route())
-    assert c._initial_offset(MQ, ADDR) == 42
-    assert c.transport.requests() == [rq.QueryConsumerOffset(group="G", topic="T", queue_id=0),
-                                      rq.GetMinOffset(topic="T", queue_id=0)]
-    st = _QueueState(MQ, ADDR, 42)
+    assert c._take(MQ)
+    st = c._queues[MQ]
+    assert st.next == 42 and st.addr == ADDR
+    assert c.transport.requests()[:3] == [rq.QueryConsumerOffset(group="G", topic="T", queue_id=0),
+                                          rq.GetMinOffset(topic="T", queue_id=0),
+                                          rq.PullMessage(group="G", topic="T", queue_id=0, offset=42, max_msgs=32,
+                                                         suspend_ms=15_000, expression="A || B")]
     st.consumed = 50
-    c._queues[MQ] = st
     c.commit()
     assert c.transport.requests()[-1] == rq.UpdateConsumerOffset(group="G", topic="T", queue_id=0, offset=50)
     assert st.committed == 50
@@ -250,20 +276,41 @@ def test_pull_consumer_offsets_are_typed_both_ways():
 
 def test_consumer_ids_notifications_are_decoded():
     c = _pull_consumer()
+    woke = c._rebalance._wake
     for group, woken in (("other", False), ("G", True), (None, True)):
-        c._wake.clear()
+        woke.clear()
         c._on_ids_changed(ADDR, protocol.Envelope(40, 1, rq.NotifyConsumerIdsChanged(group=group).ext()))
-        assert c._wake.is_set() is woken
-    c._wake.clear()
+        assert woke.is_set() is woken
+    woke.clear()
     c._on_ids_changed(ADDR, protocol.Envelope(40, 1, {rq.NotifyConsumerIdsChanged.key("group"): 7}))
-    assert not c._wake.is_set()
+    assert not woke.is_set()
+
+
+def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_retried_messages():
+    c = _pulling(_push_consumer())
+    c._running = True
+    pq = ProcessQueue(MessageQueue(c.retry_topic, "a", 0), ADDR, 0)
+    c._pqs[pq.mq] = pq
+    c.offsets.update(pq.mq, 3)
+    dispatched = []
+    c._dispatch = lambda pq, msgs: dispatched.extend(msgs)
+    c._pull(pq)
+    assert c.transport.requests() == [rq.PullMessage(group="G", topic="%RETRY%G", queue_id=0, offset=0,
+                                                     commit_offset=3, max_msgs=32, suspend_ms=15_000)]
+    host = b"\x7f\0\0\x01\0\0\0\0"
+    body = record.encode(b"again", b"%RETRY%G", 0, 0, 0, 100, 0, 1, host, 2, host, 1, 0,
+                         record.format_properties({"RETRY_TOPIC": "Orders", "RECONSUME_TIME": "2"}).encode())
+    c.transport.callbacks[-1](protocol.Envelope(ResponseCode.SUCCESS, 1, rq.PullReply(next=1).ext(), [body], ""))
+    assert [(m.topic, m.reconsume_times, m.body) for m in dispatched] == [("Orders", 2, b"again")]
+    assert pq.next_offset == 1 and list(pq.msgs) == [0]
+    assert c.transport.requests()[-1].offset == 1   # the next pull starts past the batch
 
 
 # ---- nothing spells a wire key ------------------------------------------------------------------
 
 SDK = pathlib.Path(schema.__file__).parent
 CALLERS = ["client", "consumer", "push_consumer", "producer", "transaction_producer", "admin", "range_reader",
-           "spark", "filter_route", "consume_service"]
+           "spark", "filter_route", "consume_service", "queue_puller", "rebalance", "offset_store", "options"]
 SENDS = {"call_broker", "call_read", "call_namesrv", "call", "call_future", "send", "oneway"}
 ALLOWED = {("admin", "id")}  # ha_status rows for people: a row's broker id, not a wire key
 

@@ -1,0 +1,75 @@
+"""ConsumerOptions: one frozen settings object, checked once, the same for both consumers."""
+
+import dataclasses
+
+import pytest
+
+from quiver import PullConsumer, PushConsumer
+from quiver.errors import MessageIllegalError
+from quiver.options import ConsumerOptions
+
+NS = "127.0.0.1:1"
+
+
+def test_defaults_are_frozen_and_have_units():
+    o = ConsumerOptions()
+    assert (o.consume_from, o.pull_batch_size, o.suspend_ms, o.commit_interval_ms, o.rebalance_interval_ms) == \
+        ("last", 32, 15_000, 5000, 20_000)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.pull_batch_size = 64
+
+
+def test_historical_keywords_map_onto_fields():
+    o = ConsumerOptions.build(auto_commit_interval_s=1.5, rebalance_interval_s=0.2, buffer_per_queue=8,
+                              threads=4, batch_size=2, max_span=10, pull_threshold_bytes_for_queue=1 << 20,
+                              lock_interval_s=2, heartbeat_interval_s=0.5, pull_delay_on_error_s=3.0)
+    assert (o.commit_interval_ms, o.rebalance_interval_ms, o.cached_msgs_per_queue, o.consume_threads,
+            o.consume_batch_size, o.max_offset_span, o.cached_bytes_per_queue, o.lock_interval_ms,
+            o.heartbeat_interval_ms, o.pull_delay_on_error_ms) == (1500, 200, 8, 4, 2, 10, 1 << 20, 2000, 500, 3000)
+    assert ConsumerOptions.build(persist_interval_s=2).commit_interval_ms == 2000
+    base = ConsumerOptions(pull_batch_size=64)
+    assert ConsumerOptions.build(base, suspend_ms=0) == ConsumerOptions(pull_batch_size=64, suspend_ms=0)
+    assert ConsumerOptions.build(base) is base
+    with pytest.raises(TypeError, match="nope"):
+        ConsumerOptions.build(nope=1)
+
+
+@pytest.mark.parametrize("bad", [dict(consume_from="earliest"), dict(consume_from=True), dict(consume_from=-1),
+                                 dict(pull_batch_size=0), dict(pull_batch_size=1025), dict(consume_threads=0),
+                                 dict(consume_batch_size=2000), dict(suspend_ms=-1), dict(allocate="random"),
+                                 dict(commit_interval_ms=0), dict(rebalance_interval_ms=1.5),
+                                 dict(auto_commit_interval_s="soon"), dict(instance_name="")])
+def test_bad_values_raise_value_error_naming_them(bad):
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=name):
+        ConsumerOptions.build(**bad)
+
+
+@pytest.mark.parametrize("cls", [PullConsumer, PushConsumer])
+def test_both_consumers_check_the_same_way(cls):
+    with pytest.raises(ValueError, match="consume_from"):
+        cls("cg", namesrv=NS, consume_from="earliest")
+    with pytest.raises(ValueError, match="pull_batch_size"):
+        cls("cg", namesrv=NS, pull_batch_size=5000)
+    with pytest.raises(ValueError, match="consume_threads"):
+        cls("cg", namesrv=NS, options=ConsumerOptions.build(threads=0))
+    with pytest.raises(MessageIllegalError):
+        cls("bad/group", namesrv=NS)
+    with pytest.raises(TypeError):
+        cls("cg", namesrv=NS, no_such_setting=1)
+    c = cls("cg", namesrv=NS, options=ConsumerOptions(pull_batch_size=64), suspend_ms=100)
+    assert (c.options.pull_batch_size, c.options.suspend_ms) == (64, 100)
+
+
+def test_settings_by_position_keep_their_historical_order():
+    assert PullConsumer("cg", NS, "first", 64).options == ConsumerOptions(consume_from="first", pull_batch_size=64)
+    push = PushConsumer("cg", NS, False, "first", 3, 2, 4).options
+    assert (push.consume_from, push.max_reconsume_times, push.consume_threads, push.consume_batch_size) == \
+        ("first", 3, 2, 4)
+    with pytest.raises(TypeError, match="position and by name"):
+        PullConsumer("cg", NS, "first", consume_from="last")
+
+
+def test_a_pull_consumer_does_not_broadcast():
+    with pytest.raises(ValueError, match="broadcast"):
+        PullConsumer("cg", namesrv=NS, broadcast=True)
