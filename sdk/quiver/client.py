@@ -287,6 +287,12 @@ class ClientBase:
                 last = exc
         raise ClientError(f"no name server answered ({'; '.join(self.namesrvs)}): {last}")
 
+    def cached_route(self, topic: str) -> Route | None:
+        """The last route fetched for `topic`, however old; never calls the name server
+        (safe on the IO thread)."""
+        cached = self._routes.get(topic)
+        return cached[1] if cached else None
+
     def route(self, topic: str, refresh: bool = False) -> Route:
         now = time.monotonic()
         cached = self._routes.get(topic)

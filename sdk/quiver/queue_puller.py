@@ -211,11 +211,11 @@ class QueuePuller:
         return addr
 
     def _filter_server(self, q, selector) -> str | None:
-        cached = self.client._routes.get(q.mq.topic)   # the cache only: this may run on the IO thread
+        route = self.client.cached_route(q.mq.topic)   # the cache only: this may run on the IO thread
         try:
-            if cached is None:
+            if route is None:
                 raise NoFilterServerError(f"no route for {q.mq.topic} yet")
-            return self.filters.pull_address(cached[1], q.mq, selector)
+            return self.filters.pull_address(route, q.mq, selector)
         except QuiverError as exc:
             self.filters.log_unavailable(exc)
             self._refresh_route(q.mq.topic)
