@@ -1,26 +1,64 @@
 # One image for every Quiver service; compose picks the module per service.
-FROM python:3.11-slim AS build
+#   docker build --target service -t quiver:latest .     (what compose builds)
+#   docker build --target spark -t quiver-spark:latest .  (the compose `spark` profile)
+# The base is python:3.11-slim, or, where no registry is reachable, a stand-in of the same
+# name that scripts/docker-base.sh builds from Debian's archive (bookworm's python3 is 3.11).
+# Both work because Quiver lives in its own venv, /opt/quiver, made by the base's python3
+# (so Debian's externally-managed system pip is never used).
+
+FROM python:3.11-slim AS deps
+# pip's CA bundle, for the build only (ARGs do not reach the service image). On the stand-in
+# the system bundle also holds the host's CAs, for a TLS-intercepting proxy.
+ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+ARG REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+ENV PATH=/opt/quiver/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python3 -m venv /opt/quiver
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# Dependencies in a layer of their own: rebuilt only when pyproject.toml changes.
+COPY pyproject.toml ./
+COPY scripts/requirements.py ./scripts/
+RUN python scripts/requirements.py postgres > /tmp/requirements.txt \
+    && pip install -q -r /tmp/requirements.txt "setuptools>=68" wheel
+
+FROM deps AS build
+COPY README.md ./
 COPY sdk ./sdk
 COPY services ./services
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres]"
+RUN pip install -q --no-deps --no-build-isolation .
 
-FROM python:3.11-slim AS service
+# The service venv without the installers (nothing is pip-installed at run time).
+FROM build AS venv
+RUN pip uninstall -q -y pip setuptools wheel
+
+# No VOLUME: it would give every container without a named volume (namesrv, filter,
+# txn-checker keep nothing on disk) an anonymous one that `down` leaves behind. compose
+# mounts named volumes at /data; a new one starts as a copy of this /data, owned by quiver.
+FROM python:3.11-slim AS runtime
 RUN useradd --create-home --uid 10001 quiver && mkdir -p /data && chown quiver /data
-COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
-USER quiver
+ENV PATH=/opt/quiver/bin:$PATH QUIVER_DATA_DIR=/data PYTHONUNBUFFERED=1
 WORKDIR /home/quiver
-VOLUME ["/data"]
-ENV QUIVER_DATA_DIR=/data PYTHONUNBUFFERED=1
+
+FROM runtime AS service
+COPY --from=venv /opt/quiver /opt/quiver
+USER quiver
 CMD ["python", "-m", "quiver_namesrv"]
 
-# The ingest job of the compose `spark` profile: the same package plus PySpark and a JRE.
-FROM service AS spark
-USER root
-RUN apt-get update && apt-get install -y --no-install-recommends default-jre-headless \
+# The ingest job of the compose `spark` profile: the same venv plus PySpark, and a JRE.
+# PySpark (~500 MB) goes in before the source, so a code edit does not download it again.
+FROM deps AS spark-venv
+RUN python scripts/requirements.py spark > /tmp/spark.txt && pip install -q -r /tmp/spark.txt
+COPY README.md ./
+COPY sdk ./sdk
+COPY services ./services
+# Quiver itself; then no installers, and none of the libraries' own test suites
+# (pandas, pyarrow, numpy: ~60 MB, never imported)
+RUN pip install -q --no-deps --no-build-isolation . && pip uninstall -q -y pip setuptools wheel \
+    && find /opt/quiver/lib -type d -name tests -prune -exec rm -rf {} +
+
+FROM runtime AS spark
+# update-alternatives links the JRE's man pages: the directory is missing on slim bases
+RUN mkdir -p /usr/share/man/man1 && apt-get update \
+    && apt-get install -y --no-install-recommends default-jre-headless \
     && rm -rf /var/lib/apt/lists/*
-COPY --from=build /src /src
-RUN pip install --no-cache-dir "/src[spark]" && rm -rf /src
+COPY --from=spark-venv /opt/quiver /opt/quiver
 USER quiver

@@ -109,6 +109,8 @@ class Admin(ClientBase):
         except ValueError:
             addr, offset = None, None
         by_addr = {a: n for n, a in brokers.items()}
+        if addr is not None and addr not in by_addr:
+            addr = self._by_store_host(brokers).get(addr, addr)
         if addr in by_addr:
             env = self.call_broker(addr, rq.ViewMessage(offset=offset))
             return MessageExt.from_record(record.decode_at(env.bodies[0]), by_addr[addr])
@@ -118,6 +120,19 @@ class Admin(ClientBase):
             if m.msg_id == msg_id:
                 return m
         raise QueryNotFoundError(f"no message {msg_id!r} in topic {topic!r}")
+
+    def _by_store_host(self, brokers: dict[str, str]) -> dict[str, str]:
+        """Store host (the ip:port an offset msgId carries) -> advertised address, from each
+        broker's STATUS: under compose a broker advertises a hostname but stores its IPv4."""
+        out = {}
+        for addr in brokers.values():
+            try:
+                host = self.status(addr).get("store_host")
+            except QuiverError:
+                continue
+            if isinstance(host, str):
+                out[host] = addr
+        return out
 
     # ---- offsets -------------------------------------------------------------------------
 

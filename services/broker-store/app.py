@@ -20,7 +20,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from quiver import names, protocol
 from quiver import requests as rq
 from quiver.errors import QuiverError
-from quiver.message import host_bytes
+from quiver.message import host_bytes, host_str
 from quiver.service import Service
 from quiver.settings import split_addrs
 from quiver.transport import Transport
@@ -185,6 +185,7 @@ class App:
 
     def status(self) -> dict:
         return {"role": "broker", "broker_name": self.config.name, "addr": self.config.advertised,
+                "store_host": host_str(self.store_host),  # what its offset msgIds carry (an IPv4 under compose)
                 "cluster": self.config.cluster, "flush": self.config.flush, "topics": len(self.topics),
                 "broker_id": self.config.broker_id, "ha_role": self.config.ha_role, "ha": self.ha.status(),
                 "held_pulls": self.puller.held_count(), "store": self.store.stats()}
