@@ -19,6 +19,8 @@ the transport closed; a socket in the middle of a call is closed by its thread
 when the call ends (never under it).
 """
 
+import functools
+import socket
 import threading
 import time
 import weakref
@@ -125,7 +127,7 @@ class DirectCalls:
 
     def call(self, addr: str, frames: list, req_id: int, timeout: float, down: set) -> protocol.Envelope:
         if addr in down:  # the IO thread's monitor already saw this peer go away
-            raise ClientError(f"{addr} is not reachable")
+            raise ClientError(unreachable(addr))
         try:
             peer = self._acquire(addr)
         except zmq.ZMQError as exc:
@@ -150,7 +152,7 @@ class DirectCalls:
             except zmq.Again:  # no live connection yet (IMMEDIATE)
                 left = connect_by - time.monotonic()
                 if left <= 0:
-                    raise ClientError(f"{addr} is not reachable") from None
+                    raise ClientError(unreachable(addr)) from None
                 peer.sock.poll(max(1, int(left * 1000)), zmq.POLLOUT)
         while True:
             left = deadline - time.monotonic()
@@ -176,3 +178,23 @@ class DirectCalls:
                 if not peer.busy:  # a busy one is closed by its own thread (_release)
                     peer.close()
             self._all = []
+
+
+@functools.lru_cache(maxsize=256)
+def _resolves(host: str) -> bool:
+    try:
+        socket.getaddrinfo(host, None)
+        return True
+    except OSError:
+        return False
+
+
+def unreachable(addr: str) -> str:
+    """Why a request to `addr` failed, in words that say what to do (the DNS lookup runs only
+    on failure, once per host)."""
+    host = addr.rsplit(":", 1)[0]
+    if not _resolves(host):
+        return (f"{addr} is not reachable: {host!r} does not resolve here; a broker that advertises a "
+                f"container hostname is only reachable inside its compose network (clients on the host: "
+                f"use the compose dev profile, or set the broker's --advertise to an address you can reach)")
+    return f"{addr} is not reachable"

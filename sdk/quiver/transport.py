@@ -30,7 +30,7 @@ from zmq.utils.monitor import parse_monitor_message
 from . import protocol
 from .errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
 from .codes import ResponseCode
-from .direct import DirectCalls
+from .direct import DirectCalls, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class Transport:
                     continue  # expired meanwhile: its caller has been told
                 if addr in self._down or now - since > CONNECT_WAIT_S:
                     if req_id:
-                        self._fail(req_id, ClientError(f"{addr} is not reachable"))
+                        self._fail(req_id, ClientError(unreachable(addr)))
                     continue
                 self._send(addr, frames, req_id, since)
         q = self._queue
