@@ -3,6 +3,7 @@
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 
 from . import queue_puller, record
 from . import requests as rq
@@ -10,9 +11,23 @@ from .client import ClientBase, MessageQueue
 from .codes import ResponseCode
 from .errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
 from .message import RESERVED_PROPERTIES, Message, MessageExt, parse_offset_msg_id
-from .validation import DLQ_PREFIX, check_topic
+from .validation import DLQ_PREFIX, check_group, check_topic
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """What `Admin.reset_offset` did: the offset stored for each queue, and how many online
+    members of the group its brokers told (each member heartbeats to every broker: the most any
+    broker told). `online` False: nobody was consuming, the group resumes from these offsets
+    at its next start."""
+    offsets: dict
+    members: int
+
+    @property
+    def online(self) -> bool:
+        return self.members > 0
 
 
 class Admin(ClientBase):
@@ -159,14 +174,24 @@ class Admin(ClientBase):
         except QueryNotFoundError:
             return None
 
-    def reset_offset(self, group: str, topic: str, ts_ms: int) -> dict[MessageQueue, int]:
-        """Move a group's offsets on every queue of `topic` to the first message at/after ts_ms."""
-        out = {}
-        for mq in self.queues(topic):
-            off = self.search_offset(mq, ts_ms)
-            self._queue_call(mq, rq.UpdateConsumerOffset, group=group, offset=off)
-            out[mq] = off
-        return out
+    def reset_offset(self, group: str, topic: str, ts_ms: int | None = None, *,
+                     offset: int | None = None) -> OffsetReset:
+        """Move a group's offsets on every queue of `topic` to the first message stored at or
+        after `ts_ms`, or to `offset` (held to each queue's min and max), RocketMQ's
+        resetOffset (INVOKE_BROKER_TO_RESET_OFFSET): each broker stores them and tells the
+        group's online members, which drop what they cached of those queues and consume
+        again from there. A stopped group needs no force: it starts from them next time."""
+        if (ts_ms is None) == (offset is None):
+            raise ClientError("reset_offset needs a timestamp (ts_ms) or an offset, exactly one of them")
+        check_group(group)
+        route = self.route(topic, refresh=True)
+        req = rq.ResetOffset(group=group, topic=topic, timestamp=ts_ms, offset=offset)
+        offsets, members = {}, 0
+        for broker in sorted({mq.broker for mq in route.read_queues}):
+            reply = rq.ResetOffsetReply.decode(self.call_broker(route.addrs[broker], req).ext)
+            offsets.update({MessageQueue(topic, broker, q): off for q, off in reply.offsets})
+            members = max(members, reply.members)
+        return OffsetReset(dict(sorted(offsets.items())), members)
 
     def consumer_stats(self, group: str) -> dict:
         """Every broker's view of a group: rows per queue, members, subscription conflicts."""

@@ -205,6 +205,15 @@ def _ms(ts) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000))
 
 
+def _print_reset(group: str, done) -> None:
+    if done.online:
+        print(f"group {group} is online: {done.members} member(s) told; they drop what they cached of these "
+              "queues and consume again from:")
+    else:
+        print(f"group {group} is not online: offsets stored; it resumes from them at its next start:")
+    _print({str(mq): off for mq, off in done.offsets.items()})
+
+
 def cmd_consumer(args) -> int:
     a = _admin(args)
     try:
@@ -222,10 +231,10 @@ def cmd_consumer(args) -> int:
                 print(f"WARNING: members of {args.group} subscribe to {topic} differently "
                       f"(messages may be lost): " + "; ".join(f"{e} <- {', '.join(c)}" for e, c in exprs.items()))
         elif args.action == "reset":
-            if args.timestamp is None or not args.topic:
-                print("error: reset needs --topic and --timestamp (epoch ms)", file=sys.stderr)
+            if not args.topic or (args.timestamp is None) == (args.offset is None):
+                print("error: reset needs --topic and one of --timestamp (epoch ms) or --offset", file=sys.stderr)
                 return 2
-            _print({str(k): v for k, v in a.reset_offset(args.group, args.topic, args.timestamp).items()})
+            _print_reset(args.group, a.reset_offset(args.group, args.topic, args.timestamp, offset=args.offset))
         elif args.action == "dlq":
             for m in a.dlq_messages(args.group, args.max):
                 print(f"{m.msg_id}  origin={m.properties.get('DLQ_ORIGIN_TOPIC', '?')} "
@@ -375,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("action", choices=["progress", "reset", "dlq", "resend", "config"])
     cp.add_argument("group")
     cp.add_argument("--topic")
-    cp.add_argument("--timestamp", type=int, help="epoch ms (reset)")
+    cp.add_argument("--timestamp", type=int, help="epoch ms (reset: to the first message stored at or after it)")
+    cp.add_argument("--offset", type=int, help="queue offset (reset: every queue to it, held to its min and max)")
     cp.add_argument("--id", nargs="*", help="dead-letter msg ids to resend (resend; default all)")
     cp.add_argument("--max", type=int, default=64, help="messages to list (dlq)")
     cp.add_argument("--retry-max-times", type=int, default=16, help="max reconsume times (config)")

@@ -36,6 +36,8 @@ class RequestCode(IntEnum):
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
     DELETE_TOPIC_IN_BROKER = 215
+    RESET_CONSUMER_CLIENT_OFFSET = 220    # broker -> a group's online members: resume these queues from here
+    INVOKE_BROKER_TO_RESET_OFFSET = 222   # admin -> broker: move a group's offsets of a topic, tell its members
     REGISTER_FILTER_SERVER = 301  # filter server -> its broker, periodically (issue 6)
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     SEND_MESSAGE_V2 = 310

@@ -8,7 +8,7 @@ dead-letter topic so the queue moves on. Mixed into PushConsumer (RocketMQ's
 ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
 attributes it uses: options (consume_batch_size, consume_threads,
 max_reconsume_times, suspend_current_queue_ms), broadcast, _pool, _timer,
-_listener, offsets, _running, _active_cond, _cost_per_msg_s.
+_listener, offsets, _running, _active_cond, _cost_per_msg_s, _state_lock.
 """
 
 import logging
@@ -99,12 +99,16 @@ class ConsumeService:
             # one cache update per task, not per listener call: the commit offset is still the
             # lowest unfinished message of the queue
             if finished:
-                off = pq.remove(finished)
-                if not pq.dropped:
-                    self.offsets.update(pq.mq, off)
+                self._consumed(pq, pq.remove(finished))
                 # moving average of the listener's cost per message (races between threads only blur it)
                 per_msg = listening / len(msgs)
                 self._cost_per_msg_s = 0.8 * self._cost_per_msg_s + 0.2 * per_msg
+
+    def _consumed(self, pq: ProcessQueue, offset: int) -> None:
+        """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
+        with self._state_lock:
+            if not pq.dropped:
+                self.offsets.update(pq.mq, offset)
 
     def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
         origin_id = m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id or None
@@ -145,8 +149,7 @@ class ConsumeService:
                 if not batch:
                     break
                 if self._call_listener(batch) or self._give_up(pq, batch):
-                    off = pq.remove(batch)
-                    self.offsets.update(pq.mq, off)
+                    self._consumed(pq, pq.remove(batch))
                     continue
                 retry_in = self.options.suspend_current_queue_ms / 1000
                 break

@@ -13,6 +13,13 @@ from a broker rebalances at once, and a queue given up is committed first.
 SQL92 subscriptions (`MessageSelector.sql(...)`) are checked at subscribe /
 start time and pulled through a filter server of each queue's broker
 (filter_route.py); offsets are still committed to the broker.
+A record that cannot be decoded is skipped and reported (queue_puller.py:
+log, `stats()["undecodable_records"]`, ConsumerOptions.on_bad_record), and
+whatever goes wrong with a pull's answer, the queue is pulled again.
+An offset reset by the broker (`Admin.reset_offset` of a running group:
+RESET_CONSUMER_CLIENT_OFFSET) works like `seek` on the queues it names, and
+the new offset is committed at once, under the lock every commit takes, so
+no commit of the old position can reach the broker after it.
 Settings: options.py's ConsumerOptions.
 """
 
@@ -31,7 +38,7 @@ from .names import check_group
 from .offset_store import query_offset, start_offset
 from .options import ConsumerOptions, from_arguments
 from .process_queue import DelayedCalls
-from .queue_puller import FOUND, OFFSET_ILLEGAL, QueuePuller
+from .queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
 from .rebalance import RebalanceLoop, Rebalancer
 
 log = logging.getLogger(__name__)
@@ -42,7 +49,8 @@ _POSITIONAL = ("consume_from", "pull_batch_size", "suspend_ms", "auto_commit", "
 
 
 class _QueueState:
-    __slots__ = ("mq", "_addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen")
+    __slots__ = ("mq", "_addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen",
+                 "narrow_until")
 
     def __init__(self, mq, addr, offset):
         self.mq, self._addr = mq, addr
@@ -52,7 +60,8 @@ class _QueueState:
         self.in_flight = False
         self.buffered = 0
         self.paused = False
-        self.gen = 0                # bumped by seek: replies of older pulls are dropped
+        self.gen = 0                # bumped by seek, reset and drop: replies of older pulls are dropped
+        self.narrow_until = 0       # below this offset pull one record at a time (after an unwalkable answer)
 
     @property
     def addr(self) -> str:
@@ -83,7 +92,9 @@ class PullConsumer(ClientBase):
         self._buffer = collections.deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._pull_lock = threading.Lock()
+        self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
+        self._bad = BadRecords(opts.on_bad_record)
+        self._resets = 0
         self._missing: dict[str, float] = {}  # topic -> when a name server said TOPIC_NOT_EXIST
         self._timer: DelayedCalls | None = None
         self._puller: QueuePuller | None = None
@@ -111,7 +122,7 @@ class PullConsumer(ClientBase):
             raise
         self._stop.clear()
         self._timer = DelayedCalls(f"pull-consumer-{self.group}")
-        self._puller = QueuePuller(self, self.group, self.options, self._timer.call_later)
+        self._puller = QueuePuller(self, self.group, self.options, self._timer.call_later, self._bad)
         self._rebalance.start("pull-consumer-rebalance")
         if self.options.auto_commit:
             threading.Thread(target=self._auto_commit, name="pull-consumer-commit", daemon=True).start()
@@ -119,6 +130,10 @@ class PullConsumer(ClientBase):
 
     def assignment(self) -> list[MessageQueue]:
         return sorted(self._queues)
+
+    def stats(self) -> dict:
+        """Counters: records skipped as undecodable, offset resets applied."""
+        return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
 
     # ---- assignment and offsets ---------------------------------------------------
 
@@ -130,7 +145,13 @@ class PullConsumer(ClientBase):
     def _on_ids_changed(self, addr, env):
         self._rebalance.notified(addr, env)
 
-    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed}
+    def _on_reset(self, addr, env):
+        req = rq.ResetConsumerClientOffset.decode(env.ext)
+        if req.group == self.group:
+            self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
+                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
 
     def route(self, topic: str, refresh: bool = False):
         """The route, remembering which subscribed topics a name server says do not exist (poll)."""
@@ -160,32 +181,60 @@ class PullConsumer(ClientBase):
         return True
 
     def _drop(self, mq: MessageQueue) -> None:
-        with self._cond:
-            st = self._queues.pop(mq, None)
-            if st is None:
-                return
-            st.gen += 1  # replies of pulls under way are ignored
-            st.paused = True
-            self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
-        if st.committed != st.consumed:
-            try:
-                self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
-                                                                  queue_id=mq.queue_id, offset=st.consumed))
-            except QuiverError as exc:
-                log.warning("commit of released %s failed: %s", mq, exc)
+        with self._commit_lock:
+            with self._cond:
+                st = self._queues.pop(mq, None)
+                if st is None:
+                    return
+                st.gen += 1  # replies of pulls under way are ignored
+                st.paused = True
+                self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+            if st.committed != st.consumed:
+                try:
+                    self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
+                                                                      queue_id=mq.queue_id, offset=st.consumed))
+                except QuiverError as exc:
+                    log.warning("commit of released %s failed: %s", mq, exc)
         log.info("released %s at offset %d", mq, st.consumed)
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         st = self._queues.get(mq)
         if st is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
+        self._restart_at(st, offset)
+
+    def _restart_at(self, st: _QueueState, offset: int) -> None:
+        """Drop what is buffered of the queue and its pull under way; pull again from `offset`."""
         with self._cond:
             st.gen += 1
             self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
             st.buffered = 0
             st.next = st.consumed = offset
             st.in_flight = st.paused = False
+            st.narrow_until = 0
         self._pull(st)
+
+    def _reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): each owned queue
+        named restarts at its new offset, which is committed again at once. Under the commit
+        lock: a commit of the old position (it may have reached the broker after the reset
+        stored the new one) is answered before this one is sent."""
+        with self._commit_lock:
+            for mq, offset in offsets.items():
+                st = self._queues.get(mq)
+                if st is None:
+                    continue
+                dropped = st.buffered
+                self._restart_at(st, offset)
+                self._resets += 1
+                log.info("%s reset to offset %d by its broker (%d buffered message(s) dropped)", mq, offset, dropped)
+                try:
+                    self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
+                                                                      queue_id=mq.queue_id, offset=offset))
+                    st.committed = offset
+                except QuiverError as exc:
+                    st.committed = None   # the next commit stores it
+                    log.warning("commit of the reset offset of %s failed: %s", mq, exc)
 
     def seek_to_timestamp(self, ts_ms: int) -> None:
         for mq, st in list(self._queues.items()):
@@ -203,6 +252,10 @@ class PullConsumer(ClientBase):
 
     def commit(self) -> None:
         """Store the consumed position of every queue on its broker."""
+        with self._commit_lock:
+            self._commit()
+
+    def _commit(self) -> None:
         for st in list(self._queues.values()):
             off = st.consumed
             if st.committed == off:
@@ -223,48 +276,72 @@ class PullConsumer(ClientBase):
     def _pull(self, st: _QueueState) -> None:
         # IO thread, timer and poll() all start pulls: claiming the queue's one pull is
         # atomic, or two pulls at the same offset would deliver its messages twice
-        with self._pull_lock:
+        with self._cond:
             if not self._started or st.in_flight or st.paused:
                 return
             if st.buffered >= self.options.cached_msgs_per_queue:
                 st.paused = True
                 return
             st.in_flight = True
-        gen = st.gen
-        self._puller.pull(st, st.next, self.subscriptions.get(st.mq.topic),
-                          lambda pulled, retry_s: self._pulled(st, gen, pulled, retry_s))
+            gen, offset = st.gen, st.next
+            single = offset < st.narrow_until
+        try:
+            self._puller.pull(st, offset, self.subscriptions.get(st.mq.topic),
+                              lambda pulled, retry_s: self._pulled(st, gen, offset, single, pulled, retry_s),
+                              single=single)
+        except Exception:
+            log.exception("pull of %s not sent: trying again", st.mq)
+            self._pulled(st, gen, offset, single, None, self._puller.error_delay_s)
 
-    def _pulled(self, st: _QueueState, gen: int, pulled, retry_s: float) -> None:
-        if gen != st.gen:
-            return  # seek or drop reset the queue, in_flight included
-        if pulled is None:
-            st.in_flight = False
-            if self._started:
-                self._timer.call_later(retry_s, self._pull, st)
-            return
-        nxt = pulled.next
+    def _pulled(self, st: _QueueState, gen: int, offset: int, single: bool, pulled, retry_s: float) -> None:
+        if pulled is not None:
+            try:
+                if not self._apply(st, gen, offset, single, pulled):
+                    return
+                retry_s = 0.0
+            except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
+                log.exception("answer to the pull of %s from offset %d not taken: pulling again", st.mq, offset)
+                pulled, retry_s = None, self._puller.error_delay_s
+        with self._cond:
+            if gen != st.gen:
+                return  # seek, reset or drop restarted the queue, in_flight included
+            st.in_flight = False  # only now: st.next has moved, so the next pull starts past this batch
+        if pulled is not None:
+            self._pull(st)
+        elif self._started:
+            self._timer.call_later(retry_s, self._pull, st)
+
+    def _apply(self, st: _QueueState, gen: int, offset: int, single: bool, pulled) -> bool:
+        """Move the queue by a pull's answer; False when a seek, reset or drop superseded it."""
         if pulled.status is FOUND:
-            msgs = pulled.messages(st.mq.broker, self.subscriptions.get(st.mq.topic))
+            got = self._puller.decode(st, pulled, self.subscriptions.get(st.mq.topic), offset, single)
+            nxt, msgs = got.next, got.msgs
             with self._cond:
                 if gen != st.gen:
-                    return
+                    return False
                 st.next = nxt
+                st.narrow_until = max(st.narrow_until, got.narrow_until)
                 if msgs:
                     self._buffer.append((st, msgs, nxt))
                     st.buffered += len(msgs)
                     self._cond.notify_all()
                 elif st.consumed < nxt and st.buffered == 0:
-                    st.consumed = nxt  # all filtered out: still consumed
-        else:  # nothing to hand over (NO_NEW_MSG, NO_MATCHED_MSG) or the offset moved: the position moves
-            moved = pulled.status is OFFSET_ILLEGAL
+                    st.consumed = nxt  # all filtered out (or undecodable): still consumed
+            return True
+        # nothing to hand over (NO_NEW_MSG, NO_MATCHED_MSG) or the offset moved: the position moves
+        nxt = pulled.next
+        moved = pulled.status is OFFSET_ILLEGAL
+        if moved:
+            log.info("offset of %s moved from %d to %d", st.mq, offset, nxt)
+        with self._cond:
+            if gen != st.gen:
+                return False
+            st.next = nxt
             if moved:
-                log.info("offset of %s moved from %d to %d", st.mq, st.next, nxt)
-            with self._cond:
-                st.next = nxt
-                if st.buffered == 0 and (moved or st.consumed < nxt):
-                    st.consumed = nxt
-        st.in_flight = False  # only now: st.next has moved, so the next pull starts past this batch
-        self._pull(st)
+                st.narrow_until = 0
+            if st.buffered == 0 and (moved or st.consumed < nxt):
+                st.consumed = nxt
+        return True
 
     # ---- app side ---------------------------------------------------------------------
 

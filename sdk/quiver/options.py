@@ -53,6 +53,8 @@ class ConsumerOptions:
     offset_dir: str | None = setting(None, "push, broadcast: where the local offset file lives "
                                      "(default $QUIVER_OFFSET_DIR or ~/.quiver_offsets)")
     instance_name: str = setting("DEFAULT", "push, broadcast: the local offset file's instance folder")
+    on_bad_record: object = setting(None, "fn(topic, queue_id, offset, reason), called for each pulled record "
+                                    "the consumer cannot decode and skips (it is also logged and counted)")
 
     def __post_init__(self):
         c = self.consume_from
@@ -70,6 +72,8 @@ class ConsumerOptions:
             raise ValueError(f"instance_name must be a non-empty string, not {self.instance_name!r}")
         if self.offset_dir is not None and not isinstance(self.offset_dir, str):
             raise ValueError(f"offset_dir must be a path string, not {self.offset_dir!r}")
+        if self.on_bad_record is not None and not callable(self.on_bad_record):
+            raise ValueError(f"on_bad_record must be a function or None, not {self.on_bad_record!r}")
 
     @classmethod
     def build(cls, options: "ConsumerOptions | None" = None, **keywords) -> "ConsumerOptions":

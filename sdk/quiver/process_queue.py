@@ -73,7 +73,8 @@ class ProcessQueue:
         self.msgs: dict[int, MessageExt] = {}
         self.bytes = 0
         self.next_offset = offset
-        self.dropped = False
+        self.narrow_until = 0      # below this offset pull one record at a time (after an unwalkable answer)
+        self.dropped = False       # released, or replaced by an offset reset: late answers and commits are ignored
         # orderly
         self.consume_lock = threading.Lock()
         self.locked = False

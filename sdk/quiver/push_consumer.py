@@ -14,6 +14,17 @@ queue, a failing batch is retried in place after a suspend, and past the max
 reconsume times it goes to the dead-letter topic. Broadcasting: every client
 takes every queue, offsets in a local JSON file, failures are dropped.
 
+A record that cannot be decoded is skipped and reported (queue_puller.py:
+log, `stats()["undecodable_records"]`, ConsumerOptions.on_bad_record), and
+whatever goes wrong with a pull's answer, the queue is pulled again. An offset
+reset by the broker (`Admin.reset_offset` of a running group:
+RESET_CONSUMER_CLIENT_OFFSET) replaces the queue's ProcessQueue (what it
+cached, its pull under way and its unfinished messages no longer count) and
+queues a commit of the new offset. The state lock orders it with everything
+else that moves or sends an offset: a pull's piggy-backed commit, the
+periodic commit and finished messages; commits leave in the order they were
+queued, so none of the old position reaches the broker after the new one.
+
 Owns taking and releasing queues, flow control and what a pull's answer does
 to a queue; the pulls themselves (target, failover, decode) are
 queue_puller.py's, the rebalance loop and allocation rebalance.py's, the
@@ -22,6 +33,7 @@ consume_service.py's, offset persistence offset_store.py's, settings
 options.py's (ConsumerOptions).
 """
 
+import contextlib
 import logging
 import socket
 import threading
@@ -38,7 +50,7 @@ from .message import RETRY_TOPIC, MessageExt, MessageSelector
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
 from .options import ConsumerOptions, from_arguments
 from .process_queue import DelayedCalls, ProcessQueue
-from .queue_puller import FOUND, OFFSET_ILLEGAL, QueuePuller
+from .queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
 from .rebalance import RebalanceLoop, Rebalancer
 from .validation import RETRY_PREFIX, check_group
 
@@ -75,6 +87,9 @@ class PushConsumer(ConsumeService, ClientBase):
         self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self.client_host}@{opts.instance_name}", group)
                         if opts.broadcast else RemoteOffsetStore(self, group))
         self._running = False
+        self._state_lock = threading.RLock()   # queue state and offsets vs an offset reset (see above)
+        self._bad = BadRecords(opts.on_bad_record)
+        self._resets = 0
         self._active = 0
         self._active_cond = threading.Condition()
         self._drop_threads: list[threading.Thread] = []
@@ -110,7 +125,7 @@ class PushConsumer(ConsumeService, ClientBase):
         opts = self.options
         self._pool = ThreadPoolExecutor(opts.consume_threads, thread_name_prefix=f"consume-{self.group}")
         self._timer = DelayedCalls(f"push-consumer-{self.group}")
-        self._puller = QueuePuller(self, self.group, opts, self._timer.call_later)
+        self._puller = QueuePuller(self, self.group, opts, self._timer.call_later, self._bad)
         self._running = True
         super().start()
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
@@ -135,6 +150,10 @@ class PushConsumer(ConsumeService, ClientBase):
 
     def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
         return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self.retry_topic)
+
+    def stats(self) -> dict:
+        """Counters: records skipped as undecodable, offset resets applied."""
+        return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
 
     def shutdown(self) -> None:
         if not self._running:
@@ -172,7 +191,13 @@ class PushConsumer(ConsumeService, ClientBase):
     def _on_ids_changed(self, addr, env):
         self._rebalance.notified(addr, env)
 
-    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed}
+    def _on_reset(self, addr, env):
+        req = rq.ResetConsumerClientOffset.decode(env.ext)
+        if req.group == self.group and self._running:
+            self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
+                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
 
     def _ensure_retry_topic(self) -> None:
         """The group's retry topic (1 queue) on every broker, as RocketMQ creates it on heartbeat."""
@@ -224,10 +249,11 @@ class PushConsumer(ConsumeService, ClientBase):
 
     def _drop(self, mq: MessageQueue) -> None:
         """Stop consuming a queue and store its offset before anyone else may take it."""
-        pq = self._pqs.pop(mq, None)
-        if pq is None:
-            return
-        pq.dropped = True
+        with self._state_lock:
+            pq = self._pqs.pop(mq, None)
+            if pq is None:
+                return
+            pq.dropped = True
         if self._orderly and not self.broadcast:
             # the broker lock is released only after the running batch finished and the offset is stored
             t = threading.Thread(target=self._finish_orderly_drop, args=(pq,), name="drop", daemon=True)
@@ -252,13 +278,46 @@ class PushConsumer(ConsumeService, ClientBase):
             log.warning("offset of dropped %s not stored: %s", pq.mq, exc)
 
     def persist_offsets(self, sync: bool = False) -> None:
-        pqs = list(self._pqs.values())
-        for pq in pqs:
-            self.offsets.update(pq.mq, pq.commit_offset())
+        # queued commits under the state lock, in order with piggy-backed ones and a reset's; a
+        # blocking one (shutdown) outside it: the IO thread that may deliver its answer (quiver.
+        # testing's transport) may be waiting for the lock
+        with self._state_lock:
+            pqs = list(self._pqs.values())
+            for pq in pqs:
+                self.offsets.update(pq.mq, pq.commit_offset())
+            if not sync:
+                self._persist_all({pq.mq: pq.addr for pq in pqs}, sync)
+        if sync:
+            self._persist_all({pq.mq: pq.addr for pq in pqs}, sync)
+
+    def _persist_all(self, addrs: dict, sync: bool) -> None:
         try:
-            self.offsets.persist_all({pq.mq: pq.addr for pq in pqs}, sync=sync)
+            self.offsets.persist_all(addrs, sync=sync)
         except (QuiverError, OSError) as exc:
             log.warning("persisting offsets failed: %s", exc)
+
+    def _reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): each owned queue
+        named gets a new ProcessQueue at its new offset, whose commit is queued at once."""
+        for mq, offset in offsets.items():
+            old = self._pqs.get(mq)
+            if old is None:
+                continue
+            # orderly: the batch under way finishes first (it cannot commit once the queue is replaced)
+            with old.consume_lock if self._orderly else contextlib.nullcontext(), self._state_lock:
+                if self._pqs.get(mq) is not old:
+                    continue   # dropped meanwhile
+                old.dropped = True
+                pq = self._pqs[mq] = ProcessQueue(mq, old.addr, offset)
+                pq.locked, pq.lock_ts = old.locked, old.lock_ts
+                self.offsets.update(mq, offset, increase_only=False)
+                try:
+                    self.offsets.persist(mq, pq.addr)
+                except (QuiverError, OSError) as exc:
+                    log.warning("commit of the reset offset of %s failed: %s", mq, exc)
+            self._resets += 1
+            log.info("%s reset to offset %d by its broker (%d cached message(s) dropped)", mq, offset, len(old.msgs))
+            self._pull(pq)
 
     # ---- broker locks (orderly) -----------------------------------------------------------------------
 
@@ -306,37 +365,65 @@ class PushConsumer(ConsumeService, ClientBase):
         if pq.rebalance_t0 is not None:
             self.rebalance_latencies_ms.append((time.monotonic() - pq.rebalance_t0) * 1000)
             pq.rebalance_t0 = None
-        commit = None if self.broadcast else self.offsets.get(pq.mq) or None  # 0: nothing to commit
-        self._puller.pull(pq, pq.next_offset, self.subscriptions.get(pq.mq.topic),
-                          lambda pulled, retry_s: self._pulled(pq, pulled, retry_s), commit)
+        try:
+            with self._state_lock:   # the piggy-backed commit is queued before a reset's, or is the reset's
+                if pq.dropped:
+                    return
+                commit = None if self.broadcast else self.offsets.get(pq.mq) or None  # 0: nothing to commit
+                offset = pq.next_offset
+                single = offset < pq.narrow_until
+                self._puller.pull(pq, offset, self.subscriptions.get(pq.mq.topic),
+                                  lambda pulled, retry_s: self._pulled(pq, offset, single, pulled, retry_s),
+                                  commit, single=single)
+        except Exception:
+            log.exception("pull of %s not sent: trying again", pq.mq)
+            self._timer.call_later(self._puller.error_delay_s, self._pull, pq)
 
-    def _pulled(self, pq: ProcessQueue, pulled, retry_s: float) -> None:
+    def _pulled(self, pq: ProcessQueue, offset: int, single: bool, pulled, retry_s: float) -> None:
         if pq.dropped or not self._running:
             return
+        if pulled is not None:
+            try:
+                self._apply(pq, offset, single, pulled)
+            except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
+                log.exception("answer to the pull of %s from offset %d not taken: pulling again", pq.mq, offset)
+                pulled, retry_s = None, self._puller.error_delay_s
         if pulled is None:
             self._timer.call_later(retry_s, self._pull, pq)
+        else:
+            self._pull(pq)
+
+    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled) -> None:
+        """Cache and dispatch what a pull found, or move the queue's position."""
+        if pulled.status is FOUND:
+            got = self._puller.decode(pq, pulled, self.subscriptions.get(pq.mq.topic), offset, single)
+            msgs = self._as_delivered(pq, got.msgs)
+            with self._state_lock:
+                if pq.dropped:
+                    return
+                pq.add(msgs, got.next)  # cached before the position moves: the commit offset never skips them
+                pq.narrow_until = max(pq.narrow_until, got.narrow_until)
+                if msgs:
+                    self._dispatch(pq, msgs)
+                elif not pq.msgs:
+                    self.offsets.update(pq.mq, got.next)
             return
         nxt = pulled.next
-        if pulled.status is FOUND:
-            msgs = self._decode(pq, pulled)
-            pq.add(msgs, nxt)  # cached before the position moves: the commit offset never skips them
-            if msgs:
-                self._dispatch(pq, msgs)
-            elif not pq.msgs:
-                self.offsets.update(pq.mq, nxt)
-        else:
-            moved = pulled.status is OFFSET_ILLEGAL
-            if moved:
-                log.info("offset of %s moved from %d to %d", pq.mq, pq.next_offset, nxt)
+        moved = pulled.status is OFFSET_ILLEGAL
+        if moved:
+            log.info("offset of %s moved from %d to %d", pq.mq, offset, nxt)
+        with self._state_lock:
+            if pq.dropped:
+                return
             with pq.lock:
                 pq.next_offset = nxt
                 empty = not pq.msgs
+            if moved:
+                pq.narrow_until = 0
             if empty:  # nothing cached: the position itself is consumed
                 self.offsets.update(pq.mq, nxt, increase_only=not moved)
-        self._pull(pq)
 
-    def _decode(self, pq: ProcessQueue, pulled) -> list[MessageExt]:
-        msgs = pulled.messages(pq.mq.broker, self.subscriptions.get(pq.mq.topic))
+    def _as_delivered(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         if pq.mq.topic == self.retry_topic:   # back under their own topic, with their delivery count
             for m in msgs:
                 m.topic = m.properties.get(RETRY_TOPIC) or m.topic

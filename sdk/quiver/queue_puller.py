@@ -18,7 +18,14 @@ still moves) and OFFSET_ILLEGAL (the offset moved: `next` is where to go).
 
 `QueuePuller` is the consumers' asynchronous cycle around it (PullConsumer and
 PushConsumer): one pull per call, sent on the transport's IO thread to the
-queue's target, answered once through `done(pulled, retry_in_s)`. The target
+queue's target, answered once through `done(pulled, retry_in_s)` (whatever
+goes wrong reading the answer is a failed pull: the consumer pulls again), and
+`decode(q, pulled, ...)`, its `Readable` messages. A body that does not decode
+in one pass is decoded record by record (`salvage`): what cannot be read is
+skipped and reported (`BadRecords`: a log line naming topic, queue and offset,
+a count, the consumer's `on_bad_record`), everything else is delivered, and
+when the rest of a body cannot even be walked the consumer pulls it again one
+record at a time, so one bad record never stops a queue. The target
 is the queue's broker for a tag subscription - its master, or while the
 master's reads fail its lowest-id slave (`ClientBase.read_addr`); an
 unreachable broker is marked (`read_failed`) and the next pull goes to the
@@ -33,13 +40,14 @@ owns (rebalance.py), nor filter-server choice itself (filter_route.py).
 import dataclasses
 import logging
 import threading
+from dataclasses import dataclass
 
 from . import record, tags
 from . import requests as rq
 from .codes import ResponseCode
 from .errors import ClientError, QuiverError, error_for
 from .filter_route import FilterServers, NoFilterServerError, is_sql, should_fail_over
-from .message import PullStatus, decode_messages
+from .message import MessageExt, PullStatus, decode_messages
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +150,76 @@ def fetch(client, addr: str, req: rq.PullMessage, timeout: float | None = None) 
     return read(client.call_broker(addr, req, timeout=timeout, ok=ANSWERS))
 
 
+# ---- what a consumer can read of an answer -----------------------------------------------
+
+@dataclass(slots=True)
+class Readable:
+    """The messages of a FOUND answer a consumer can use. `next`: where its next pull starts
+    (the answer's, or the first offset not reached when the rest of the body could not be
+    walked); below `narrow_until` it pulls one record at a time (0: no need)."""
+    msgs: list
+    next: int
+    narrow_until: int = 0
+
+
+def salvage(body, broker: str, start: int, nxt: int, single: bool = False):
+    """Decode a pull body record by record: (messages, [(queue offset, reason)] of the records
+    that cannot be decoded, the offset to pull again from or None).
+
+    `start` is the pull's offset and `nxt` the answer's next: the records lie in [start, nxt).
+    A record whose head checks (record.check_head) but whose fields do not (record.decode_at
+    with its body CRC) is skipped at the queue offset it names, or at the first one it can have
+    when that is out of range. A head that does not check hides where the records behind it
+    start: the walk stops, and the returned offset (just past the last record read) is pulled
+    again one record at a time; the one record of such a `single` pull is at `nxt - 1`."""
+    msgs: list[MessageExt] = []
+    bad: list[tuple[int, str]] = []
+    last = start - 1           # queue offset of the last record read or skipped
+    pos, end = 0, len(body)
+    while pos < end:
+        try:
+            size, blank = record.check_head(body, pos)
+        except record.BadRecord as exc:
+            if single and not msgs and not bad:
+                bad.append((nxt - 1, str(exc)))
+                return msgs, bad, None
+            return msgs, bad, last + 1
+        if not blank:
+            try:
+                m = MessageExt.from_record(record.decode_at(body, pos, check_crc=True), broker)
+            except Exception as exc:   # whatever a garbled record makes the decoder raise
+                qoff = nxt - 1 if single else record.queue_offset_at(body, pos)
+                last = qoff if last < qoff < nxt else last + 1
+                bad.append((last, str(exc)))
+            else:
+                last = m.queue_offset if last < m.queue_offset < nxt else last + 1
+                msgs.append(m)
+        pos += size
+    return msgs, bad, None
+
+
+class BadRecords:
+    """Records a consumer could not decode and skipped: each logged naming topic, queue and
+    offset, counted (`count`), and handed to `callback(topic, queue_id, offset, reason)` (the
+    consumer's on_bad_record) when there is one; what the callback raises is logged."""
+
+    def __init__(self, callback=None):
+        self.callback = callback
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def report(self, mq, offset: int, reason: str) -> None:
+        with self._lock:
+            self.count += 1
+        log.error("undecodable record skipped: %s queue %d offset %d on %s: %s", mq.topic, mq.queue_id, offset,
+                  mq.broker, reason)
+        if self.callback is not None:
+            try:
+                self.callback(mq.topic, mq.queue_id, offset, reason)
+            except Exception:
+                log.exception("on_bad_record callback failed for %s offset %d", mq, offset)
+
+
 # ---- the consumers' asynchronous pulls ----------------------------------------------------
 
 class QueuePuller:
@@ -154,26 +232,27 @@ class QueuePuller:
     (the broker address its reads and commits go to, moved here when the master
     goes down or comes back)."""
 
-    def __init__(self, client, group: str, options, call_later):
+    def __init__(self, client, group: str, options, call_later, bad_records: BadRecords | None = None):
         self.client, self.group, self.call_later = client, group, call_later
         self.max_msgs = options.pull_batch_size
         self.suspend_ms = options.suspend_ms
         self.timeout_s = options.suspend_ms / 1000 + REPLY_GRACE_S
         self.error_delay_s = options.pull_delay_on_error_ms / 1000
+        self.bad_records = bad_records if bad_records is not None else BadRecords()
         self.filters = FilterServers(client.client_id)
         self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
-    def pull(self, q, offset: int, selector, done, commit_offset: int | None = None) -> None:
-        """Pull `q` from `offset`. `done(pulled, retry_in_s)` runs once (on the IO thread, or
-        here when nothing could be sent): a Pulled and 0, or None and how long to wait
-        before pulling this queue again."""
+    def pull(self, q, offset: int, selector, done, commit_offset: int | None = None, single: bool = False) -> None:
+        """Pull `q` from `offset` (`single`: one record). `done(pulled, retry_in_s)` runs once (on
+        the IO thread, or here when nothing could be sent): a Pulled and 0, or None and how
+        long to wait before pulling this queue again."""
         sql = is_sql(selector)
         via = self._filter_server(q, selector) if sql else self._broker(q)
         if via is None:
             done(None, NO_FILTER_RETRY_S)
             return
-        req = request(q.mq.topic, q.mq.queue_id, offset, group=self.group, max_msgs=self.max_msgs,
+        req = request(q.mq.topic, q.mq.queue_id, offset, group=self.group, max_msgs=1 if single else self.max_msgs,
                       suspend_ms=self.suspend_ms, selector=selector, commit_offset=commit_offset,
                       broker_addr=q.addr if sql else None)
         try:
@@ -188,7 +267,31 @@ class QueuePuller:
         except QuiverError as exc:
             done(None, self._failed(q, via, sql, exc))
             return
+        except Exception:   # an answer nobody foresaw is a failed pull: the queue is pulled again
+            log.exception("answer to a pull of %s from %s unreadable", q.mq, via)
+            done(None, self.error_delay_s)
+            return
         done(pulled, 0.0)
+
+    def decode(self, q, pulled: Pulled, selector, offset: int, single: bool = False) -> Readable:
+        """The messages of a FOUND answer to a pull of `q` from `offset` (`single`: of one record),
+        those of other tags left out. What cannot be decoded is skipped and reported."""
+        try:
+            return Readable(pulled.messages(q.mq.broker, selector), pulled.next)
+        except Exception as exc:   # record.BadRecord, or whatever else a garbled body raises
+            log.warning("pull of %s from offset %d: body does not decode (%s), reading it record by record",
+                        q.mq, offset, exc)
+        msgs, bad, again = salvage(pulled.body, q.mq.broker, offset, pulled.next, single)
+        for qoff, reason in bad:
+            self.bad_records.report(q.mq, qoff, reason)
+        wanted = wanted_tags(selector)
+        if wanted is not None:
+            msgs = [m for m in msgs if m.tags in wanted]
+        if again is None or again >= pulled.next:
+            return Readable(msgs, pulled.next)
+        log.warning("%s: records from offset %d on cannot be located in the answer: pulling them one at a time "
+                    "up to %d", q.mq, again, pulled.next)
+        return Readable(msgs, again, pulled.next)
 
     def _failed(self, q, via: str, sql: bool, exc: QuiverError) -> float:
         """How long to wait after a failed pull, having chosen where the next one goes."""

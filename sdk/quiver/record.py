@@ -11,7 +11,10 @@ so the SDK decodes exactly what the broker stored::
 
 BODYCRC = crc32(body) & 0x7FFFFFFF. A BLANK record (magic 0xCBD43194, 8 bytes
 minimum) pads the end of a segment. Properties are "name\\x01value\\x02" repeated.
-This module owns bytes only: no file I/O.
+Optionally (RocketMQ's enabledAppendPropCRC, marked by SYSFLAG_PROP_CRC) the
+properties end with __CRC32#, a CRC of every byte of the record before it.
+`check_run` is the broker's check of every record it serves. This module owns
+bytes only: no file I/O.
 """
 
 import struct
@@ -52,9 +55,36 @@ TX_MASK = 0xC
 NAME_SEP = "\x01"
 PROP_SEP = "\x02"
 
+# RocketMQ's enabledAppendPropCRC: the record ends with the property __CRC32# whose value is the
+# CRC of every byte before it, as ten digits least significant first (MessageDecoder.createCrc32).
+# Quiver marks such a record with a sysflag bit of its own, so a reader knows to check it.
+PROP_CRC = "__CRC32#"
+SYSFLAG_PROP_CRC = 1 << 20
+_CRC_HEAD = (PROP_CRC + NAME_SEP).encode()
+CRC_PROP_BYTES = len(_CRC_HEAD) + 10 + len(PROP_SEP)  # 20, RocketMQ's CRC32_RESERVED_LEN
+
 
 def crc(body) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def _crc_prop(c: int) -> bytes:
+    return _CRC_HEAD + str(c)[::-1].ljust(10, "0").encode() + b"\x02"
+
+
+def strip_prop_crc(props: bytes) -> bytes:
+    """Properties without a trailing __CRC32# property (a record re-put from a stored one)."""
+    if len(props) >= CRC_PROP_BYTES and props[-CRC_PROP_BYTES:-11] == _CRC_HEAD:
+        return props[:-CRC_PROP_BYTES]
+    return props
+
+
+def _prop_crc_ok(buf, pos: int, end: int) -> bool:
+    """The __CRC32# property ending the record [pos, end) matches the bytes before it."""
+    if end - pos < MIN_RECORD + CRC_PROP_BYTES or buf[end - CRC_PROP_BYTES:end - 11] != _CRC_HEAD:
+        return False
+    digits = bytes(buf[end - 11:end - 1])
+    return digits.isdigit() and int(digits[::-1]) == zlib.crc32(buf[pos:end - CRC_PROP_BYTES]) & 0x7FFFFFFF
 
 
 def encode_record(rec: "Record") -> bytes:
@@ -67,27 +97,42 @@ def encode_record(rec: "Record") -> bytes:
 def encode(body: bytes, topic: bytes, queue_id: int, flag: int, queue_offset: int,
            phys_offset: int, sys_flag: int, born_ts: int, born_host: bytes, store_ts: int,
            store_host: bytes, reconsume: int, prepared_offset: int, props: bytes,
-           body_crc: int | None = None) -> bytes:
-    """One record as bytes. `born_host`/`store_host` are 8 bytes (ipv4 + port)."""
+           body_crc: int | None = None, prop_crc: bool = False) -> bytes:
+    """One record as bytes. `born_host`/`store_host` are 8 bytes (ipv4 + port). `prop_crc`:
+    end it with the __CRC32# property (and set SYSFLAG_PROP_CRC)."""
     tlen = len(topic)
     thead = _U8.pack(tlen) if tlen <= 127 else _U16.pack(tlen)
-    total = FIXED_SIZE + len(body) + len(thead) + tlen + 2 + len(props)
+    plen = len(props) + (CRC_PROP_BYTES if prop_crc else 0)
+    total = FIXED_SIZE + len(body) + len(thead) + tlen + 2 + plen
     head = _FIXED.pack(total, MAGIC_V1 if tlen <= 127 else MAGIC_V2,
                        crc(body) if body_crc is None else body_crc, queue_id, flag,
-                       queue_offset, phys_offset, sys_flag, born_ts, born_host, store_ts,
-                       store_host, reconsume, prepared_offset, len(body))
-    return b"".join((head, body, thead, topic, _U16.pack(len(props)), props))
+                       queue_offset, phys_offset, sys_flag | SYSFLAG_PROP_CRC if prop_crc else sys_flag, born_ts,
+                       born_host, store_ts, store_host, reconsume, prepared_offset, len(body))
+    out = b"".join((head, body, thead, topic, _U16.pack(plen), props))
+    return out + _crc_prop(zlib.crc32(out) & 0x7FFFFFFF) if prop_crc else out
 
 
 def encode_run(bodies, topic: bytes, queue_id: int, flags, first_qoff: int | None, phys: int, sys_flag: int,
                born_ts: int, born_host: bytes, store_ts: int, store_host: bytes, reconsume: int,
-               prepared_offset: int, props: list[bytes], body_crcs=None) -> tuple[bytes, list[int], list[int]]:
+               prepared_offset: int, props: list[bytes], body_crcs=None,
+               prop_crc: bool = False) -> tuple[bytes, list[int], list[int]]:
     """Consecutive records as one bytes object: (data, phys offsets, sizes).
 
     The batch form of `encode` for the put path: sizes, CRCs and offsets are
     computed list-wise and everything is joined once. `first_qoff` None gives
     every record queue offset 0 (half and rollback records).
     """
+    if prop_crc:  # one whole-record CRC each: record by record
+        recs, offsets, sizes = [], [], []
+        for i, body in enumerate(bodies):
+            rec = encode(body, topic, queue_id, flags[i], 0 if first_qoff is None else first_qoff + i, phys,
+                         sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared_offset, props[i],
+                         body_crcs[i] if body_crcs else None, True)
+            recs.append(rec)
+            offsets.append(phys)
+            sizes.append(len(rec))
+            phys += len(rec)
+        return b"".join(recs), offsets, sizes
     tlen = len(topic)
     tpart = (_U8.pack(tlen) if tlen <= 127 else _U16.pack(tlen)) + topic
     magic = MAGIC_V1 if tlen <= 127 else MAGIC_V2
@@ -110,8 +155,9 @@ def encode_run(bodies, topic: bytes, queue_id: int, flags, first_qoff: int | Non
     return b"".join(parts), offsets, sizes
 
 
-def record_size(body_len: int, topic_len: int, props_len: int) -> int:
-    return FIXED_SIZE + body_len + (1 if topic_len <= 127 else 2) + topic_len + 2 + props_len
+def record_size(body_len: int, topic_len: int, props_len: int, prop_crc: bool = False) -> int:
+    return FIXED_SIZE + body_len + (1 if topic_len <= 127 else 2) + topic_len + 2 + props_len + \
+        (CRC_PROP_BYTES if prop_crc else 0)
 
 
 def blank(size: int) -> bytes:
@@ -231,12 +277,95 @@ def decode_at(buf, pos: int = 0, check_crc: bool = False) -> Record:
     props = bytes(buf[p:p + plen])
     if check_crc and crc(body) != body_crc:
         raise BadRecord("body CRC mismatch")
+    if check_crc and sys_flag & SYSFLAG_PROP_CRC and not _prop_crc_ok(buf, pos, pos + total):
+        raise BadRecord("record CRC (__CRC32#) mismatch")
     try:
         return Record(total, body_crc, queue_id, flag, qoff, poff, sys_flag, born_ts,
                       bytes(born_host), store_ts, bytes(store_host), reconsume, prep, body,
                       topic.decode(), props.decode())
     except UnicodeDecodeError as exc:
         raise BadRecord(f"topic/properties not UTF-8: {exc}") from None
+
+
+# The fields a served record is checked by: size, magic, body CRC, PHYSICALOFFSET, SYSFLAG and BODYLEN.
+_CHECK = struct.Struct(f">iIi{AT['phys_offset'] - AT['queue_id']}xqi{AT['body_len'] - AT['born_ts']}xi")
+
+
+def check_run(buf, spans, base: int) -> list[tuple[int, str]]:
+    """The records of `spans` that are not whole and intact, as (index in spans, reason).
+
+    `spans` are (CommitLog offset, size) pairs as a ConsumeQueue gives them and
+    `buf` holds the bytes read from CommitLog offset `base` on. A record passes
+    when its size field is the span's size, its magic is a record's, its
+    PHYSICALOFFSET is its offset, its body matches BODYCRC (RocketMQ's
+    checkCRC) — or, with SYSFLAG_PROP_CRC, every byte matches its __CRC32#
+    property — and topic and properties end exactly at its size. The broker's
+    pull path runs this over every record it serves, so per record it is one
+    struct unpack, one crc32 and a few compares; [] when all pass."""
+    bad = []
+    view = memoryview(buf)
+    unpack, crc32, v1, v2, fixed = _CHECK.unpack_from, zlib.crc32, MAGIC_V1, MAGIC_V2, FIXED_SIZE
+    whole = SYSFLAG_PROP_CRC
+    n = len(buf)
+    for phys, size in spans:
+        pos = phys - base
+        end = pos + size
+        try:
+            total, magic, body_crc, poff, sys_flag, blen = unpack(buf, pos)
+            p = pos + fixed + blen
+            if total != size or poff != phys or (magic != v1 and magic != v2) or blen < 0 or p + 3 > end \
+                    or end > n or (crc32(view[p - blen:p]) & 0x7FFFFFFF != body_crc if not sys_flag & whole
+                                   else not _prop_crc_ok(view, pos, end)):
+                raise BadRecord("bad head or body")
+            p += 1 + view[p] if magic == v1 else 2 + (view[p] << 8 | view[p + 1])
+            if p + 2 > end or p + 2 + (view[p] << 8 | view[p + 1]) != end:
+                raise BadRecord("topic/properties lengths do not match the size")
+        except (BadRecord, struct.error, IndexError, ValueError) as exc:
+            bad.append((spans.index((phys, size)), _why(buf, pos, phys, size, exc)))
+    return bad
+
+
+def _why(buf, pos: int, phys: int, size: int, exc: Exception) -> str:
+    """What is wrong with the record check_run refused (the rare path: worth the detail)."""
+    if pos < 0 or pos + size > len(buf) or size < MIN_RECORD:
+        return f"{size} bytes at {phys} not readable ({len(buf) - max(pos, 0)} there)"
+    total, magic, body_crc, poff, sys_flag, blen = _CHECK.unpack_from(buf, pos)
+    if magic != MAGIC_V1 and magic != MAGIC_V2:
+        return f"bad magic {magic:#x}"
+    if total != size:
+        return f"size field {total}, the ConsumeQueue says {size}"
+    if poff != phys:
+        return f"PHYSICALOFFSET {poff}, read at {phys}"
+    if not 0 <= blen <= size - MIN_RECORD:
+        return f"body length {blen} overruns the record"
+    if crc(memoryview(buf)[pos + FIXED_SIZE:pos + FIXED_SIZE + blen]) != body_crc:
+        return "body CRC mismatch"
+    if sys_flag & SYSFLAG_PROP_CRC and not _prop_crc_ok(memoryview(buf), pos, pos + size):
+        return "record CRC (__CRC32#) mismatch"
+    return str(exc)
+
+
+def salvage_head(buf, phys: int) -> tuple[str, int, int, int] | None:
+    """(topic, queue id, queue offset, sysflag) of a damaged record that fills `buf`, read from
+    its fixed fields and topic without trusting its size or CRC; None unless its magic and
+    PHYSICALOFFSET (== `phys`) are intact and its topic is readable. Recovery uses it to keep
+    a queue continuous past a record it cannot serve."""
+    if len(buf) < MIN_RECORD:
+        return None
+    (_, magic, _, queue_id, _, qoff, poff, sys_flag, _, _, _, _, _, _, blen) = _FIXED.unpack_from(buf, 0)
+    if (magic != MAGIC_V1 and magic != MAGIC_V2) or poff != phys or not 0 <= blen <= len(buf) - MIN_RECORD:
+        return None
+    p = FIXED_SIZE + blen
+    try:
+        if magic == MAGIC_V1:
+            tlen, p = buf[p], p + 1
+        else:
+            tlen, p = _U16.unpack_from(buf, p)[0], p + 2
+        if p + tlen > len(buf):
+            return None
+        return bytes(buf[p:p + tlen]).decode(), queue_id, qoff, sys_flag
+    except (struct.error, IndexError, UnicodeDecodeError):
+        return None
 
 
 def decode_many(buf) -> list[Record]:

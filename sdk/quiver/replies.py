@@ -92,6 +92,14 @@ class OffsetReply(Schema):
 
 
 @schema
+class ResetOffsetReply(Schema):
+    """INVOKE_BROKER_TO_RESET_OFFSET: the offsets stored ([queue id, offset] rows) and how many
+    online members of the group were told (0: the group is not online here)."""
+    offsets: list = wire("offsets", ListOf(Row(QUEUE_ID, OFFSET), MAX_QUEUES), [])
+    members: int = wire("members", U31, 0)
+
+
+@schema
 class ScheduleInitReply(Schema):
     delay_levels_ms: list = wire("delay_levels_ms", ListOf(Int(0, 10 * 365 * 86_400_000), 1024, 1))
     broker_name: str = wire("broker_name", BROKER_NAME)

@@ -28,7 +28,7 @@ it is packed into; every string, list and map is length-capped.
 from .codes import RequestCode, ResponseCode
 from .schema import *  # noqa: F401,F403  (checks, ranges, Schema: one import for callers)
 from .schema import (ADDR, BODY_LENGTHS, BROKER_NAME, CLIENT_ID, CLUSTER, EXPR_TYPE, EXPRESSION, GROUP, I32,
-                     MAX_BATCH, MAX_BODY_BYTES, MAX_OFFSET, MAX_PULL, MSG_ID, OFFSET, PROPS, QUEUE_COUNT,
+                     MAX_BATCH, MAX_BODY_BYTES, MAX_OFFSET, MAX_PULL, MAX_QUEUES, MSG_ID, OFFSET, PROPS, QUEUE_COUNT,
                      QUEUE_ID, SCHEMAS, SUSPEND_MS, TIMESTAMP, TOPIC, U31, Bool, ConsumerData, DataVersion, Int,
                      ListOf, Nested, OneOf, Opt, Row, Schema, SendMetas, Str, TopicConfig, request, unpack_bodies,
                      wire)
@@ -249,6 +249,29 @@ class CheckClientConfig(Schema):
     topic: str | None = wire("t", Opt(TOPIC), None)
     expression_type: str | None = wire("tp", Opt(EXPR_TYPE), None)
     expression: str | None = wire("sub", Opt(EXPRESSION), None)
+
+
+@request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
+class ResetOffset(Schema):
+    """Admin -> broker: store `group`'s offset of every queue of `topic` on this broker (or of
+    `queue_id`) as the first message stored at or after `timestamp`, or as `offset` (held to each
+    queue's [min, max]); exactly one of the two. The broker then tells the group's online members
+    (RESET_CONSUMER_CLIENT_OFFSET); the reply is a ResetOffsetReply."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    timestamp: int | None = wire("ts", Opt(TIMESTAMP), None)
+    offset: int | None = wire("o", Opt(OFFSET), None)
+    queue_id: int | None = wire("q", Opt(QUEUE_ID), None)   # None: every queue of the topic
+
+
+@request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET)
+class ResetConsumerClientOffset(Schema):
+    """Broker -> each online member of `group`: drop what is cached of these queues of `topic` on
+    broker `broker` and pull them from these offsets ([queue id, offset] rows)."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    broker: str = wire("b", BROKER_NAME)
+    offsets: list = wire("offsets", ListOf(Row(QUEUE_ID, OFFSET), MAX_QUEUES))
 
 
 # ---- requests: broker, topics and admin -----------------------------------------------------------------

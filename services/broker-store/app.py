@@ -28,6 +28,7 @@ from quiver.transport import Transport
 from . import ha_master, handlers
 from .clients import ClientRegistry
 from .consume_stats import ConsumeStats, GroupWatch
+from .disk_space import DiskSpace
 from .filter_servers import SCAN_INTERVAL_S, FilterServerRegistry, FilterServerRequests
 from .group_commit import GroupCommit
 from .ha_slave import ReplicationSlave
@@ -74,6 +75,10 @@ class App:
             index_slots=c.index_slots, index_entries=c.index_entries, flush_sync=c.flush == "sync",
             flush_interval_ms=c.flush_interval_ms, store_host=self.store_host, delay_levels_ms=c.delay_levels_ms,
             file_reserved_hours=c.file_reserved_hours, delete_when_hours=c.delete_when_hours,
+            disk_max_used_ratio=c.disk_max_used_ratio, disk_clean_forcibly_ratio=c.disk_clean_forcibly_ratio,
+            disk=DiskSpace(c.store_dir, c.disk_full_ratio, c.disk_clean_forcibly_ratio, c.disk_min_free_bytes,
+                           c.disk_check_bytes, c.disk_check_interval_ms),
+            logic_flush_interval_ms=c.logic_flush_interval_ms, prop_crc=c.append_prop_crc,
             on_flushed=self._flushed_from_thread)
         self.metadata = Metadata(c.metadata_url or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}")
         self.topics = Topics(self.metadata, self.store, self.register_all, c.auto_create_topics,
@@ -117,6 +122,7 @@ class App:
             ConsumeStats(c.name, store, meta, topics, clients),
             handlers.TopicRequests(topics),
             handlers.OffsetRequests(topics, meta, store),
+            handlers.OffsetResets(c.name, topics, meta, store, clients, self.service.send_if_connected),
             handlers.MessageRequests(store),
             handlers.ClientRequests(clients, self.notify_group_changed),
         ]

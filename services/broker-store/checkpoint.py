@@ -9,10 +9,15 @@ Owns the `checkpoint` file; recovery (store) decides what the numbers mean::
      40 crc32 4              (of bytes 0..39; a torn or foreign file reads as "none")
 
 The first five fields keep RocketMQ's order (theirs ends with masterFlushedOffset
-and confirmPhyOffset); the CRC is ours. The file is rewritten in place with one
-pwrite of 44 bytes (one sector) and fdatasync.
+and confirmPhyOffset); the CRC is ours. A new checkpoint is written whole to
+`checkpoint.tmp`, fsynced, renamed over `checkpoint` and the directory fsynced:
+a crash at any point leaves the old checkpoint or the new one, never a torn one
+(a torn file would read as "none" and cost a scan of the whole log). A write
+that fails (ENOSPC ...) leaves the old one in place; the old one stays true,
+only more conservative.
 """
 
+import errno
 import os
 import struct
 import zlib
@@ -49,14 +54,27 @@ def read(path: str) -> Checkpoint | None:
 
 
 class CheckpointFile:
-    """An open checkpoint file, written by the flush thread only."""
+    """The checkpoint file, written by the flush thread only."""
 
     def __init__(self, path: str):
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.path = path
+        self.tmp = path + ".tmp"
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)  # a write cut short by a crash; `checkpoint` is whole
+        self.dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
 
     def write(self, cp: Checkpoint) -> None:
-        os.pwrite(self.fd, cp.encode(), 0)
-        os.fdatasync(self.fd)
+        """Replace the checkpoint atomically; raises OSError with the old one intact."""
+        data = cp.encode()
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, "short write of the checkpoint")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.tmp, self.path)
+        os.fsync(self.dir_fd)
 
     def close(self) -> None:
-        os.close(self.fd)
+        os.close(self.dir_fd)

@@ -11,9 +11,12 @@ nor what the records mean (consume_queue, index_file, store)::
 A record never spans two segments: when the next record plus 8 bytes does not
 fit, the rest of the segment is a BLANK filler (quiver.record.blank), so every
 full segment is exactly `segment_bytes` long and segment starts are multiples
-of it. Segments are not preallocated: we append with os.write at the tracked
+of it. Segments are not preallocated: we append with os.pwrite at the tracked
 end and read with os.pread, so the file size is the written end (recovery then
-only has to find the last intact record, never skip zeroed space).
+only has to find the last intact record, never skip zeroed space). A write that
+fails is cut back at once (`append`), and a put that fails after some of its
+bytes landed is cut back by the store with `truncate`: nothing later is ever
+written after torn bytes.
 
 Threading: the broker's main thread appends and reads; the store's flush thread
 calls `flush()`. The segment list is only mutated under `lock`; a flush takes a
@@ -58,6 +61,7 @@ class CommitLog:
         self.lock = threading.Lock()
         self.flushed = 0
         self._base = 0  # write_end when there is no segment (all cut by recovery)
+        self.sync_error: OSError | None = None  # a failed fdatasync: nothing is flushed after it
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -101,13 +105,24 @@ class CommitLog:
     # ---- writing -------------------------------------------------------------
 
     def append(self, data: bytes) -> None:
-        """Write bytes at the end of the current segment; the caller checked the fit."""
+        """Write bytes at the end of the current segment; the caller checked the fit.
+
+        pwrite at the tracked end, never at the file position: a write that
+        failed (ENOSPC, EIO ...) leaves `size` where it was and its torn bytes
+        are cut (or, if even that fails, overwritten by the next append)."""
         seg = self.segments[-1]
         view = memoryview(data)
-        while view:  # regular files take it all at once; loop for the odd short write
-            n = os.write(seg.fd, view)
-            view = view[n:]
-        seg.size += len(data)
+        pos = seg.size
+        try:
+            while view:  # regular files take it all at once; loop for the odd short write
+                n = os.pwrite(seg.fd, view, pos)
+                pos += n
+                view = view[n:]
+        except OSError:
+            if pos > seg.size:
+                _cut(seg.fd, seg.size)
+            raise
+        seg.size = pos
 
     def roll(self) -> None:
         """Start a new segment at the current end (the caller filled the old one)."""
@@ -122,20 +137,25 @@ class CommitLog:
             self._starts.append(start)
 
     def truncate(self, end: int) -> None:
-        """Cut the log at `end`: shorten its segment, delete every later one."""
+        """Cut the log at `end`: shorten its segment, delete every later one.
+
+        Also the rollback of a put that failed half-way (the caller holds the
+        store's flush lock): the in-memory ends move first, so a file that cannot
+        be cut or removed (EIO) is still never read or built on past `end`."""
         with self.lock:
             while self.segments and self.segments[-1].start >= end and self.segments[-1].end > end:
                 seg = self.segments.pop()
                 self._starts.pop()
                 os.close(seg.fd)
-                os.unlink(seg.path)
+                try:
+                    os.unlink(seg.path)
+                except OSError as exc:
+                    log.error("segment %s past the log end %d not removed: %s", seg.path, end, exc)
             if self.segments:
                 seg = self.segments[-1]
                 if seg.end > end:
-                    os.ftruncate(seg.fd, end - seg.start)
-                    os.fsync(seg.fd)
                     seg.size = end - seg.start
-                os.lseek(seg.fd, seg.size, os.SEEK_SET)
+                    _cut(seg.fd, seg.size)
             else:
                 self._base = end
         self.flushed = min(self.flushed, end)
@@ -152,12 +172,23 @@ class CommitLog:
     # ---- flushing ------------------------------------------------------------
 
     def flush(self) -> int:
-        """fdatasync every segment holding unflushed bytes; returns the new flushed end."""
+        """fdatasync every segment holding unflushed bytes; returns the new flushed end.
+
+        A failed fdatasync is final for this process: the kernel may have dropped the
+        dirty pages and a retry could "succeed" without them (fsyncgate), so `flushed`
+        never moves again and every later call raises the same error; a restart's
+        recovery reads what really reached the disk."""
+        if self.sync_error is not None:
+            raise self.sync_error
         with self.lock:
             end = self.write_end
             todo = [s.fd for s in self.segments if s.end > self.flushed]
-        for fd in todo:
-            os.fdatasync(fd)
+        try:
+            for fd in todo:
+                os.fdatasync(fd)
+        except OSError as exc:
+            self.sync_error = exc
+            raise
         if end > self.flushed:
             self.flushed = end
         return self.flushed
@@ -197,3 +228,12 @@ class CommitLog:
             return None
         head = os.pread(seg.fd, record.STORE_TS_AT + 8, offset - seg.start)
         return record.store_ts_of(head) if len(head) == record.STORE_TS_AT + 8 else None
+
+
+def _cut(fd: int, size: int) -> None:
+    """ftruncate + fsync to `size`, logged (not raised) when the disk refuses even that."""
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    except OSError as exc:
+        log.error("could not cut a CommitLog segment back to %d bytes: %s", size, exc)

@@ -58,6 +58,20 @@ class Config:
     delete_when: str = setting("04", "hours of day when expired segments are deleted, 'HH;HH'")
     offset_persist_interval_ms: int = setting(5000, "consumer offsets are written this often")
     clean_interval_ms: int = setting(10_000, "retention check period")
+    disk_max_used_ratio: float = setting(0.75, "above this used share of the store's disk, expired segments "
+                                               "are deleted in any hour (RocketMQ diskMaxUsedSpaceRatio)")
+    disk_clean_forcibly_ratio: float = setting(0.85, "above: the oldest segments go even if not expired; a "
+                                                     "full disk takes writes again below it")
+    disk_full_ratio: float = setting(0.90, "above: puts refused with SERVICE_NOT_AVAILABLE before anything is "
+                                           "written (RocketMQ diskSpaceWarningLevelRatio)")
+    disk_min_free_bytes: int = setting(16 * 1024 * 1024, "puts refused while less than this is free on the disk")
+    disk_check_bytes: int = setting(4 * 1024 * 1024, "bytes written between two statvfs checks of the disk (at most)")
+    disk_check_interval_ms: int = setting(100, "the disk is checked again after this long (other writers)")
+    logic_flush_interval_ms: int = setting(1000, "ConsumeQueue/index fsync and checkpoint period "
+                                                 "(RocketMQ flushIntervalConsumeQueue)")
+    append_prop_crc: bool = setting(False, "end each record with a __CRC32# property (CRC of the whole record), "
+                                           "so served records are checked beyond their body (RocketMQ "
+                                           "enabledAppendPropCRC); costs 20 bytes and a CRC per message")
     long_poll_max_ms: int = setting(30_000, "cap on a pull's suspend time")
     client_expiry_ms: int = setting(120_000, "drop a client silent this long (RocketMQ channelExpiredTimeout)")
     role: str = setting("", "SYNC_MASTER | ASYNC_MASTER | SLAVE (default: ASYNC_MASTER for id 0, SLAVE otherwise)")
@@ -78,6 +92,8 @@ class Config:
         parse_delay_levels(self.delay_levels)
         if self.segment_bytes < 4096:
             raise ValueError("segment_bytes must be >= 4096")
+        if not 0 < self.disk_clean_forcibly_ratio <= self.disk_full_ratio <= 1:
+            raise ValueError("disk ratios must be 0 < disk_clean_forcibly_ratio <= disk_full_ratio <= 1")
         if self.role and self.role not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
         if self.broker_id < 0:

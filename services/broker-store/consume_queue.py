@@ -7,8 +7,9 @@ Owns the files of one queue and the entry format; not the records themselves
       entry n at byte n*20:  commitLogOffset 8 | size 4 | tagsCode 8   (big-endian)
 
 tagsCode is the tag hash (quiver.message.tag_hash), or the delivery time for the
-scheduler topics. A file holds `entries_per_file` entries; files are appended,
-not preallocated, so a file's size says how many entries it has. A file is
+scheduler topics. A file holds `entries_per_file` entries; files are appended
+(pwrite at the tracked end), not preallocated, so a file's size says how many
+entries it has; an append that fails is cut back whole (`append`). A file is
 named by the byte offset of its first entry, normally a multiple of the file
 capacity; the name is only ever used as "where this file starts", so a queue
 rebuilt from a later offset can start anywhere.
@@ -154,16 +155,25 @@ class ConsumeQueue:
     # ---- writing -------------------------------------------------------------
 
     def append(self, entries: bytes) -> None:
-        """Append packed entries (multiple of 20 bytes), rolling files as they fill."""
+        """Append packed entries (multiple of 20 bytes), rolling files as they fill.
+
+        All or nothing: on a write error (ENOSPC, EIO ...) the queue is cut back
+        to where it was (files created for it removed) and the error re-raised,
+        so `max_offset` never counts an entry that is not whole on disk."""
+        mark = self.max_offset
         view = memoryview(entries)
-        while view:
-            if not self.files or self.files[-1].size >= self.file_bytes:
-                self._new_file()
-            f = self.files[-1]
-            chunk = view[:self.file_bytes - f.size]
-            os.write(f.fd, chunk)
-            f.size += len(chunk)
-            view = view[len(chunk):]
+        try:
+            while view:
+                if not self.files or self.files[-1].size >= self.file_bytes:
+                    self._new_file()
+                f = self.files[-1]
+                chunk = view[:self.file_bytes - f.size]
+                n = os.pwrite(f.fd, chunk, f.size)  # at the tracked end, not the file position
+                f.size += n
+                view = view[n:]
+        except OSError:
+            self.truncate_to(mark)
+            raise
         self.dirty = True
 
     def _new_file(self) -> None:
@@ -181,21 +191,33 @@ class ConsumeQueue:
 
     def flush(self) -> None:
         if self.dirty and self.files:
-            self.dirty = False
-            os.fdatasync(self.files[-1].fd)
+            self.dirty = False  # before the sync: an append meanwhile marks it again
+            try:
+                os.fdatasync(self.files[-1].fd)
+            except OSError:
+                self.dirty = True
+                raise
 
     def truncate_to(self, offset: int) -> None:
-        """Keep entries below logical `offset` only."""
+        """Keep entries below logical `offset` only (recovery, and a failed append's rollback).
+        The in-memory sizes move first: a file the disk will not cut is still never read past."""
         pos = offset * ENTRY_SIZE
-        while self.files and self.files[-1].start >= pos and self.files[-1].size:
+        while self.files and self.files[-1].start >= pos and (self.files[-1].size or self.files[-1].start > pos):
             f = self.files.pop()
             self._starts.pop()
             os.close(f.fd)
-            os.unlink(f.path)
+            try:
+                os.unlink(f.path)
+            except OSError as exc:
+                log.error("%s/%d: file %s not removed: %s", self.topic, self.queue_id, f.path, exc)
         if self.files and self.files[-1].end > pos:
             f = self.files[-1]
-            os.ftruncate(f.fd, pos - f.start)
             f.size = pos - f.start
+            try:
+                os.ftruncate(f.fd, f.size)
+            except OSError as exc:
+                log.error("%s/%d: could not cut %s to %d bytes: %s", self.topic, self.queue_id, f.path,
+                          f.size, exc)
             os.lseek(f.fd, f.size, os.SEEK_SET)
         if not self.files:
             self._base = offset

@@ -59,7 +59,12 @@ class GroupCommit:
             self.notify(topic, queue_id)
 
     def on_flushed(self, offset: int) -> None:
-        """The CommitLog is flushed up to `offset` (service thread)."""
+        """The CommitLog is flushed up to `offset` (service thread).
+
+        Capped at the store's flushed offset now: a put that failed after the flush
+        thread synced part of it is cut back (and the offset with it) before this
+        runs, and its bytes must not acknowledge the next put written there."""
+        offset = min(offset, self.store.flushed_offset)
         touched = set()
         w = self.waiting
         while w and w[0].end <= offset:

@@ -3,15 +3,18 @@
 Every part owns its codes and says which in its `handlers()`: send (sending.py),
 pull (pulling.py), transactions, schedule, retry, locks, filter servers, consume
 stats, replication (ha_master / ha_slave), and the small ones below (topics,
-offsets, messages, clients). app.py builds the parts and passes them here; a
+offsets, offset resets, messages, clients). app.py builds the parts and passes them here; a
 code claimed twice is a wiring mistake and fails at start.
 """
 
 import logging
 
+from quiver import protocol
+from quiver import requests as rq
 from quiver.codes import RequestCode, ResponseCode
-from quiver.errors import QueryNotFoundError, TopicNotExistError
+from quiver.errors import InvalidParameterError, QueryNotFoundError, TopicNotExistError
 from quiver.names import check_topic
+from quiver.transport import next_request_id
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +116,57 @@ class OffsetRequests:
         self.topics.check_queue(a.topic, a.queue_id)
         off = self.store.search_offset_by_time(a.topic, a.queue_id, a.timestamp)
         req.reply(ResponseCode.SUCCESS, "", {"offset": off})
+
+
+class OffsetResets:
+    """INVOKE_BROKER_TO_RESET_OFFSET, RocketMQ's resetOffset: a group's offsets of a topic's queues
+    on this broker are stored first, then every online member of the group is told
+    (RESET_CONSUMER_CLIENT_OFFSET): it drops what it cached of those queues, pulls them from the
+    new offsets and commits them again, which also undoes a commit of the old position that was
+    on its way meanwhile. A stopped group has nobody to tell: its next start reads the stored
+    offsets. `push(identity, frames) -> bool` sends only over a connection that is there
+    (Service.send_if_connected), so the reply's `members` counts the members actually told."""
+
+    def __init__(self, broker_name: str, topics, metadata, store, clients, push):
+        self.broker_name = broker_name
+        self.topics = topics
+        self.metadata = metadata
+        self.store = store
+        self.clients = clients
+        self.push = push
+
+    def handlers(self) -> dict:
+        return {RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset}
+
+    def reset(self, req) -> None:
+        a = req.args
+        if (a.timestamp is None) == (a.offset is None):
+            raise InvalidParameterError("an offset reset goes to a timestamp or to an offset: give exactly one")
+        conf = self.topics.get(a.topic)
+        if conf is None:
+            raise TopicNotExistError(f"topic {a.topic!r} does not exist on this broker")
+        if a.queue_id is not None:
+            self.topics.check_queue(a.topic, a.queue_id)
+        queue_ids = range(conf["read"]) if a.queue_id is None else (a.queue_id,)
+        offsets = [(q, self._target(a, q)) for q in queue_ids]
+        for q, off in offsets:
+            self.metadata.set_offset(a.group, a.topic, q, off)
+        told = self._tell(a.group, a.topic, offsets)
+        log.info("offsets of group %s on %s reset to %s (%s); %d online member(s) told", a.group, a.topic,
+                 dict(offsets), f"time {a.timestamp}" if a.offset is None else f"offset {a.offset}", told)
+        req.reply(ResponseCode.SUCCESS, "", rq.ResetOffsetReply(offsets=offsets, members=told).ext())
+
+    def _target(self, a, queue_id: int) -> int:
+        if a.offset is None:
+            return self.store.search_offset_by_time(a.topic, queue_id, a.timestamp)
+        lo, hi = self.store.min_offset(a.topic, queue_id), self.store.max_offset(a.topic, queue_id)
+        return min(max(a.offset, lo), hi)
+
+    def _tell(self, group: str, topic: str, offsets: list) -> int:
+        push = rq.ResetConsumerClientOffset(group=group, topic=topic, broker=self.broker_name, offsets=offsets)
+        frames = protocol.request(push, next_request_id())
+        return sum(1 for info in list(self.clients.consumers.get(group, {}).values())
+                   if self.push(info.identity, frames))
 
 
 class MessageRequests:

@@ -13,6 +13,13 @@ because different keys share hashes)::
 Entry numbers start at 1 (0 means "none", so the chain ends there); timeDiff is
 seconds since beginTimestamp. A full file is left as is and a new one started.
 
+The file is sparse, but nothing is stored through the mapping before its disk
+space is allocated (`reserve`: posix_fallocate of the header and slots when the
+file is made, of entries 1 MiB ahead): a store into a hole the disk cannot fill
+is a SIGBUS that kills the broker, an allocation that fails is an OSError the
+put answers before writing. A file without a whole header (killed while it was
+made) opens empty.
+
 Key hash: zlib.crc32 of the UTF-8 key, masked to 31 bits — not Java's
 String.hashCode as in RocketMQ, because crc32 is one C call where hashCode is a
 Python loop per character, and the file is ours alone. `key_hash(prefix_crc, k)`
@@ -38,6 +45,7 @@ ENTRY = struct.Struct(">iqii")
 ENTRY_SIZE = ENTRY.size  # 20
 INT_MAX = 2**31 - 1
 HASH_MASK = 0x7FFFFFFF
+RESERVE_BYTES = 1 << 20  # entries allocated ahead at a time (about 52 000)
 
 
 def prefix_crc(topic: str) -> int:
@@ -52,23 +60,48 @@ def key_hash(prefix: int, key: str) -> int:
 class IndexFile:
     def __init__(self, path: str, slots: int, entries: int):
         self.path = path
-        exists = os.path.exists(path)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        head = os.pread(self.fd, HEADER_SIZE, 0)
+        # A file cut short or never given its header (killed while it was created) starts empty.
+        exists = len(head) == HEADER_SIZE and HEADER.unpack(head)[5] >= 1
         if exists:
             (self.begin_ts, self.end_ts, self.begin_phy, self.end_phy, self.used_slots,
-             self.count) = HEADER.unpack(os.pread(self.fd, HEADER_SIZE, 0))
+             self.count) = HEADER.unpack(head)
         else:
             self.begin_ts = self.end_ts = self.begin_phy = self.end_phy = 0
             self.used_slots, self.count = 0, 1
         self.slots, self.max_entries = slots, entries
         size = HEADER_SIZE + slots * 4 + entries * ENTRY_SIZE
+        self.count = min(self.count, entries)
         if os.fstat(self.fd).st_size < size:
             os.ftruncate(self.fd, size)  # sparse: only touched pages take disk
         self.mm = mmap.mmap(self.fd, size)
         self._entries_at = HEADER_SIZE + slots * 4
+        self._size = size
+        # Bytes from the file start known to be allocated (`reserve`): a store through the
+        # mapping into a hole the disk cannot fill is a SIGBUS, not an exception.
+        self._allocated = 0
         self.dirty = not exists
         if not exists:
+            try:
+                self.reserve(0)     # header and slots allocated before the header is written
+            except OSError:
+                self.mm.close()
+                os.close(self.fd)
+                os.unlink(path)     # it holds nothing yet
+                raise
             self.sync_header()  # count=1 on disk before any entry
+
+    def reserve(self, n: int) -> None:
+        """Allocate disk for the header, the slots and the next `n` entries (in RESERVE_BYTES
+        steps), so that writing them through the mapping cannot fault. Raises OSError
+        (ENOSPC ...) before anything is written."""
+        need = min(self._entries_at + (self.count + n) * ENTRY_SIZE, self._size)
+        if need <= self._allocated:
+            return
+        end = min(max(need, self._allocated + RESERVE_BYTES), self._size)
+        os.posix_fallocate(self.fd, self._allocated, end - self._allocated)
+        self._allocated = end
 
     @property
     def full(self) -> bool:
@@ -87,6 +120,7 @@ class IndexFile:
         todo = items[start:start + room]
         if not todo:
             return 0
+        self.reserve(len(todo))  # OSError here, before the mapping is touched
         mm, slots, entries_at = self.mm, self.slots, self._entries_at
         slot_unpack, slot_pack, entry_pack = SLOT.unpack_from, SLOT.pack_into, ENTRY.pack_into
         if n == 1:
@@ -142,7 +176,11 @@ class IndexFile:
             self.dirty = False
             # fdatasync writes the same dirty pages of the shared mapping, but releases the
             # GIL; mmap.flush (msync) held it for the whole write and stalled the broker loop
-            os.fdatasync(self.fd)
+            try:
+                os.fdatasync(self.fd)
+            except OSError:
+                self.dirty = True
+                raise
 
     def close(self) -> None:
         self.sync_header()
@@ -190,8 +228,19 @@ class IndexService:
         self.files.append(f)
         return f
 
+    def reserve(self, n: int) -> None:
+        """Allocate disk for the next `n` entries of the current file (a new one when it is full)
+        before anything is written; raises OSError (ENOSPC ...) with every entry as it was.
+        A batch that spills into a further file reserves that file's part when it rolls."""
+        f = self.files[-1] if self.files and not self.files[-1].full else self._roll()
+        f.reserve(min(n, f.max_entries - f.count))
+
     def put_many(self, items: list[tuple[int, int]], ts: int) -> None:
-        """Index (keyHash, phyOffset) pairs in order, rolling to a new file when full."""
+        """Index (keyHash, phyOffset) pairs in order, rolling to a new file when full.
+
+        Each file reserves its part before writing it. Should a roll fail half-way
+        (ENOSPC), the entries already written stay: they point at records the
+        store then cuts, and every reader rechecks the key on the record."""
         f = self.files[-1] if self.files else self._roll()
         done = f.put_many(items, ts)
         while done < len(items):

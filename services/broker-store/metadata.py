@@ -6,8 +6,11 @@ Offsets live in memory and are written in one transaction every few seconds
 0..2^63-1 (what a BIGINT holds) is refused when it is set. A save that fails
 loses nothing: its rows are written one by one, and those that still fail stay
 marked for the next save (with whatever newer value they have by then).
+A topic or group is in memory only once its row is stored; a database that
+cannot store it (disk full, locked, gone) answers SERVICE_NOT_AVAILABLE.
 """
 
+import contextlib
 import logging
 import threading
 import time
@@ -16,7 +19,7 @@ from sqlalchemy import (BigInteger, Column, Integer, MetaData, String, Table, cr
                         insert, select, update)
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
-from quiver.errors import InvalidParameterError
+from quiver.errors import InvalidParameterError, ServiceNotAvailableError
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +73,12 @@ class Metadata:
     def put_topic(self, name: str, read: int, write: int, perm: int = 6, sysflag: int = 0, order=False) -> dict:
         conf = {"read": read, "write": write, "perm": perm, "sysflag": sysflag, "order": bool(order)}
         row = {"read_queues": read, "write_queues": write, "perm": perm, "sysflag": sysflag, "order_topic": int(bool(order))}
-        with self.engine.begin() as conn:
+        with _saved(f"topic {name!r}"), self.engine.begin() as conn:
             if name in self.topics:
                 conn.execute(update(topics_t).where(topics_t.c.name == name).values(**row))
             else:
                 conn.execute(insert(topics_t).values(name=name, **row))
-        self.topics[name] = conf
+        self.topics[name] = conf  # only once stored
         return conf
 
     def delete_topic(self, name: str) -> None:
@@ -91,7 +94,7 @@ class Metadata:
     # ---- groups -----------------------------------------------------------------
 
     def put_group(self, name: str, retry_max_times: int = 16) -> None:
-        with self.engine.begin() as conn:
+        with _saved(f"group {name!r}"), self.engine.begin() as conn:
             if name in self.groups:
                 conn.execute(update(groups_t).where(groups_t.c.name == name).values(retry_max_times=retry_max_times))
             else:
@@ -181,3 +184,13 @@ def _check_offset(offset) -> None:
     got = (type(offset).__name__ if type(offset) is not int
            else offset if offset.bit_length() <= 128 else f"an integer of {offset.bit_length()} bits")
     raise InvalidParameterError(f"consumer offset must be an integer 0..{MAX_OFFSET}, got {got}")
+
+
+@contextlib.contextmanager
+def _saved(what: str):
+    """A database that cannot take the write (disk full, locked, gone) -> SERVICE_NOT_AVAILABLE."""
+    try:
+        yield
+    except _DB_DOWN as exc:
+        raise ServiceNotAvailableError(f"{what} not saved, the metadata database refused it: "
+                                       f"{getattr(exc, 'orig', None) or exc}") from None

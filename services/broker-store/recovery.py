@@ -5,9 +5,14 @@ re-dispatch is MessageStore._dispatch, the same code the put path runs.
 
     1. start at the segment holding the checkpoint's dispatched offset (the whole
        log when there is no readable checkpoint);
-    2. walk forward record by record, CRC-checking every one; the first record
-       that is not whole and intact (bad magic, size past the data, CRC or length
-       mismatch, wrong PHYSICALOFFSET, BLANK not ending its segment) is the end;
+    2. walk forward record by record, CRC-checking every one. A record that is
+       not whole and intact (bad magic, size past the data, CRC or length
+       mismatch, wrong PHYSICALOFFSET) is damage in the middle when an intact
+       record follows it in its segment (found by its magic and its own
+       PHYSICALOFFSET, `resync`): those bytes are skipped, logged and counted,
+       the records after them kept — one flipped byte must not cut every acked
+       message behind it. With no intact record after it, it is the torn tail
+       of a crash: the end;
     3. re-dispatch each intact record its ConsumeQueue or index lacks: a record
        goes to its queue only when its QUEUEOFFSET is that queue's next offset,
        and to the index only past the index's last offset, so repeating a
@@ -16,8 +21,11 @@ re-dispatch is MessageStore._dispatch, the same code the put path runs.
        entries pointing past it, and let the index take new records again.
 
 Unlike RocketMQ we CRC-check from the segment start on a clean restart too: it
-costs one segment's scan and means a record damaged while the broker was down
-is never served.
+costs one segment's scan. RocketMQ cuts the log at the first bad record; we cut
+only a tail. A damaged record that keeps its ConsumeQueue entry is skipped by
+the pull path's check (queue_reads) when served; one that still needs its
+entry gets it from its salvaged header (record.salvage_head) so its queue
+stays continuous, and the pull path skips it the same way.
 """
 
 import bisect
@@ -77,7 +85,18 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
             store._dispatch(rec.topic, rec.queue_id, tx, rec.store_ts, [rec.phys_offset],
                             [rec.size], [rec.props], to_cq=to_cq, to_index=to_index)
 
-    end = scan(cl, start, on_record)
+    def on_damage(pos: int, end: int, head) -> None:
+        store._counts["recovery_damaged_records"] += 1
+        if head is None:
+            return
+        topic, queue_id, queue_offset, sys_flag = head
+        cq = store.cqs.get((topic, queue_id))
+        tx = sys_flag & record.TX_MASK
+        if cq is not None and (tx == record.TX_NOT or tx == record.TX_COMMIT) and queue_offset == cq.max_offset:
+            # keeps the queue continuous; served, the entry fails its check and is skipped
+            store._dispatch(topic, queue_id, tx, 0, [pos], [end - pos], [""], to_index=False)
+
+    end = scan(cl, start, on_record, on_damage)
     if end < cl.write_end:
         log.warning("CommitLog cut at %d (%d bytes after it dropped)", end, cl.write_end - end)
         cl.truncate(end)
@@ -95,21 +114,22 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
     store.index.clamp_end(end)
 
 
-def scan(cl, start: int, on_record) -> int:
-    """Walk intact records from `start`, calling on_record; returns the valid end."""
+def scan(cl, start: int, on_record, on_damage=None) -> int:
+    """Walk intact records from `start`, calling on_record (and on_damage(start, end,
+    salvaged head or None) for damage skipped in the middle); returns the valid end."""
     pos = start
     segs = cl.segments
     i = bisect.bisect_right([s.start for s in segs], pos) - 1
     for seg in segs[max(i, 0):]:
         if pos != seg.start and not seg.start < pos <= seg.end:
             break  # the previous segment did not end in a BLANK reaching this one
-        pos = _scan_segment(cl, seg, pos, on_record)
+        pos = _scan_segment(cl, seg, pos, on_record, on_damage or (lambda *a: None))
         if pos != seg.end:
             break
     return pos
 
 
-def _scan_segment(cl, seg, pos: int, on_record) -> int:
+def _scan_segment(cl, seg, pos: int, on_record, on_damage) -> int:
     win, win_at = b"", pos
     while pos < seg.end:
         rel = pos - win_at
@@ -117,24 +137,77 @@ def _scan_segment(cl, seg, pos: int, on_record) -> int:
             win, win_at, rel = os.pread(seg.fd, min(CHUNK, seg.end - pos), pos - seg.start), pos, 0
             if len(win) < 8:
                 return pos
+        why = None
         try:
             size, blank = record.check_head(win, rel, seg.end - pos)
-        except record.BadRecord:
-            return pos
+        except record.BadRecord as exc:
+            size, blank, why = 0, False, str(exc)
         if blank:
             # A filler always runs to the end of its segment; anything else is damage.
-            return pos + size if pos + size == seg.end else pos
-        if rel + size > len(win):
-            win = os.pread(seg.fd, max(size, min(CHUNK, seg.end - pos)), pos - seg.start)
-            win_at, rel = pos, 0
-        try:
-            rec = record.decode_at(win, rel, check_crc=True)
-        except record.BadRecord as exc:
-            log.warning("bad record at %d: %s", pos, exc)
+            if pos + size == seg.end:
+                return seg.end
+            why = f"BLANK of {size} bytes does not end its segment"
+        if why is None:
+            if rel + size > len(win):
+                win = os.pread(seg.fd, max(size, min(CHUNK, seg.end - pos)), pos - seg.start)
+                win_at, rel = pos, 0
+            try:
+                rec = record.decode_at(win, rel, check_crc=True)
+                if rec.phys_offset != pos or rec.size != size:
+                    why = f"record claims offset {rec.phys_offset}"
+            except record.BadRecord as exc:
+                why = str(exc)
+        if why is None:
+            on_record(rec)
+            pos += size
+            continue
+        nxt = resync(seg, pos)
+        if nxt is None:
+            log.warning("CommitLog ends at %d: %s, and no intact record after it (a torn tail)", pos, why)
             return pos
-        if rec.phys_offset != pos or rec.size != size:
-            log.warning("record at %d claims offset %d", pos, rec.phys_offset)
-            return pos
-        on_record(rec)
-        pos += size
+        raw = os.pread(seg.fd, nxt - pos, pos - seg.start)
+        log.error("damaged CommitLog bytes [%d, %d) skipped, the records after them kept: %s", pos, nxt, why)
+        on_damage(pos, nxt, record.salvage_head(raw, pos))
+        win, win_at, pos = b"", nxt, nxt
     return pos
+
+
+def resync(seg, pos: int) -> int | None:
+    """The offset of the first intact record (or a BLANK ending the segment) after damage at
+    `pos`, found by its magic, then its own PHYSICALOFFSET and CRC; None if there is none."""
+    magics = (record.MAGIC_V1.to_bytes(4, "big"), record.MAGIC_V2.to_bytes(4, "big"),
+              record.MAGIC_BLANK.to_bytes(4, "big"))
+    at = pos + 1
+    while at < seg.end:
+        win = os.pread(seg.fd, min(CHUNK, seg.end - at) + 8, at - seg.start)
+        hits = sorted(h for m in magics for h in _finds(win, m))
+        for h in hits:
+            cand = at + h - 4  # the magic sits 4 bytes into a record
+            if cand <= pos:
+                continue
+            if _intact_at(seg, cand):
+                return cand
+        at += CHUNK
+    return None
+
+
+def _finds(buf: bytes, needle: bytes):
+    i = buf.find(needle)
+    while i >= 0:
+        yield i
+        i = buf.find(needle, i + 1)
+
+
+def _intact_at(seg, pos: int) -> bool:
+    head = os.pread(seg.fd, 8, pos - seg.start)
+    try:
+        size, blank = record.check_head(head, 0, seg.end - pos)
+    except record.BadRecord:
+        return False
+    if blank:
+        return pos + size == seg.end
+    try:
+        rec = record.decode_at(os.pread(seg.fd, size, pos - seg.start), 0, check_crc=True)
+    except record.BadRecord:
+        return False
+    return rec.phys_offset == pos and rec.size == size

@@ -9,8 +9,8 @@ runs it as a step from the broker's scheduler (every 10 s there).
   only in a delete_when hour, above disk_max_used_ratio, or when forced.
 - Above disk_clean_forcibly_ratio the oldest segments go even if not expired,
   until the ratio drops below it.
-- Above disk_warning_ratio the store is disk_full: puts are refused until a
-  later step sees the ratio drop.
+- Refusing puts on a full disk is the disk guard's (disk_space.py, asked before
+  every put); a step that deleted segments re-checks it, so writes resume at once.
 - Then ConsumeQueue min offsets move to the first entry still in the log, their
   fully-stale files are deleted, and so are index files below the new minimum.
 """
@@ -27,7 +27,7 @@ DELETE_BATCH_MAX = 10
 def clean_expired(store, now_ms: int | None = None, force: bool = False) -> int:
     """One retention step; returns the number of segments deleted."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    ratio = store.disk_ratio_fn()
+    ratio = store.disk_ratio()
     hour = time.localtime(now_ms / 1000).tm_hour
     may_delete_expired = force or hour in store.delete_when_hours \
         or ratio > store.disk_max_used_ratio
@@ -47,13 +47,14 @@ def clean_expired(store, now_ms: int | None = None, force: bool = False) -> int:
             cl.delete_oldest()
             deleted += 1
             if forcibly:
-                ratio = store.disk_ratio_fn()
+                ratio = store.disk_ratio()
                 forcibly = ratio > store.disk_clean_forcibly_ratio
         if deleted:
             _follow_min(store, cl.min_offset)
-    store._disk_full = store.disk_ratio_fn() > store.disk_warning_ratio
-    if store._disk_full:
-        log.warning("disk above %.0f%%: refusing puts", store.disk_warning_ratio * 100)
+    if deleted:
+        store.disk.check()
+    if store.disk.full:
+        log.warning("disk guard refusing puts: %s", store.disk.remark)
     return deleted
 
 

@@ -120,6 +120,8 @@ class Sender:
             raise MessageIllegalError(f"batch is {sum(lens)} bytes; the limit is {self.max_bytes}: split it")
 
     def _check_writable(self, topic: str, queue_id: int) -> None:
+        if topic not in self.topics.rows and self.store.disk.full:
+            raise ServiceNotAvailableError(f"writes refused: {self.store.disk.remark}")  # not even the topic row
         conf = self.topics.config(topic, create=True)
         if queue_id >= conf["write"]:
             raise InvalidParameterError(

@@ -22,11 +22,13 @@ PULL_CODES: dict[GetStatus, tuple[ResponseCode, str]] = {
 }
 
 # A put's outcome -> code; anything but SUCCESS is raised as that code's QuiverError.
+# DISK_FULL and WRITE_FAILED answer what RocketMQ answers for a full disk, SERVICE_NOT_AVAILABLE,
+# which its producers (and ours, producer.RETRYABLE) retry on another broker; the remark says why.
 PUT_CODES: dict[PutStatus, ResponseCode] = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
     PutStatus.DISK_FULL: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.WRITE_FAILED: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
-_PUT_REMARKS = {PutStatus.DISK_FULL: "broker disk is full (over 90 % used): {what} refused until space is freed"}
 
 
 def pull_code(status: GetStatus, offset: int, min_offset: int, max_offset: int) -> tuple[ResponseCode, str]:
@@ -38,7 +40,8 @@ def pull_code(status: GetStatus, offset: int, min_offset: int, max_offset: int) 
 
 
 def check_stored(res: PutResult, what: str) -> None:
-    """Raise the QuiverError of a put that was refused; `what` names it in the remark ("writes", "re-put")."""
+    """Raise the QuiverError of a put that was refused; `what` names it ("writes", "re-put") before the
+    store's remark ("disk 93 % full on /data/broker-a; writes resume below 85 %")."""
     code = PUT_CODES[res.status]
     if code != ResponseCode.SUCCESS:
-        raise error_for(code, _PUT_REMARKS[res.status].format(what=what))
+        raise error_for(code, f"{what} refused: {res.remark}")

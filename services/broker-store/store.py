@@ -1,9 +1,10 @@
 """MessageStore: the broker's storage façade over CommitLog, ConsumeQueues and index.
 
-Owns the put path (append + inline dispatch), the pull path, key/time lookups,
-the flush thread and the store's lifecycle. Does not own any disk format
+Owns the put path (disk guard, append + inline dispatch, rollback), the flush
+thread and the store's lifecycle; the pull path (queue_reads) and key/time
+lookups (lookups) are behind its methods. Does not own any disk format
 (commit_log, consume_queue, index_file, checkpoint), restart repair
-(recovery) nor deletion policy (retention)::
+(recovery), deletion policy (retention) nor the disk-space rule (disk_space)::
 
     data_dir/
       commitlog/<20-digit offset>            records (commit_log.py)
@@ -18,6 +19,13 @@ checked, path confined under consumequeue/).
 Dispatch (ConsumeQueue + index entries) runs inline in put_batch rather than on
 a reput thread: it is the same Python work either way and doing it here needs
 no hand-off. Recovery feeds decoded records through the same `_dispatch`.
+
+A put is all or nothing: the disk guard refuses it before any write when the
+partition is past its limit (DISK_FULL); a write that fails anyway (ENOSPC,
+EIO ...) cuts back the put's ConsumeQueue entries and CommitLog bytes under the
+flush lock (WRITE_FAILED), so nothing later is written after torn bytes and no
+flush reports them; `max_phys_offset` (what replication streams) only counts
+whole puts.
 
 Threading: every public method but `request_flush` runs on the broker's main
 thread. The flush thread shares only file descriptors: it holds `_flush_lock`
@@ -36,37 +44,29 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from quiver import names, record
+from quiver import record
 from quiver.errors import QuiverError
 from quiver.message import TIMER_DELIVER_MS, tag_hash
 from quiver.names import SCHEDULE_TOPIC, TIMER_TOPIC
 
-from . import ha_stream, lookups, recovery, retention
+from . import lookups, queue_reads, recovery, replica_append, retention
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
 from .config import DEFAULT_DELAY_LEVELS_MS
 from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue, load_queues, queue_dir
+from .disk_space import DiskSpace
 from .index_file import HASH_MASK, IndexService, prefix_crc
+from .queue_reads import GetResult, GetStatus
+
+__all__ = ["GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]  # the statuses callers map
 
 log = logging.getLogger(__name__)
-
-FILTER_SCAN_ENTRIES = 800   # ConsumeQueue entries one filtered pull may skip (16 000 bytes)
-READ_GAP_BYTES = 16 << 10   # records closer than this are fetched with one pread
-LOGIC_FLUSH_INTERVAL_S = 1.0  # ConsumeQueue/index fsync + checkpoint cadence
-
-
-class GetStatus(enum.Enum):
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
 
 
 class PutStatus(enum.Enum):
     PUT_OK = "PUT_OK"
-    DISK_FULL = "DISK_FULL"
+    DISK_FULL = "DISK_FULL"        # refused before writing: the disk guard (disk_space.py)
+    WRITE_FAILED = "WRITE_FAILED"  # a write failed (ENOSPC, EIO ...); everything of the put rolled back
 
 
 @dataclass(slots=True)
@@ -76,16 +76,7 @@ class PutResult:
     phys_offsets: list[int]
     end_offset: int
     store_ts: int
-
-
-@dataclass(slots=True)
-class GetResult:
-    status: GetStatus
-    next_offset: int
-    min_offset: int
-    max_offset: int
-    data: bytes
-    count: int
+    remark: str = ""   # why a put was refused (disk usage and path, or the write error)
 
 
 class MessageStore:
@@ -95,8 +86,13 @@ class MessageStore:
                  flush_interval_ms: int = 500, store_host: bytes = b"\x7f\0\0\x01\0\0\x2a\x8f",
                  delay_levels_ms: Sequence[int] = DEFAULT_DELAY_LEVELS_MS, file_reserved_hours: float = 72,
                  delete_when_hours=(4,), disk_max_used_ratio: float = 0.75,
-                 disk_clean_forcibly_ratio: float = 0.85, disk_warning_ratio: float = 0.90,
+                 disk_clean_forcibly_ratio: float = 0.85, disk: DiskSpace | None = None,
+                 logic_flush_interval_ms: int = 1000, prop_crc: bool = False,
                  on_flushed: Callable[[int], None] | None = None):
+        """`disk`: the write guard (default: 90 % of the data dir's partition, resuming below
+        `disk_clean_forcibly_ratio`); `logic_flush_interval_ms`: ConsumeQueue/index fsync and
+        checkpoint period (RocketMQ flushIntervalConsumeQueue); `prop_crc`: end every record
+        with RocketMQ's __CRC32# property, a CRC of all its bytes (enabledAppendPropCRC)."""
         self.data_dir = data_dir
         self.segment_bytes = segment_bytes
         self.cq_entries_per_file = cq_entries_per_file
@@ -108,9 +104,10 @@ class MessageStore:
         self.delete_when_hours = tuple(delete_when_hours)
         self.disk_max_used_ratio = disk_max_used_ratio
         self.disk_clean_forcibly_ratio = disk_clean_forcibly_ratio
-        self.disk_warning_ratio = disk_warning_ratio
+        self.disk = disk if disk is not None else DiskSpace(data_dir, resume_ratio=disk_clean_forcibly_ratio)
+        self.logic_flush_interval_s = logic_flush_interval_ms / 1000
+        self.prop_crc = prop_crc
         self.on_flushed = on_flushed
-        self.disk_ratio_fn: Callable[[], float] = self._disk_ratio  # tests replace it
         self.commit_log = CommitLog(os.path.join(data_dir, "commitlog"), segment_bytes)
         self.index = IndexService(os.path.join(data_dir, "index"), index_slots, index_entries)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
@@ -125,8 +122,9 @@ class MessageStore:
         self._thread: threading.Thread | None = None
         self._last_logic_flush = 0.0
         self._dispatched = 0   # CommitLog end whose CQ/index entries are written
-        self._disk_full = False
         self._counts = collections.Counter()
+        self.bad_logged: set[int] = set()  # CommitLog offsets of corrupt records already logged
+        self._logic_error = ""  # the last ConsumeQueue/index/checkpoint sync error, "" once one succeeds
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -152,7 +150,12 @@ class MessageStore:
             self._thread = None
         if self._cp_file is None:
             return
-        self.flush_step(force=True)
+        try:
+            self.flush_step(force=True)
+            clean = True
+        except OSError as exc:  # a failed fsync: keep `abort`, so the next open recovers as after a crash
+            log.error("final flush failed, next start recovers as after a crash: %s", exc)
+            clean = False
         with self._flush_lock:
             for cq in self.cqs.values():
                 cq.close()
@@ -161,7 +164,8 @@ class MessageStore:
             self.commit_log.close()
             self._cp_file.close()
             self._cp_file = None
-        os.unlink(self._abort_path)
+        if clean:
+            os.unlink(self._abort_path)
 
     def _load_cqs(self) -> None:
         queues, skipped = load_queues(self._cq_dir, self.cq_entries_per_file)
@@ -185,29 +189,67 @@ class MessageStore:
                   flags: list[int], sys_flag: int, born_ts: int, born_host: bytes,
                   reconsume: int = 0, prepared_offset: int = 0,
                   body_crcs: list[int] | None = None) -> PutResult:
+        """Append one batch to one queue, all or nothing.
+
+        The disk guard is asked first (DISK_FULL, nothing written). Then the
+        records, their ConsumeQueue entries and index keys are written; if any
+        write fails, everything of this put is cut back before returning
+        WRITE_FAILED, so no later put builds on torn bytes or unwritten entries."""
         cl = self.commit_log
-        if self._disk_full:
-            return PutResult(PutStatus.DISK_FULL, -1, [], cl.write_end, 0)
         tx = sys_flag & record.TX_MASK
         in_cq = tx == record.TX_NOT or tx == record.TX_COMMIT
         # Half and rollback records take no queue offset (RocketMQ writes 0).
-        qoff = self._cq(topic, queue_id).max_offset if in_cq else 0
+        cq = self._cq(topic, queue_id) if in_cq else None
         topic_b = topic.encode()
-        store_ts = int(time.time() * 1000)
         pbs = [p.encode() for p in props]
-        phys = cl.write_end
-        fixed = record.record_size(0, len(topic_b), 0)
-        if fixed * len(bodies) + sum(map(len, bodies)) + sum(map(len, pbs)) + 8 <= cl.space_left():
-            # the common case: the whole batch fits the current segment, encoded list-wise
-            data, phys_offsets, sizes = record.encode_run(
-                bodies, topic_b, queue_id, flags, qoff if in_cq else None, phys, sys_flag, born_ts,
-                born_host, store_ts, self.store_host, reconsume, prepared_offset, pbs, body_crcs)
-            cl.append(data)
-            return self._after_put(topic, queue_id, tx, in_cq, qoff, store_ts, phys_offsets, sizes, props,
-                                   phys + len(data), len(bodies))
+        sys_flag &= ~record.SYSFLAG_PROP_CRC  # the store's to set: a re-put record may carry it
+        if self.prop_crc:
+            pbs = [record.strip_prop_crc(p) for p in pbs]
+        fixed = record.record_size(0, len(topic_b), 0, self.prop_crc)
+        nbytes = fixed * len(bodies) + sum(map(len, bodies)) + sum(map(len, pbs))
+        why = self.disk.refusal(nbytes + ENTRY_SIZE * len(bodies))
+        if why is not None:
+            return PutResult(PutStatus.DISK_FULL, -1, [], cl.write_end, 0, why)
+        qoff = cq.max_offset if cq is not None else 0
+        store_ts = int(time.time() * 1000)
+        start = phys = cl.write_end
+        try:
+            if nbytes + 8 <= cl.space_left():
+                # the common case: the whole batch fits the current segment, encoded list-wise
+                data, phys_offsets, sizes = record.encode_run(
+                    bodies, topic_b, queue_id, flags, qoff if in_cq else None, phys, sys_flag, born_ts,
+                    born_host, store_ts, self.store_host, reconsume, prepared_offset, pbs, body_crcs,
+                    self.prop_crc)
+                cl.append(data)
+                end = phys + len(data)
+            else:
+                phys_offsets, sizes, end = self._append_rolling(
+                    bodies, topic_b, queue_id, flags, qoff if in_cq else None, sys_flag, born_ts, born_host,
+                    store_ts, reconsume, prepared_offset, pbs, body_crcs)
+            self._dispatch(topic, queue_id, tx, store_ts, phys_offsets, sizes, props)
+        except Exception as exc:
+            failed_write = isinstance(exc, OSError)
+            if not failed_write and cl.write_end == start and (cq is None or cq.max_offset == qoff):
+                raise  # refused before writing (a record larger than a segment ...)
+            remark = self._undo_put(start, cq, qoff, exc, f"put of {len(bodies)} to {topic}/{queue_id}")
+            if not failed_write:
+                raise
+            return PutResult(PutStatus.WRITE_FAILED, -1, [], start, 0, remark)
+        self._dispatched = end
+        if in_cq and self.flush_sync:
+            cq.pending.append((end, qoff))
+        self._counts["put_msgs"] += len(bodies)
+        self._counts["put_batches"] += 1
+        return PutResult(PutStatus.PUT_OK, qoff, phys_offsets, end, store_ts)
+
+    def _append_rolling(self, bodies, topic_b, queue_id, flags, qoff, sys_flag, born_ts, born_host, store_ts,
+                        reconsume, prepared_offset, pbs, body_crcs) -> tuple[list[int], list[int], int]:
+        """A batch that does not fit the current segment: a BLANK and a roll between segments.
+        Every record is encoded (and checked to fit a segment) before anything is written."""
+        cl = self.commit_log
         seg_bytes = self.segment_bytes
-        store_host = self.store_host
-        encode = record.encode
+        fixed = record.record_size(0, len(topic_b), 0, self.prop_crc)
+        phys = cl.write_end
         space = cl.space_left()
         chunks: list[list[bytes]] = [[]]   # one list per segment touched; a roll between each
         phys_offsets: list[int] = []
@@ -223,35 +265,44 @@ class MessageStore:
                     phys += space
                 chunks.append([])
                 space = seg_bytes
-            chunks[-1].append(encode(body, topic_b, queue_id, flags[i], qoff + i if in_cq else 0,
-                                     phys, sys_flag, born_ts, born_host, store_ts, store_host,
-                                     reconsume, prepared_offset, pb,
-                                     body_crcs[i] if body_crcs else None))
+            chunks[-1].append(record.encode(body, topic_b, queue_id, flags[i], 0 if qoff is None else qoff + i,
+                                            phys, sys_flag, born_ts, born_host, store_ts, self.store_host,
+                                            reconsume, prepared_offset, pb, body_crcs[i] if body_crcs else None,
+                                            self.prop_crc))
             phys_offsets.append(phys)
             sizes.append(size)
             phys += size
             space -= size
-        for n, parts in enumerate(chunks):  # nothing is written until every record fit
+        for n, parts in enumerate(chunks):
             if n:
                 cl.roll()
             if parts:
                 cl.append(b"".join(parts))
-        return self._after_put(topic, queue_id, tx, in_cq, qoff, store_ts, phys_offsets, sizes, props, phys,
-                               len(bodies))
+        return phys_offsets, sizes, phys
 
-    def _after_put(self, topic, queue_id, tx, in_cq, qoff, store_ts, phys_offsets, sizes, props, end, n):
-        self._dispatch(topic, queue_id, tx, store_ts, phys_offsets, sizes, props)
-        self._dispatched = end
-        if in_cq and self.flush_sync:
-            self.cqs[(topic, queue_id)].pending.append((end, qoff))
-        self._counts["put_msgs"] += n
-        self._counts["put_batches"] += 1
-        return PutResult(PutStatus.PUT_OK, qoff, phys_offsets, end, store_ts)
+    def _undo_put(self, start: int, cq: ConsumeQueue | None, qoff: int, exc: Exception, what: str) -> str:
+        """Cut back what a failed put wrote: its ConsumeQueue entries, then its CommitLog bytes
+        (new segments removed). Under the flush lock, so no flush pass reports the cut bytes
+        flushed. Index entries it left point at cut records: every key is rechecked on the
+        record. Returns the refusal remark."""
+        with self._flush_lock:
+            if cq is not None and cq.max_offset > qoff:
+                cq.truncate_to(qoff)
+            self.commit_log.truncate(start)
+        self._counts["puts_rolled_back"] += 1
+        log.error("%s failed and was rolled back to CommitLog offset %d: %r", what, start, exc)
+        if isinstance(exc, OSError):
+            return self.disk.write_failed("a put", exc)
+        return f"{what} failed: {exc!r}"
 
     def _dispatch(self, topic: str, queue_id: int, tx: int, store_ts: int,
                   phys_offsets: list[int], sizes: list[int], props: list[str],
                   to_cq: bool = True, to_index: bool = True) -> None:
-        """ConsumeQueue and index entries for records of one queue (put and recovery)."""
+        """ConsumeQueue and index entries for records of one queue (put and recovery).
+
+        The index is given disk for its entries first and written last: the only
+        write that can fail after the ConsumeQueue append is a rare second index
+        file (see IndexService.put_many)."""
         to_cq = to_cq and (tx == record.TX_NOT or tx == record.TX_COMMIT)
         to_index = to_index and tx != record.TX_ROLLBACK
         want_tags = to_cq and topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
@@ -268,6 +319,8 @@ class MessageStore:
                 if uniq is not None:
                     keyed.append((crc32(uniq.encode(), pre) & HASH_MASK, phys))
                 keyed.extend((crc32(k.encode(), pre) & HASH_MASK, phys) for k in keys)
+        if keyed:
+            self.index.reserve(len(keyed))
         if to_cq:
             if topic == SCHEDULE_TOPIC:
                 levels = self.delay_levels_ms
@@ -283,60 +336,8 @@ class MessageStore:
     # ---- replication (slave) ----------------------------------------------------
 
     def append_replicated(self, offset: int, data) -> tuple[int, set]:
-        """A slave's append: its master's CommitLog bytes, verbatim, at the same offset.
-
-        `data` is whole records of one master segment; each is CRC-checked
-        before anything is written. Dispatch is `_dispatch` with recovery's rule
-        (a record enters its queue only at the queue's next offset), so a queue
-        that starts mid-log (a new slave of a master whose oldest segments
-        expired) begins at its first record's offset. Returns (new end,
-        touched (topic, queue) pairs). Raises ValueError on bad bytes."""
-        cl = self.commit_log
-        if offset != cl.write_end:
-            if cl.segments or offset % self.segment_bytes:
-                raise ValueError(f"replicated bytes start at {offset}; this log ends at {cl.write_end}")
-            cl.truncate(offset)  # an empty log starts at the master's oldest segment
-        recs = ha_stream.check_chunk(data, offset, self.segment_bytes)
-        if not cl.segments or cl.space_left() == 0:
-            cl.roll()
-        if len(data) > cl.space_left():
-            raise ValueError(f"{len(data)} replicated bytes at {offset} overrun the segment")
-        cl.append(data)
-        touched = set()
-        for run in ha_stream.runs(recs):
-            first = run[0]
-            key = (first.topic, first.queue_id)
-            tx = first.sys_flag & record.TX_MASK
-            queued = run if tx == record.TX_NOT or tx == record.TX_COMMIT else []
-            if queued and (not names.is_valid_topic(first.topic) or first.queue_id < 0):
-                log.warning("replicated records of %s/%d: not a valid topic or queue; not queued",
-                            ascii(first.topic), first.queue_id)
-                queued = []
-            if queued:
-                cq = self._cq(*key)
-                if cq.max_offset == 0 and not cq.files:
-                    cq.start_at(first.queue_offset)
-                nxt = cq.max_offset
-                queued = [r for r in run if r.queue_offset >= nxt]
-                if queued and queued[0].queue_offset != nxt:
-                    log.warning("%s/%d: replicated queue offset %d, expected %d; not queued", key[0], key[1],
-                                queued[0].queue_offset, nxt)
-                    queued = []
-                if queued:
-                    touched.add(key)
-            args = (first.topic, first.queue_id, tx, first.store_ts)
-            if len(queued) == len(run):
-                self._dispatch(*args, [r.phys_offset for r in run], [r.size for r in run],
-                               [r.props for r in run])
-            else:
-                self._dispatch(*args, [r.phys_offset for r in run], [r.size for r in run],
-                               [r.props for r in run], to_cq=False)
-                if queued:
-                    self._dispatch(*args, [r.phys_offset for r in queued], [r.size for r in queued],
-                                   [r.props for r in queued], to_index=False)
-        self._dispatched = cl.write_end
-        self._counts["replicated_bytes"] += len(data)
-        return cl.write_end, touched
+        """A slave's append of its master's CommitLog bytes (replica_append.py)."""
+        return replica_append.append(self, offset, data)
 
     # ---- flush -------------------------------------------------------------------
 
@@ -351,7 +352,9 @@ class MessageStore:
 
     @property
     def max_phys_offset(self) -> int:
-        return self.commit_log.write_end
+        """End of the CommitLog's whole puts: what replication may stream (a put still being
+        written, which a failed write may cut back, is not included)."""
+        return self._dispatched
 
     @property
     def min_phys_offset(self) -> int:
@@ -362,23 +365,42 @@ class MessageStore:
 
     def flush_step(self, force: bool = False) -> int:
         """One flush pass: CommitLog always; ConsumeQueues, index and checkpoint every
-        LOGIC_FLUSH_INTERVAL_S (or when forced). Returns the flushed CommitLog offset."""
+        logic_flush_interval_ms (or when forced). Returns the flushed CommitLog offset.
+
+        A CommitLog sync error is raised (the flush loop then refuses writes until a
+        restart, CommitLog.flush says why); a ConsumeQueue/index/checkpoint error is
+        logged and the old checkpoint kept — it is still true, only older — and tried
+        next pass."""
         with self._flush_lock:
             dispatched = self._dispatched  # before the CommitLog sync: its entries exist
             flushed = self.commit_log.flush()
             now = time.monotonic()
-            if (force or now - self._last_logic_flush >= LOGIC_FLUSH_INTERVAL_S) \
+            if (force or now - self._last_logic_flush >= self.logic_flush_interval_s) \
                     and self._cp_file is not None:
                 self._last_logic_flush = now
-                with self._files_lock:
-                    cqs = list(self.cqs.values())
-                for cq in cqs:
-                    cq.flush()
-                self.index.flush()
-                ts = int(time.time() * 1000)
-                self._cp = Checkpoint(ts, ts, ts, flushed, min(dispatched, flushed))
-                self._cp_file.write(self._cp)
+                self._flush_logic(flushed, dispatched)
         return flushed
+
+    def _flush_logic(self, flushed: int, dispatched: int) -> None:
+        with self._files_lock:
+            cqs = list(self.cqs.values())
+        try:
+            for cq in cqs:
+                cq.flush()
+            self.index.flush()
+            ts = int(time.time() * 1000)
+            cp = Checkpoint(ts, ts, ts, flushed, min(dispatched, flushed))
+            self._cp_file.write(cp)
+        except OSError as exc:
+            self._counts["checkpoint_errors"] += 1
+            if not self._logic_error:
+                log.error("ConsumeQueue/index sync or checkpoint failed, old checkpoint kept: %s", exc)
+            self._logic_error = str(exc)
+            return
+        self._cp = cp
+        if self._logic_error:
+            log.warning("checkpoint written again (last error: %s)", self._logic_error)
+            self._logic_error = ""
 
     def _flush_loop(self) -> None:
         interval = self.flush_interval_ms / 1000
@@ -396,6 +418,9 @@ class MessageStore:
                 flushed = self.flush_step()
                 if self.on_flushed is not None and (woke or flushed > before):
                     self.on_flushed(flushed)
+            except OSError as exc:  # nothing newer is acknowledged, nothing more is taken
+                self._counts["flush_errors"] += 1
+                self.disk.failed_for_good("a CommitLog fsync", exc)
             except Exception:  # the loop must outlive a bad pass; it is logged
                 log.exception("flush pass failed")
 
@@ -421,80 +446,8 @@ class MessageStore:
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                      tag_hashes: set[int] | None = None, max_bytes: int = 4 << 20) -> GetResult:
-        cq = self.cqs.get((topic, queue_id))
-        hi = self.visible_max(cq) if cq else 0
-        lo = min(cq.min_offset, hi) if cq else 0
-        if hi == 0:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, b"", 0)
-        if offset < lo:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi, b"", 0)
-        if offset == hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, b"", 0)
-        if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi, b"", 0)
-        max_msgs = max(1, max_msgs)
-        scan = max_msgs if tag_hashes is None else max(max_msgs, FILTER_SCAN_ENTRIES)
-        left = min(scan, hi - offset)
-        min_phys = self.commit_log.min_offset
-        picked: list[tuple[int, int]] = []
-        total = 0
-        nxt = offset
-        full = False
-        while left > 0 and not full:
-            raw = cq.read(nxt, left)  # one pread; a second only at a CQ file boundary
-            if not raw:
-                break
-            left -= len(raw) // ENTRY_SIZE
-            for phys, size, code in ENTRY.iter_unpack(raw):
-                if (tag_hashes is not None and code not in tag_hashes) or size <= 0 \
-                        or phys < min_phys:
-                    nxt += 1
-                    continue
-                if picked and total + size > max_bytes:
-                    full = True
-                    break
-                picked.append((phys, size))
-                total += size
-                nxt += 1
-                if len(picked) >= max_msgs:
-                    full = True
-                    break
-        self._counts["get_calls"] += 1
-        if not picked:
-            return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
-        data = self._read_records(picked)
-        self._counts["get_msgs"] += len(picked)
-        return GetResult(GetStatus.FOUND, nxt, lo, hi, data, len(picked))
-
-    def _read_records(self, picked: list[tuple[int, int]]) -> bytes:
-        """The records, with one pread per run of nearby records in one segment."""
-        cl = self.commit_log
-        out: list[bytes] = []
-        i, n = 0, len(picked)
-        while i < n:
-            start, size = picked[i]
-            seg = cl.segment_for(start)
-            if seg is None:
-                i += 1
-                continue
-            end = start + size
-            j = i + 1
-            gaps = False
-            while j < n:
-                p, s = picked[j]
-                if not (0 <= p - end <= READ_GAP_BYTES and p + s <= seg.end):
-                    break
-                gaps |= p != end
-                end = p + s
-                j += 1
-            buf = cl.read(start, end - start)
-            if not gaps:
-                out.append(buf)
-            else:
-                view = memoryview(buf)
-                out.extend(view[p - start:p - start + s] for p, s in picked[i:j])
-            i = j
-        return b"".join(out)
+        """Up to `max_msgs` records of a queue from `offset` (queue_reads.py: every one checked)."""
+        return queue_reads.get_messages(self, topic, queue_id, offset, max_msgs, tag_hashes, max_bytes)
 
     # ---- lookups (lookups.py) ------------------------------------------------------
 
@@ -538,26 +491,28 @@ class MessageStore:
 
     @property
     def disk_full(self) -> bool:
-        return self._disk_full
+        return self.disk.full
 
-    def _disk_ratio(self) -> float:
-        usage = shutil.disk_usage(self.data_dir)
-        return usage.used / usage.total if usage.total else 0.0
+    def disk_ratio(self) -> float:
+        """Used share of the data dir's partition now (retention; refreshes the disk guard)."""
+        self.disk.check()
+        return self.disk.ratio
 
     def stats(self) -> dict:
         cl = self.commit_log
+        c = self._counts
         return {
-            "put_msgs": self._counts["put_msgs"], "put_batches": self._counts["put_batches"],
-            "get_calls": self._counts["get_calls"], "get_msgs": self._counts["get_msgs"],
+            "put_msgs": c["put_msgs"], "put_batches": c["put_batches"],
+            "get_calls": c["get_calls"], "get_msgs": c["get_msgs"],
             "min_phys_offset": cl.min_offset, "max_phys_offset": cl.write_end,
             "flushed_offset": cl.flushed, "confirm_offset": self.confirm_offset,
             "segments": len(cl.segments), "queues": len(self.cqs),
-            "index_files": len(self.index.files), "disk_ratio": self.disk_ratio_fn(),
-            "disk_full": self._disk_full, "replicated_bytes": self._counts["replicated_bytes"],
-            "skipped_queue_dirs": self._counts["skipped_queue_dirs"],
+            "index_files": len(self.index.files), **self.disk.stats(),
+            "replicated_bytes": c["replicated_bytes"], "skipped_queue_dirs": c["skipped_queue_dirs"],
+            "corrupt_records_skipped": c["corrupt_records_skipped"], "puts_rolled_back": c["puts_rolled_back"],
+            "flush_errors": c["flush_errors"], "checkpoint_errors": c["checkpoint_errors"],
+            "recovery_damaged_records": c["recovery_damaged_records"],
         }
-
-
 
 
 def _int(s: str | None) -> int:

@@ -95,6 +95,8 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ({"g": g, "retry_max_times": 16}, []),
         R.GET_CONSUME_STATS: ({"g": g}, []),
         R.DELETE_TOPIC_IN_BROKER: ({"topic": ctx.deletable_topic}, []),
+        R.INVOKE_BROKER_TO_RESET_OFFSET: ({"g": g, "t": t, "ts": now}, []),
+        R.RESET_CONSUMER_CLIENT_OFFSET: ({"g": g, "t": t, "b": ctx.broker_name, "offsets": [[0, 0]]}, []),
         R.REGISTER_FILTER_SERVER: ({"addr": ctx.dead_addr, "unregister": False}, []),
         R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: ({}, []),
         R.PING: ({}, []),

@@ -105,7 +105,7 @@ def test_garbage_after_last_record_is_cut(d):
     s.close()
 
 
-def test_corrupt_record_in_older_segment_drops_later_segments(d):
+def test_corrupt_record_in_the_middle_is_skipped_and_the_rest_kept(d):
     # The scan starts at the segment of the checkpoint: corrupt a record past it.
     s = make(d, segment_bytes=1024)
     bodies, res = put(s, 5)
@@ -113,20 +113,69 @@ def test_corrupt_record_in_older_segment_drops_later_segments(d):
     more, res2 = put(s, 25, start=5)
     bodies += more
     res.phys_offsets += res2.phys_offsets
+    end = s.max_phys_offset
     crash(s)
     victim = res.phys_offsets[12]
     seg_dir = os.path.join(d, "commitlog")
     seg_start = victim - victim % 1024
+    segs = sorted(os.listdir(seg_dir))
     with open(os.path.join(seg_dir, f"{seg_start:020d}"), "r+b") as f:
         f.seek(victim - seg_start + 4)
         f.write(b"\0\0\0\0")  # magic
     s = make(d, segment_bytes=1024)
-    assert [r.body for r in pull_raw(s)] == bodies[:12]
-    assert max(int(n) for n in os.listdir(seg_dir)) <= seg_start  # later ones deleted
-    assert s.max_phys_offset == victim
+    assert sorted(os.listdir(seg_dir)) == segs and s.max_phys_offset == end
+    assert [r.body for r in pull_raw(s)] == bodies[:12] + bodies[13:]
+    st = s.stats()
+    assert st["recovery_damaged_records"] == 1 and st["corrupt_records_skipped"] == 1
+    assert s.lookup(victim) is None and s.lookup(res.phys_offsets[13]).body == bodies[13]
     _, r = put(s, 1)
-    assert r.first_queue_offset == 12
-    assert all(s.lookup(p) is None for p in res.phys_offsets[13:] if p != r.phys_offsets[0])
+    assert r.first_queue_offset == 30
+    s.close()
+
+
+def _flip(d, phys, at, xor=0x40):
+    with open(last_segment(d), "r+b") as f:
+        f.seek(phys + at)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ xor]))
+
+
+@pytest.mark.parametrize("xor", [0x40, 0x01])  # the size field's 2nd byte: far past the data / a bit off
+def test_flipped_size_field_in_the_middle_loses_only_that_record(d, xor):
+    s = make(d)
+    bodies, res = put(s, 20)
+    s.close()
+    _flip(d, res.phys_offsets[7], 2 if xor == 0x40 else 3, xor)
+    s = make(d)
+    assert [r.body for r in pull_raw(s)] == bodies[:7] + bodies[8:]
+    assert s.max_phys_offset == res.end_offset
+    assert s.stats()["corrupt_records_skipped"] == 1
+    s.close()
+
+
+def test_flipped_size_field_at_the_tail_is_cut_like_a_torn_write(d):
+    s = make(d)
+    bodies, res = put(s, 20)
+    before = s.get_messages("T", 0, 0, max_msgs=19).data
+    s.close()
+    _flip(d, res.phys_offsets[-1], 3, 0x01)
+    _assert_cut_at_last(d, bodies, res, before)
+
+
+def test_damaged_record_still_to_dispatch_keeps_its_queue_offset(d):
+    s = make(d)
+    bodies, res = put(s, 10)
+    crash(s)
+    with open(cq_file(d), "r+b") as f:
+        f.truncate(4 * 20)   # entries 4.. lost (a power cut): recovery must re-dispatch them
+    with open(os.path.join(d, "checkpoint"), "wb"):
+        pass                 # no checkpoint: scan the whole log
+    _flip(d, res.phys_offsets[6], record.FIXED_SIZE + 3)  # a body byte
+    s = make(d)
+    assert s.max_offset("T", 0) == 10
+    assert [r.body for r in pull_raw(s)] == bodies[:6] + bodies[7:]
+    assert [r.queue_offset for r in pull_raw(s)] == [0, 1, 2, 3, 4, 5, 7, 8, 9]
     s.close()
 
 

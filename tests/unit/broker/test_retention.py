@@ -14,12 +14,15 @@ HOUR_MS = 3_600_000
 
 
 class Disk:
-    """A fake disk ratio the test moves."""
+    """A fake partition (statvfs_usage's shape) whose used ratio the test moves."""
+    TOTAL = 100 << 30
+
     def __init__(self, ratio=0.1):
         self.ratio = ratio
 
-    def __call__(self):
-        return self.ratio
+    def __call__(self, path):
+        used = int(self.TOTAL * self.ratio)
+        return self.TOTAL, used, self.TOTAL - used
 
 
 @pytest.fixture
@@ -27,7 +30,7 @@ def store(tmp_path):
     s = MessageStore(str(tmp_path / "s"), segment_bytes=SEG, cq_entries_per_file=4,
                      index_slots=50, index_entries=20, flush_interval_ms=3_600_000,
                      file_reserved_hours=72, delete_when_hours=(99,))  # never the hour
-    s.disk_ratio_fn = Disk()
+    s.disk.usage = Disk()
     s.open()
     yield s
     s.close()
@@ -91,14 +94,14 @@ def test_never_deletes_the_current_segment(store):
 def test_above_max_used_ratio_deletes_expired_outside_the_hour(store):
     fill(store)
     age(store, 2)
-    store.disk_ratio_fn.ratio = 0.8
+    store.disk.usage.ratio = 0.8
     assert store.clean_expired(now_ms()) == 2
     assert not store.disk_full
 
 
 def test_clean_forcibly_deletes_fresh_segments_until_ratio_drops(store):
     fill(store)
-    disk = store.disk_ratio_fn
+    disk = store.disk.usage
     disk.ratio = 0.875
     before = len(store.commit_log.segments)
     real_delete = store.commit_log.delete_oldest
@@ -116,13 +119,13 @@ def test_disk_full_refuses_puts_until_usage_drops(store):
     fill(store, 5)
     end = store.max_phys_offset
     assert len(store.commit_log.segments) == 1  # nothing deletable: the ratio stays up
-    store.disk_ratio_fn.ratio = 0.95
+    store.disk.usage.ratio = 0.95
     assert store.clean_expired(now_ms()) == 0
     assert store.disk_full and store.stats()["disk_full"]
     r = fill(store, 3)
     assert r.status is PutStatus.DISK_FULL and r.phys_offsets == []
     assert store.max_phys_offset == end and store.max_offset("T", 0) == 5
-    store.disk_ratio_fn.ratio = 0.5
+    store.disk.usage.ratio = 0.5
     store.clean_expired(now_ms())
     assert not store.disk_full
     assert fill(store, 3).status is PutStatus.PUT_OK

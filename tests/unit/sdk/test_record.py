@@ -133,3 +133,76 @@ def test_properties_at_skips_the_body_and_checks_lengths():
     assert record.properties_at(raw + _rec(), 0) == (len(raw), {"TAGS": "A"})
     with pytest.raises(record.BadRecord):
         record.properties_at(raw[:-1], 0)
+
+
+def _run(n=4, topic=b"T", base=1000):
+    bodies = [bytes([i]) * (50 + i) for i in range(n)]
+    props = [record.format_properties({"TAGS": "a", "UNIQ_KEY": f"u{i}"}).encode() for i in range(n)]
+    data, offs, sizes = record.encode_run(bodies, topic, 0, [0] * n, 0, base, 0, 1, HOST, 2, HOST, 0, 0, props)
+    return bytearray(data), list(zip(offs, sizes))
+
+
+def test_check_run_passes_intact_records_with_gaps_and_v2_topics():
+    buf, spans = _run()
+    assert record.check_run(bytes(buf), spans, 1000) == []
+    assert record.check_run(bytes(buf), spans[1::2], 1000) == []  # a filtered pull: gaps between
+    long_buf, long_spans = _run(topic=b"L" * 200)
+    assert record.check_run(bytes(long_buf), long_spans, 1000) == []
+    assert record.check_run(b"", [], 0) == []
+
+
+@pytest.mark.parametrize("where, why", [
+    (record.FIXED_SIZE + 3, "body CRC mismatch"),                       # a body byte
+    (0, "size field"),                                                  # TOTALSIZE
+    (4, "bad magic"),                                                   # MAGICCODE
+    (record.AT["phys_offset"] + 7, "PHYSICALOFFSET"),
+    (record.AT["body_crc"], "body CRC mismatch"),
+    (-2, "lengths do not match"),                                       # PROPLEN (before the properties)
+])
+def test_check_run_names_each_damaged_record(where, why):
+    buf, spans = _run()
+    phys, size = spans[2]
+    plen = len(record.format_properties({"TAGS": "a", "UNIQ_KEY": "u2"}).encode())
+    at = phys - 1000 + (where if where >= 0 else size - plen + where)
+    buf[at] ^= 0x40
+    bad = record.check_run(bytes(buf), spans, 1000)
+    assert [k for k, _ in bad] == [2] and why in bad[0][1]
+
+
+def test_check_run_reports_a_short_read_and_a_span_outside_the_buffer():
+    buf, spans = _run()
+    bad = record.check_run(bytes(buf[:-10]), spans, 1000)
+    assert [k for k, _ in bad] == [3] and "not readable" in bad[0][1]
+    assert [k for k, _ in record.check_run(bytes(buf), [(999, 100)], 1000)] == [0]
+
+
+def test_prop_crc_is_rocketmqs_property_over_the_whole_record():
+    rec = record.encode(b"body", b"T", 0, 0, 5, 1000, 0, 1, HOST, 2, HOST, 0, 0, b"TAGS\x01a\x02", prop_crc=True)
+    assert rec.endswith(b"\x02") and rec[-20:-11] == b"__CRC32#\x01"
+    c = record.crc(rec[:-20])
+    assert rec[-11:-1] == str(c)[::-1].ljust(10, "0").encode()  # ten digits, least significant first
+    r = record.decode_at(rec, 0, check_crc=True)
+    assert r.sys_flag & record.SYSFLAG_PROP_CRC and r.properties()["__CRC32#"]
+    assert record.strip_prop_crc(r.props.encode()) == b"TAGS\x01a\x02"
+    assert record.strip_prop_crc(b"TAGS\x01a\x02") == b"TAGS\x01a\x02"
+    data, offs, sizes = record.encode_run([b"body"], b"T", 0, [0], 5, 1000, 0, 1, HOST, 2, HOST, 0, 0,
+                                          [b"TAGS\x01a\x02"], prop_crc=True)
+    assert data == rec and sizes == [len(rec)] == [record.record_size(4, 1, 7, prop_crc=True)]
+
+
+def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
+    props = [record.format_properties({"TAGS": "a", "KEYS": f"k{i}"}).encode() for i in range(3)]
+    data, offs, sizes = record.encode_run([b"x" * 30] * 3, b"T", 0, [0] * 3, 0, 0, 0, 1, HOST, 2, HOST, 0, 0,
+                                          props, prop_crc=True)
+    spans = list(zip(offs, sizes))
+    assert record.check_run(data, spans, 0) == []
+    buf = bytearray(data)
+    buf[offs[1] + sizes[1] - 25] ^= 0x20          # inside KEYS' value
+    assert record.check_run(bytes(buf), spans, 0) == [(1, "record CRC (__CRC32#) mismatch")]
+    with pytest.raises(record.BadRecord):
+        record.decode_at(bytes(buf), offs[1], check_crc=True)
+    plain, offs2, sizes2 = record.encode_run([b"x" * 30] * 3, b"T", 0, [0] * 3, 0, 0, 0, 1, HOST, 2, HOST, 0, 0,
+                                             props)
+    buf = bytearray(plain)
+    buf[offs2[1] + sizes2[1] - 5] ^= 0x20
+    assert record.check_run(bytes(buf), list(zip(offs2, sizes2)), 0) == []  # without it: not detectable

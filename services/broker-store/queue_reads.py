@@ -1,0 +1,153 @@
+"""The pull path's reads: ConsumeQueue entries to checked CommitLog records.
+
+Owns how one pull picks its records (tag filter, message and byte caps, the
+RocketMQ-style scan limit of a filtered pull), how they are read (one pread
+per run of nearby records in a segment) and that every served record is
+checked first (quiver.record.check_run: size, magic, offset, body CRC,
+lengths). A corrupt record is left out and counted
+(`corrupt_records_skipped` in STATUS), logged once naming topic, queue and
+offset; the pull's next offset still moves past it, so a bad record never
+stops a queue. Does not own any file (commit_log, consume_queue) nor the
+reply codes (status_codes).
+"""
+
+import enum
+import logging
+from dataclasses import dataclass
+
+from quiver import record
+
+from .consume_queue import ENTRY, ENTRY_SIZE
+
+log = logging.getLogger(__name__)
+
+FILTER_SCAN_ENTRIES = 800   # ConsumeQueue entries one filtered pull may skip (16 000 bytes)
+READ_GAP_BYTES = 16 << 10   # records closer than this are fetched with one pread
+BAD_LOGGED_MAX = 10_000    # corrupt records logged once each, up to this many
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    data: bytes
+    count: int
+
+
+def get_messages(store, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+                 tag_hashes: set[int] | None = None, max_bytes: int = 4 << 20) -> GetResult:
+    """Up to `max_msgs` records (at least one, then at most `max_bytes`) of a queue from
+    `offset`, only those whose tag hash is in `tag_hashes` when given; every one checked."""
+    cq = store.cqs.get((topic, queue_id))
+    hi = store.visible_max(cq) if cq else 0
+    lo = min(cq.min_offset, hi) if cq else 0
+    if hi == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, b"", 0)
+    if offset < lo:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi, b"", 0)
+    if offset == hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, b"", 0)
+    if offset > hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi, b"", 0)
+    max_msgs = max(1, max_msgs)
+    scan = max_msgs if tag_hashes is None else max(max_msgs, FILTER_SCAN_ENTRIES)
+    left = min(scan, hi - offset)
+    min_phys = store.commit_log.min_offset
+    picked: list[tuple[int, int]] = []
+    total = 0
+    nxt = offset
+    full = False
+    while left > 0 and not full:
+        raw = cq.read(nxt, left)  # one pread; a second only at a CQ file boundary
+        if not raw:
+            break
+        left -= len(raw) // ENTRY_SIZE
+        for phys, size, code in ENTRY.iter_unpack(raw):
+            if (tag_hashes is not None and code not in tag_hashes) or size <= 0 \
+                    or phys < min_phys:
+                nxt += 1
+                continue
+            if picked and total + size > max_bytes:
+                full = True
+                break
+            picked.append((phys, size))
+            total += size
+            nxt += 1
+            if len(picked) >= max_msgs:
+                full = True
+                break
+    store._counts["get_calls"] += 1
+    if not picked:
+        return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
+    data, bad = _read_records(store.commit_log, picked)
+    count = len(picked)
+    if bad:
+        count -= len(bad)
+        _skipped(store, cq, offset, bad)
+        if not count:  # only bad ones: the consumer moves past them at once
+            return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
+    store._counts["get_msgs"] += count
+    return GetResult(GetStatus.FOUND, nxt, lo, hi, data, count)
+
+
+def _skipped(store, cq, offset: int, bad: list[tuple[int, int, str]]) -> None:
+    """Count corrupt records left out of a pull; log each once, naming topic, queue and offset."""
+    store._counts["corrupt_records_skipped"] += len(bad)
+    for phys, size, why in bad:
+        if phys in store.bad_logged or len(store.bad_logged) >= BAD_LOGGED_MAX:
+            continue
+        store.bad_logged.add(phys)
+        qoff = cq.first_offset_where(lambda e: e[0] >= phys, lo=offset)
+        log.error("corrupt record skipped: %s/%d queue offset %d (CommitLog %d, %d bytes): %s",
+                  cq.topic, cq.queue_id, qoff, phys, size, why)
+
+
+def _read_records(cl, picked: list[tuple[int, int]]) -> tuple[bytes, list[tuple[int, int, str]]]:
+    """(the records, [(CommitLog offset, size, why) of those that failed their check]),
+    with one pread and one record.check_run per run of nearby records in one segment."""
+    out: list[bytes] = []
+    bad_all: list[tuple[int, int, str]] = []
+    i, n = 0, len(picked)
+    while i < n:
+        start, size = picked[i]
+        seg = cl.segment_for(start)
+        if seg is None:
+            bad_all.append((start, size, "not in the CommitLog"))
+            i += 1
+            continue
+        end = start + size
+        j = i + 1
+        gaps = False
+        while j < n:
+            p, s = picked[j]
+            if not (0 <= p - end <= READ_GAP_BYTES and p + s <= seg.end):
+                break
+            gaps |= p != end
+            end = p + s
+            j += 1
+        buf = cl.read(start, end - start)
+        run = picked[i:j]
+        bad = record.check_run(buf, run, start)
+        if bad:
+            skip = {k for k, _ in bad}
+            bad_all.extend((*run[k], why) for k, why in bad)
+            run = [span for k, span in enumerate(run) if k not in skip]
+            gaps = True
+        if not gaps:
+            out.append(buf)
+        else:
+            view = memoryview(buf)
+            out.extend(view[p - start:p - start + s] for p, s in run)
+        i = j
+    return b"".join(out), bad_all
