@@ -20,7 +20,7 @@ import tempfile
 import time
 
 from quiver import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 
 BODY = b"x" * 100
 TOPIC = "BenchConsume"

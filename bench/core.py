@@ -20,7 +20,7 @@ import time
 import zmq
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.local import LocalCluster, free_port
+from quiver.tools.local import LocalCluster, free_port
 
 BODY = b"x" * 1024
 

@@ -20,8 +20,9 @@ import random
 import tempfile
 import time
 
-from quiver import Admin, Message, MessageSelector, Producer, PullConsumer, record
-from quiver.local import LocalCluster, wait_healthy
+from quiver import Admin, Message, MessageSelector, Producer, PullConsumer
+from quiver.wire import record
+from quiver.tools.local import LocalCluster, wait_healthy
 from quiver_filter import sql92
 from quiver_filter.scanning import scan
 

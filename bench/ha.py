@@ -17,9 +17,9 @@ import tempfile
 import time
 
 from quiver import Admin, Message, Producer
-from quiver import requests as rq
-from quiver.local import LocalCluster
-from quiver.transport import Transport
+from quiver.wire import requests as rq
+from quiver.tools.local import LocalCluster
+from quiver.wire.transport import Transport
 
 
 def _status(t: Transport, addr: str) -> dict:

@@ -16,7 +16,7 @@ import threading
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 
 LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 

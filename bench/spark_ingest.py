@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 
 TOPIC = "BenchSpark"
 

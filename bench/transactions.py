@@ -22,8 +22,8 @@ import threading
 import time
 
 from quiver import Admin, Message, Producer, TransactionProducer, TransactionState
-from quiver import requests as rq
-from quiver.local import LocalCluster, wait_healthy
+from quiver.wire import requests as rq
+from quiver.tools.local import LocalCluster, wait_healthy
 
 BODY = b"x" * 1024
 

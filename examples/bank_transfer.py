@@ -5,7 +5,7 @@
         --db-a postgresql+psycopg://u@h/bank_a --db-b postgresql+psycopg://u@h/bank_b
 
 Bank A's debit and the message are "both or neither": the debit runs as the
-local transaction of `send_in_transaction` through quiver.transaction
+local transaction of `send_in_transaction` through quiver.client.transaction
 (SqlTransaction writes the transaction id into quiver_tx_log in the same
 database transaction; its checker answers check-backs from that row). Bank B
 credits from a PullConsumer, idempotently: the transfer key goes into a
@@ -83,7 +83,7 @@ def debit(session, msg, arg):
 
 def producer(namesrv: str, db_a: str):
     from quiver import TransactionProducer
-    from quiver.transaction import SqlTransaction
+    from quiver.client.transaction import SqlTransaction
     tx = SqlTransaction(engine(db_a), debit, rollback_after_ms=3_000)
     return TransactionProducer(GROUP, namesrv=namesrv, checker=tx.checker, heartbeat_interval_s=1.0), tx
 
@@ -187,7 +187,7 @@ def run(namesrv: str, db_a: str, db_b: str, transfers: int = 1000, crash_rate: f
 
 
 def _local_cluster(data_dir: str):
-    from quiver.local import LocalCluster
+    from quiver.tools.local import LocalCluster
     c = LocalCluster(data_dir)
     c.add_namesrv()
     c.wait()

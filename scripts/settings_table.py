@@ -9,7 +9,7 @@ import importlib
 import pathlib
 import sys
 
-from quiver.settings import describe
+from quiver.runtime.settings import describe
 
 SERVICES = [("namesrv", "quiver_namesrv"), ("broker-store", "quiver_broker"), ("filter", "quiver_filter"),
             ("scheduler", "quiver_scheduler"), ("txn-checker", "quiver_txn")]

@@ -5,7 +5,7 @@ Every process started here is stopped by PID at teardown, whatever the test did.
 
 import pytest
 
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 
 
 @pytest.fixture

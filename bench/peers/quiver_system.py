@@ -16,7 +16,7 @@ import threading
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 
 from bench.core import pipelined_batches
 from bench.peers import base

@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 import time
 
-from quiver.local import free_port
+from quiver.tools.local import free_port
 
 PACKAGES = {"nats-server": "nats-server", "redis-server": "redis-server", "rabbitmq-server": "rabbitmq-server"}
 RABBIT_BIN = "/usr/lib/rabbitmq/bin/rabbitmq-server"   # the script itself: the wrapper would `su` to another user

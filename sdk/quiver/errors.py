@@ -5,7 +5,7 @@ exactly what the broker answered. `ProtocolError` is the only error the wire
 decoder raises; `ClientError` covers local faults (timeouts, no route).
 """
 
-from .codes import ResponseCode
+from quiver.wire.codes import ResponseCode
 
 
 class QuiverError(Exception):
@@ -31,7 +31,7 @@ class ProtocolError(QuiverError):
 
 
 class FieldError(ProtocolError):
-    """A request or reply field of the wrong type or out of range (raised by `quiver.requests`).
+    """A request or reply field of the wrong type or out of range (raised by `quiver.wire.requests`).
 
     INVALID_PARAMETER, RocketMQ's code for a bad request field, unless the field
     names another (MESSAGE_ILLEGAL for a send's topic, PROPERTIES_SIZE_EXCEEDED ...)."""

@@ -32,14 +32,15 @@ from dataclasses import dataclass, replace
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
-from . import filter_route, record
-from . import requests as rq
-from .admin import Admin
-from .codes import ResponseCode
-from .errors import ClientError, error_for
-from .message import KEYS, TAGS, UNIQ_KEY, MessageSelector, offset_msg_id
-from .range_reader import DataLossError, QueueRange, RangeStats, read_range
-from .transport import Transport
+from quiver.client import filter_route
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.client.admin import Admin
+from quiver.wire.codes import ResponseCode
+from quiver.errors import ClientError, error_for
+from quiver.client.message import KEYS, TAGS, UNIQ_KEY, MessageSelector, offset_msg_id
+from quiver.client.range_reader import DataLossError, QueueRange, RangeStats, read_range
+from quiver.wire.transport import Transport
 
 try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow

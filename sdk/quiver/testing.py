@@ -44,11 +44,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import zmq
 
-from . import protocol
-from . import requests as rq
-from .codes import ResponseCode
-from .errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
-from .transport import _check_addr, _wire, next_request_id
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
+from quiver.errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
+from quiver.wire.transport import _check_addr, _wire, next_request_id
 
 __all__ = ["FakeNetwork", "FakeTransport", "FakeCluster", "Fault", "stub_cluster", "attach", "wait_until"]
 
@@ -137,7 +137,7 @@ class _Router:
 
 
 class FakeTransport:
-    """`quiver.transport.Transport`'s interface over a FakeNetwork: requests go straight to the
+    """`quiver.wire.transport.Transport`'s interface over a FakeNetwork: requests go straight to the
     peer's inbox; callbacks run on this transport's IO thread, pushed requests on a small pool;
     an unreachable or silent peer gives the real transport's ClientError / RequestTimeoutError."""
 
@@ -307,7 +307,7 @@ class FakeNetwork:
     # ---- services ------------------------------------------------------------------------
 
     def plug(self, service, addr: str | None = None) -> str:
-        """Make `service` (a quiver.service.Service) bind to `addr` on this network when it runs."""
+        """Make `service` (a quiver.runtime.service.Service) bind to `addr` on this network when it runs."""
         addr = addr or service.listen
         router = _Router(self, addr, service)
         with self._lock:
@@ -544,7 +544,7 @@ class FakeCluster(contextlib.AbstractContextManager):
         return attach(client, self.network)
 
     def admin(self, **kw):
-        from .admin import Admin
+        from quiver.client.admin import Admin
         return self.client(Admin, **kw)
 
     def close(self) -> None:

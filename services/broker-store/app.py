@@ -17,13 +17,13 @@ import os
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from quiver import names, protocol
-from quiver import requests as rq
+from quiver.wire import names, protocol
+from quiver.wire import requests as rq
 from quiver.errors import QuiverError
-from quiver.message import host_bytes, host_str
-from quiver.service import Service
-from quiver.settings import split_addrs
-from quiver.transport import Transport
+from quiver.client.message import host_bytes, host_str
+from quiver.runtime.service import Service
+from quiver.runtime.settings import split_addrs
+from quiver.wire.transport import Transport
 
 from . import ha_master, handlers
 from .clients import ClientRegistry

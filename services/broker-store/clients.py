@@ -7,7 +7,7 @@ a producer, membership changes to consumers). Silent clients expire.
 import time
 from dataclasses import dataclass
 
-from quiver.requests import ConsumerData
+from quiver.wire.requests import ConsumerData
 
 
 @dataclass
@@ -19,7 +19,7 @@ class ClientInfo:
 
     @property
     def subscriptions(self) -> dict:
-        """topic -> quiver.requests.Subscription"""
+        """topic -> quiver.wire.requests.Subscription"""
         return self.consumer.subscriptions if self.consumer is not None else {}
 
     @property

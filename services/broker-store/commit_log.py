@@ -1,6 +1,6 @@
 """The CommitLog: every record of every topic, appended once, in segment files.
 
-Owns the segment files and byte positions; not the record format (quiver.record)
+Owns the segment files and byte positions; not the record format (quiver.wire.record)
 nor what the records mean (consume_queue, index_file, store)::
 
     commitlog/
@@ -9,7 +9,7 @@ nor what the records mean (consume_queue, index_file, store)::
                              ^ a file is named by the CommitLog offset of its first byte
 
 A record never spans two segments: when the next record plus 8 bytes does not
-fit, the rest of the segment is a BLANK filler (quiver.record.blank), so every
+fit, the rest of the segment is a BLANK filler (quiver.wire.record.blank), so every
 full segment is exactly `segment_bytes` long and segment starts are multiples
 of it. Segments are not preallocated: we append with os.pwrite at the tracked
 end and read with os.pread, so the file size is the written end (recovery then
@@ -29,7 +29,7 @@ import os
 import threading
 from dataclasses import dataclass
 
-from quiver import record
+from quiver.wire import record
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 from dataclasses import dataclass
 
-from quiver import names
+from quiver.wire import names
 from quiver.errors import QuiverError
-from quiver.settings import advertised_addr, default_identity, setting
+from quiver.runtime.settings import advertised_addr, default_identity, setting
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")

@@ -6,7 +6,7 @@ Owns the files of one queue and the entry format; not the records themselves
     consumequeue/<topic>/<queueId>/<20-digit start byte offset>
       entry n at byte n*20:  commitLogOffset 8 | size 4 | tagsCode 8   (big-endian)
 
-tagsCode is the tag hash (quiver.message.tag_hash), or the delivery time for the
+tagsCode is the tag hash (quiver.client.message.tag_hash), or the delivery time for the
 scheduler topics. A file holds `entries_per_file` entries; files are appended
 (pwrite at the tracked end), not preallocated, so a file's size says how many
 entries it has; an append that fails is cut back whole (`append`). A file is
@@ -19,7 +19,7 @@ first entry whose record still exists (the store moves it after retention).
 Within a queue the CommitLog offsets only grow, which the binary searches use.
 
 `queue_dir` is the one place a queue's directory is built from its names: the
-topic must be a valid name (quiver.names) and the resolved path must lie under
+topic must be a valid name (quiver.wire.names) and the resolved path must lie under
 the consumequeue directory, so no topic or queue id can reach outside it.
 """
 
@@ -30,7 +30,7 @@ import os
 import shutil
 import struct
 
-from quiver import names
+from quiver.wire import names
 from quiver.errors import MessageIllegalError, QuiverError
 
 from .commit_log import NAME_DIGITS

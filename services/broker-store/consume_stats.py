@@ -12,8 +12,8 @@ members of one group subscribing differently silently lose messages.
 
 import logging
 
-from quiver import record
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import record
+from quiver.wire.codes import RequestCode, ResponseCode
 
 from .store import GetStatus
 

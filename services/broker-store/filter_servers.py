@@ -17,7 +17,7 @@ compile). SQL92 pulls are refused by pulling.py: they go through a filter server
 import logging
 import time
 
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire.codes import RequestCode, ResponseCode
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ import collections
 import time
 from dataclasses import dataclass
 
-from quiver.codes import ResponseCode
+from quiver.wire.codes import ResponseCode
 
 
 @dataclass(slots=True)
 class Waiter:
     end: int            # CommitLog offset the put ends at
     deadline: float     # time.monotonic()
-    req: object         # quiver.service.Request, or None when answered already (or by a later entry)
+    req: object         # quiver.runtime.service.Request, or None when answered already (or by a later entry)
     reply_ext: dict
     topic: str          # the queue whose pulls wake once flushed
     queue_id: int

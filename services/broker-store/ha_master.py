@@ -31,11 +31,11 @@ import time
 
 import zmq
 
-from quiver import protocol
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
-from quiver.transport import next_request_id
+from quiver.wire.transport import next_request_id
 
 from .ha_stream import REPORT_MAX_FRAME_BYTES, GroupAck, LagTracker, aligned_prefix, first_record_size
 

@@ -33,11 +33,11 @@ import uuid
 
 import zmq
 
-from quiver import protocol
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
-from quiver.transport import next_request_id
+from quiver.wire.transport import next_request_id
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ Owns what both ends of master/slave replication agree on and what the master
 counts; not the sockets and threads (ha_master, ha_slave) nor the files
 (store.append_replicated writes what `check_chunk` accepted)::
 
-    HA socket (--ha-listen, ROUTER on the master, DEALER per slave), quiver.protocol frames
-    whose fields are the schemas quiver.requests.HaReport / HaTransfer:
+    HA socket (--ha-listen, ROUTER on the master, DEALER per slave), quiver.wire.protocol frames
+    whose fields are the schemas quiver.wire.requests.HaReport / HaTransfer:
       slave  -> master  HA_REPORT   {"o": slave CommitLog max offset, "addr", "id", "reset"?}
       master -> slave   HA_TRANSFER {"o": start offset, "sb": segment bytes, "me": master max offset}
                                     body: whole CommitLog records [o, o + len) of ONE segment
@@ -24,7 +24,7 @@ import collections
 import time
 from typing import NamedTuple
 
-from quiver import record
+from quiver.wire import record
 
 REPORT_MAX_FRAME_BYTES = 64 * 1024  # far above an HA_REPORT header (< 1 KiB)
 
@@ -97,7 +97,7 @@ def runs(recs: list) -> list[list]:
 class SlaveWait(NamedTuple):
     end: int            # CommitLog offset a slave must ack
     deadline: float     # time.monotonic()
-    req: object         # quiver.service.Request
+    req: object         # quiver.runtime.service.Request
     reply_ext: dict
 
 

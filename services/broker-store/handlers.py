@@ -9,12 +9,12 @@ code claimed twice is a wiring mistake and fails at start.
 
 import logging
 
-from quiver import protocol
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, QueryNotFoundError, TopicNotExistError
-from quiver.names import check_topic
-from quiver.transport import next_request_id
+from quiver.wire.names import check_topic
+from quiver.wire.transport import next_request_id
 
 log = logging.getLogger(__name__)
 

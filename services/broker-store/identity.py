@@ -33,7 +33,7 @@ import re
 import socket
 from dataclasses import dataclass
 
-from quiver import names
+from quiver.wire import names
 
 log = logging.getLogger(__name__)
 

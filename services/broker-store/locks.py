@@ -10,7 +10,7 @@ injectable for tests.
 
 import time
 
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire.codes import RequestCode, ResponseCode
 
 LOCK_LEASE_S = 60.0
 

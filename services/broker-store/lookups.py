@@ -5,8 +5,8 @@ the store's façade calls them. Every record found is CRC-checked, and a key fou
 the index is rechecked on the record (hashes only narrow the search).
 """
 
-from quiver import record
-from quiver.message import KEYS, UNIQ_KEY
+from quiver.wire import record
+from quiver.client.message import KEYS, UNIQ_KEY
 
 from .index_file import key_hash, prefix_crc
 

@@ -8,8 +8,8 @@ one frame; the SDK decodes them with one struct format.
 
 import logging
 
-from quiver import tags
-from quiver.codes import RequestCode, ResponseCode
+from quiver.client import tags
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, TopicNotExistError
 
 from .status_codes import pull_code

@@ -3,7 +3,7 @@
 Owns how one pull picks its records (tag filter, message and byte caps, the
 RocketMQ-style scan limit of a filtered pull), how they are read (one pread
 per run of nearby records in a segment) and that every served record is
-checked first (quiver.record.check_run: size, magic, offset, body CRC,
+checked first (quiver.wire.record.check_run: size, magic, offset, body CRC,
 lengths). A corrupt record is left out and counted
 (`corrupt_records_skipped` in STATUS), logged once naming topic, queue and
 offset; the pull's next offset still moves past it, so a bad record never
@@ -15,7 +15,7 @@ import enum
 import logging
 from dataclasses import dataclass
 
-from quiver import record
+from quiver.wire import record
 
 from .consume_queue import ENTRY, ENTRY_SIZE
 

@@ -32,7 +32,7 @@ import bisect
 import logging
 import os
 
-from quiver import names, record
+from quiver.wire import names, record
 
 from . import checkpoint
 

@@ -8,7 +8,7 @@ the chunk's CommitLog bytes and queue entries, and the disk guard is asked first
 
 import logging
 
-from quiver import names, record
+from quiver.wire import names, record
 
 from . import ha_stream
 

@@ -10,20 +10,20 @@ RECONSUMETIMES field (and the RECONSUME_TIME property, for re-puts that copy
 only properties). The origin topic (RETRY_TOPIC, or the consumer's origin
 topic) must be a valid topic name (MESSAGE_ILLEGAL otherwise); a malformed
 RECONSUME_TIME is ignored and counted (`bad_system_properties`). Handlers read
-the typed request (`req.args`: quiver.requests.ConsumerSendMsgBack,
+the typed request (`req.args`: quiver.wire.requests.ConsumerSendMsgBack,
 UpdateSubscriptionGroup), already checked and ranged. This module does not
 deliver delayed messages.
 """
 
 import logging
 
-from quiver import names, record
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import names, record
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, QueryNotFoundError
-from quiver.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
-from quiver.names import DLQ_PREFIX, RETRY_PREFIX
-from quiver.requests import SendMessage
-from quiver.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
+from quiver.client.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
+from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
+from quiver.wire.requests import SendMessage
+from quiver.client.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Retry:
                 RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group}
 
     def send_back(self, req) -> None:
-        a = req.args   # quiver.requests.ConsumerSendMsgBack
+        a = req.args   # quiver.wire.requests.ConsumerSendMsgBack
         group, offset = a.group, a.offset
         rec = self.store.lookup(offset)
         if rec is None:
@@ -122,7 +122,7 @@ class Retry:
         return parked
 
     def update_group(self, req) -> None:
-        a = req.args   # quiver.requests.UpdateSubscriptionGroup: retry_max_times 0..1000000
+        a = req.args   # quiver.wire.requests.UpdateSubscriptionGroup: retry_max_times 0..1000000
         group = a.group
         self.metadata.put_group(group, a.retry_max_times)
         req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": self.metadata.groups[group]})

@@ -19,7 +19,7 @@ itself (services/scheduler) owns waiting, progress and cancellation.
   CommitLog retention). Consecutive entries for one queue are one put.
   A message whose real topic is gone or is the half topic is dropped and
   reported in `dropped` (indices). The properties of every entry are checked
-  again (quiver.system_properties: REAL_TOPIC a valid topic name, REAL_QID
+  again (quiver.client.system_properties: REAL_TOPIC a valid topic name, REAL_QID
   0..1023 and a queue of the real topic, i.e. below max(read, write), ...): a
   request with a bad entry is answered MESSAGE_ILLEGAL, the remark naming the
   entry and the property, `bad` listing every bad entry, and nothing is put,
@@ -29,12 +29,13 @@ itself (services/scheduler) owns waiting, progress and cancellation.
 import logging
 import time
 
-from quiver import record, system_properties
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import record
+from quiver.client import system_properties
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import QuiverError
-from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
-from quiver.names import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
+from quiver.wire.names import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
 
 from .sending import born_host
 from .status_codes import check_stored
@@ -84,7 +85,7 @@ class Schedule:
             max_message_bytes=c.max_message_bytes).ext())
 
     def reput(self, req) -> None:
-        a = req.args  # quiver.requests.ScheduleReput: entries typed and ranged
+        a = req.args  # quiver.wire.requests.ScheduleReput: entries typed and ranged
         bodies, roll = a.bodies(req.env.bodies), a.roll
         groups, dropped, bad = self._group(bodies, a.metas, roll)
         if bad:

@@ -1,6 +1,6 @@
 """The send path: validate a single or batch send, park delayed messages, put, reply.
 
-A request (`quiver.requests.SendMessage`, decoded and ranged before it gets
+A request (`quiver.wire.requests.SendMessage`, decoded and ranged before it gets
 here) carries one body per message, packed in one frame for a batch, and the
 per-message flag and properties as compact arrays. The whole batch
 is one put (one write, one CRC pass per body, one ConsumeQueue run). With
@@ -16,14 +16,14 @@ import logging
 import struct
 import time
 
-from quiver import record
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import record
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
-from quiver.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
-from quiver.names import SCHEDULE_TOPIC, TIMER_TOPIC, check_topic
-from quiver.record import get_property as get_props_value
-from quiver.requests import SendMessage
-from quiver.system_properties import check_put
+from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
+from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, check_topic
+from quiver.wire.record import get_property as get_props_value
+from quiver.wire.requests import SendMessage
+from quiver.client.system_properties import check_put
 
 from .status_codes import check_stored
 

@@ -5,7 +5,7 @@ request paths (pulling, sending, transaction, schedule) turn them into reply
 codes here and nowhere else, by enum, never by name.
 """
 
-from quiver.codes import ResponseCode
+from quiver.wire.codes import ResponseCode
 from quiver.errors import error_for
 
 from .store import GetStatus, PutResult, PutStatus

@@ -44,10 +44,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from quiver import record
+from quiver.wire import record
 from quiver.errors import QuiverError
-from quiver.message import TIMER_DELIVER_MS, tag_hash
-from quiver.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.client.message import TIMER_DELIVER_MS, tag_hash
+from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC
 
 from . import lookups, queue_reads, recovery, replica_append, retention
 from .checkpoint import Checkpoint, CheckpointFile

@@ -13,7 +13,7 @@ import logging
 import time
 
 from quiver.errors import InvalidParameterError, TopicNotExistError
-from quiver.names import is_system_topic
+from quiver.wire.names import is_system_topic
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class Topics:
         self.changed()
 
     def mirror(self, master: dict) -> bool:
-        """A slave takes its master's table (name -> quiver.requests.TopicConfig) as it is:
+        """A slave takes its master's table (name -> quiver.wire.requests.TopicConfig) as it is:
         rows only, the replicated files stay. True if anything changed (then `changed` ran)."""
         meta, changed = self.metadata, False
         for name, conf in master.items():

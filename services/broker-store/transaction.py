@@ -32,7 +32,7 @@ TransactionProducer owns the local transaction.
   "D" op (never committed). Re-puts keep the first offset
   (TRAN_PREPARED_QUEUE_OFFSET) and birth time (TRAN_BORN_MS).
 - TRANSACTION_LIST_OPEN: open transactions with age and check count.
-- Properties with system meaning are read back through quiver.system_properties
+- Properties with system meaning are read back through quiver.client.system_properties
   (they were checked when the half was put): a malformed value
   (TRANSACTION_CHECK_TIMES=x, CHECK_IMMUNITY_TIME_IN_SECONDS=inf) is counted in
   `bad_system_properties`, logged, and its default used; a COMMIT whose
@@ -43,17 +43,17 @@ import itertools
 import logging
 import time
 
-from quiver import protocol, record
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol, record
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, QuiverError, error_for
-from quiver.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
-                            TRANSACTION_ID, UNIQ_KEY)
-from quiver.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
-from quiver.record import get_property
-from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, INT32_MAX,
-                                      TRAN_BORN_MS as BORN_MS, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF,
-                                      TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int, read_topic)
-from quiver.transport import next_request_id
+from quiver.client.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
+                                   TRANSACTION_ID, UNIQ_KEY)
+from quiver.wire.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from quiver.wire.record import get_property
+from quiver.client.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, INT32_MAX,
+                                             TRAN_BORN_MS as BORN_MS, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF,
+                                             TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int, read_topic)
+from quiver.wire.transport import next_request_id
 
 from .status_codes import check_stored
 from .store import GetStatus
@@ -161,7 +161,7 @@ class Transactions:
 
     def end(self, req) -> None:
         self.load()
-        a = req.args  # quiver.requests.EndTransaction: entries are (phys, qoff, state, txid)
+        a = req.args  # quiver.wire.requests.EndTransaction: entries are (phys, qoff, state, txid)
         group, entries, from_check = a.group, a.entries, a.from_check
         now = int(time.time() * 1000)
         results, commits, ops = [], [], []
@@ -249,7 +249,7 @@ class Transactions:
 
     def check(self, req) -> None:
         self.load()
-        entries = req.args.entries  # quiver.requests.TransactionCheck: (phys, qoff, "c" | "r" | "d")
+        entries = req.args.entries  # quiver.wire.requests.TransactionCheck: (phys, qoff, "c" | "r" | "d")
         results: list = [None] * len(entries)
         reputs, discards, groups = [], [], {}
         for i, e in enumerate(entries):

@@ -2,7 +2,7 @@
 
 import sys
 
-from quiver.settings import run_service
+from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config

@@ -14,12 +14,12 @@ import logging
 import time
 from collections import Counter
 
-from quiver import requests as rq
-from quiver.codes import ResponseCode
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
 from quiver.errors import QuiverError
-from quiver.service import Service
-from quiver.settings import split_addrs
-from quiver.transport import Transport
+from quiver.runtime.service import Service
+from quiver.runtime.settings import split_addrs
+from quiver.wire.transport import Transport
 
 from .handlers import make_handlers
 from .selectors import SelectorCache

@@ -17,7 +17,7 @@ errors are passed through when nothing matched yet.
 Threads: started on the service thread; broker replies run on the
 transport's IO thread (one request per pull in flight, so never
 concurrently); the answer is handed back to the service thread.
-The broker pull and the reading of its answer are quiver.queue_puller's; the
+The broker pull and the reading of its answer are quiver.client.queue_puller's; the
 records stay raw bytes for the scanner.
 """
 
@@ -25,10 +25,10 @@ import logging
 import math
 import time
 
-from quiver import queue_puller
-from quiver.codes import ResponseCode
+from quiver.client import queue_puller
+from quiver.wire.codes import ResponseCode
 from quiver.errors import FieldError, QuiverError
-from quiver.queue_puller import FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
+from quiver.client.queue_puller import FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
 
 from .scanning import ScanResult, scan
 

@@ -2,10 +2,10 @@
 
 PULL_MESSAGE for SQL92 subscriptions (tp=SQL92) and CHECK_CLIENT_CONFIG
 (compile an expression; SUBSCRIPTION_PARSE_FAILED with the parser's message
-and the 0-based `position` in ext). PING and STATUS come from quiver.service.
+and the 0-based `position` in ext). PING and STATUS come from quiver.runtime.service.
 """
 
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, ServiceNotAvailableError, SubscriptionParseError
 
 from .filtered_pull import FilteredPull

@@ -1,13 +1,13 @@
 """Filtering a pull reply body: which stored records a selector keeps.
 
 A broker pull reply body is CommitLog records concatenated (layout in
-quiver/record.py). Only the properties of each record are decoded (the body
+quiver/wire/record.py). Only the properties of each record are decoded (the body
 is never copied); records whose properties match are returned as raw byte
 slices, so the consumer decodes exactly what the broker stored. BLANK
 fillers are skipped. No sockets here.
 """
 
-from quiver import record
+from quiver.wire import record
 
 
 class ScanResult:

@@ -2,7 +2,7 @@
 
 import logging
 
-from quiver.service import Service
+from quiver.runtime.service import Service
 
 from .handlers import make_handlers
 from .route_table import RouteTable

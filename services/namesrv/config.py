@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from quiver.settings import setting
+from quiver.runtime.settings import setting
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 import logging
 
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import TopicNotExistError
 
 log = logging.getLogger(__name__)
@@ -10,7 +10,7 @@ log = logging.getLogger(__name__)
 
 def make_handlers(table):
     def register_broker(req):
-        # req.args: the whole registration decoded by quiver.requests.RegisterBroker, the one check of it
+        # req.args: the whole registration decoded by quiver.wire.requests.RegisterBroker, the one check of it
         req.reply(ResponseCode.SUCCESS, "", table.register(req.args))
 
     def unregister_broker(req):

@@ -7,7 +7,7 @@ broker's data version changes, only the master (id 0) writes it, and a broker
 name with no address left disappears from every topic.
 
 Does not own the shape of a registration: its schema,
-`quiver.requests.RegisterBroker` (and `UnregisterBroker`), checks the whole
+`quiver.wire.requests.RegisterBroker` (and `UnregisterBroker`), checks the whole
 request before a handler runs, so a bad one changes nothing and leaves no
 ghost broker; the table methods take only those decoded objects. Invariant
 kept by every method: each address in a broker name's `addrs` is in `live`
@@ -18,7 +18,7 @@ registered. No sockets here.
 import time
 from dataclasses import dataclass, field
 
-from quiver.requests import DataVersion, RegisterBroker, TopicConfig, UnregisterBroker
+from quiver.wire.requests import DataVersion, RegisterBroker, TopicConfig, UnregisterBroker
 
 
 @dataclass

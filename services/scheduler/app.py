@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from quiver import requests as rq
+from quiver.wire import requests as rq
 from quiver.errors import QueryNotFoundError, QuiverError
-from quiver.service import Service
-from quiver.validation import SCHEDULE_TOPIC
+from quiver.runtime.service import Service
+from quiver.wire.validation import SCHEDULE_TOPIC
 
 from . import db as dbm
 from . import reput
@@ -56,7 +56,7 @@ class App:
     # ---- IO: replies come back on the service thread ----------------------------------
 
     def request(self, addr, req, callback, bodies=(), timeout: float = 3.0) -> None:
-        """Send `req` (a typed request, quiver.requests) to a broker; `callback(envelope | error)`
+        """Send `req` (a typed request, quiver.wire.requests) to a broker; `callback(envelope | error)`
         runs on this thread."""
         soon = self.service.call_soon_threadsafe
         try:

@@ -3,7 +3,7 @@
 import os
 from dataclasses import dataclass
 
-from quiver.settings import advertised_addr, setting
+from quiver.runtime.settings import advertised_addr, setting
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ on a reused port from the one they knew), STATUS (from the Service, filled by
 App.status) and SCHEDULE_CANCEL.
 """
 
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 
 
 def make_handlers(app):

@@ -12,7 +12,7 @@ is malformed is skipped before its re-put, and one the broker refuses
 (MESSAGE_ILLEGAL, its index in `bad`) is dropped while the rest of its batch is
 re-put; both are logged and counted (`poisoned_skipped` in STATUS counters).
 `pull` is the pull cycle both level and timer queues run (the request and its
-answer are quiver.queue_puller's; records stay raw record.Record).
+answer are quiver.client.queue_puller's; records stay raw record.Record).
 Does not own allocation (allocation.py / membership.py), timers (timers.py)
 nor the re-put's batch limits and wire shapes (reput.py).
 """
@@ -21,13 +21,14 @@ import collections
 import logging
 import time
 
-from quiver import queue_puller, record, system_properties
-from quiver import requests as rq
-from quiver.codes import ResponseCode
+from quiver.client import queue_puller, system_properties
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
 from quiver.errors import QuiverError
-from quiver.queue_puller import FOUND, OFFSET_ILLEGAL
-from quiver.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
-from quiver.validation import SCHEDULE_TOPIC
+from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL
+from quiver.client.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
+from quiver.wire.validation import SCHEDULE_TOPIC
 
 from . import reput
 

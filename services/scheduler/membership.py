@@ -17,12 +17,12 @@ import time
 from concurrent.futures import wait
 from dataclasses import dataclass
 
-from quiver import names
-from quiver import requests as rq
-from quiver.client import ClientBase
-from quiver.codes import RequestCode
+from quiver.wire import names
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase
+from quiver.wire.codes import RequestCode
 from quiver.errors import QuiverError
-from quiver.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
 
 from .allocation import Unit, addr_of, allocate, client_id, units_of
 

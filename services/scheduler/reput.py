@@ -23,9 +23,9 @@ import time
 
 import orjson
 
-from quiver import protocol
-from quiver import requests as rq
-from quiver.codes import ResponseCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
 from quiver.errors import FieldError
 
 HEADER_BUDGET_BYTES = protocol.MAX_HEADER_BYTES - 64 * 1024   # the rest: code, id, keys, born host

@@ -30,13 +30,13 @@ Owns, per owned timer queue (one per broker; service thread only):
 import heapq
 import logging
 
-from quiver import system_properties
-from quiver import requests as rq
-from quiver.codes import ResponseCode
+from quiver.client import system_properties
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
 from quiver.errors import QueryNotFoundError
-from quiver.message import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
-from quiver.queue_puller import FOUND, OFFSET_ILLEGAL
-from quiver.validation import TIMER_TOPIC
+from quiver.client.message import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
+from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL
+from quiver.wire.validation import TIMER_TOPIC
 
 from . import reput
 from .db import row_dict

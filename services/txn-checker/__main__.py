@@ -1,6 +1,6 @@
 """python -m quiver_txn"""
 
-from quiver.settings import run_service
+from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config

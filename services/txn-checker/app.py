@@ -11,7 +11,7 @@ import time
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from quiver.service import Service
+from quiver.runtime.service import Service
 
 from .checking import Checker, CheckerClient
 from .handlers import make_handlers

@@ -11,7 +11,7 @@ Owns the decision per half message (RocketMQ's TransactionalMessageServiceImpl
 - otherwise CHECK_ASK: the broker pushes CHECK_TRANSACTION_STATE to a live
   producer of the group and re-puts the half with the count + 1 (not counted
   when no producer is live).
-The actions and the TRANSACTION_CHECK request and reply are quiver.requests'.
+The actions and the TRANSACTION_CHECK request and reply are quiver.wire.requests'.
 A malformed property (CHECK_IMMUNITY_TIME_IN_SECONDS=inf, TRANSACTION_CHECK_TIMES=x)
 is read as absent, counted in `bad_system_properties` and logged: one bad half
 message never stops a round.
@@ -28,16 +28,16 @@ import logging
 import os
 import time
 
-from quiver import queue_puller
-from quiver import requests as rq
-from quiver.client import ClientBase
-from quiver.codes import ResponseCode
+from quiver.client import queue_puller
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase
+from quiver.wire.codes import ResponseCode
 from quiver.errors import QueryNotFoundError, QuiverError
-from quiver.message import TRANSACTION_ID
-from quiver.rebalance import Rebalancer, allocate_averagely
-from quiver.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, TRAN_BORN_MS as BORN_MS,
-                                      TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int)
-from quiver.validation import HALF_TOPIC, OP_HALF_TOPIC
+from quiver.client.message import TRANSACTION_ID
+from quiver.client.rebalance import Rebalancer, allocate_averagely
+from quiver.client.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, TRAN_BORN_MS as BORN_MS,
+                                             TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int)
+from quiver.wire.validation import HALF_TOPIC, OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 

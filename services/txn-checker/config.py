@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from quiver.settings import advertised_addr, setting
+from quiver.runtime.settings import advertised_addr, setting
 
 
 @dataclass(frozen=True)

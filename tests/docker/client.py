@@ -13,7 +13,7 @@ import time
 import traceback
 
 from quiver import Admin, Message, MessageSelector, Producer, PullConsumer, TransactionState
-from quiver.transaction_producer import TransactionProducer
+from quiver.client.transaction_producer import TransactionProducer
 
 NAMESRV = "namesrv:9876"
 

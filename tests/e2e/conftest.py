@@ -1,6 +1,6 @@
 """One whole cluster for the user journeys: name server, broker, scheduler, txn-checker, filter.
 
-Real processes on loopback ports (quiver.local.LocalCluster, as tests/conftest.py's
+Real processes on loopback ports (quiver.tools.local.LocalCluster, as tests/conftest.py's
 fixtures), started once per journey module and killed by PID at its end (not per session:
 a cluster left running would write under the basetemp other tests watch). Each journey
 uses its own topics and groups, so journeys share the cluster without seeing each
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from quiver import Admin
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 from support.scheduler import UNITS, wait_owned
 
 LEVELS = "1s 500ms " + " ".join(["100ms"] * 4 + ["200ms"] * 12)

@@ -1,4 +1,4 @@
-"""The demo's steps (quiver.demo) as assertions, over the whole cluster as real processes.
+"""The demo's steps (quiver.tools.demo) as assertions, over the whole cluster as real processes.
 
 One test per user journey, each with its own topic and groups: send and pull,
 tags, SQL92 through the filter server, a delay level through the scheduler, a

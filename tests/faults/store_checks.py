@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from quiver import record
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import QuiverError
 
 PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,

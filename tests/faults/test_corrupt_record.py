@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from quiver import Admin, Message, Producer, PullConsumer, SendStatus, record
-from quiver.transport import Transport
+from quiver import Admin, Message, Producer, PullConsumer, SendStatus
+from quiver.wire import record
+from quiver.wire.transport import Transport
 
 from faults.store_checks import read_topic, status
 

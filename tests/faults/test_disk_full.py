@@ -8,9 +8,9 @@ import time
 import pytest
 
 from quiver import Admin, Message, Producer, SendStatus
-from quiver.codes import ResponseCode
+from quiver.wire.codes import ResponseCode
 from quiver.errors import QuiverError
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 from faults.store_checks import mount_tmpfs, read_topic, remount, send_ok, status, unmount, wait_for
 

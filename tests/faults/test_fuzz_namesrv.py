@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from quiver.codes import RequestCode
-from quiver.transport import Transport
+from quiver.wire.codes import RequestCode
+from quiver.wire.transport import Transport
 
 from support.fuzz_cluster import Checks, fuzz_env, out  # noqa: F401  (fixtures)
 from support.fuzz_controls import CANARY_TOPIC, delay_control

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from quiver.codes import RequestCode, ResponseCode
-from quiver.transport import Transport
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.transport import Transport
 
 from support.fuzz_cluster import Checks, fuzz_env, out  # noqa: F401  (fixtures)
 from support.fuzz_controls import delay_control

@@ -19,9 +19,9 @@ import time
 import pytest
 
 from quiver import Message, TransactionProducer, TransactionState
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import QuiverError
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 from support.fuzz_cluster import Checks, fuzz_env, out  # noqa: F401  (fixtures)
 from support.fuzz_controls import open_transactions, txn_control

@@ -6,9 +6,9 @@ import time
 import pytest
 
 from quiver import Admin, Message, Producer, PullConsumer, SendStatus
-from quiver.codes import RequestCode
+from quiver.wire.codes import RequestCode
 from quiver.errors import QuiverError
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 
 from support.ha import ha_cluster, status, wait_converged, wait_for, wait_slave_connected  # noqa: F401

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from quiver import Admin
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 from faults.store_checks import check_served, produce
 

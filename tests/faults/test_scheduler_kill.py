@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from quiver import Message, Producer
-from quiver.local import wait_healthy
+from quiver.tools.local import wait_healthy
 
 from support.scheduler import create_topic, UNITS, consumer, drain, sched_cluster, wait_owned
 

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from quiver import Admin, Message, PullConsumer, TransactionProducer, TransactionState
-from quiver.local import wait_healthy
+from quiver.tools.local import wait_healthy
 from support.waiting import wait_for as _wait
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]

@@ -4,11 +4,12 @@ import orjson
 import pytest
 import zmq
 
-from quiver import Admin, Message, Producer, protocol
-from quiver.codes import RequestCode, ResponseCode
+from quiver import Admin, Message, Producer
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import (InvalidParameterError, MessageIllegalError, NoPermissionError,
                            PropertiesSizeExceededError, TopicNotExistError)
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 
 @pytest.fixture

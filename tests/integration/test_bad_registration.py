@@ -5,8 +5,9 @@ import time
 import pytest
 import zmq
 
-from quiver import Admin, Message, Producer, protocol
-from quiver.codes import RequestCode, ResponseCode
+from quiver import Admin, Message, Producer
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode, ResponseCode
 
 from support.scheduler import LEVELS, UNITS, consumer, create_topic, drain, wait_owned
 
@@ -48,7 +49,7 @@ def _registration(**over) -> dict:
 
 
 # (a word the remark must name, the registration); the remark's exact wording belongs to the schema
-# (quiver.requests.RegisterBroker), the name server's one check of a registration
+# (quiver.wire.requests.RegisterBroker), the name server's one check of a registration
 BAD = [
     ("broker_addr", _registration(broker_addr="not-an-address")),      # made every scheduler's rebalance raise
     ("broker_addr", _registration(broker_addr="127.0.0.1:0")),

@@ -3,8 +3,8 @@
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.codes import RequestCode
-from quiver.transport import Transport
+from quiver.wire.codes import RequestCode
+from quiver.wire.transport import Transport
 
 
 def _live(namesrv_addr):

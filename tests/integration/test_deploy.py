@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver import compose
-from quiver.local import LocalCluster
+from quiver.tools import compose
+from quiver.tools.local import LocalCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE = os.path.join(ROOT, "compose.yaml")
@@ -42,7 +42,7 @@ def test_every_service_folder_has_a_compose_service_and_back():
 
 
 def test_quiver_up_scale_status_down_leaves_no_process(tmp_path):
-    quiver = [sys.executable, "-m", "quiver.cli"]
+    quiver = [sys.executable, "-m", "quiver.tools.cli"]
     data = str(tmp_path / "up")
     out = subprocess.run([*quiver, "up", "--data-dir", data, "--free-ports", "--scale", "broker-store=2",
                           "--demo", "--detach"], capture_output=True, text=True, timeout=180, cwd=ROOT)
@@ -99,8 +99,8 @@ def test_three_brokers_spread_and_a_broker_leaving_and_rejoining(tmp_path):
 @pytest.mark.slow
 def test_sql92_consumer_through_two_filters_over_three_brokers(tmp_path):
     from quiver import MessageSelector
-    from quiver.transport import Transport
-    from quiver.codes import RequestCode
+    from quiver.wire.transport import Transport
+    from quiver.wire.codes import RequestCode
     cluster = LocalCluster(str(tmp_path / "f"))
     specs = [s for s in compose.load(COMPOSE) if s.role in ("namesrv", "broker", "filter")]
     overrides = {s.name: {"QUIVER_AUTO_CREATE_TOPICS": "true"} for s in specs if s.role == "broker"}

@@ -13,7 +13,7 @@ import pytest
 
 from quiver import Admin, Message, MessageSelector, Producer, PullConsumer
 from quiver.errors import SubscriptionParseError
-from quiver.local import wait_healthy
+from quiver.tools.local import wait_healthy
 from quiver_filter import sql92
 
 EXPR = "(region = 'eu' AND amount BETWEEN 100 AND 500) OR TAGS = 'vip' OR (prio > 7 AND region IS NOT NULL)"
@@ -136,8 +136,8 @@ def test_bad_expression_fails_at_start_with_position(cluster):
 
 
 def test_broker_relays_check_client_config(cluster):
-    from quiver.codes import RequestCode, ResponseCode
-    from quiver.transport import Transport
+    from quiver.wire.codes import RequestCode, ResponseCode
+    from quiver.wire.transport import Transport
     broker = next(s for s in cluster.services if s.role == "broker")
     t = Transport("t")
     try:
@@ -155,7 +155,7 @@ def test_broker_relays_check_client_config(cluster):
         t.close()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("quiver.push_consumer") is None, reason="PushConsumer not built yet")
+@pytest.mark.skipif(importlib.util.find_spec("quiver.client.push_consumer") is None, reason="PushConsumer not built yet")
 def test_push_consumer_gets_exactly_the_matching_messages(cluster):
     import threading
 

@@ -10,12 +10,13 @@ import time
 import pytest
 import zmq
 
-from quiver import Message, Producer, protocol, record
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver import Message, Producer
+from quiver.wire import protocol, record
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError
-from quiver.service import DEFAULT_MAX_FRAME_BYTES
-from quiver.transport import Transport
+from quiver.runtime.service import DEFAULT_MAX_FRAME_BYTES
+from quiver.wire.transport import Transport
 from quiver_broker.app import max_frame_bytes
 from quiver_broker.config import Config as BrokerConfig
 from quiver_broker.ha_stream import REPORT_MAX_FRAME_BYTES

@@ -5,10 +5,11 @@ import signal
 
 import pytest
 
-from quiver import Admin, Message, Producer, SendStatus, record
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
-from quiver.transport import Transport
+from quiver import Admin, Message, Producer, SendStatus
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.transport import Transport
 
 from support.ha import ha_cluster, status, wait_converged, wait_for, wait_slave_connected  # noqa: F401
 

@@ -7,7 +7,7 @@ import threading
 import time
 
 from quiver import Admin, ConsumeResult, Message, Producer, PullConsumer, PushConsumer
-from quiver.cli import main as cli_main
+from quiver.tools.cli import main as cli_main
 from support.waiting import wait_for
 
 TOPIC = "ResetLive"

@@ -4,7 +4,7 @@ import threading
 import time
 
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
-from quiver.message import java_hash
+from quiver.client.message import java_hash
 from support.waiting import wait_for as _wait
 
 KEYS, PER_KEY, QUEUES = 20, 500, 4

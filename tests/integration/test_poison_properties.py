@@ -7,8 +7,9 @@ import time
 import pytest
 import zmq
 
-from quiver import Admin, Message, Producer, TransactionProducer, TransactionState, protocol
-from quiver.codes import RequestCode, ResponseCode
+from quiver import Admin, Message, Producer, TransactionProducer, TransactionState
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError
 from tests.support.scheduler import LEVELS_MS, consumer, create_topic, drain, sched_cluster
 

@@ -9,7 +9,7 @@ import time
 
 
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
-from quiver.cli import main as cli_main
+from quiver.tools.cli import main as cli_main
 from support.waiting import wait_for as _wait
 
 EXPIRY_MS = 2000  # broker drops a silent client after this (RocketMQ: 120 s)

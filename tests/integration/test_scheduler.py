@@ -5,7 +5,7 @@ import time
 import pytest
 
 from quiver import Message, Producer
-from quiver.cli import main as cli_main
+from quiver.tools.cli import main as cli_main
 from quiver.errors import MessageIllegalError, QueryNotFoundError
 
 from support.scheduler import create_topic, LEVELS_MS, consumer, drain, sched_cluster

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from quiver import Message, Producer
-from quiver.client import MessageQueue
+from quiver.client.base import MessageQueue
 
 from support.scheduler import create_topic, consumer, drain, sched_cluster, wait_owned, UNITS
 

@@ -18,7 +18,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java for local Spark", allow_module_level=True)
 
 from quiver import Admin, Message, Producer  # noqa: E402
-from quiver.local import LocalCluster, wait_healthy  # noqa: E402
+from quiver.tools.local import LocalCluster, wait_healthy  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -231,7 +231,7 @@ def test_retention_past_checkpoint_fail_or_skip(spark, tmp_path):
         _send(c.namesrv, [Message("SparkRet", body) for _ in range(400)])
         broker = next(s for s in c.services if s.role == "broker")
         assert admin.clean_expired(broker.addr) > 0
-        from quiver.client import MessageQueue
+        from quiver.client.base import MessageQueue
         low = admin.min_offset(MessageQueue("SparkRet", "broker-a", 0))
         assert low > 50, low
         admin.shutdown()
@@ -289,7 +289,7 @@ def test_quiver_ingest_cli_writes_partitioned_parquet(spark, two_brokers, tmp_pa
     Admin(namesrv=namesrv).create_topic("IngestCli", queues=2)
     _send(namesrv, [Message("IngestCli", f"row-{i}".encode(), keys=[f"k{i}"]) for i in range(500)])
     out = tmp_path / "lake"
-    run = subprocess.run([sys.executable, "-m", "quiver.cli", "--namesrv", namesrv, "ingest", "--topic", "IngestCli",
+    run = subprocess.run([sys.executable, "-m", "quiver.tools.cli", "--namesrv", namesrv, "ingest", "--topic", "IngestCli",
                           "--to", str(out), "--master", "local[1]"], capture_output=True, text=True, timeout=240)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     rows = spark.read.parquet(str(out)).select("topic", "body", "keys").collect()

@@ -7,10 +7,11 @@ import time
 
 import pytest
 
-from quiver import Admin, Message, PullConsumer, TransactionProducer, TransactionState, record
-from quiver.codes import RequestCode
+from quiver import Admin, Message, PullConsumer, TransactionProducer, TransactionState
+from quiver.wire import record
+from quiver.wire.codes import RequestCode
 from quiver.errors import MessageIllegalError
-from quiver.validation import CHECK_MAX_TOPIC
+from quiver.wire.validation import CHECK_MAX_TOPIC
 
 FAST = ("--check-interval-ms", "300", "--transaction-timeout-ms", "600")
 
@@ -119,7 +120,7 @@ def test_no_live_producer_is_not_counted_and_immunity_honoured(make_cluster):
     rows = {x["transaction_id"]: x for x in admin.open_transactions()[r.broker]}
     assert rows[r.transaction_id]["checks"] == 0 and rows[r.transaction_id]["age_ms"] >= 1500
     assert rows[immune.transaction_id]["checks"] == 0
-    out = subprocess.run([sys.executable, "-m", "quiver.cli", "--namesrv", c.namesrv, "txn", "list"],
+    out = subprocess.run([sys.executable, "-m", "quiver.tools.cli", "--namesrv", c.namesrv, "txn", "list"],
                          capture_output=True, text=True, timeout=30)
     assert r.transaction_id in out.stdout and "2 open transaction(s)" in out.stdout, out.stderr
     with TransactionProducer("lonely", namesrv=c.namesrv, checker=lambda m: TransactionState.COMMIT) as tp2:

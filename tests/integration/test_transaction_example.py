@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from quiver.local import free_port
+from quiver.tools.local import free_port
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

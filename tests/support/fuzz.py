@@ -2,7 +2,7 @@
 of fuzz_requests.py and the poison of fuzz_values.py. No sockets here (fuzz_pipe.py sends),
 no processes (fuzz_cluster.py starts them).
 
-A frame is what `quiver.protocol.request` would build, or a broken version of it::
+A frame is what `quiver.wire.protocol.request` would build, or a broken version of it::
 
     [b"QV1", header {"c": code, "id": n, "ext": {...}}, body 0, body 1, ...]
 
@@ -22,7 +22,7 @@ A frame is what `quiver.protocol.request` would build, or a broken version of it
 import random
 from dataclasses import dataclass
 
-from quiver.codes import RequestCode
+from quiver.wire.codes import RequestCode
 
 from .fuzz_requests import Context, base_table, field_keys, props_string, schema_keys
 from .fuzz_values import (MALFORMED_PROPERTIES, POISON, PROPERTY_VALUES, SQL_POISON, SYSTEM_PROPERTIES,
@@ -106,7 +106,7 @@ class FrameSource:
         """Codes whose base request the schema refuses (a fuzz of their fields would stop at the
         first field instead of reaching the handler): a harness problem, printed by the tests."""
         try:
-            from quiver.requests import SCHEMAS
+            from quiver.wire.requests import SCHEMAS
         except ImportError:
             return []
         bad = []

@@ -29,10 +29,10 @@ from pathlib import Path
 import pytest
 
 from quiver import Admin
-from quiver.codes import RequestCode
+from quiver.wire.codes import RequestCode
 from quiver.errors import QuiverError
-from quiver.local import LocalCluster, ServiceProcess, wait_healthy
-from quiver.transport import Transport
+from quiver.tools.local import LocalCluster, ServiceProcess, wait_healthy
+from quiver.wire.transport import Transport
 
 MIN_FRAMES = 20_000                       # issue 13: per service per CI run
 RSS_BOUND_BYTES = 300 << 20               # growth allowed, resident and peak

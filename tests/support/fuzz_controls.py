@@ -21,8 +21,8 @@ import os
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer, TransactionProducer, TransactionState
-from quiver.codes import RequestCode, ResponseCode
-from quiver.transport import Transport
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.transport import Transport
 
 CANARY_TOPIC = "FuzzCanary"
 _seq = itertools.count(1)

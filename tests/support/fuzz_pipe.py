@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from quiver import protocol
-from quiver.codes import ResponseCode
+from quiver.wire import protocol
+from quiver.wire.codes import ResponseCode
 from quiver.errors import ProtocolError
 
 UNATTRIBUTED = protocol.UNATTRIBUTED_ID

@@ -3,13 +3,13 @@
 `base_table(ctx)` gives each code of codes.py a valid-looking request (ext and bodies), with
 the keys the handlers read (grep of services/*/handlers.py and services/broker-store/*.py),
 so that a frame with one poisoned field gets past the others and reaches the handler.
-`field_keys` unites them with the keys of `quiver.requests.SCHEMAS` (issue 13's one schema
+`field_keys` unites them with the keys of `quiver.wire.requests.SCHEMAS` (issue 13's one schema
 per code): the schema's first, the table's for what a schema lacks.
 """
 
 from dataclasses import dataclass, field
 
-from quiver.codes import RequestCode
+from quiver.wire.codes import RequestCode
 
 @dataclass
 class Context:
@@ -120,9 +120,9 @@ GENERIC_KEYS = ("t", "g", "q", "o", "topic", "x")  # poisoned on codes that read
 
 
 def schema_keys() -> dict[int, tuple[str, ...]]:
-    """code -> short wire keys from quiver.requests.SCHEMAS (issue 13), or {} before it exists."""
+    """code -> short wire keys from quiver.wire.requests.SCHEMAS (issue 13), or {} before it exists."""
     try:
-        from quiver import requests as schemas_module
+        from quiver.wire import requests as schemas_module
     except ImportError:
         return {}
     out = {}

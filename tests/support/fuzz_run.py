@@ -19,8 +19,8 @@ import itertools
 import random
 import time
 
-from quiver.codes import RequestCode
-from quiver.transport import Transport
+from quiver.wire.codes import RequestCode
+from quiver.wire.transport import Transport
 
 from .fuzz import Context, FrameSource, path_names
 from .fuzz_cluster import (FUZZ_DEADLINE_S, HUGE_FRAME_BYTES, MIN_FRAMES, RANDOM_FRAMES, RSS_BOUND_BYTES,

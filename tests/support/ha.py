@@ -5,9 +5,9 @@ import signal
 
 import pytest
 
-from quiver.codes import RequestCode
+from quiver.wire.codes import RequestCode
 from quiver.errors import QuiverError
-from quiver.local import LocalCluster
+from quiver.tools.local import LocalCluster
 from .waiting import wait_for  # noqa: F401  (re-exported for the HA tests)
 
 HA_FAST = ("--ha-heartbeat-interval-ms", "300", "--ha-housekeeping-ms", "3000", "--ha-sync-interval-ms", "1000")

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from quiver import record
+from quiver.wire import record
 from quiver_broker.commit_log import CommitLog, segment_name
 from quiver_broker.store import GetStatus, MessageStore
 

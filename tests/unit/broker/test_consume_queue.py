@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from quiver import record
-from quiver.message import tag_hash
-from quiver.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.wire import record
+from quiver.client.message import tag_hash
+from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC
 from quiver_broker.config import DEFAULT_DELAY_LEVELS_MS
 from quiver_broker.consume_queue import ENTRY, ENTRY_SIZE
 from quiver_broker.store import GetStatus, MessageStore

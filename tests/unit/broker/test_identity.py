@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from quiver import names
+from quiver.wire import names
 from quiver_broker.config import Config
 from quiver_broker.identity import claim_slot, existing_slots, try_claim
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from quiver import record
+from quiver.wire import record
 from quiver_broker.index_file import (ENTRY_SIZE, HEADER, HEADER_SIZE, IndexFile, key_hash,
                                       prefix_crc)
 from quiver_broker.store import MessageStore

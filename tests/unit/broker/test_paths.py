@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from quiver import names, record
+from quiver.wire import names, record
 from quiver.errors import MessageIllegalError, QuiverError
 from quiver_broker.config import Config
 from quiver_broker.consume_queue import queue_dir

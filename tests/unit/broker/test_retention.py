@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from quiver import record
+from quiver.wire import record
 from quiver_broker.store import GetStatus, MessageStore, PutStatus
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, TopicNotExistError
-from quiver.message import decode_messages
+from quiver.client.message import decode_messages
 from quiver.testing import stub_cluster, wait_until
 
 TOPIC = "Sp"

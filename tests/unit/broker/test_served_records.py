@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from quiver import record
-from quiver.message import tag_hash
+from quiver.wire import record
+from quiver.client.message import tag_hash
 from quiver_broker.store import GetStatus, MessageStore
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from quiver import record
+from quiver.wire import record
 from quiver_broker import checkpoint
 from quiver_broker.checkpoint import Checkpoint, CheckpointFile
 from quiver_broker.group_commit import GroupCommit

@@ -1,6 +1,6 @@
 """`python -m quiver_filter check` (and `quiver filter check`, which runs it): result, exit codes, caret."""
 
-from quiver.cli import main as quiver_main
+from quiver.tools.cli import main as quiver_main
 from quiver_filter.check import caret_lines, main
 
 

@@ -3,15 +3,15 @@ the broker's filter-server registry."""
 
 import pytest
 
-from quiver import record
-from quiver import requests as rq
-from quiver.client import MessageQueue, Route
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.client.base import MessageQueue, Route
 from quiver.errors import SubscriptionParseError
-from quiver.filter_route import FilterServers, NoFilterServerError, pull_address, should_fail_over
-from quiver.message import MessageSelector
+from quiver.client.filter_route import FilterServers, NoFilterServerError, pull_address, should_fail_over
+from quiver.client.message import MessageSelector
 from quiver_broker.filter_servers import FilterServerRegistry
 from quiver_filter.app import pick_broker
-from quiver.record import properties_at
+from quiver.wire.record import properties_at
 from quiver_filter.scanning import scan
 from quiver_filter.selectors import SelectorCache
 from quiver_filter.sql92 import compile as sql_compile
@@ -119,7 +119,7 @@ def test_filter_servers_avoid_for_a_while_then_retry():
 
 def test_should_fail_over():
     from quiver.errors import ClientError, RequestTimeoutError
-    from quiver.protocol import Envelope
+    from quiver.wire.protocol import Envelope
     assert should_fail_over(ClientError("lost")) and should_fail_over(RequestTimeoutError("late"))
     assert should_fail_over(Envelope(14, 1, remark="not attached"))
     assert not should_fail_over(Envelope(23, 1, remark="bad expression"))

@@ -1,6 +1,6 @@
 """A registration is checked whole, by its schema alone, before the route table sees it; a bad one changes nothing.
 
-`quiver.requests.RegisterBroker` / `UnregisterBroker` are the name server's only
+`quiver.wire.requests.RegisterBroker` / `UnregisterBroker` are the name server's only
 check of these requests: `Service.handle` decodes them (`req.args`) before a
 handler runs. These tests drive the real door (`Service.handle` with the name
 server's handlers) and the schemas themselves.
@@ -11,11 +11,11 @@ import re
 
 import pytest
 
-from quiver import protocol
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import FieldError
-from quiver.requests import DataVersion, RegisterBroker, TopicConfig, UnregisterBroker
-from quiver.service import Service
+from quiver.wire.requests import DataVersion, RegisterBroker, TopicConfig, UnregisterBroker
+from quiver.runtime.service import Service
 from quiver_namesrv.handlers import make_handlers
 from quiver_namesrv.route_table import RouteTable
 

@@ -1,6 +1,6 @@
 """Name server routing rules, without sockets (registrations decoded by their schema, as the door does)."""
 
-from quiver.requests import RegisterBroker, UnregisterBroker
+from quiver.wire.requests import RegisterBroker, UnregisterBroker
 from quiver_namesrv.route_table import RouteTable
 
 Q = {"read": 4, "write": 4}  # a topic config: the queue counts are required

@@ -5,9 +5,9 @@ import collections
 import time
 import types
 
-from quiver import protocol, record
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol, record
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import QueryNotFoundError
 from quiver_scheduler import reput
 from quiver_scheduler.allocation import Unit
@@ -33,7 +33,7 @@ class _SchedApp:
         self.requests = []
 
     def request(self, addr, req, callback, bodies=(), timeout=3.0):
-        assert isinstance(req, rq.Schema), "requests are typed (quiver.requests), never (code, ext)"
+        assert isinstance(req, rq.Schema), "requests are typed (quiver.wire.requests), never (code, ext)"
         self.requests.append((req, list(bodies), callback))
 
     def reputs(self):

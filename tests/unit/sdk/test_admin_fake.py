@@ -1,7 +1,7 @@
 """Admin lookups against real brokers on quiver.testing's fake network."""
 
 from quiver import Message, Producer
-from quiver.message import host_bytes
+from quiver.client.message import host_bytes
 from quiver.testing import stub_cluster
 
 

@@ -8,10 +8,11 @@ import threading
 
 import pytest
 
-from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer, record
-from quiver.client import MessageQueue
-from quiver.message import host_bytes
-from quiver.queue_puller import QueuePuller, salvage
+from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
+from quiver.wire import record
+from quiver.client.base import MessageQueue
+from quiver.client.message import host_bytes
+from quiver.client.queue_puller import QueuePuller, salvage
 from quiver.testing import stub_cluster, wait_until
 
 HOST = host_bytes("127.0.0.1", 10911)
@@ -143,7 +144,7 @@ def test_pull_consumer_skips_an_undecodable_record_reports_it_and_keeps_pulling(
     _send(one, [f"m{i}".encode() for i in range(12)])
     garble_served(one.broker(), "Q1", {5}, how)
     reported = []
-    with caplog.at_level(logging.ERROR, logger="quiver.queue_puller"), \
+    with caplog.at_level(logging.ERROR, logger="quiver.client.queue_puller"), \
             one.client(PullConsumer, "cg", consume_from="first", auto_commit=False,
                        on_bad_record=lambda *a: reported.append(a)) as c:
         c.subscribe("Q1")
@@ -226,7 +227,7 @@ def test_push_consumer_pulls_again_after_any_exception_on_the_pull_path(one, mon
 
 def test_a_pull_answer_the_consumer_cannot_read_is_a_failed_pull(one, monkeypatch):
     _send(one, [b"a"])
-    import quiver.queue_puller as qp
+    import quiver.client.queue_puller as qp
     real, left = qp.read, [1]
 
     def garbled(env):

@@ -7,9 +7,9 @@ import time
 import pytest
 
 from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
-from quiver import requests as rq
-from quiver.client import MessageQueue
-from quiver.codes import RequestCode
+from quiver.wire import requests as rq
+from quiver.client.base import MessageQueue
+from quiver.wire.codes import RequestCode
 from quiver.testing import stub_cluster, wait_until
 
 PULL = RequestCode.PULL_MESSAGE

@@ -2,7 +2,7 @@
 
 from concurrent.futures import Future
 
-from quiver import futures
+from quiver.wire import futures
 
 
 def test_light_future_states_are_the_ones_future_uses():

@@ -5,7 +5,7 @@ import threading
 import time
 
 from quiver.errors import InvalidParameterError
-from quiver.loops import Failures, Loop
+from quiver.runtime.loops import Failures, Loop
 
 
 def test_each_skips_a_bad_item_counts_it_and_logs_it_once(caplog):
@@ -17,7 +17,7 @@ def test_each_skips_a_bad_item_counts_it_and_logs_it_once(caplog):
             raise InvalidParameterError("bad item")
         seen.append(item)
 
-    with caplog.at_level(logging.WARNING, logger="quiver.loops"):
+    with caplog.at_level(logging.WARNING, logger="quiver.runtime.loops"):
         assert failures.each("scan", ["a", "bad", "b"], step) == 2
         assert failures.each("scan", ["bad", "c"], step) == 1
     assert seen == ["a", "b", "c"]
@@ -27,7 +27,7 @@ def test_each_skips_a_bad_item_counts_it_and_logs_it_once(caplog):
 
 def test_a_bug_is_logged_with_its_traceback(caplog):
     failures = Failures()
-    with caplog.at_level(logging.WARNING, logger="quiver.loops"):
+    with caplog.at_level(logging.WARNING, logger="quiver.runtime.loops"):
         assert not failures.guard("x", lambda: 1 / 0)
     assert caplog.records[0].exc_info is not None
 

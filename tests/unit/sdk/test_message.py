@@ -2,10 +2,10 @@
 
 import pytest
 
-from quiver import tags
+from quiver.client import tags
 from quiver.errors import MessageIllegalError, NoPermissionError, PropertiesSizeExceededError
-from quiver.message import (UniqueIdMaker, host_bytes, java_hash, offset_msg_id, parse_offset_msg_id, tag_hash)
-from quiver.validation import check_body, check_properties_size, check_topic
+from quiver.client.message import (UniqueIdMaker, host_bytes, java_hash, offset_msg_id, parse_offset_msg_id, tag_hash)
+from quiver.wire.validation import check_body, check_properties_size, check_topic
 
 
 def test_java_hash_matches_java_string_hashcode():

@@ -1,10 +1,10 @@
-"""quiver.names: the rules for names that become paths or addresses, and confine()."""
+"""quiver.wire.names: the rules for names that become paths or addresses, and confine()."""
 
 import os
 
 import pytest
 
-from quiver import names, validation
+from quiver.wire import names, validation
 from quiver.errors import InvalidParameterError, MessageIllegalError, NoPermissionError, QuiverError
 
 GOOD_TOPICS = ["T", "Orders", "a-b_c|d%e", "0", "x" * 127, "%RETRY%" + "g" * 120, "%DLQ%" + "g" * 250,

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
-from quiver import requests as rq
-from quiver.admin import OffsetReset
-from quiver.client import MessageQueue
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import requests as rq
+from quiver.client.admin import OffsetReset
+from quiver.client.base import MessageQueue
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, InvalidParameterError
 from quiver.testing import stub_cluster, wait_until
 
@@ -179,5 +179,5 @@ def test_a_consumer_ignores_a_reset_of_another_group_or_of_queues_it_does_not_ow
 
 
 def _envelope(req):
-    from quiver import protocol
+    from quiver.wire import protocol
     return protocol.decode(protocol.request(req, 1))

@@ -6,7 +6,7 @@ import pytest
 
 from quiver import PullConsumer, PushConsumer
 from quiver.errors import MessageIllegalError
-from quiver.options import ConsumerOptions
+from quiver.client.options import ConsumerOptions
 
 NS = "127.0.0.1:1"
 

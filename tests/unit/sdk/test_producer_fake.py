@@ -3,7 +3,7 @@
 import pytest
 
 from quiver import Message, Producer, SendStatus
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, SystemBusyError
 from quiver.testing import stub_cluster
 

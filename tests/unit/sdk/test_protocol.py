@@ -3,8 +3,8 @@
 import orjson
 import pytest
 
-from quiver import protocol
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, error_for, MessageIllegalError, QuiverError
 
 

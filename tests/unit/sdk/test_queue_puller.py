@@ -1,19 +1,20 @@
-"""The one pull engine (quiver.queue_puller): requests, answers, and a consumer's targets and failover."""
+"""The one pull engine (quiver.client.queue_puller): requests, answers, and a consumer's targets and failover."""
 
 import time
 import types
 
 import pytest
 
-from quiver import queue_puller, record
-from quiver import requests as rq
-from quiver.client import ClientBase, MessageQueue, Route
-from quiver.codes import ResponseCode
+from quiver.client import queue_puller
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue, Route
+from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, FieldError, RequestTimeoutError, SystemBusyError, TopicNotExistError
-from quiver.message import MessageSelector, PullStatus
-from quiver.options import ConsumerOptions
-from quiver.protocol import Envelope
-from quiver.queue_puller import QueuePuller, read, request
+from quiver.client.message import MessageSelector, PullStatus
+from quiver.client.options import ConsumerOptions
+from quiver.wire.protocol import Envelope
+from quiver.client.queue_puller import QueuePuller, read, request
 
 MASTER, SLAVE, BROKER_B = "127.0.0.1:10911", "127.0.0.1:10921", "127.0.0.1:10912"
 FILTERS = ["127.0.0.1:10941", "127.0.0.1:10942"]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from quiver import record
-from quiver.message import host_bytes
+from quiver.wire import record
+from quiver.client.message import host_bytes
 
 HOST = host_bytes("127.0.0.1", 10911)
 
@@ -84,7 +84,7 @@ def test_decode_fields_matches_decode_at_and_rejects_damage():
 
 
 def test_decode_messages_builds_message_ext_with_lazy_offset_id():
-    from quiver.message import decode_messages, offset_msg_id
+    from quiver.client.message import decode_messages, offset_msg_id
     msgs = decode_messages(_rec(b"x", "Orders", "TAGS\x01A\x02KEYS\x01k1 k2\x02"), "broker-a")
     m = msgs[0]
     assert (m.topic, m.body, m.tags, m.keys, m.broker, m.queue_id) == ("Orders", b"x", "A", ["k1", "k2"], "broker-a", 3)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quiver import requests as rq
-from quiver.codes import RequestCode
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode
 from quiver.errors import FieldError
 
 NAME = st.from_regex(r"[A-Za-z0-9_-]{1,24}", fullmatch=True)
@@ -165,7 +165,7 @@ def test_remark_names_code_field_expected_and_got():
 
 
 def test_codes_follow_rocketmq():
-    from quiver.codes import ResponseCode
+    from quiver.wire.codes import ResponseCode
     with pytest.raises(FieldError) as err:
         rq.PullMessage.decode({"t": "../../x", "q": 0, "o": 0})
     assert err.value.code == ResponseCode.INVALID_PARAMETER

@@ -7,13 +7,13 @@ import time
 import pytest
 import zmq
 
-from quiver import protocol
-from quiver import requests as rq
-from quiver.client import ClientBase, MessageQueue, Route
-from quiver.names import is_valid_addr
-from quiver.codes import RequestCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue, Route
+from quiver.wire.names import is_valid_addr
+from quiver.wire.codes import RequestCode
 from quiver.errors import ClientError, QuiverError
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 GOOD = "127.0.0.1:10911"
 
@@ -78,7 +78,7 @@ def test_cluster_info_leaves_out_bad_addresses_and_logs_each_once(caplog):
             "clusters": {"C": ["a", "ghost", "s", "junk"]},
             "live": {GOOD: {"broker_name": "a"}, "ghost": {"broker_name": "ghost"}}}
     client = _Fake({RequestCode.GET_BROKER_CLUSTER_INFO: {"cluster": info}})
-    with caplog.at_level(logging.WARNING, logger="quiver.client"):
+    with caplog.at_level(logging.WARNING, logger="quiver.client.base"):
         assert client.all_broker_addrs() == {"a": GOOD, "s": "127.0.0.1:2"}
         assert client.broker_addr("s") == "127.0.0.1:2"
         assert list(client.cluster_info()["live"]) == [GOOD]

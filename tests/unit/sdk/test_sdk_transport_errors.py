@@ -2,9 +2,9 @@
 
 import pytest
 
-from quiver.codes import RequestCode
+from quiver.wire.codes import RequestCode
 from quiver.errors import ClientError
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 
 @pytest.mark.parametrize("blocking", [True, False])

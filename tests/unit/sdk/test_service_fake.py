@@ -12,12 +12,12 @@ import logging
 import orjson
 import pytest
 
-from quiver import protocol
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import (SystemError_, InvalidParameterError, MessageIllegalError,
                            RequestCodeNotSupportedError, RequestTimeoutError, TopicNotExistError)
-from quiver.service import Service
+from quiver.runtime.service import Service
 from quiver.testing import FakeNetwork, stub_cluster, wait_until
 
 ADDR = "192.0.2.9:2"
@@ -63,7 +63,7 @@ def test_bad_field_is_invalid_parameter_naming_the_field(toy):
 
 def test_handler_exception_is_system_error_with_remark(toy, caplog):
     net, svc = toy
-    with caplog.at_level(logging.ERROR, logger="quiver.service"):
+    with caplog.at_level(logging.ERROR, logger="quiver.runtime.service"):
         with pytest.raises(SystemError_, match="RuntimeError: boom"):
             net.call(ADDR, rq.GetMaxOffset(topic="T", queue_id=0))
     assert "handler for code" in caplog.text  # the traceback is logged once, on the service side

@@ -1,4 +1,4 @@
-"""quiver.system_properties: the put-time check and the defensive readers (and the services using them)."""
+"""quiver.client.system_properties: the put-time check and the defensive readers (and the services using them)."""
 
 import collections
 import time
@@ -6,8 +6,10 @@ import types
 
 import pytest
 
-from quiver import MessageExt, record, system_properties as sp
-from quiver.codes import RequestCode, ResponseCode
+from quiver import MessageExt
+from quiver.wire import record
+from quiver.client import system_properties as sp
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError
 
 BAD_INTS = ["inf", "-inf", "nan", "1e3", "0x10", " 1", "1 ", "+1", "1_000", "1.0", "", "x", "١", "１", "1\x00",
@@ -144,7 +146,7 @@ def test_txn_checker_decides_past_poisoned_properties():
 
 class _Req:
     def __init__(self, ext, code):
-        from quiver.requests import SCHEMAS
+        from quiver.wire.requests import SCHEMAS
         self.ext, self.args, self.answered, self.replies = ext, SCHEMAS[code].decode(ext), False, []
 
     def reply(self, code, remark="", ext=None):
@@ -155,7 +157,7 @@ class _Req:
 def test_broker_transactions_read_poisoned_halves(tmp_path):
     """TRANSACTION_LIST_OPEN, END_TRANSACTION and TRANSACTION_CHECK go on past malformed half properties
     (stored before put-time checks existed, or by a raw writer)."""
-    from quiver.names import is_valid_topic
+    from quiver.wire.names import is_valid_topic
     from quiver_broker.group_commit import GroupCommit
     from quiver_broker.store import MessageStore
     from quiver_broker.transaction import Transactions

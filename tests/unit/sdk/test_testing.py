@@ -5,15 +5,15 @@ import threading
 
 import pytest
 
-import quiver.client
+import quiver.client.base
 from quiver import Message, Producer, PullConsumer
-from quiver import protocol
-from quiver import requests as rq
-from quiver.codes import RequestCode, ResponseCode
+from quiver.wire import protocol
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, RequestTimeoutError, SystemBusyError
-from quiver.service import Service
+from quiver.runtime.service import Service
 from quiver.testing import FakeNetwork, FakeTransport, attach, stub_cluster, wait_until
-from quiver.transport import Transport
+from quiver.wire.transport import Transport
 
 TOY = "192.0.2.9:1"
 
@@ -43,7 +43,7 @@ def test_stub_cluster_registers_its_brokers_and_cleans_up():
         data_dir = c.data_dir
         assert os.path.isdir(os.path.join(data_dir, "broker", "broker-a"))
     assert not os.path.exists(data_dir)
-    assert quiver.client.Transport is Transport  # the seam is gone with the last network
+    assert quiver.client.base.Transport is Transport  # the seam is gone with the last network
 
 
 def test_clients_built_by_the_cluster_use_the_fake_and_others_the_real_transport(stub):

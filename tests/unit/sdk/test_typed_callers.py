@@ -1,4 +1,4 @@
-"""The SDK's clients send typed requests (quiver.requests) and read replies through their schemas (issue 13).
+"""The SDK's clients send typed requests (quiver.wire.requests) and read replies through their schemas (issue 13).
 
 No sockets: a fake transport records what each client hands it and answers from
 typed replies, so the wire form is always the one a schema made.
@@ -12,19 +12,19 @@ from concurrent.futures import Future
 
 import pytest
 
-from quiver import protocol, record, replies, schema
-from quiver import requests as rq
-from quiver.client import ClientBase, MessageQueue, Route
-from quiver.codes import ResponseCode
-from quiver.consumer import PullConsumer, _QueueState
+from quiver.wire import protocol, record, replies, schema
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue, Route
+from quiver.wire.codes import ResponseCode
+from quiver.client.consumer import PullConsumer, _QueueState
 from quiver.errors import FieldError, QueryNotFoundError
-from quiver.message import MessageSelector
-from quiver.process_queue import ProcessQueue
-from quiver.producer import Producer
-from quiver.push_consumer import PushConsumer
-from quiver.queue_puller import QueuePuller
-from quiver.transaction_producer import TransactionProducer
-from quiver.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.client.message import MessageSelector
+from quiver.client.process_queue import ProcessQueue
+from quiver.client.producer import Producer
+from quiver.client.push_consumer import PushConsumer
+from quiver.client.queue_puller import QueuePuller
+from quiver.client.transaction_producer import TransactionProducer
+from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
 
 NS = "127.0.0.1:1"
 ADDR = "127.0.0.1:10911"
@@ -308,11 +308,13 @@ def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_ret
 
 # ---- nothing spells a wire key ------------------------------------------------------------------
 
-SDK = pathlib.Path(schema.__file__).parent
-CALLERS = ["client", "consumer", "push_consumer", "producer", "transaction_producer", "admin", "range_reader",
-           "spark", "filter_route", "consume_service", "queue_puller", "rebalance", "offset_store", "options"]
+SDK = pathlib.Path(schema.__file__).parent.parent
+CALLERS = ["client/base", "client/consumer", "client/push_consumer", "client/producer",
+           "client/transaction_producer", "client/admin", "client/range_reader", "spark", "client/filter_route",
+           "client/consume_service", "client/queue_puller", "client/rebalance", "client/offset_store",
+           "client/options"]
 SENDS = {"call_broker", "call_read", "call_namesrv", "call", "call_future", "send", "oneway"}
-ALLOWED = {("admin", "id")}  # ha_status rows for people: a row's broker id, not a wire key
+ALLOWED = {("client/admin", "id")}  # ha_status rows for people: a row's broker id, not a wire key
 
 
 def _short_keys() -> set[str]:

@@ -6,9 +6,10 @@ import types
 
 import pytest
 
-from quiver import MessageExt, record
-from quiver import requests as rq
-from quiver.codes import ResponseCode
+from quiver import MessageExt
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
 from quiver.errors import FieldError, QueryNotFoundError, RequestTimeoutError
 from quiver_txn.checking import Checker, CheckerClient, _BrokerState
 from quiver_txn.config import Config
@@ -25,7 +26,7 @@ class _Broker:
         self.transport = self
 
     def call_broker(self, addr, req, timeout=None, ok=(ResponseCode.SUCCESS,)):
-        assert isinstance(req, rq.Schema), "requests are typed (quiver.requests), never (code, ext)"
+        assert isinstance(req, rq.Schema), "requests are typed (quiver.wire.requests), never (code, ext)"
         self.calls.append(req)
         answer = self.answers[type(req)]
         answer = answer(req) if callable(answer) else answer

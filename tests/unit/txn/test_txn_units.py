@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from sqlalchemy import create_engine, text
 
 from quiver import Message, MessageExt, TransactionState
-from quiver.transaction import SqlTransaction
+from quiver.client.transaction import SqlTransaction
 from quiver_txn.checking import Checker, _BrokerState
 from quiver_txn.config import Config
 

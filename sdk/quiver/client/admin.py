@@ -1,0 +1,331 @@
+"""Admin: topics, routes, cluster info, message lookups, offsets, group progress, dead letters. Needs no start()."""
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+from quiver.client import queue_puller
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue
+from quiver.wire.codes import ResponseCode
+from quiver.errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
+from quiver.client.message import RESERVED_PROPERTIES, Message, MessageExt, parse_offset_msg_id
+from quiver.wire.validation import DLQ_PREFIX, check_group, check_topic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    """What `Admin.reset_offset` did: the offset stored for each queue, and how many online
+    members of the group its brokers told (each member heartbeats to every broker: the most any
+    broker told). `online` False: nobody was consuming, the group resumes from these offsets
+    at its next start."""
+    offsets: dict
+    members: int
+
+    @property
+    def online(self) -> bool:
+        return self.members > 0
+
+
+class Admin(ClientBase):
+    def __init__(self, namesrv=None, timeout: float = 5.0):
+        super().__init__(namesrv, timeout)
+        self.start()
+
+    # ---- topics ---------------------------------------------------------------------
+
+    def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
+                     brokers: list[str] | None = None, wait_s: float = 5.0) -> dict:
+        """Create (or update) a topic on every broker, or on the named ones.
+
+        Returns once every name server routes it (up to `wait_s`), so a producer or
+        consumer started right after sees the topic.
+        """
+        check_topic(topic, for_create=True)
+        addrs = self.all_broker_addrs()
+        if brokers:
+            missing = set(brokers) - set(addrs)
+            if missing:
+                raise ClientError(f"unknown brokers: {sorted(missing)}")
+            addrs = {b: addrs[b] for b in brokers}
+        if not addrs:
+            raise ClientError("no broker is registered with the name servers")
+        req = rq.CreateTopic(topic=topic, read=queues, write=queues, perm=perm, order=order)
+        out = {name: dataclasses.asdict(rq.TopicConfigReply.decode(self.call_broker(addr, req).ext).config)
+               for name, addr in addrs.items()}
+        self._routes.pop(topic, None)
+        if wait_s > 0:
+            self._wait_routed(topic, set(addrs), queues, wait_s)
+        return out
+
+    def _wait_routed(self, topic: str, brokers: set[str], queues: int, wait_s: float) -> None:
+        """Brokers re-register asynchronously: wait until every name server routes the topic."""
+        deadline = time.monotonic() + wait_s
+        pending = list(self.namesrvs)
+        while pending:
+            addr = pending[0]
+            try:
+                env = self.transport.call(addr, rq.GetRouteInfo(topic=topic), timeout=1.0)
+                routed = {q.broker_name for q in rq.RouteReply.decode(env.ext).route.queues if q.write == queues}
+                if brokers <= routed:
+                    pending.pop(0)
+                    continue
+            except QuiverError:
+                pass
+            if time.monotonic() > deadline:
+                log.warning("topic %s is not yet routed by name server %s", topic, addr)
+                pending.pop(0)
+                continue
+            time.sleep(0.02)
+
+    def delete_topic(self, topic: str) -> None:
+        for name, addr in self.all_broker_addrs().items():
+            try:
+                self.call_broker(addr, rq.DeleteTopic(topic=topic))
+            except QuiverError as exc:
+                if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+        self._routes.pop(topic, None)
+
+    def topic_route(self, topic: str) -> dict:
+        """The name server's route as it sent it (for people; clients use `route`)."""
+        return self.call_namesrv(rq.GetRouteInfo(topic=topic))["route"]
+
+    def topic_list(self) -> list[str]:
+        return rq.TopicListReply.decode(self.call_namesrv(rq.GetTopicList())).topics
+
+    def queues(self, topic: str) -> list[MessageQueue]:
+        return self.route(topic, refresh=True).read_queues
+
+    # ---- messages ---------------------------------------------------------------------
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                     end_ms: int = 2 ** 62) -> list[MessageExt]:
+        out = []
+        route = self.route(topic, refresh=True)
+        for broker, addr in sorted(route.addrs.items()):
+            try:
+                env = self.call_broker(addr, rq.QueryMessage(topic=topic, key=key, max_msgs=max_num,
+                                                             begin_ts=begin_ms, end_ts=end_ms))
+            except QueryNotFoundError:
+                continue
+            out.extend(MessageExt.from_record(record.decode_at(b), broker) for b in env.bodies)
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
+
+    def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """By offset msgId (broker address + commitlog offset), or by unique id within `topic`."""
+        brokers = self.all_broker_addrs()
+        try:
+            addr, offset = parse_offset_msg_id(msg_id)
+        except ValueError:
+            addr, offset = None, None
+        by_addr = {a: n for n, a in brokers.items()}
+        if addr is not None and addr not in by_addr:
+            addr = self._by_store_host(brokers).get(addr, addr)
+        if addr in by_addr:
+            env = self.call_broker(addr, rq.ViewMessage(offset=offset))
+            return MessageExt.from_record(record.decode_at(env.bodies[0]), by_addr[addr])
+        if topic is None:
+            raise ClientError(f"{msg_id!r} is not an offset msgId of a live broker: pass the topic to look up a unique id")
+        for m in self.query_by_key(topic, msg_id):
+            if m.msg_id == msg_id:
+                return m
+        raise QueryNotFoundError(f"no message {msg_id!r} in topic {topic!r}")
+
+    def _by_store_host(self, brokers: dict[str, str]) -> dict[str, str]:
+        """Store host (the ip:port an offset msgId carries) -> advertised address, from each
+        broker's STATUS: under compose a broker advertises a hostname but stores its IPv4."""
+        out = {}
+        for addr in brokers.values():
+            try:
+                host = self.status(addr).get("store_host")
+            except QuiverError:
+                continue
+            if isinstance(host, str):
+                out[host] = addr
+        return out
+
+    # ---- offsets -------------------------------------------------------------------------
+
+    def _queue_call(self, mq: MessageQueue, kind: type[rq.Schema], **fields):
+        """A request about one queue (`kind` is its schema) to the queue's broker."""
+        addr = self.broker_addr(mq.broker, mq.topic)
+        return self.call_broker(addr, kind(topic=mq.topic, queue_id=mq.queue_id, **fields))
+
+    def _offset(self, mq: MessageQueue, kind: type[rq.Schema], **fields) -> int:
+        return rq.OffsetReply.decode(self._queue_call(mq, kind, **fields).ext).offset
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        return self._offset(mq, rq.GetMaxOffset)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        return self._offset(mq, rq.GetMinOffset)
+
+    def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
+        return self._offset(mq, rq.SearchOffsetByTimestamp, timestamp=ts_ms)
+
+    def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        try:
+            return self._offset(mq, rq.QueryConsumerOffset, group=group)
+        except QueryNotFoundError:
+            return None
+
+    def reset_offset(self, group: str, topic: str, ts_ms: int | None = None, *,
+                     offset: int | None = None) -> OffsetReset:
+        """Move a group's offsets on every queue of `topic` to the first message stored at or
+        after `ts_ms`, or to `offset` (held to each queue's min and max), RocketMQ's
+        resetOffset (INVOKE_BROKER_TO_RESET_OFFSET): each broker stores them and tells the
+        group's online members, which drop what they cached of those queues and consume
+        again from there. A stopped group needs no force: it starts from them next time."""
+        if (ts_ms is None) == (offset is None):
+            raise ClientError("reset_offset needs a timestamp (ts_ms) or an offset, exactly one of them")
+        check_group(group)
+        route = self.route(topic, refresh=True)
+        req = rq.ResetOffset(group=group, topic=topic, timestamp=ts_ms, offset=offset)
+        offsets, members = {}, 0
+        for broker in sorted({mq.broker for mq in route.read_queues}):
+            reply = rq.ResetOffsetReply.decode(self.call_broker(route.addrs[broker], req).ext)
+            offsets.update({MessageQueue(topic, broker, q): off for q, off in reply.offsets})
+            members = max(members, reply.members)
+        return OffsetReset(dict(sorted(offsets.items())), members)
+
+    def consumer_stats(self, group: str) -> dict:
+        """Every broker's view of a group: rows per queue, members, subscription conflicts."""
+        rows, clients, conflicts = [], set(), {}
+        for broker, addr in sorted(self.all_broker_addrs().items()):
+            stats = rq.ConsumeStatsReply.decode(self.call_broker(addr, rq.GetConsumeStats(group=group)).ext)
+            rows.extend({"broker": broker, **dataclasses.asdict(r)} for r in stats.rows)
+            clients.update(stats.clients)
+            for topic, exprs in stats.conflicts.items():
+                for expr, cids in exprs.items():
+                    merged = conflicts.setdefault(topic, {}).setdefault(expr, [])
+                    merged.extend(c for c in cids if c not in merged)
+        rows.sort(key=lambda r: (r["topic"], r["broker"], r["queue_id"]))
+        return {"rows": rows, "clients": sorted(clients), "conflicts": conflicts}
+
+    def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict]:
+        """Per queue: broker offset, consumer offset, lag, last consume time (store ms), owning client id."""
+        rows = self.consumer_stats(group)["rows"]
+        if topics:
+            rows = [r for r in rows if r["topic"] in topics]
+        return rows
+
+    def subscription_conflicts(self, group: str) -> dict:
+        """topic -> {"TAG:expr": [client ids]} where members of `group` subscribe differently."""
+        return self.consumer_stats(group)["conflicts"]
+
+    def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
+        """Subscription group config on every broker (max reconsume times before the DLQ)."""
+        for addr in self.all_broker_addrs().values():
+            self.call_broker(addr, rq.UpdateSubscriptionGroup(group=group, retry_max_times=retry_max_times))
+
+    # ---- dead letters ------------------------------------------------------------------------
+
+    def dlq_messages(self, group: str, max_num: int = 64) -> list[MessageExt]:
+        """Messages in `%DLQ%<group>` (every broker), oldest first."""
+        topic = f"{DLQ_PREFIX}{group}"
+        out = []
+        try:
+            route = self.route(topic, refresh=True)
+        except TopicNotExistError:
+            return []
+        for mq in route.read_queues:
+            addr = route.addrs[mq.broker]
+            off = self.min_offset(mq)
+            while len(out) < max_num:
+                want = min(32, max_num - len(out))
+                pulled = queue_puller.fetch(self, addr, queue_puller.request(topic, mq.queue_id, off, max_msgs=want))
+                if pulled.status is not queue_puller.FOUND:
+                    break
+                out.extend(pulled.messages(mq.broker))
+                off = pulled.next
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]
+
+    def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list:
+        """Send chosen dead letters (by msg id or origin msg id; all when None) back to their original topic."""
+        from quiver.client.producer import Producer
+        chosen = [m for m in self.dlq_messages(group, max_num=1 << 20)
+                  if msg_ids is None or m.msg_id in msg_ids or m.properties.get("DLQ_ORIGIN_MESSAGE_ID") in msg_ids]
+        if not chosen:
+            return []
+        results = []
+        with Producer("QUIVER_DLQ_RESEND", namesrv=";".join(self.namesrvs)) as p:
+            for m in chosen:
+                topic = m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC")
+                if not topic:
+                    raise ClientError(f"dead letter {m.msg_id} does not name its original topic")
+                props = {k: v for k, v in m.properties.items()
+                         if k not in RESERVED_PROPERTIES and not k.startswith("DLQ_")}
+                results.append(p.send(Message(topic, m.body, tags=m.tags, keys=m.keys or None, properties=props,
+                                              flag=m.flag)))
+        return results
+
+    # ---- cluster ---------------------------------------------------------------------------
+
+    def status(self, addr: str) -> dict:
+        return rq.StatusReply.decode(self.call_broker(addr, rq.Status()).ext).status
+
+    def scheduler_addrs(self, group: str = "SCHEDULE_CONSUMER") -> list[str]:
+        """Addresses of the live schedulers (their client ids, listed by the brokers, name them)."""
+        ids = set()
+        for addr in self.all_broker_addrs().values():
+            ids.update(rq.ConsumerListReply.decode(self.call_broker(addr, rq.GetConsumerList(group=group)).ext).ids)
+        return sorted({p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"})
+
+    def scheduler_status(self, group: str = "SCHEDULE_CONSUMER") -> dict[str, dict]:
+        """STATUS of every scheduler: pending per level and timers, delivery lag p50/p99."""
+        out = {}
+        for addr in self.scheduler_addrs(group):
+            try:
+                out[addr] = self.status(addr)
+            except QuiverError as exc:
+                out[addr] = {"error": str(exc)}
+        return out
+
+    def open_transactions(self, limit: int = 1000) -> dict[str, list[dict]]:
+        """Per broker: open half messages (transaction_id, topic, group, age_ms, checks, ...), oldest first."""
+        out = {}
+        for name, addr in sorted(self.all_broker_addrs().items()):
+            env = self.call_broker(addr, rq.TransactionListOpen(limit=limit))
+            out[name] = rq.TransactionListReply.decode(env.ext).open
+        return out
+
+    def ha_status(self) -> list[dict]:
+        """One row per broker address (master id 0, slaves >= 1): role, CommitLog max
+        offset and, for a slave, its replication lag in bytes and ms as its master counts
+        it (lag_ms: age of the oldest byte the slave has not acknowledged)."""
+        rows = []
+        for name, info in sorted(self.cluster_info()["brokers"].items()):
+            by_addr = {}
+            for bid, addr in sorted(info["addrs"].items(), key=lambda kv: int(kv[0])):
+                row = {"broker": name, "id": int(bid), "addr": addr}
+                try:
+                    st = rq.StatusReply.decode(self.call_broker(addr, rq.Status(), timeout=2.0).ext).status
+                except QuiverError as exc:
+                    row["error"] = str(exc)
+                    rows.append(row)
+                    continue
+                ha = st.get("ha") or {}
+                row.update(role=st.get("ha_role", "?"), max_offset=st["store"]["max_phys_offset"],
+                           lag_bytes=ha.get("lag_bytes"), lag_ms=None, ha=ha)
+                by_addr[addr] = row
+                rows.append(row)
+            for master in [r for r in by_addr.values() if r["id"] == 0]:
+                for link in master["ha"].get("slaves", []):
+                    slave = by_addr.get(link["addr"])
+                    if slave is not None:
+                        slave.update(lag_bytes=link["lag_bytes"], lag_ms=link["lag_ms"],
+                                     ack_latency=link.get("ack_latency"))
+        return rows
+
+    def ping(self, addr: str, timeout: float = 1.0) -> dict:
+        return self.call_broker(addr, rq.Ping(), timeout=timeout).ext
+
+    def clean_expired(self, broker_addr: str) -> int:
+        return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments

@@ -1,0 +1,422 @@
+"""What every client shares: name servers, route cache, broker calls, fault avoidance.
+
+Routes come from any reachable name server and are refreshed every 30 s (and
+on demand after a failure). A broker that failed or answered slowly is avoided
+for a while (RocketMQ 5's latency table), so sends go elsewhere at once.
+Route and cluster data are read defensively: an entry whose address is not
+host:port (or that is not shaped like a route entry) is skipped and logged once
+per client, so one bad registration cannot break every user of the route.
+"""
+
+import dataclasses
+import logging
+import os
+import reprlib
+import socket
+import threading
+import time
+from concurrent.futures import wait
+from dataclasses import dataclass
+
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.errors import ClientError, QuiverError, TopicNotExistError
+from quiver.wire.names import is_valid_addr
+from quiver.wire.names import split_addrs
+from quiver.wire.transport import Transport
+
+log = logging.getLogger(__name__)
+
+# RocketMQ 5 latency fault table: latency >= left -> avoid for right (ms)
+_LATENCY_MAX = (15_000, 5_000, 3_000, 1_800, 550, 100, 50)
+_NOT_AVAILABLE = (30_000, 10_000, 6_000, 5_000, 2_000, 0, 0)
+
+
+_READ_CODES = frozenset((RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
+                         RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                         RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.QUERY_MESSAGE))
+
+
+def _ignore(_result) -> None:  # callback of fire-and-forget requests
+    pass
+
+
+_MAX_QUEUES = 1024
+_MAX_SKIPS_REMEMBERED = 1024
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
+
+
+def _short(value) -> str:
+    # bounded (a 1000-deep list has no repr), ASCII only (no control or right-to-left characters)
+    text = _REPR.repr(value).encode("ascii", "backslashreplace").decode()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _broker_id(key) -> int | None:
+    """A broker id key of an `addrs` map ("0", "1" ... on the wire), or None."""
+    if type(key) is int:
+        return key if key >= 0 else None
+    if isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 10:
+        return int(key)
+    return None
+
+
+def _addrs_of(name, entry, skipped: list) -> dict[int, str]:
+    """{broker id: address} of one broker entry, leaving out (into `skipped`) what is not host:port."""
+    addrs = entry.get("addrs") if isinstance(entry, dict) else None
+    if not isinstance(addrs, dict):
+        skipped.append(f"broker {_short(name)}: its addrs are {_short(addrs)}, not a map of id -> host:port")
+        return {}
+    out = {}
+    for key, addr in addrs.items():
+        bid = _broker_id(key)
+        if bid is None or not is_valid_addr(addr):
+            skipped.append(f"broker {_short(name)}: address {_short(addr)} (id {_short(key)}) is not host:port")
+            continue
+        out[bid] = addr
+    return out
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker: str
+    queue_id: int
+
+
+class Route:
+    """A topic's queues: broker name -> address (the master's, id 0, else a slave's),
+    every address of a broker name by id (`by_id`), writable and readable queues.
+
+    Entries that are not well formed (an address that is not host:port, a queue
+    count that is not an integer 0..1024 ...) are left out and described in
+    `skipped`, for the client to log once."""
+
+    def __init__(self, topic: str, data: dict):
+        self.topic = topic
+        self.skipped: list[str] = []
+        data = data if isinstance(data, dict) else {}
+        self.by_id: dict[str, dict[int, str]] = {}
+        for b in _list(data.get("brokers")):
+            name = b.get("broker_name") if isinstance(b, dict) else None
+            if not isinstance(name, str):
+                self.skipped.append(f"broker entry {_short(b)} has no broker_name")
+                continue
+            self.by_id[name] = _addrs_of(name, b, self.skipped)
+        self.addrs = {name: ids.get(0) or (ids[min(ids)] if ids else None) for name, ids in self.by_id.items()}
+        self.filter_servers = self._filters(data.get("filter_servers"))
+        write, read = [], []
+        for q in _list(data.get("queues")):
+            q = self._queue_data(q)
+            if q is None:
+                continue
+            name = q["broker_name"]
+            if not self.addrs.get(name):
+                continue
+            if q["perm"] & 2 and 0 in self.by_id.get(name, {0: None}):  # writes go to masters only
+                write.extend(MessageQueue(topic, name, i) for i in range(q["write"]))
+            if q["perm"] & 4:
+                read.extend(MessageQueue(topic, name, i) for i in range(q["read"]))
+        self.write_queues = sorted(write)
+        self.read_queues = sorted(read)
+
+    def _queue_data(self, q) -> dict | None:
+        try:
+            ok = (isinstance(q["broker_name"], str) and type(q["perm"]) is int
+                  and all(type(q[k]) is int and 0 <= q[k] <= _MAX_QUEUES for k in ("read", "write")))
+        except (TypeError, KeyError, IndexError):
+            ok = False
+        if not ok:
+            self.skipped.append(f"queue data {_short(q)} is not {{broker_name, read, write, perm}}")
+            return None
+        return q
+
+    def _filters(self, data) -> dict[str, list[str]]:
+        out = {}
+        for addr, servers in (data.items() if isinstance(data, dict) else ()):
+            good = [s for s in _list(servers) if is_valid_addr(s)]
+            if not (is_valid_addr(addr) and isinstance(servers, list) and len(good) == len(servers)):
+                self.skipped.append(f"filter servers {_short(servers)} of {_short(addr)}: not all host:port")
+            if good and is_valid_addr(addr):
+                out[addr] = good
+        return out
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []
+
+
+class ClientBase:
+    """Owns the Transport, the name-server list and the route cache."""
+
+    route_refresh_s = 30.0
+
+    def __init__(self, namesrv, request_timeout: float = 3.0):
+        self.namesrvs = split_addrs(namesrv if namesrv is not None else os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
+        if not self.namesrvs:
+            raise ClientError("no name server given: pass namesrv='host:port;host:port'")
+        self.request_timeout = request_timeout
+        self.client_id = f"{socket.gethostname()}@{os.getpid()}#{time.monotonic_ns()}"
+        self.transport: Transport | None = None
+        self._routes: dict[str, tuple[float, Route]] = {}
+        self._avoid: dict[str, float] = {}
+        self._read_down: dict[str, float] = {}
+        self._cluster: dict = {}
+        self._skips_logged: set[str] = set()
+        self._lock = threading.Lock()
+        self._started = False
+
+    # ---- lifecycle ------------------------------------------------------------
+
+    heartbeat_interval_s = 30.0
+    transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
+
+    def start(self):
+        if not self._started:
+            self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id)
+            self._started = True
+            self._hb_stop = threading.Event()
+            if self.heartbeat_payload() is not None:
+                self.send_heartbeats()
+                threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
+        return self
+
+    def shutdown(self) -> None:
+        if self._started:
+            self._hb_stop.set()
+            self.before_close()
+            self._started = False
+            self.transport.close()
+
+    # ---- heartbeats and pushed requests ----------------------------------------------
+
+    def heartbeat_payload(self) -> rq.HeartBeat | dict | None:
+        """The HEART_BEAT this client sends (an `rq.HeartBeat`; its `client_id` is always this
+        client's), or None to send none. The wire form {"producers": [...], "consumers": [...]}
+        is still accepted from a subclass and decoded through the schema (`heartbeat`)."""
+        return None
+
+    def heartbeat(self) -> rq.HeartBeat | None:
+        """`heartbeat_payload()` as a typed HEART_BEAT of this client; FieldError if a dict
+        payload does not fit the schema."""
+        payload = self.heartbeat_payload()
+        if payload is None:
+            return None
+        if isinstance(payload, rq.HeartBeat):
+            if payload.client_id != self.client_id:
+                payload = dataclasses.replace(payload, client_id=self.client_id)
+            return payload
+        return rq.HeartBeat.decode({**payload, rq.HeartBeat.key("client_id"): self.client_id})
+
+    def heartbeat_brokers(self) -> dict[str, str]:
+        """Broker name -> address this client heartbeats to (default: every broker)."""
+        return self.all_broker_addrs()
+
+    def send_heartbeats(self) -> None:
+        try:
+            req = self.heartbeat()
+            if req is None:
+                return
+            brokers = self.heartbeat_brokers()
+        except QuiverError as exc:
+            log.warning("heartbeat skipped: %s", exc)
+            return
+        # slaves too: while a master is down its slave answers the group's consumer list
+        for addr in [*brokers.values(), *self.slave_addrs(brokers)]:
+            try:
+                self.transport.send(addr, req, None, (), _ignore, self.request_timeout)
+            except QuiverError as exc:  # shut down meanwhile
+                log.debug("heartbeat to %s not sent: %s", addr, exc)
+                return
+
+    def _heartbeat_loop(self) -> None:
+        while not self._hb_stop.wait(self.heartbeat_interval_s):
+            self.send_heartbeats()
+
+    def before_close(self) -> None:
+        """Leave every group this client heartbeats, at once: the broker tells the other
+        members (they rebalance now, not after the 120 s expiry) and stops pushing to us."""
+        try:
+            hb = self.heartbeat()
+        except QuiverError:
+            return
+        if hb is None:
+            return
+        leaving = [rq.UnregisterClient(client_id=self.client_id, producer_group=g) for g in hb.producers]
+        leaving += [rq.UnregisterClient(client_id=self.client_id, consumer_group=c.group) for c in hb.consumers]
+        try:
+            addrs = list(self.heartbeat_brokers().values()) if leaving else []
+        except QuiverError:
+            return
+        futs = [self.transport.call_future(addr, req, timeout=1.0) for addr in addrs for req in leaving]
+        wait(futs, 2.0)  # best effort: a broker that does not answer expires us later anyway
+
+    # handlers for requests a broker pushes: {RequestCode: method(addr, env) -> frames | None}
+    push_handlers: dict = {}
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    def _on_push(self, addr, env):
+        handler = self.push_handlers.get(env.code)
+        if handler is None:
+            log.debug("ignoring pushed request %s from %s", env.code, addr)
+            return None
+        return handler(self, addr, env)
+
+    def _need_started(self) -> None:
+        if not self._started:
+            raise ClientError(f"{type(self).__name__} is not started: call start() first")
+
+    # ---- name server ---------------------------------------------------------------
+
+    def call_namesrv(self, code, ext: dict | None = None) -> dict:
+        """The reply's ext from the first name server that answers; `code` is a typed request
+        (quiver.wire.requests), or a bare code with `ext`."""
+        last: Exception | None = None
+        for addr in self.namesrvs:
+            try:
+                return self.transport.call(addr, code, ext, timeout=self.request_timeout).ext
+            except TopicNotExistError:
+                raise
+            except QuiverError as exc:
+                last = exc
+        raise ClientError(f"no name server answered ({'; '.join(self.namesrvs)}): {last}")
+
+    def cached_route(self, topic: str) -> Route | None:
+        """The last route fetched for `topic`, however old; never calls the name server
+        (safe on the IO thread)."""
+        cached = self._routes.get(topic)
+        return cached[1] if cached else None
+
+    def route(self, topic: str, refresh: bool = False) -> Route:
+        now = time.monotonic()
+        cached = self._routes.get(topic)
+        if cached and not refresh and now - cached[0] < self.route_refresh_s:
+            return cached[1]
+        data = self.call_namesrv(rq.GetRouteInfo(topic=topic)).get("route")
+        if not isinstance(data, dict):
+            raise ClientError(f"the name server's route of {topic!r} is {_short(data)}, not a map")
+        route = Route(topic, data)
+        self._log_skipped(f"route of {topic!r}", route.skipped)
+        self._routes[topic] = (now, route)
+        return route
+
+    def cluster_info(self) -> dict:
+        """The name server's cluster info, with every broker address that is not host:port left out
+        (and brokers left with no address, and `live` entries under such an address)."""
+        info = self.call_namesrv(rq.GetClusterInfo()).get("cluster")
+        if not isinstance(info, dict):
+            raise ClientError(f"the name server's cluster info is {_short(info)}, not a map")
+        skipped: list[str] = []
+        brokers = {}
+        for name, entry in (info.get("brokers") if isinstance(info.get("brokers"), dict) else {}).items():
+            ids = _addrs_of(name, entry, skipped)
+            if ids:
+                brokers[name] = {**entry, "addrs": {str(k): a for k, a in sorted(ids.items())}}
+        live = info.get("live") if isinstance(info.get("live"), dict) else {}
+        info = {**info, "brokers": brokers, "live": {a: v for a, v in live.items() if is_valid_addr(a)}}
+        self._log_skipped("cluster info", skipped)
+        self._cluster = info
+        return info
+
+    def _log_skipped(self, where: str, skipped: list[str]) -> None:
+        """Each skipped entry is logged once per client (a route is read every 30 s)."""
+        for what in skipped:
+            if what not in self._skips_logged:
+                if len(self._skips_logged) < _MAX_SKIPS_REMEMBERED:
+                    self._skips_logged.add(what)
+                log.warning("%s from the name server: skipped %s", where, what)
+
+    def slave_addrs(self, names) -> list[str]:
+        """Slave addresses (ids >= 1) of these broker names, from the last cluster info."""
+        brokers = self._cluster.get("brokers", {})
+        return [a for n in names for bid, a in sorted((brokers.get(n) or {}).get("addrs", {}).items())
+                if str(bid) != "0"]
+
+    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        if topic:
+            addr = self.route(topic).addrs.get(broker)
+            if addr:
+                return addr
+        info = self.cluster_info()["brokers"].get(broker)
+        if not info:
+            raise ClientError(f"broker {broker!r} is not registered with any name server")
+        return info["addrs"].get("0") or next(iter(info["addrs"].values()))
+
+    def all_broker_addrs(self) -> dict[str, str]:
+        return {name: b["addrs"].get("0") or next(iter(b["addrs"].values()))
+                for name, b in self.cluster_info()["brokers"].items() if b["addrs"]}
+
+    # ---- reads from slaves ------------------------------------------------------------------
+
+    master_retry_s = 5.0   # after a failed read, the master is tried again this much later
+
+    def read_addr(self, topic: str, broker: str, route: Route | None = None, wait: bool = True) -> str | None:
+        """Where reads of a broker name go: its master, or (while the master's reads fail)
+        its lowest-id slave. The cached route is used when there is one; without one,
+        `wait=False` (IO thread) answers None instead of asking a name server."""
+        if route is None:
+            cached = self._routes.get(topic)
+            if cached is None and not wait:
+                return None
+            route = cached[1] if cached else self.route(topic)
+        ids = route.by_id.get(broker) or {}
+        now = time.monotonic()
+        for bid in sorted(ids):
+            addr = ids[bid]
+            if self._read_down.get(addr, 0) <= now:
+                return addr
+        return route.addrs.get(broker)
+
+    def read_failed(self, addr: str) -> None:
+        """A read from `addr` failed with a connection error: use a slave for a while."""
+        self._read_down[addr] = time.monotonic() + self.master_retry_s
+
+    def call_read(self, topic: str, broker: str, code, ext: dict | None = None):
+        """A read request (offsets, queue bounds; typed, quiver.wire.requests) to the master, else to a slave."""
+        return self.call_broker(self.read_addr(topic, broker), code, ext)
+
+    # ---- fault avoidance -----------------------------------------------------------------
+
+    def note_latency(self, broker: str, latency_ms: float, failed: bool = False) -> None:
+        if failed:
+            latency_ms = 10_000
+        for bound, avoid in zip(_LATENCY_MAX, _NOT_AVAILABLE):
+            if latency_ms >= bound:
+                if avoid:
+                    self._avoid[broker] = time.monotonic() + avoid / 1000
+                return
+
+    def available(self, broker: str) -> bool:
+        until = self._avoid.get(broker)
+        return until is None or until <= time.monotonic()
+
+    def call_broker(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float | None = None,
+                    ok=(ResponseCode.SUCCESS,)):
+        """A request to a broker: `code` is a typed request (quiver.wire.requests), or a bare code with `ext`. Reads (offsets, queue bounds, consumer lists, lookups) sent
+        to a master that is unreachable go to its slaves (known from cached routes)."""
+        self._need_started()
+        slaves = self._slaves_of_master(addr) if getattr(code, "CODE", code) in _READ_CODES else ()
+        if not slaves:
+            return self.transport.call(addr, code, ext, bodies, timeout or self.request_timeout, ok)
+        now = time.monotonic()
+        order = [a for a in (addr, *slaves) if self._read_down.get(a, 0) <= now] or [addr, *slaves]
+        for i, a in enumerate(order):
+            try:
+                return self.transport.call(a, code, ext, bodies, timeout or self.request_timeout, ok)
+            except ClientError:
+                self.read_failed(a)
+                if i == len(order) - 1:
+                    raise
+
+    def _slaves_of_master(self, addr: str) -> list[str]:
+        for _, route in list(self._routes.values()):
+            for ids in route.by_id.values():
+                if ids.get(0) == addr:
+                    return [ids[b] for b in sorted(ids) if b]
+        return []

@@ -1,0 +1,185 @@
+"""The consume side of PushConsumer: listener calls, send-back, orderly queues.
+
+Concurrent mode hands batches to the thread pool; a failed message goes back to
+the broker (CONSUMER_SEND_MSG_BACK) and returns through `%RETRY%<group>`.
+Orderly mode runs one thread per queue under a broker lock; a failing batch is
+retried in place after a suspend and, past the max reconsume times, sent to the
+dead-letter topic so the queue moves on. Mixed into PushConsumer (RocketMQ's
+ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
+attributes it uses: options (consume_batch_size, consume_threads,
+max_reconsume_times, suspend_current_queue_ms), broadcast, _pool, _timer,
+_listener, offsets, _running, _active_cond, _cost_per_msg_s, _state_lock.
+"""
+
+import logging
+import time
+
+from quiver.wire import requests as rq
+from quiver.errors import QuiverError
+from quiver.client.message import ORIGIN_MESSAGE_ID, ConsumeResult, MessageExt
+from quiver.client.process_queue import ProcessQueue
+
+log = logging.getLogger(__name__)
+
+LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker lease: 60 s)
+SPLIT_WORTH_S = 0.002        # split a pulled batch over threads when its listener work exceeds this
+MAX_CONSUME_CONTINUOUSLY_S = 60.0
+
+
+class ConsumeService:
+    def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self._orderly:
+            self._kick_orderly(pq)
+            return
+        # Handing a task to the pool costs a thread wake-up (tens of µs): a fast listener is
+        # best served by one task per pulled batch, a slow one by spreading the batch over the
+        # threads. The measured listener cost per message decides.
+        bs = self.options.consume_batch_size
+        n = len(msgs)
+        tasks = 1
+        if n * self._cost_per_msg_s > SPLIT_WORTH_S:
+            tasks = min(self.options.consume_threads, -(-n // bs))
+        chunk = -(-n // tasks)
+        chunk = -(-chunk // bs) * bs
+        for i in range(0, n, chunk):
+            self._submit(self._consume_concurrently, pq, msgs[i:i + chunk])
+
+    def _submit(self, fn, *args) -> None:
+        if not self._running:
+            return
+        try:
+            self._pool.submit(self._run_task, fn, *args)
+        except RuntimeError:
+            pass  # shutting down: the messages stay uncommitted
+
+    def _run_task(self, fn, *args) -> None:
+        with self._active_cond:
+            self._active += 1
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("consume task failed")
+        finally:
+            with self._active_cond:
+                self._active -= 1
+                if self._active == 0:
+                    self._active_cond.notify_all()
+
+    def _call_listener(self, msgs: list[MessageExt]) -> bool:
+        try:
+            return self._listener(msgs) is ConsumeResult.SUCCESS
+        except Exception:
+            log.exception("listener of %s raised: consuming %d message(s) later", self.group, len(msgs))
+            return False
+
+    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        bs = self.options.consume_batch_size
+        finished: list[MessageExt] = []
+        listening = 0.0  # time inside the listener only: the rest is ours (and GIL waits)
+        clock = time.perf_counter
+        try:
+            for i in range(0, len(msgs), bs):
+                if pq.dropped or not self._running:
+                    return
+                batch = msgs[i:i + bs]
+                t0 = clock()
+                ok = self._call_listener(batch)
+                listening += clock() - t0
+                if ok:
+                    finished += batch
+                elif self.broadcast:
+                    log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
+                    finished += batch
+                else:
+                    failed = [m for m in batch if not self._send_back(pq, m)]
+                    if failed:  # broker unreachable: retry here later, keep the offset behind them
+                        self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
+                    finished += [m for m in batch if m not in failed]
+        finally:
+            # one cache update per task, not per listener call: the commit offset is still the
+            # lowest unfinished message of the queue
+            if finished:
+                self._consumed(pq, pq.remove(finished))
+                # moving average of the listener's cost per message (races between threads only blur it)
+                per_msg = listening / len(msgs)
+                self._cost_per_msg_s = 0.8 * self._cost_per_msg_s + 0.2 * per_msg
+
+    def _consumed(self, pq: ProcessQueue, offset: int) -> None:
+        """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
+        with self._state_lock:
+            if not pq.dropped:
+                self.offsets.update(pq.mq, offset)
+
+    def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
+        origin_id = m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id or None
+        req = rq.ConsumerSendMsgBack(group=self.group, offset=m.commit_log_offset, delay_level=delay,
+                                     origin_topic=m.topic, origin_msg_id=origin_id,
+                                     max_reconsume=self.options.max_reconsume_times, reconsume=m.reconsume_times)
+        try:
+            self.call_broker(pq.addr, req)
+            return True
+        except QuiverError as exc:
+            log.warning("send back of %s failed: %s", m.msg_id, exc)
+            return False
+
+    # ---- orderly ------------------------------------------------------------------------------------------
+
+    def _kick_orderly(self, pq: ProcessQueue) -> None:
+        with pq.lock:
+            if pq.scheduled or pq.dropped or time.monotonic() < pq.suspended_until:
+                return
+            pq.scheduled = True
+        self._submit(self._consume_orderly, pq)
+
+    def _consume_orderly(self, pq: ProcessQueue) -> None:
+        started = time.monotonic()
+        retry_in = None
+        with pq.consume_lock:  # one thread per queue
+            while True:
+                if pq.dropped or not self._running:
+                    break
+                if not self.broadcast and (not pq.locked or time.monotonic() - pq.lock_ts > LOCK_STALE_S):
+                    retry_in = 3.0
+                    self._timer.call_later(0.01, self._relock, pq)
+                    break
+                if time.monotonic() - started > MAX_CONSUME_CONTINUOUSLY_S:
+                    retry_in = 0.01
+                    break
+                batch = pq.head(self.options.consume_batch_size)
+                if not batch:
+                    break
+                if self._call_listener(batch) or self._give_up(pq, batch):
+                    self._consumed(pq, pq.remove(batch))
+                    continue
+                retry_in = self.options.suspend_current_queue_ms / 1000
+                break
+        with pq.lock:
+            pq.scheduled = False
+            if retry_in is not None:
+                pq.suspended_until = time.monotonic() + retry_in
+        if retry_in is not None:
+            self._timer.call_later(retry_in, self._kick_orderly, pq)
+        elif pq.msgs:
+            self._kick_orderly(pq)  # arrived while we were finishing
+
+    def _give_up(self, pq: ProcessQueue, batch: list[MessageExt]) -> bool:
+        """A failed orderly batch: count the attempt; past the max, dead-letter it and move on."""
+        limit = self.options.max_reconsume_times
+        if any(m.reconsume_times < limit for m in batch):
+            for m in batch:
+                m.reconsume_times += 1
+            return False
+        if self.broadcast:
+            log.warning("orderly broadcast consumption failed %d times: dropping %d message(s)",
+                        limit, len(batch))
+            return True
+        return all(self._send_back(pq, m, delay=-1) for m in batch)
+
+    def _relock(self, pq: ProcessQueue) -> None:
+        if pq.dropped or not self._running:
+            return
+        if self._lock_mqs(pq.addr, [pq.mq]):
+            pq.locked, pq.lock_ts = True, time.monotonic()
+            with pq.lock:
+                pq.suspended_until = 0.0
+            self._kick_orderly(pq)

@@ -1,0 +1,418 @@
+"""PullConsumer: subscribe, poll, commit, seek, seek_to_timestamp.
+
+Each assigned queue keeps one long-polling pull in flight (queue_puller.py:
+where it goes, failover, the decoded answer); pulled messages go into a local
+buffer that `poll()` drains. The tag expression is checked on the broker by
+hash and again here by string. A queue whose buffered messages reach
+`cached_msgs_per_queue` pauses until `poll()` has taken half of them.
+Offsets: `poll()` advances the consumed position, `commit()` stores it on the
+broker (also every `commit_interval_ms` with auto_commit, and on shutdown).
+Consumers of one group share the queues like push consumers (rebalance.py's
+RebalanceLoop): heartbeats carry the subscriptions, a NOTIFY_CONSUMER_IDS_CHANGED
+from a broker rebalances at once, and a queue given up is committed first.
+SQL92 subscriptions (`MessageSelector.sql(...)`) are checked at subscribe /
+start time and pulled through a filter server of each queue's broker
+(filter_route.py); offsets are still committed to the broker.
+A record that cannot be decoded is skipped and reported (queue_puller.py:
+log, `stats()["undecodable_records"]`, ConsumerOptions.on_bad_record), and
+whatever goes wrong with a pull's answer, the queue is pulled again.
+An offset reset by the broker (`Admin.reset_offset` of a running group:
+RESET_CONSUMER_CLIENT_OFFSET) works like `seek` on the queues it names, and
+the new offset is committed at once, under the lock every commit takes, so
+no commit of the old position can reach the broker after it.
+Settings: options.py's ConsumerOptions.
+"""
+
+import collections
+import logging
+import threading
+import time
+
+from quiver.client import filter_route
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue
+from quiver.wire.codes import RequestCode
+from quiver.errors import ClientError, QuiverError, TopicNotExistError
+from quiver.client.message import MessageExt, MessageSelector
+from quiver.wire.names import check_group
+from quiver.client.offset_store import query_offset, start_offset
+from quiver.client.options import ConsumerOptions, from_arguments
+from quiver.client.process_queue import DelayedCalls
+from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
+from quiver.client.rebalance import RebalanceLoop, Rebalancer
+
+log = logging.getLogger(__name__)
+
+# the constructor's settings by position, in their historical order
+_POSITIONAL = ("consume_from", "pull_batch_size", "suspend_ms", "auto_commit", "auto_commit_interval_s",
+               "buffer_per_queue", "allocate", "rebalance_interval_s")
+
+
+class _QueueState:
+    __slots__ = ("mq", "_addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen",
+                 "narrow_until")
+
+    def __init__(self, mq, addr, offset):
+        self.mq, self._addr = mq, addr
+        self.next = offset          # next offset to pull
+        self.consumed = offset      # next offset the app has not polled yet
+        self.committed = None
+        self.in_flight = False
+        self.buffered = 0
+        self.paused = False
+        self.gen = 0                # bumped by seek, reset and drop: replies of older pulls are dropped
+        self.narrow_until = 0       # below this offset pull one record at a time (after an unwalkable answer)
+
+    @property
+    def addr(self) -> str:
+        """The broker address reads and commits go to (the master, or a slave while it is down)."""
+        return self._addr
+
+    @addr.setter
+    def addr(self, addr: str) -> None:
+        if addr != self._addr:
+            self._addr, self.committed = addr, None   # the new address has not stored our offset
+
+
+class PullConsumer(ClientBase):
+    """Settings by keyword are ConsumerOptions fields or their historical names (consume_from,
+    pull_batch_size, suspend_ms, auto_commit, auto_commit_interval_s, buffer_per_queue,
+    allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once."""
+
+    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, **settings):
+        super().__init__(namesrv)
+        check_group(group)
+        self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
+        if opts.broadcast:
+            raise ValueError("PullConsumer does not broadcast: use PushConsumer(broadcast=True)")
+        self.group = group
+        self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
+        self.subscriptions: dict[str, MessageSelector] = {}
+        self._queues: dict[MessageQueue, _QueueState] = {}
+        self._buffer = collections.deque()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
+        self._bad = BadRecords(opts.on_bad_record)
+        self._resets = 0
+        self._missing: dict[str, float] = {}  # topic -> when a name server said TOPIC_NOT_EXIST
+        self._timer: DelayedCalls | None = None
+        self._puller: QueuePuller | None = None
+        self._rebalance = RebalanceLoop(Rebalancer(self, group, opts.allocate), opts.rebalance_interval_ms / 1000,
+                                        lambda: list(self.subscriptions), self._queues, self._take, self._drop)
+
+    def subscribe(self, topic: str, expression="*") -> None:
+        sel = filter_route.as_selector(expression)
+        if self._started:
+            filter_route.check_subscription(self, topic, sel, self.group)
+        self.subscriptions[topic] = sel
+        if self._started:
+            self.send_heartbeats()
+            self.rebalance()
+
+    def start(self):
+        if self._started:
+            return self
+        super().start()
+        try:
+            for topic, sel in self.subscriptions.items():
+                filter_route.check_subscription(self, topic, sel, self.group)
+        except QuiverError:
+            super().shutdown()
+            raise
+        self._stop.clear()
+        self._timer = DelayedCalls(f"pull-consumer-{self.group}")
+        self._puller = QueuePuller(self, self.group, self.options, self._timer.call_later, self._bad)
+        self._rebalance.start("pull-consumer-rebalance")
+        if self.options.auto_commit:
+            threading.Thread(target=self._auto_commit, name="pull-consumer-commit", daemon=True).start()
+        return self
+
+    def assignment(self) -> list[MessageQueue]:
+        return sorted(self._queues)
+
+    def stats(self) -> dict:
+        """Counters: records skipped as undecodable, offset resets applied."""
+        return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
+
+    # ---- assignment and offsets ---------------------------------------------------
+
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        me = rq.ConsumerData(group=self.group, subscriptions=filter_route.wire_subscriptions(self.subscriptions),
+                             consume_type="PULL", model="CLUSTERING", consume_from=str(self.options.consume_from))
+        return rq.HeartBeat(client_id=self.client_id, consumers=[me])
+
+    def _on_ids_changed(self, addr, env):
+        self._rebalance.notified(addr, env)
+
+    def _on_reset(self, addr, env):
+        req = rq.ResetConsumerClientOffset.decode(env.ext)
+        if req.group == self.group:
+            self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
+                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
+
+    def route(self, topic: str, refresh: bool = False):
+        """The route, remembering which subscribed topics a name server says do not exist (poll)."""
+        try:
+            route = super().route(topic, refresh)
+        except TopicNotExistError:
+            self._missing[topic] = time.monotonic()
+            raise
+        self._missing.pop(topic, None)
+        return route
+
+    def rebalance(self) -> None:
+        """Take this client's share of every subscribed topic's queues; give up the rest."""
+        self._rebalance.step()
+
+    def _take(self, mq: MessageQueue, notified_at=None) -> bool:
+        try:
+            addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
+            offset = query_offset(self, self.group, mq, addr)
+            if offset is None:
+                offset = start_offset(self, mq, addr, self.options.consume_from)
+        except (QuiverError, KeyError) as exc:
+            log.warning("cannot take %s: %s", mq, exc)
+            return False
+        st = self._queues[mq] = _QueueState(mq, addr, offset)
+        self._pull(st)
+        return True
+
+    def _drop(self, mq: MessageQueue) -> None:
+        with self._commit_lock:
+            with self._cond:
+                st = self._queues.pop(mq, None)
+                if st is None:
+                    return
+                st.gen += 1  # replies of pulls under way are ignored
+                st.paused = True
+                self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+            if st.committed != st.consumed:
+                try:
+                    self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
+                                                                      queue_id=mq.queue_id, offset=st.consumed))
+                except QuiverError as exc:
+                    log.warning("commit of released %s failed: %s", mq, exc)
+        log.info("released %s at offset %d", mq, st.consumed)
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        st = self._queues.get(mq)
+        if st is None:
+            raise ClientError(f"{mq} is not assigned to this consumer")
+        self._restart_at(st, offset)
+
+    def _restart_at(self, st: _QueueState, offset: int) -> None:
+        """Drop what is buffered of the queue and its pull under way; pull again from `offset`."""
+        with self._cond:
+            st.gen += 1
+            self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+            st.buffered = 0
+            st.next = st.consumed = offset
+            st.in_flight = st.paused = False
+            st.narrow_until = 0
+        self._pull(st)
+
+    def _reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): each owned queue
+        named restarts at its new offset, which is committed again at once. Under the commit
+        lock: a commit of the old position (it may have reached the broker after the reset
+        stored the new one) is answered before this one is sent."""
+        with self._commit_lock:
+            for mq, offset in offsets.items():
+                st = self._queues.get(mq)
+                if st is None:
+                    continue
+                dropped = st.buffered
+                self._restart_at(st, offset)
+                self._resets += 1
+                log.info("%s reset to offset %d by its broker (%d buffered message(s) dropped)", mq, offset, dropped)
+                try:
+                    self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
+                                                                      queue_id=mq.queue_id, offset=offset))
+                    st.committed = offset
+                except QuiverError as exc:
+                    st.committed = None   # the next commit stores it
+                    log.warning("commit of the reset offset of %s failed: %s", mq, exc)
+
+    def seek_to_timestamp(self, ts_ms: int) -> None:
+        for mq, st in list(self._queues.items()):
+            req = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=int(ts_ms))
+            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
+
+    def seek_to_begin(self) -> None:
+        for mq, st in list(self._queues.items()):
+            req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
+            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        st = self._queues.get(mq)
+        return st.committed if st else None
+
+    def commit(self) -> None:
+        """Store the consumed position of every queue on its broker."""
+        with self._commit_lock:
+            self._commit()
+
+    def _commit(self) -> None:
+        for st in list(self._queues.values()):
+            off = st.consumed
+            if st.committed == off:
+                continue
+            req = rq.UpdateConsumerOffset(group=self.group, topic=st.mq.topic, queue_id=st.mq.queue_id, offset=off)
+            try:
+                self.call_broker(st.addr, req)
+            except ClientError:  # its master is unreachable: the slave keeps it meanwhile
+                self.read_failed(st.addr)
+                addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False)
+                if not addr or addr == st.addr:
+                    raise
+                self.call_broker(addr, req)
+            st.committed = off
+
+    # ---- pulling (IO-thread callbacks) --------------------------------------------------
+
+    def _pull(self, st: _QueueState) -> None:
+        # IO thread, timer and poll() all start pulls: claiming the queue's one pull is
+        # atomic, or two pulls at the same offset would deliver its messages twice
+        with self._cond:
+            if not self._started or st.in_flight or st.paused:
+                return
+            if st.buffered >= self.options.cached_msgs_per_queue:
+                st.paused = True
+                return
+            st.in_flight = True
+            gen, offset = st.gen, st.next
+            single = offset < st.narrow_until
+        try:
+            self._puller.pull(st, offset, self.subscriptions.get(st.mq.topic),
+                              lambda pulled, retry_s: self._pulled(st, gen, offset, single, pulled, retry_s),
+                              single=single)
+        except Exception:
+            log.exception("pull of %s not sent: trying again", st.mq)
+            self._pulled(st, gen, offset, single, None, self._puller.error_delay_s)
+
+    def _pulled(self, st: _QueueState, gen: int, offset: int, single: bool, pulled, retry_s: float) -> None:
+        if pulled is not None:
+            try:
+                if not self._apply(st, gen, offset, single, pulled):
+                    return
+                retry_s = 0.0
+            except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
+                log.exception("answer to the pull of %s from offset %d not taken: pulling again", st.mq, offset)
+                pulled, retry_s = None, self._puller.error_delay_s
+        with self._cond:
+            if gen != st.gen:
+                return  # seek, reset or drop restarted the queue, in_flight included
+            st.in_flight = False  # only now: st.next has moved, so the next pull starts past this batch
+        if pulled is not None:
+            self._pull(st)
+        elif self._started:
+            self._timer.call_later(retry_s, self._pull, st)
+
+    def _apply(self, st: _QueueState, gen: int, offset: int, single: bool, pulled) -> bool:
+        """Move the queue by a pull's answer; False when a seek, reset or drop superseded it."""
+        if pulled.status is FOUND:
+            got = self._puller.decode(st, pulled, self.subscriptions.get(st.mq.topic), offset, single)
+            nxt, msgs = got.next, got.msgs
+            with self._cond:
+                if gen != st.gen:
+                    return False
+                st.next = nxt
+                st.narrow_until = max(st.narrow_until, got.narrow_until)
+                if msgs:
+                    self._buffer.append((st, msgs, nxt))
+                    st.buffered += len(msgs)
+                    self._cond.notify_all()
+                elif st.consumed < nxt and st.buffered == 0:
+                    st.consumed = nxt  # all filtered out (or undecodable): still consumed
+            return True
+        # nothing to hand over (NO_NEW_MSG, NO_MATCHED_MSG) or the offset moved: the position moves
+        nxt = pulled.next
+        moved = pulled.status is OFFSET_ILLEGAL
+        if moved:
+            log.info("offset of %s moved from %d to %d", st.mq, offset, nxt)
+        with self._cond:
+            if gen != st.gen:
+                return False
+            st.next = nxt
+            if moved:
+                st.narrow_until = 0
+            if st.buffered == 0 and (moved or st.consumed < nxt):
+                st.consumed = nxt
+        return True
+
+    # ---- app side ---------------------------------------------------------------------
+
+    def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """Messages pulled so far (waits up to timeout for the first).
+
+        A subscribed topic that a name server answered TOPIC_NOT_EXIST for (at
+        start, subscribe or a rebalance; not merely unreachable name servers) is
+        reported by raising TopicNotExistError naming it, where RocketMQ's client
+        only logs "topic route not exist" and returns nothing forever. It is
+        raised only when there is nothing to return: at once if no subscribed
+        topic exists, else after the wait. Once the topic is created, the next
+        rebalance (asked for by the raise, at most once a second) clears it."""
+        self._need_started()
+        out: list[MessageExt] = []
+        resume = []
+        with self._cond:
+            if not self._buffer:
+                if not self._missing_topics(every=True):
+                    self._cond.wait(timeout)
+            while self._buffer and (max_messages is None or len(out) < max_messages):
+                st, msgs, nxt = self._buffer[0]
+                room = len(msgs) if max_messages is None else max_messages - len(out)
+                take = msgs[:room]
+                out.extend(take)
+                st.buffered -= len(take)
+                if len(take) == len(msgs):
+                    self._buffer.popleft()
+                    st.consumed = nxt
+                else:
+                    self._buffer[0] = (st, msgs[room:], nxt)
+                    st.consumed = take[-1].queue_offset + 1
+                if st.paused and st.buffered < self.options.cached_msgs_per_queue // 2:
+                    st.paused = False
+                    resume.append(st)
+        for st in resume:
+            self._pull(st)
+        if not out:
+            missing = self._missing_topics()
+            if missing:
+                raise TopicNotExistError(f"topic {', '.join(map(repr, missing))} does not exist (the name server "
+                                         "has no route): create it, or fix the subscription")
+        return out
+
+    def _missing_topics(self, every: bool = False) -> list[str]:
+        """Subscribed topics known not to exist (all of them, or none, with `every`)."""
+        known = dict(self._missing)  # a copy: the rebalance thread updates it
+        missing = sorted(t for t in known if t in self.subscriptions)
+        if every and len(missing) < len(self.subscriptions):
+            return []
+        if missing and time.monotonic() - min(known[t] for t in missing) >= 1.0:
+            self._rebalance.wake()  # look again: the topic may have been created meanwhile
+        return missing
+
+    def _auto_commit(self) -> None:
+        # its own thread: a commit waits on brokers, and must not hold up pull retries
+        while not self._stop.wait(self.options.commit_interval_ms / 1000):
+            try:
+                self.commit()
+            except QuiverError as exc:
+                log.warning("auto commit failed: %s", exc)
+
+    def shutdown(self) -> None:
+        if not self._started:
+            return
+        self._stop.set()
+        self._rebalance.stop()
+        if self.options.auto_commit:
+            try:
+                self.commit()
+            except QuiverError as exc:
+                log.warning("final commit failed: %s", exc)
+        self._timer.stop()
+        super().shutdown()

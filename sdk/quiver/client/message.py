@@ -1,0 +1,257 @@
+"""Messages as apps see them, ids, and the property names Quiver reserves.
+
+Owns: Message, MessageExt, SendResult and the small enums of the public API,
+unique-id (msgId) and offset-msgId making, Java String.hashCode for tags.
+Does not own the on-disk record (record.py) nor the wire (protocol.py).
+"""
+
+import enum
+import itertools
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from quiver.wire import record
+
+# Property names (RocketMQ's MessageConst)
+TAGS, KEYS, UNIQ_KEY = record.TAGS, record.KEYS, record.UNIQ_KEY
+WAIT = "WAIT"
+DELAY = "DELAY"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+MIN_OFFSET = "MIN_OFFSET"
+MAX_OFFSET = "MAX_OFFSET"
+SHARDING_KEY = "__SHARDINGKEY"
+TRANSACTION_ID = "__transactionId__"
+
+RESERVED_PROPERTIES = frozenset({
+    TAGS, KEYS, WAIT, DELAY, UNIQ_KEY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
+    TRAN_MSG, PGROUP, MIN_OFFSET, MAX_OFFSET, TIMER_DELIVER_MS, "RECONSUME_TIME",
+    "MAX_RECONSUME_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+})
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+class ConsumeResult(enum.Enum):
+    SUCCESS = "SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+class TransactionState(enum.Enum):
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    UNKNOWN = "UNKNOWN"
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageSelector:
+    """A subscription expression: tags ("TagA || TagB", "*") or SQL92."""
+    type: str
+    expression: str
+
+    @classmethod
+    def tags(cls, expression: str = "*") -> "MessageSelector":
+        return cls("TAG", expression or "*")
+
+    @classmethod
+    def sql(cls, expression: str) -> "MessageSelector":
+        return cls("SQL92", expression)
+
+
+@dataclass(slots=True)
+class Message:
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: list[str] | str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    deliver_at: int | None = None
+    delay_ms: int | None = None
+    flag: int = 0
+
+    def key_list(self) -> list[str]:
+        if not self.keys:
+            return []
+        if isinstance(self.keys, str):
+            return [k for k in self.keys.split(" ") if k]
+        return list(self.keys)
+
+
+@dataclass(slots=True)
+class MessageExt:
+    topic: str
+    body: bytes
+    tags: str | None
+    keys: list[str]
+    properties: dict[str, str]
+    msg_id: str
+    _offset_id: str | None     # broker address + CommitLog offset; computed on first access
+    broker: str
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int
+    born_timestamp: int
+    store_timestamp: int
+    commit_log_offset: int
+    flag: int = 0
+    sys_flag: int = 0
+    body_crc: int = 0
+    store_host: bytes = b""
+
+    @property
+    def offset_msg_id(self) -> str:
+        if not self._offset_id:
+            self._offset_id = offset_msg_id(self.store_host, self.commit_log_offset)
+        return self._offset_id
+
+    @classmethod
+    def from_record(cls, rec: record.Record, broker: str) -> "MessageExt":
+        props = rec.properties()
+        keys = props.get(KEYS)
+        return cls(rec.topic, rec.body, props.get(TAGS), keys.split(" ") if keys else [], props,
+                   props.get(UNIQ_KEY) or offset_msg_id(rec.store_host, rec.phys_offset), None, broker,
+                   rec.queue_id, rec.queue_offset, rec.reconsume, rec.born_ts, rec.store_ts, rec.phys_offset,
+                   rec.flag, rec.sys_flag, rec.body_crc, rec.store_host)
+
+
+def decode_messages(buf, broker: str) -> list[MessageExt]:
+    """A pull reply's records as MessageExt, in one pass (the consumers' hot path)."""
+    out = []
+    parse, append = record.parse_properties, out.append
+    for (topic, body, props_s, qid, flag, qoff, poff, sysf, born, stored, host, rc,
+         crc) in record.decode_fields(buf):
+        props = parse(props_s)
+        keys = props.get(KEYS)
+        append(MessageExt(topic, body, props.get(TAGS), keys.split(" ") if keys else [], props,
+                          props.get(UNIQ_KEY) or offset_msg_id(host, poff), None, broker, qid, qoff, rc, born,
+                          stored, poff, flag, sysf, crc, host))
+    return out
+
+
+@dataclass(slots=True)
+class SendResult:
+    status: SendStatus
+    msg_id: str
+    broker: str
+    queue_id: int
+    queue_offset: int
+    topic: str = ""
+    store_host: bytes = b""
+    commit_log_offset: int = -1
+    transaction_id: str | None = None
+
+    @property
+    def offset_msg_id(self) -> str:
+        """Broker address + CommitLog offset (computed on demand: most callers never ask)."""
+        return offset_msg_id(self.store_host, self.commit_log_offset)
+
+
+# ---- ids -------------------------------------------------------------------
+
+def host_bytes(host: str, port: int) -> bytes:
+    """8 bytes: IPv4 + port, as RocketMQ's BORNHOST/STOREHOST."""
+    try:
+        ip = socket.inet_aton(socket.gethostbyname(host))
+    except OSError:
+        ip = b"\x7f\x00\x00\x01"
+    return ip + struct.pack(">i", port)
+
+
+def host_str(raw: bytes) -> str:
+    return f"{socket.inet_ntoa(raw[:4])}:{struct.unpack('>i', raw[4:8])[0]}"
+
+
+def offset_msg_id(store_host: bytes, phys_offset: int) -> str:
+    return (store_host + struct.pack(">q", phys_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """(broker address, commitlog offset) from an offset msgId."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"msg id {msg_id!r} is not hex") from None
+    if len(raw) != 16:
+        raise ValueError(f"offset msg id must be 32 hex chars, got {len(msg_id)}")
+    return host_str(raw[:8]), struct.unpack(">q", raw[8:])[0]
+
+
+class UniqueIdMaker:
+    """RocketMQ-style UNIQ_KEY: ip 4 + pid 2 + random 4 + ms-since-month 4 + counter 2, hex."""
+
+    def __init__(self):
+        try:
+            ip = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+        except OSError:
+            ip = b"\x7f\x00\x00\x01"
+        self._prefix = (ip + struct.pack(">H", os.getpid() & 0xFFFF) + os.urandom(4)).hex().upper()
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._month_start = 0
+        self._month_end = 0
+        self._head = (-1, "")  # (ms, prefix + time hex): formatted once per millisecond
+
+    def _month_base(self, now_ms: int) -> int:
+        if not (self._month_start <= now_ms < self._month_end):
+            t = time.gmtime(now_ms / 1000)
+            start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone) * 1000
+            ny, nm = (t.tm_year + (t.tm_mon == 12), t.tm_mon % 12 + 1)
+            self._month_end = int(time.mktime((ny, nm, 1, 0, 0, 0, 0, 0, 0)) - time.timezone) * 1000
+            self._month_start = start
+        return self._month_start
+
+    def next(self) -> str:
+        now = time.time_ns() // 1_000_000
+        ms, head = self._head  # one tuple: threads never see a half-updated pair
+        if ms != now:
+            head = f"{self._prefix}{(now - self._month_base(now)) & 0xFFFFFFFF:08X}"
+            self._head = (now, head)
+        return f"{head}{next(self._counter) & 0xFFFF:04X}"  # itertools.count is atomic under the GIL
+
+
+# ---- hashing ----------------------------------------------------------------
+
+_tag_hash_cache: dict[str, int] = {}
+
+
+def java_hash(s: str) -> int:
+    """Java String.hashCode: 32-bit signed polynomial over UTF-16 code units."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tag_hash(tag: str | None) -> int:
+    """ConsumeQueue tagsCode: hashCode of the tag, 0 for none (cached: tags are few)."""
+    if not tag:
+        return 0
+    h = _tag_hash_cache.get(tag)
+    if h is None:
+        h = java_hash(tag)
+        if len(_tag_hash_cache) < 65536:
+            _tag_hash_cache[tag] = h
+    return h

@@ -1,0 +1,143 @@
+"""ConsumerOptions: how a PullConsumer or PushConsumer pulls, caches, commits and rebalances.
+
+One frozen dataclass for both consumers, defaults inline with their units in
+the names (like the services' Config), checked once in __post_init__: a bad
+value raises ValueError naming the field, whichever consumer it is given to.
+
+    PullConsumer("cg", namesrv=..., options=ConsumerOptions(pull_batch_size=256))
+    PushConsumer("cg", namesrv=..., consume_threads=4)      # keywords build one too
+
+The consumers' keyword constructors keep their historical names
+(`auto_commit_interval_s`, `threads`, `buffer_per_queue` ...): `build` maps
+them onto these fields (seconds to milliseconds), `from_arguments` also their
+positional order. Fields marked "push" are
+read by PushConsumer only. Does not own the group name (names.check_group)
+nor the name-server list (ClientBase).
+"""
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+
+from quiver.client.rebalance import strategy
+from quiver.wire.schema import MAX_OFFSET
+
+
+def _option(default, help: str = ""):
+    # as the services' settings (quiver.runtime.settings.setting): the client layer does not import the runtime
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+_I31 = 2 ** 31 - 1
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """A consumer's settings (both consumers unless marked push)."""
+    consume_from: str | int = _option("last", "where a group with no stored offset starts: 'last', 'first' "
+                                      "or an epoch-ms store time")
+    allocate: object = _option("averagely", "queue allocation in the group: 'averagely', 'circle', "
+                               "'consistent_hash' or fn(me, mqs, cids)")
+    pull_batch_size: int = _option(32, "messages per pull request (1-1024)")
+    suspend_ms: int = _option(15_000, "how long a broker holds a pull that found nothing (long polling)")
+    pull_delay_on_error_ms: int = _option(1000, "wait before pulling a queue again after a failed pull")
+    cached_msgs_per_queue: int = _option(1000, "pulled, unconsumed messages per queue before its pulls pause")
+    cached_bytes_per_queue: int = _option(100 << 20, "push: body bytes cached per queue before its pulls pause")
+    max_offset_span: int = _option(2000, "push, concurrent: pulls pause while a queue's cached offsets span more")
+    commit_interval_ms: int = _option(5000, "consumed offsets are stored on the broker this often")
+    auto_commit: bool = _option(True, "pull: store offsets every commit_interval_ms and on shutdown")
+    rebalance_interval_ms: int = _option(20_000, "queue allocation is recomputed this often (and when told)")
+    heartbeat_interval_ms: int = _option(30_000, "heartbeats to every broker")
+    broadcast: bool = _option(False, "push: every client takes every queue, offsets in a local file")
+    consume_threads: int = _option(20, "push: listener threads (1-1000)")
+    consume_batch_size: int = _option(1, "push: messages per listener call (1-1024)")
+    max_reconsume_times: int = _option(16, "push: deliveries of a failing message before the dead-letter topic")
+    suspend_current_queue_ms: int = _option(1000, "push, orderly: wait before retrying a failed batch")
+    lock_interval_ms: int = _option(20_000, "push, orderly: broker queue locks are renewed this often")
+    offset_dir: str | None = _option(None, "push, broadcast: where the local offset file lives "
+                                     "(default $QUIVER_OFFSET_DIR or ~/.quiver_offsets)")
+    instance_name: str = _option("DEFAULT", "push, broadcast: the local offset file's instance folder")
+    on_bad_record: object = _option(None, "fn(topic, queue_id, offset, reason), called for each pulled record "
+                                    "the consumer cannot decode and skips (it is also logged and counted)")
+
+    def __post_init__(self):
+        c = self.consume_from
+        if c not in ("last", "first") and not (_is_int(c) and 0 <= c <= MAX_OFFSET):
+            raise ValueError(f"consume_from is 'last', 'first' or an epoch-ms timestamp, not {c!r}")
+        try:
+            strategy(self.allocate)
+        except ValueError as exc:
+            raise ValueError(f"allocate: {exc}") from None
+        for name, lo, hi in _RANGES:
+            value = getattr(self, name)
+            if not _is_int(value) or not lo <= value <= hi:
+                raise ValueError(f"{name} must be an integer {lo}-{hi}, not {value!r}")
+        if not isinstance(self.instance_name, str) or not self.instance_name:
+            raise ValueError(f"instance_name must be a non-empty string, not {self.instance_name!r}")
+        if self.offset_dir is not None and not isinstance(self.offset_dir, str):
+            raise ValueError(f"offset_dir must be a path string, not {self.offset_dir!r}")
+        if self.on_bad_record is not None and not callable(self.on_bad_record):
+            raise ValueError(f"on_bad_record must be a function or None, not {self.on_bad_record!r}")
+
+    @classmethod
+    def build(cls, options: "ConsumerOptions | None" = None, **keywords) -> "ConsumerOptions":
+        """`options` (or the defaults) with `keywords` applied: field names, or the consumers'
+        historical names (TypeError for an unknown one, as a constructor raises)."""
+        fields = {}
+        for name, value in keywords.items():
+            if name in _FIELDS:
+                fields[name] = value
+            elif name in _LEGACY:
+                field, per_unit = _LEGACY[name]
+                if per_unit != 1:
+                    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+                        raise ValueError(f"{name} must be a number of seconds, not {value!r}")
+                    value = round(value * per_unit)
+                fields[field] = value
+            else:
+                raise TypeError(f"unknown consumer option {name!r} (see quiver.client.options.ConsumerOptions)")
+        base = options if options is not None else cls()
+        if not isinstance(base, cls):
+            raise TypeError(f"options must be a ConsumerOptions, not {type(base).__name__}")
+        return dataclasses.replace(base, **fields) if fields else base
+
+
+def from_arguments(names: tuple, args: tuple, keywords: dict, options: ConsumerOptions | None = None
+                   ) -> ConsumerOptions:
+    """A consumer constructor's settings: `args` by position (`names`: its historical order),
+    `keywords` by name, on top of `options`."""
+    if len(args) > len(names):
+        raise TypeError(f"at most {len(names)} settings by position ({', '.join(names)}), got {len(args)}")
+    both = sorted(set(names[:len(args)]) & set(keywords))
+    if both:
+        raise TypeError(f"{both[0]!r} given by position and by name")
+    return ConsumerOptions.build(options, **dict(zip(names, args)), **keywords)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_RANGES = (("pull_batch_size", 1, 1024), ("suspend_ms", 0, _DAY_MS), ("pull_delay_on_error_ms", 1, _DAY_MS),
+           ("cached_msgs_per_queue", 1, _I31), ("cached_bytes_per_queue", 1, 2 ** 62),
+           ("max_offset_span", 1, _I31), ("commit_interval_ms", 1, _DAY_MS), ("rebalance_interval_ms", 1, _DAY_MS),
+           ("heartbeat_interval_ms", 1, _DAY_MS), ("consume_threads", 1, 1000), ("consume_batch_size", 1, 1024),
+           ("max_reconsume_times", 0, _I31), ("suspend_current_queue_ms", 0, _DAY_MS),
+           ("lock_interval_ms", 1, _DAY_MS))
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerOptions))
+# the consumers' keyword names before ConsumerOptions: name -> (field, multiplier to the field's unit)
+_LEGACY = {
+    "auto_commit_interval_s": ("commit_interval_ms", 1000),
+    "persist_interval_s": ("commit_interval_ms", 1000),
+    "rebalance_interval_s": ("rebalance_interval_ms", 1000),
+    "heartbeat_interval_s": ("heartbeat_interval_ms", 1000),
+    "lock_interval_s": ("lock_interval_ms", 1000),
+    "pull_delay_on_error_s": ("pull_delay_on_error_ms", 1000),
+    "buffer_per_queue": ("cached_msgs_per_queue", 1),
+    "pull_threshold_for_queue": ("cached_msgs_per_queue", 1),
+    "pull_threshold_bytes_for_queue": ("cached_bytes_per_queue", 1),
+    "max_span": ("max_offset_span", 1),
+    "threads": ("consume_threads", 1),
+    "batch_size": ("consume_batch_size", 1),
+}

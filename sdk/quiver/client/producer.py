@@ -1,0 +1,420 @@
+"""Producer: send, send_async (auto-batched, pipelined), send_oneway, send_batch, send_orderly.
+
+`send_async` keeps at most one request in flight per (broker, queue); messages
+that arrive meanwhile wait in that queue's buffer and leave together as one
+batch when the reply returns: no linger timer, batching grows with load
+(bounded by count and bytes). Failed sends are retried on another broker
+(RocketMQ: 2 retries), and the failing broker is avoided for a while.
+"""
+
+import itertools
+import logging
+import threading
+import time
+from concurrent.futures import Future
+
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
+from quiver.wire.futures import LightFuture
+from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message, SendResult,
+                                   SendStatus, UniqueIdMaker, host_bytes, java_hash)
+from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
+
+log = logging.getLogger(__name__)
+
+RETRYABLE = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+             ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.GO_AWAY}
+_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+           ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+           ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
+
+
+_SCHEDULED_AT = DELAY + "\x01"
+_TIMER_AT = TIMER_DELIVER_MS + "\x01"
+
+
+def _retryable(exc: Exception) -> bool:
+    return isinstance(exc, ClientError) or getattr(exc, "code", None) in RETRYABLE
+
+
+class _Batcher:
+    """One queue's send buffer: at most one request in flight."""
+    __slots__ = ("lock", "in_flight", "items", "bytes")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.in_flight = False
+        self.items: list = []
+        self.bytes = 0
+
+
+class Producer(ClientBase):
+    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv=None, send_timeout: float = 3.0, retries: int = 2,
+                 auto_batch: bool = True, batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
+        super().__init__(namesrv, send_timeout)
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retries = retries
+        self.auto_batch = auto_batch
+        self.batch_max_messages = batch_max_messages
+        self.batch_max_bytes = batch_max_bytes
+        self.max_message_bytes = max_message_bytes
+        self._ids = UniqueIdMaker()
+        self._rr = itertools.count()
+        self._batchers: dict[MessageQueue, _Batcher] = {}
+        self._batchers_lock = threading.Lock()
+        self._valid_topics: set[str] = set()
+
+    # ---- message -> wire ------------------------------------------------------------
+
+    def _encode(self, msg: Message) -> tuple[str, str]:
+        """(msg id, properties string) after validating the message."""
+        if msg.topic not in self._valid_topics:
+            check_topic(msg.topic, for_send=True)
+            if len(self._valid_topics) < 4096:
+                self._valid_topics.add(msg.topic)
+        check_body(msg.body, self.max_message_bytes)
+        msg_id = self._ids.next()
+        parts = [f"{UNIQ_KEY}\x01{msg_id}\x02"]
+        if msg.tags:
+            parts.append(f"{TAGS}\x01{msg.tags}\x02")
+        keys = msg.key_list()
+        if keys:
+            parts.append(f"{KEYS}\x01{' '.join(keys)}\x02")
+        if msg.delay_level:
+            parts.append(f"{DELAY}\x01{int(msg.delay_level)}\x02")
+        due = msg.deliver_at
+        if due is None and msg.delay_ms is not None:
+            due = int(time.time() * 1000) + int(msg.delay_ms)
+        if due is not None and not msg.delay_level:
+            parts.append(f"{TIMER_DELIVER_MS}\x01{int(due)}\x02")
+        for k, v in msg.properties.items():
+            if k in RESERVED_PROPERTIES:
+                raise MessageIllegalError(f"property {k!r} is reserved by Quiver: use another name")
+            if not k or "\x01" in k or "\x02" in k or "\x01" in str(v) or "\x02" in str(v):
+                raise MessageIllegalError(f"property {k!r} has an empty name or a control character")
+            parts.append(f"{k}\x01{v}\x02")
+        props = "".join(parts)
+        if len(props) > 8000:
+            check_properties_size(len(props.encode()))
+        return msg_id, props
+
+    def _result(self, env, mq: MessageQueue, addr: str, msg_ids: list[str]) -> list[SendResult]:
+        status = _STATUS.get(env.code)
+        if status is None:
+            raise error_for(env.code, env.remark or "")
+        sent = rq.SendReply.decode(env.ext)
+        store_host = self._store_host(addr)
+        first, qid, topic = sent.queue_offset, sent.queue_id, sent.topic
+        return [SendResult(status, mid, mq.broker, qid, first + i, topic, store_host, p)
+                for i, (mid, p) in enumerate(zip(msg_ids, sent.phys_offsets))]
+
+    _host_cache: dict = {}
+
+    def _store_host(self, addr: str) -> bytes:
+        h = self._host_cache.get(addr)
+        if h is None:
+            host, port = addr.rsplit(":", 1)
+            h = self._host_cache[addr] = host_bytes(host, int(port))
+        return h
+
+    # ---- queue selection ----------------------------------------------------------------
+
+    def _pick(self, topic: str, avoid: str | None = None, key: str | None = None) -> tuple[MessageQueue, str]:
+        cached = self._routes.get(topic)  # the common case, inline: this runs for every message
+        if cached is not None and time.monotonic() - cached[0] < self.route_refresh_s:
+            route = cached[1]
+        else:
+            route = self.route(topic)
+        queues = route.write_queues
+        if not queues:
+            raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue")
+        if key is not None:
+            mq = queues[abs(java_hash(key)) % len(queues)]
+            return mq, route.addrs[mq.broker]
+        n = len(queues)
+        start = next(self._rr)
+        fallback = None
+        for i in range(n):
+            mq = queues[(start + i) % n]
+            if mq.broker == avoid:
+                fallback = fallback or mq
+                continue
+            if self.available(mq.broker):
+                return mq, route.addrs[mq.broker]
+            fallback = fallback or mq
+        mq = fallback or queues[start % n]
+        return mq, route.addrs[mq.broker]
+
+    def route(self, topic: str, refresh: bool = False):
+        try:
+            return super().route(topic, refresh)
+        except QuiverError as exc:
+            if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                raise
+            return self._default_route(topic)
+
+    def _default_route(self, topic: str):
+        """No route yet: offer every broker (it auto-creates the topic if allowed)."""
+        from quiver.client.base import Route
+        brokers = [{"broker_name": n, "addrs": {"0": a}} for n, a in self.all_broker_addrs().items()]
+        if not brokers:
+            raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic!r} and no broker is registered")
+        return Route(topic, {"brokers": brokers, "queues": [
+            {"broker_name": b["broker_name"], "read": 4, "write": 4, "perm": 6} for b in brokers]})
+
+    # ---- sync --------------------------------------------------------------------------------
+
+    def send(self, msg: Message, timeout: float | None = None) -> SendResult:
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        return self._send_sync(msg.topic, [msg_id], [props], [msg.body], [msg.flag],
+                               RequestCode.SEND_MESSAGE, timeout)[0]
+
+    def send_orderly(self, msg: Message, sharding_key: str, timeout: float | None = None) -> SendResult:
+        """Same key -> same queue (no retry on another queue: that would break order).
+        The key is required: without one there is no order to keep (MessageIllegalError)."""
+        self._need_started()
+        if sharding_key is None or not str(sharding_key).strip():
+            raise MessageIllegalError(f"send_orderly needs a sharding key (got {sharding_key!r}): messages with the "
+                                      "same key go to the same queue, in order; use send() for unordered messages")
+        msg_id, props = self._encode(msg)
+        mq, addr = self._pick(msg.topic, key=str(sharding_key))
+        req, frames = self._request(mq, [props], [msg.flag], [msg.body])
+        env = self.call_broker(addr, req, None, frames, timeout or self.send_timeout, ok=tuple(_STATUS))
+        return self._result(env, mq, addr, [msg_id])[0]
+
+    def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
+        self._need_started()
+        topic, ids, props, bodies, flags = self._encode_batch(msgs)
+        return self._send_sync(topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout)
+
+    def send_batch_async(self, msgs: list[Message]) -> Future:
+        """One batch request without waiting: Future[list[SendResult]] (retried elsewhere on failure)."""
+        self._need_started()
+        topic, ids, props, bodies, flags = self._encode_batch(msgs)
+        fut = LightFuture()
+        self._batch_attempt(fut, topic, ids, props, bodies, flags, None, 0)
+        return fut
+
+    def _batch_attempt(self, fut, topic, ids, props, bodies, flags, avoid, attempt) -> None:
+        try:
+            mq, addr = self._pick(topic, avoid)
+        except QuiverError as exc:
+            fut.set_exception(exc)
+            return
+        req, frames = self._request(mq, props, flags, bodies)
+        t0 = time.monotonic()
+
+        def done(env):
+            try:
+                if isinstance(env, Exception):
+                    raise env
+                results = self._result(env, mq, addr, ids)
+            except QuiverError as exc:
+                self.note_latency(mq.broker, 0, failed=True)
+                if attempt < self.retries and _retryable(exc):
+                    self._batch_attempt(fut, topic, ids, props, bodies, flags, mq.broker, attempt + 1)
+                else:
+                    fut.set_exception(exc)
+                return
+            self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+            fut.set_result(results)
+        try:
+            self.transport.send(addr, RequestCode.SEND_BATCH_MESSAGE, req.ext(), frames, done, self.send_timeout)
+        except QuiverError as exc:
+            done(exc)
+
+    def _encode_batch(self, msgs: list[Message]):
+        if not msgs:
+            raise MessageIllegalError("batch is empty")
+        topic = msgs[0].topic
+        ids, props, bodies, flags = [], [], [], []
+        for m in msgs:
+            if m.topic != topic:
+                raise MessageIllegalError(f"a batch goes to one topic: {m.topic!r} != {topic!r}")
+            if m.delay_level or m.deliver_at is not None or m.delay_ms is not None:
+                raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
+            mid, p = self._encode(m)
+            ids.append(mid); props.append(p); bodies.append(m.body); flags.append(m.flag)
+        if sum(map(len, bodies)) > self.max_message_bytes:
+            raise MessageIllegalError(f"batch is {sum(map(len, bodies))} bytes; the limit is {self.max_message_bytes}: split it")
+        return topic, ids, props, bodies, flags
+
+    def _request(self, mq: MessageQueue, props: list[str], flags: list[int], bodies: list,
+                 wait: bool = True) -> tuple[rq.SendMessage, list]:
+        """The send of these messages to `mq` and its body frames (several bodies: one packed frame).
+        The schema is SEND_MESSAGE's; a batch goes as SEND_BATCH_MESSAGE with its `ext()`."""
+        lengths, frames = rq.pack_bodies(bodies)
+        return rq.SendMessage(topic=mq.topic, queue_id=mq.queue_id, metas=(flags, props), lengths=lengths,
+                              group=self.group, born_ts=int(time.time() * 1000), wait=wait), frames
+
+    def _send_sync(self, topic, ids, props, bodies, flags, code, timeout) -> list[SendResult]:
+        deadline = time.monotonic() + (timeout or self.send_timeout)
+        avoid, last = None, None
+        for attempt in range(self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            mq, addr = self._pick(topic, avoid)
+            t0 = time.monotonic()
+            try:
+                req, frames = self._request(mq, props, flags, bodies)
+                env = self.transport.call(addr, code, req.ext(), frames, left, ok=tuple(_STATUS))
+                self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                return self._result(env, mq, addr, ids)
+            except QuiverError as exc:
+                last = exc
+                if not _retryable(exc):
+                    raise
+                self.note_latency(mq.broker, 0, failed=True)
+                avoid = mq.broker
+                self.route(topic, refresh=True)
+                log.info("send to %s failed (%s); retrying elsewhere", mq.broker, exc)
+        raise last or ClientError(f"send to {topic!r} timed out")
+
+    # ---- oneway ----------------------------------------------------------------------------------
+
+    def send_oneway(self, msg: Message) -> None:
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        mq, addr = self._pick(msg.topic)
+        req, frames = self._request(mq, [props], [msg.flag], [msg.body], wait=False)
+        self.transport.oneway(addr, req, None, frames)
+
+    # ---- async, auto-batched -------------------------------------------------------------------------
+
+    def send_async(self, msg: Message, callback=None) -> Future:
+        self._need_started()
+        msg_id, props = self._encode(msg)
+        fut = LightFuture(callback)
+        self._enqueue(msg.topic, (msg_id, props, msg.body, msg.flag, fut, 0), None)
+        return fut
+
+    def _enqueue(self, topic: str, item, avoid) -> None:
+        try:
+            mq, addr = self._pick(topic, avoid)
+        except QuiverError as exc:
+            item[4].set_exception(exc)
+            return
+        if not self.auto_batch or _SCHEDULED_AT in item[1] or _TIMER_AT in item[1]:
+            self._dispatch(mq, addr, [item])  # a delayed message travels alone: batches carry no delay
+            return
+        b = self._batchers.get(mq)
+        if b is None:
+            with self._batchers_lock:
+                b = self._batchers.setdefault(mq, _Batcher())
+        with b.lock:
+            if b.in_flight:
+                b.items.append(item)
+                return
+            b.in_flight = True
+        self._dispatch(mq, addr, [item], b)
+
+    def _dispatch(self, mq, addr, items, batcher=None) -> None:
+        code = RequestCode.SEND_BATCH_MESSAGE if len(items) > 1 else RequestCode.SEND_MESSAGE
+        req, frames = self._request(mq, [i[1] for i in items], [i[3] for i in items], [i[2] for i in items])
+        t0 = time.monotonic()
+
+        def done(env):
+            if batcher is not None:
+                self._next_batch(mq, addr, batcher)
+            self._complete(mq, addr, items, env, t0)
+        try:
+            self.transport.send(addr, code, req.ext(), frames, done, self.send_timeout)
+        except QuiverError as exc:
+            done(exc)
+
+    def _next_batch(self, mq, addr, b: _Batcher) -> None:
+        with b.lock:
+            if not b.items:
+                b.in_flight = False
+                return
+            take, size, n = [], 0, 0
+            for item in b.items:
+                if n >= self.batch_max_messages or (n and size + len(item[2]) > self.batch_max_bytes):
+                    break
+                take.append(item)
+                size += len(item[2])
+                n += 1
+            del b.items[:n]
+        self._dispatch(mq, addr, take, b)
+
+    def _complete(self, mq, addr, items, env, t0) -> None:
+        if isinstance(env, Exception):
+            exc = env
+        else:
+            try:
+                results = self._result(env, mq, addr, [i[0] for i in items])
+            except QuiverError as e:
+                exc = e
+            else:
+                self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                for item, res in zip(items, results):
+                    item[4].set_result(res)
+                return
+        self.note_latency(mq.broker, 0, failed=True)
+        for msg_id, props, body, flag, fut, attempt in items:
+            if attempt < self.retries and _retryable(exc):
+                self._enqueue(mq.topic, (msg_id, props, body, flag, fut, attempt + 1), mq.broker)
+            elif not fut.done():
+                fut.set_exception(exc)
+
+    def cancel_scheduled(self, msg_id: str, group: str = "SCHEDULE_CONSUMER", timeout: float = 3.0) -> bool:
+        """Cancel a delayed/timer message not yet delivered: True if cancelled, False if too late.
+
+        The cancel goes to every live scheduler (their addresses are in the
+        client ids of the scheduler group, listed by any broker); each answers
+        cancelled / too_late / unknown and remembers the id as a tombstone, so
+        a message not yet read by its owner is skipped when it is. "unknown"
+        everywhere is checked against the brokers' index of the schedule and
+        timer topics: still parked -> True, nowhere -> QueryNotFoundError.
+        """
+        from quiver.errors import QueryNotFoundError, ServiceNotAvailableError
+        from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+        self._need_started()
+        brokers = self.all_broker_addrs()
+        ids = set()
+        for addr in brokers.values():
+            try:
+                env = self.call_broker(addr, rq.GetConsumerList(group=group))
+                ids.update(rq.ConsumerListReply.decode(env.ext).ids)
+            except QuiverError as exc:
+                log.warning("scheduler list from %s: %s", addr, exc)
+        addrs = {p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"}
+        futs = [self.transport.call_future(a, rq.ScheduleCancel(msg_id=msg_id), timeout=timeout)
+                for a in sorted(addrs)]
+        answers = []
+        for f in futs:
+            try:
+                env = f.result(timeout + 1)
+                if env.code == ResponseCode.SUCCESS:
+                    answers.append(rq.ScheduleCancelReply.decode(env.ext).result)
+            except QuiverError:
+                pass
+        if not answers:
+            raise ServiceNotAvailableError(f"no scheduler of group {group!r} answered: cannot cancel {msg_id}")
+        if "cancelled" in answers:
+            return True
+        if "too_late" in answers:
+            return False
+        for name, addr in brokers.items():
+            for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+                try:
+                    self.call_broker(addr, rq.QueryMessage(topic=topic, key=msg_id, max_msgs=1))
+                    return True   # parked, not yet read by a scheduler: the tombstones stop it
+                except QueryNotFoundError:
+                    continue
+                except QuiverError as exc:
+                    log.warning("lookup of %s on %s: %s", msg_id, name, exc)
+        raise QueryNotFoundError(f"no scheduled message {msg_id!r}: wrong id, or delivered long ago")
+
+    def shutdown(self) -> None:
+        """Waits (bounded) for in-flight async sends before closing."""
+        deadline = time.monotonic() + self.send_timeout
+        while time.monotonic() < deadline and any(b.in_flight for b in list(self._batchers.values())):
+            time.sleep(0.01)
+        super().shutdown()

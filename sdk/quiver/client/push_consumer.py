@@ -1,0 +1,435 @@
+"""PushConsumer: a group shares queues; a listener gets messages as they arrive.
+
+Each owned queue has a ProcessQueue with one long-polling pull in flight (IO
+thread callbacks, no thread per queue). Pulled messages are cached per queue
+and handed to a consume thread pool. The committed offset of a queue is its
+lowest unfinished message (or the pull position when nothing is cached), kept
+in memory, piggy-backed on pulls, persisted every `commit_interval_ms`, on drop
+and on shutdown.
+
+Concurrent mode: failures go back to the broker (CONSUMER_SEND_MSG_BACK) and
+return through `%RETRY%<group>`, which the consumer subscribes to by itself.
+Orderly mode: queues are locked on the broker (LOCK_BATCH_MQ), one thread per
+queue, a failing batch is retried in place after a suspend, and past the max
+reconsume times it goes to the dead-letter topic. Broadcasting: every client
+takes every queue, offsets in a local JSON file, failures are dropped.
+
+A record that cannot be decoded is skipped and reported (queue_puller.py:
+log, `stats()["undecodable_records"]`, ConsumerOptions.on_bad_record), and
+whatever goes wrong with a pull's answer, the queue is pulled again. An offset
+reset by the broker (`Admin.reset_offset` of a running group:
+RESET_CONSUMER_CLIENT_OFFSET) replaces the queue's ProcessQueue (what it
+cached, its pull under way and its unfinished messages no longer count) and
+queues a commit of the new offset. The state lock orders it with everything
+else that moves or sends an offset: a pull's piggy-backed commit, the
+periodic commit and finished messages; commits leave in the order they were
+queued, so none of the old position reaches the broker after the new one.
+
+Owns taking and releasing queues, flow control and what a pull's answer does
+to a queue; the pulls themselves (target, failover, decode) are
+queue_puller.py's, the rebalance loop and allocation rebalance.py's, the
+per-queue cache process_queue.py's, listener calls and orderly locking
+consume_service.py's, offset persistence offset_store.py's, settings
+options.py's (ConsumerOptions).
+"""
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from quiver.client import filter_route
+from quiver.wire import requests as rq
+from quiver.client.base import ClientBase, MessageQueue
+from quiver.client.consume_service import ConsumeService
+from quiver.wire.codes import RequestCode
+from quiver.errors import ClientError, QuiverError, TopicNotExistError
+from quiver.client.message import RETRY_TOPIC, MessageExt, MessageSelector
+from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
+from quiver.client.options import ConsumerOptions, from_arguments
+from quiver.client.process_queue import DelayedCalls, ProcessQueue
+from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
+from quiver.client.rebalance import RebalanceLoop, Rebalancer
+from quiver.wire.validation import RETRY_PREFIX, check_group
+
+log = logging.getLogger(__name__)
+
+# the constructor's settings by position, in their historical order
+_POSITIONAL = ("broadcast", "consume_from", "max_reconsume_times", "threads", "batch_size")
+
+
+class PushConsumer(ConsumeService, ClientBase):
+    """Settings by keyword are ConsumerOptions fields or their historical names (broadcast,
+    consume_from, max_reconsume_times, threads, batch_size, allocate, pull_batch_size,
+    suspend_ms, offset_dir, instance_name, suspend_current_queue_ms, persist_interval_s,
+    rebalance_interval_s, heartbeat_interval_s, lock_interval_s, pull_threshold_for_queue,
+    pull_threshold_bytes_for_queue, max_span, pull_delay_on_error_s);
+    `options=ConsumerOptions(...)` gives them at once."""
+
+    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, **settings):
+        super().__init__(namesrv)
+        check_group(group)
+        self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
+        self.group = group
+        self.broadcast = opts.broadcast
+        self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
+        self._cost_per_msg_s = 0.0  # measured listener cost: decides how a pulled batch is split
+        self.retry_topic = f"{RETRY_PREFIX}{group}"
+        self.subscriptions: dict[str, MessageSelector] = {}
+        self._listener = None
+        self._orderly = False
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._rebalance = RebalanceLoop(Rebalancer(self, group, opts.allocate, opts.broadcast),
+                                        opts.rebalance_interval_ms / 1000, self._topics, self._pqs, self._add,
+                                        self._drop, changed=self.send_heartbeats)  # brokers learn the owners
+        self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self.client_host}@{opts.instance_name}", group)
+                        if opts.broadcast else RemoteOffsetStore(self, group))
+        self._running = False
+        self._state_lock = threading.RLock()   # queue state and offsets vs an offset reset (see above)
+        self._bad = BadRecords(opts.on_bad_record)
+        self._resets = 0
+        self._active = 0
+        self._active_cond = threading.Condition()
+        self._drop_threads: list[threading.Thread] = []
+        self.rebalance_latencies_ms: list[float] = []  # notification -> new owner's first pull
+
+    client_host = socket.gethostname()
+
+    # ---- public API -----------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression="*") -> None:
+        sel = filter_route.as_selector(expression)
+        if self._running:
+            filter_route.check_subscription(self, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
+        self.subscriptions[topic] = sel
+        if self._running:
+            self.send_heartbeats()
+            self._rebalance.wake()
+
+    def register(self, fn, orderly: bool = False) -> None:
+        """fn(msgs: list[MessageExt]) -> ConsumeResult; raising counts as RECONSUME_LATER."""
+        if self._running:
+            raise ClientError("register the listener before start()")
+        self._listener = fn
+        self._orderly = orderly
+
+    def start(self):
+        if self._running:
+            return self
+        if self._listener is None:
+            raise ClientError("no listener: call register(fn) before start()")
+        if not self.subscriptions:
+            raise ClientError("no subscription: call subscribe(topic, expression) before start()")
+        opts = self.options
+        self._pool = ThreadPoolExecutor(opts.consume_threads, thread_name_prefix=f"consume-{self.group}")
+        self._timer = DelayedCalls(f"push-consumer-{self.group}")
+        self._puller = QueuePuller(self, self.group, opts, self._timer.call_later, self._bad)
+        self._running = True
+        super().start()
+        try:  # SQL92 subscriptions are compiled by a filter server before any message flows
+            for topic, sel in list(self.subscriptions.items()):
+                filter_route.check_subscription(self, topic, sel, self.group)
+        except QuiverError:
+            self.shutdown()
+            raise
+        if not self.broadcast:
+            self._ensure_retry_topic()
+        self._rebalance.start("rebalance")
+        self._timer.every(opts.commit_interval_ms / 1000, self.persist_offsets)
+        if self._orderly and not self.broadcast:
+            self._timer.every(opts.lock_interval_ms / 1000, self._lock_all)
+        return self
+
+    def __enter__(self):
+        # `with PushConsumer(...) as c: c.subscribe(...); c.register(fn); c.start()` works too
+        if self._listener is not None and self.subscriptions:
+            return self.start()
+        return self
+
+    def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
+        return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self.retry_topic)
+
+    def stats(self) -> dict:
+        """Counters: records skipped as undecodable, offset resets applied."""
+        return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
+
+    def shutdown(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        self._rebalance.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._active_cond:  # let running listener calls finish and commit
+            self._active_cond.wait_for(lambda: self._active == 0, timeout=5.0)
+        self._rebalance.release_all()
+        for t in self._drop_threads:
+            t.join(5.0)
+        self.persist_offsets(sync=True)
+        self._timer.stop()
+        super().shutdown()
+
+    # ---- heartbeats, notifications, shutdown words ---------------------------------------------
+
+    def _topics(self) -> list[str]:
+        topics = list(self.subscriptions)
+        if not self.broadcast:
+            topics.append(self.retry_topic)
+        return topics
+
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        subs = filter_route.wire_subscriptions(self.subscriptions)
+        if not self.broadcast:
+            subs[self.retry_topic] = rq.Subscription(type="TAG", expression="*")
+        me = rq.ConsumerData(group=self.group, subscriptions=subs, consume_type="PUSH",
+                             model="BROADCASTING" if self.broadcast else "CLUSTERING",
+                             consume_from=str(self.options.consume_from), orderly=self._orderly,
+                             queues=[(mq.topic, mq.broker, mq.queue_id) for mq in list(self._pqs)])
+        return rq.HeartBeat(client_id=self.client_id, consumers=[me])
+
+    def _on_ids_changed(self, addr, env):
+        self._rebalance.notified(addr, env)
+
+    def _on_reset(self, addr, env):
+        req = rq.ResetConsumerClientOffset.decode(env.ext)
+        if req.group == self.group and self._running:
+            self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
+
+    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
+                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
+
+    def _ensure_retry_topic(self) -> None:
+        """The group's retry topic (1 queue) on every broker, as RocketMQ creates it on heartbeat."""
+        try:
+            self.route(self.retry_topic, refresh=True)
+            return
+        except TopicNotExistError:
+            pass
+        except QuiverError as exc:
+            log.warning("retry topic route: %s", exc)
+            return
+        for name, addr in self.all_broker_addrs().items():
+            try:
+                self.call_broker(addr, rq.CreateTopic(topic=self.retry_topic, read=1, write=1))
+            except QuiverError as exc:
+                log.warning("creating %s on %s failed: %s", self.retry_topic, name, exc)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            try:
+                self.route(self.retry_topic, refresh=True)
+                return
+            except QuiverError:
+                time.sleep(0.05)
+
+    # ---- rebalance ------------------------------------------------------------------------------
+
+    def rebalance(self) -> None:
+        """Take this client's share of every subscribed topic's queues (and its retry queue); give up the rest."""
+        self._rebalance.step()
+
+    def _add(self, mq: MessageQueue, notified_at: float | None) -> bool:
+        try:
+            addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
+            if self._orderly and not self.broadcast and not self._lock_mqs(addr, [mq]):
+                return False
+            off = self.offsets.read(mq, addr)
+            if off is None:
+                off = start_offset(self, mq, addr, self.options.consume_from)
+        except (QuiverError, KeyError) as exc:
+            log.warning("cannot take %s: %s", mq, exc)
+            return False
+        pq = ProcessQueue(mq, addr, off)
+        pq.locked, pq.lock_ts = True, time.monotonic()
+        pq.rebalance_t0 = notified_at
+        self.offsets.update(mq, off, increase_only=False)
+        self._pqs[mq] = pq
+        self._pull(pq)
+        return True
+
+    def _drop(self, mq: MessageQueue) -> None:
+        """Stop consuming a queue and store its offset before anyone else may take it."""
+        with self._state_lock:
+            pq = self._pqs.pop(mq, None)
+            if pq is None:
+                return
+            pq.dropped = True
+        if self._orderly and not self.broadcast:
+            # the broker lock is released only after the running batch finished and the offset is stored
+            t = threading.Thread(target=self._finish_orderly_drop, args=(pq,), name="drop", daemon=True)
+            self._drop_threads = [x for x in self._drop_threads if x.is_alive()] + [t]
+            t.start()
+            return
+        self.offsets.update(mq, pq.commit_offset())
+        self._persist_one(pq)
+        self.offsets.remove(mq)
+
+    def _finish_orderly_drop(self, pq: ProcessQueue) -> None:
+        with pq.consume_lock:
+            self.offsets.update(pq.mq, pq.commit_offset())
+            self._persist_one(pq)
+            self.offsets.remove(pq.mq)
+            self._unlock_mqs(pq.addr, [pq.mq])
+
+    def _persist_one(self, pq: ProcessQueue) -> None:
+        try:
+            self.offsets.persist(pq.mq, pq.addr, sync=True)
+        except QuiverError as exc:
+            log.warning("offset of dropped %s not stored: %s", pq.mq, exc)
+
+    def persist_offsets(self, sync: bool = False) -> None:
+        # queued commits under the state lock, in order with piggy-backed ones and a reset's; a
+        # blocking one (shutdown) outside it: the IO thread that may deliver its answer (quiver.
+        # testing's transport) may be waiting for the lock
+        with self._state_lock:
+            pqs = list(self._pqs.values())
+            for pq in pqs:
+                self.offsets.update(pq.mq, pq.commit_offset())
+            if not sync:
+                self._persist_all({pq.mq: pq.addr for pq in pqs}, sync)
+        if sync:
+            self._persist_all({pq.mq: pq.addr for pq in pqs}, sync)
+
+    def _persist_all(self, addrs: dict, sync: bool) -> None:
+        try:
+            self.offsets.persist_all(addrs, sync=sync)
+        except (QuiverError, OSError) as exc:
+            log.warning("persisting offsets failed: %s", exc)
+
+    def _reset(self, offsets: dict[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets (RESET_CONSUMER_CLIENT_OFFSET): each owned queue
+        named gets a new ProcessQueue at its new offset, whose commit is queued at once."""
+        for mq, offset in offsets.items():
+            old = self._pqs.get(mq)
+            if old is None:
+                continue
+            # orderly: the batch under way finishes first (it cannot commit once the queue is replaced)
+            with old.consume_lock if self._orderly else contextlib.nullcontext(), self._state_lock:
+                if self._pqs.get(mq) is not old:
+                    continue   # dropped meanwhile
+                old.dropped = True
+                pq = self._pqs[mq] = ProcessQueue(mq, old.addr, offset)
+                pq.locked, pq.lock_ts = old.locked, old.lock_ts
+                self.offsets.update(mq, offset, increase_only=False)
+                try:
+                    self.offsets.persist(mq, pq.addr)
+                except (QuiverError, OSError) as exc:
+                    log.warning("commit of the reset offset of %s failed: %s", mq, exc)
+            self._resets += 1
+            log.info("%s reset to offset %d by its broker (%d cached message(s) dropped)", mq, offset, len(old.msgs))
+            self._pull(pq)
+
+    # ---- broker locks (orderly) -----------------------------------------------------------------------
+
+    def _lock_mqs(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        req = rq.LockBatchMq(group=self.group, client_id=self.client_id, queues=[(m.topic, m.queue_id) for m in mqs])
+        try:
+            got = set(rq.LockBatchReply.decode(self.call_broker(addr, req).ext).locked)
+        except QuiverError as exc:
+            log.warning("locking %d queues on %s failed: %s", len(mqs), addr, exc)
+            return set()
+        return {m for m in mqs if (m.topic, m.queue_id) in got}
+
+    def _unlock_mqs(self, addr: str, mqs: list[MessageQueue]) -> None:
+        req = rq.UnlockBatchMq(group=self.group, client_id=self.client_id, queues=[(m.topic, m.queue_id) for m in mqs])
+        try:
+            self.call_broker(addr, req)
+        except QuiverError as exc:
+            log.warning("unlocking on %s failed: %s", addr, exc)
+
+    def _lock_all(self) -> None:
+        by_addr: dict[str, list[ProcessQueue]] = {}
+        for pq in list(self._pqs.values()):
+            by_addr.setdefault(pq.addr, []).append(pq)
+        for addr, pqs in by_addr.items():
+            got = self._lock_mqs(addr, [pq.mq for pq in pqs])
+            now = time.monotonic()
+            for pq in pqs:
+                was = pq.locked
+                pq.locked = pq.mq in got
+                if pq.locked:
+                    pq.lock_ts = now
+                    if not was:
+                        self._kick_orderly(pq)
+
+    # ---- pulling (IO thread callbacks) -----------------------------------------------------------------
+
+    def _pull(self, pq: ProcessQueue) -> None:
+        if pq.dropped or not self._running:
+            return
+        opts = self.options
+        if (len(pq.msgs) >= opts.cached_msgs_per_queue or pq.bytes >= opts.cached_bytes_per_queue
+                or (not self._orderly and pq.span() > opts.max_offset_span)):
+            self._timer.call_later(0.05, self._pull, pq)  # flow control
+            return
+        if pq.rebalance_t0 is not None:
+            self.rebalance_latencies_ms.append((time.monotonic() - pq.rebalance_t0) * 1000)
+            pq.rebalance_t0 = None
+        try:
+            with self._state_lock:   # the piggy-backed commit is queued before a reset's, or is the reset's
+                if pq.dropped:
+                    return
+                commit = None if self.broadcast else self.offsets.get(pq.mq) or None  # 0: nothing to commit
+                offset = pq.next_offset
+                single = offset < pq.narrow_until
+                self._puller.pull(pq, offset, self.subscriptions.get(pq.mq.topic),
+                                  lambda pulled, retry_s: self._pulled(pq, offset, single, pulled, retry_s),
+                                  commit, single=single)
+        except Exception:
+            log.exception("pull of %s not sent: trying again", pq.mq)
+            self._timer.call_later(self._puller.error_delay_s, self._pull, pq)
+
+    def _pulled(self, pq: ProcessQueue, offset: int, single: bool, pulled, retry_s: float) -> None:
+        if pq.dropped or not self._running:
+            return
+        if pulled is not None:
+            try:
+                self._apply(pq, offset, single, pulled)
+            except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
+                log.exception("answer to the pull of %s from offset %d not taken: pulling again", pq.mq, offset)
+                pulled, retry_s = None, self._puller.error_delay_s
+        if pulled is None:
+            self._timer.call_later(retry_s, self._pull, pq)
+        else:
+            self._pull(pq)
+
+    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled) -> None:
+        """Cache and dispatch what a pull found, or move the queue's position."""
+        if pulled.status is FOUND:
+            got = self._puller.decode(pq, pulled, self.subscriptions.get(pq.mq.topic), offset, single)
+            msgs = self._as_delivered(pq, got.msgs)
+            with self._state_lock:
+                if pq.dropped:
+                    return
+                pq.add(msgs, got.next)  # cached before the position moves: the commit offset never skips them
+                pq.narrow_until = max(pq.narrow_until, got.narrow_until)
+                if msgs:
+                    self._dispatch(pq, msgs)
+                elif not pq.msgs:
+                    self.offsets.update(pq.mq, got.next)
+            return
+        nxt = pulled.next
+        moved = pulled.status is OFFSET_ILLEGAL
+        if moved:
+            log.info("offset of %s moved from %d to %d", pq.mq, offset, nxt)
+        with self._state_lock:
+            if pq.dropped:
+                return
+            with pq.lock:
+                pq.next_offset = nxt
+                empty = not pq.msgs
+            if moved:
+                pq.narrow_until = 0
+            if empty:  # nothing cached: the position itself is consumed
+                self.offsets.update(pq.mq, nxt, increase_only=not moved)
+
+    def _as_delivered(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
+        if pq.mq.topic == self.retry_topic:   # back under their own topic, with their delivery count
+            for m in msgs:
+                m.topic = m.properties.get(RETRY_TOPIC) or m.topic
+                rt = m.properties.get("RECONSUME_TIME")
+                if rt and rt.isdigit() and int(rt) > m.reconsume_times:
+                    m.reconsume_times = int(rt)
+        return msgs
+
+    # ---- consuming ------------------------------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""TransactionProducer: half message, local transaction, END_TRANSACTION, check-backs.
+
+`send_in_transaction(msg, execute, arg)` sends the message flagged as prepared
+(TRAN_MSG, PGROUP, sys flag TX_PREPARED): the broker parks it in
+RMQ_SYS_TRANS_HALF_TOPIC where no consumer sees it. Then `execute(msg, arg)`
+runs the local transaction (an exception counts as UNKNOWN) and
+END_TRANSACTION tells the broker COMMIT, ROLLBACK or UNKNOWN (one-way, like
+RocketMQ: a lost answer is recovered by the txn-checker's check-back).
+
+The producer heartbeats its group to every broker; a broker asks one live
+producer of the group about an open transaction with CHECK_TRANSACTION_STATE
+(a batch of messages), `checker(msg)` answers for each, and the answers go
+back as one END_TRANSACTION marked as from a check. Checkers must answer from
+durable local state: any producer of the group may be asked.
+
+`transaction_id(msg)` gives the id inside `execute` (on the copy it receives)
+and inside `checker` (the same id): key your local record by it.
+"""
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+from quiver.wire import record
+from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode
+from quiver.errors import ClientError, FieldError, MessageIllegalError, QuiverError
+from quiver.client.message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult, SendStatus,
+                                   offset_msg_id)
+from quiver.client.producer import _STATUS, Producer, _retryable
+
+log = logging.getLogger(__name__)
+
+CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+_WIRE = {"COMMIT": record.TX_COMMIT, "ROLLBACK": record.TX_ROLLBACK, "UNKNOWN": record.TX_NOT}
+
+
+def transaction_id(msg) -> str | None:
+    """The transaction id of the message `execute` or `checker` was given."""
+    props = msg.properties or {}
+    return props.get(TRANSACTION_ID) or props.get(UNIQ_KEY)
+
+
+@dataclass(slots=True)
+class TransactionSendResult(SendResult):
+    local_state: object = None  # the TransactionState that was sent with END_TRANSACTION
+
+
+class TransactionProducer(Producer):
+    """A Producer that also sends transactional messages and answers check-backs."""
+
+    def __init__(self, group: str, namesrv=None, checker=None, heartbeat_interval_s: float = 30.0, **kw):
+        super().__init__(group, namesrv, **kw)
+        self.checker = checker
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.checks_answered = 0
+
+    def heartbeat_payload(self) -> rq.HeartBeat:
+        return rq.HeartBeat(client_id=self.client_id, producers=[self.group])
+
+    # ---- send --------------------------------------------------------------------------
+
+    def send_in_transaction(self, msg: Message, execute, arg=None, check_immunity_ms: int | None = None,
+                            timeout: float | None = None) -> TransactionSendResult:
+        """Half message -> execute(msg, arg) -> END_TRANSACTION. Returns the half's SendResult with
+        transaction_id and local_state set."""
+        from quiver.client.message import TransactionState
+        self._need_started()
+        if isinstance(msg, (list, tuple)):
+            raise MessageIllegalError("transactional messages cannot be batched: send them one by one")
+        if msg.delay_level or msg.deliver_at is not None or msg.delay_ms is not None:
+            raise MessageIllegalError("transactional messages cannot be delayed: drop delay_level / deliver_at / delay_ms")
+        if execute is None:
+            raise ClientError("send_in_transaction needs execute(msg, arg) -> TransactionState")
+        msg_id, props = self._encode(msg)
+        props += f"{TRAN_MSG}\x01true\x02{PGROUP}\x01{self.group}\x02"
+        if check_immunity_ms is not None:
+            props += f"{CHECK_IMMUNITY}\x01{max(1, round(check_immunity_ms / 1000))}\x02"
+        res, half = self._send_half(msg.topic, msg_id, props, msg, timeout)
+        if res.status is not SendStatus.SEND_OK:
+            state = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back
+        else:
+            view = dataclasses.replace(msg, properties={**msg.properties, UNIQ_KEY: msg_id, TRANSACTION_ID: msg_id})
+            try:
+                state = execute(view, arg)
+            except Exception:
+                log.exception("local transaction %s failed: its state is UNKNOWN (the checker will ask)", msg_id)
+                state = TransactionState.UNKNOWN
+            if not isinstance(state, TransactionState):
+                log.warning("execute returned %r, not a TransactionState: treated as UNKNOWN", state)
+                state = TransactionState.UNKNOWN
+        self._end(half[0], [(half[1], half[2], _WIRE[state.value], msg_id)], from_check=False)
+        res.local_state = state
+        return res
+
+    def _send_half(self, topic, msg_id, props, msg, timeout):
+        deadline = time.monotonic() + (timeout or self.send_timeout)
+        avoid, last = None, None
+        for _ in range(self.retries + 1):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            mq, addr = self._pick(topic, avoid)
+            req = rq.SendMessage(topic=mq.topic, queue_id=mq.queue_id, metas=([msg.flag], [props]), group=self.group,
+                                 born_ts=int(time.time() * 1000), sys_flag=record.TX_PREPARED)
+            try:
+                env = self.transport.call(addr, req, bodies=[msg.body], timeout=left, ok=tuple(_STATUS))
+                sent = rq.SendReply.decode(env.ext)
+            except QuiverError as exc:
+                last = exc
+                if not _retryable(exc):
+                    raise
+                self.note_latency(mq.broker, 0, failed=True)
+                avoid = mq.broker
+                continue
+            phys, qoff = sent.phys_offsets[0], sent.queue_offset
+            res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, topic,
+                                        self._store_host(addr), phys, msg_id)
+            return res, (addr, phys, qoff)
+        raise last or ClientError(f"half message to {topic!r} timed out")
+
+    def _end(self, addr: str, entries: list, from_check: bool) -> None:
+        """`entries`: (half phys offset, half queue offset, TX_* state, transaction id) tuples."""
+        req = rq.EndTransaction(group=self.group, entries=entries, from_check=from_check)
+
+        def done(env):
+            if isinstance(env, Exception):
+                log.info("END_TRANSACTION to %s not confirmed (%s): the checker will ask", addr, env)
+            elif env.code != 0:
+                log.warning("END_TRANSACTION refused by %s: %s", addr, env.remark)
+        try:
+            self.transport.send(addr, req, None, (), done, self.send_timeout)
+        except QuiverError as exc:
+            log.info("END_TRANSACTION to %s not sent (%s): the checker will ask", addr, exc)
+
+    # ---- check-backs (a worker thread of the transport) --------------------------------------
+
+    def _on_check(self, addr, env):
+        from quiver.client.message import TransactionState
+        try:
+            entries = rq.CheckTransactionState.decode(env.ext).entries
+        except FieldError as exc:  # the broker asks again at its next check round
+            log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", addr, exc)
+            return None
+        answers = []
+        for e, body in zip(entries, env.bodies):
+            phys, qoff, txid, topic, qid, born, stored, flag, props_s = e
+            try:
+                msg = _check_message(addr, body, phys, qoff, txid, topic, qid, born, stored, flag, props_s)
+            except ValueError:  # the sender's address (msgId) or the properties would not parse
+                log.warning("malformed CHECK_TRANSACTION_STATE entry from %s", addr)
+                continue
+            state = TransactionState.UNKNOWN
+            if self.checker is None:
+                log.warning("no checker set on TransactionProducer %s: answering UNKNOWN", self.group)
+            else:
+                try:
+                    state = self.checker(msg)
+                except Exception:
+                    log.exception("checker failed for %s: UNKNOWN", txid)
+                if not isinstance(state, TransactionState):
+                    state = TransactionState.UNKNOWN
+            answers.append((phys, qoff, _WIRE[state.value], txid))
+        self.checks_answered += len(answers)
+        if answers and self._started:
+            self._end(addr, answers, from_check=True)
+        return None
+
+    push_handlers = {RequestCode.CHECK_TRANSACTION_STATE: _on_check}
+
+
+def _check_message(addr, body, phys, qoff, txid, topic, qid, born, stored, flag, props_s) -> MessageExt:
+    props = record.parse_properties(props_s)
+    keys = props.get("KEYS")
+    host, port = addr.rsplit(":", 1)
+    from quiver.client.message import host_bytes
+    return MessageExt(topic, body, props.get("TAGS"), keys.split(" ") if keys else [], props, txid,
+                      offset_msg_id(host_bytes(host, int(port)), phys), "", qid, qoff, 0, born, stored, phys, flag)

@@ -1,0 +1,279 @@
+"""The poll loop every Quiver service runs on its ROUTER socket.
+
+One thread owns the socket and all service state: handlers run on it, other
+threads (flush, APScheduler jobs) hand work to it with `call_soon_threadsafe`.
+Every request's ext is decoded through the schema of its code
+(`quiver.wire.requests`) before its handler runs, which reads the typed object as
+`req.args`. A handler returns reply frames, or None when it answers later
+(long polling, group commit) through `Request.reply`. No input can end the
+loop: a malformed frame or a field of the wrong type or range gets BAD_REQUEST
+(or the field's own code, or VERSION_NOT_SUPPORTED) with a remark naming the
+field, an unknown code REQUEST_CODE_NOT_SUPPORTED, a QuiverError its own code,
+anything else SYSTEM_ERROR with a logged traceback. The socket refuses frames
+over `max_frame_bytes` (ZMQ_MAXMSGSIZE: the peer is disconnected).
+"""
+
+import collections
+import heapq
+import itertools
+import logging
+import os
+import time
+
+import zmq
+
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.errors import ProtocolError, QuiverError
+from quiver.runtime.loops import Failures
+from quiver.wire.requests import SCHEMAS
+
+log = logging.getLogger(__name__)
+
+# Far above any header (1 MiB) of a service that takes no message bodies; the broker
+# sizes its own from max_message_bytes.
+DEFAULT_MAX_FRAME_BYTES = protocol.MAX_HEADER_BYTES + (1 << 20)
+
+
+class Request:
+    __slots__ = ("service", "identity", "env", "args", "answered", "received")
+
+    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None):
+        self.service = service
+        self.identity = identity
+        self.env = env
+        self.args = args  # the request's schema object (quiver.wire.requests)
+        self.answered = False
+        self.received = time.monotonic()
+
+    @property
+    def ext(self) -> dict:
+        return self.env.ext
+
+    def reply(self, code=ResponseCode.SUCCESS, remark: str = "", ext: dict | None = None, bodies=()) -> None:
+        """Answer (once) from the service thread."""
+        if self.answered:
+            return
+        self.answered = True
+        self.service.send_frames(self.identity, protocol.reply(code, self.env.id, remark, ext, bodies))
+
+
+class Service:
+    """ROUTER socket + handler table + timers + a thread-safe inbox."""
+
+    def __init__(self, listen: str, handlers: dict, name: str, status_fn=None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+        self.name = name
+        self.listen = listen
+        self.max_frame_bytes = max_frame_bytes
+        self.handlers = dict(handlers)
+        self.handlers.setdefault(RequestCode.PING, lambda req: protocol.reply(0, req.env.id, "pong", {"service": name}))
+        self.handlers.setdefault(RequestCode.STATUS, self._status)
+        missing = sorted(RequestCode(c).name for c in self.handlers if c not in SCHEMAS)
+        if missing:
+            raise TypeError(f"{name}: request codes without a schema in quiver.wire.requests: {', '.join(missing)}")
+        self.status_fn = status_fn
+        self.counters = collections.Counter()
+        self.failures = Failures(self.counters)  # loops and per-item steps count into STATUS
+        self._ctx = zmq.Context.instance()
+        self._sock = None
+        self._inbox = collections.deque()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._timers: list = []
+        self._seq = itertools.count()
+        self._running = False
+        self.started_at = time.time()
+
+    # ---- lifecycle -------------------------------------------------------
+
+    def use_socket(self, sock) -> None:
+        """Serve on `sock` (anything with a ROUTER's recv_multipart/send_multipart and a
+        fileno or zmq socket to poll) instead of binding one: quiver.testing's fake network."""
+        self._sock = sock
+
+    def bind(self) -> None:
+        if self._sock is not None:
+            return
+        sock = self._ctx.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDHWM, 200_000)
+        sock.setsockopt(zmq.RCVHWM, 200_000)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        host, port = self.listen.rsplit(":", 1)
+        sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
+        self._sock = sock
+
+    def stop(self) -> None:
+        self._running = False
+        self.call_soon_threadsafe(lambda: None)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+
+    # ---- cross-thread and timers ------------------------------------------
+
+    def call_soon_threadsafe(self, fn, *args) -> None:
+        self._inbox.append((fn, args))
+        try:
+            os.eventfd_write(self._wake_fd, 1)
+        except OSError:
+            pass
+
+    def call_later(self, delay_s: float, fn, *args):
+        entry = [time.monotonic() + delay_s, next(self._seq), fn, args, True]
+        heapq.heappush(self._timers, entry)
+        return entry
+
+    def every(self, name: str, interval_s: float, step, first_delay_s: float | None = None) -> None:
+        """A periodic step on the service thread; a failing run is counted and logged, never fatal."""
+        def tick():
+            try:
+                self.failures.guard(name, step)
+            finally:
+                self.call_later(interval_s, tick)
+        self.call_later(interval_s if first_delay_s is None else first_delay_s, tick)
+
+    @staticmethod
+    def cancel(timer) -> None:
+        timer[4] = False
+
+    def send_frames(self, identity: bytes, frames: list) -> None:
+        try:
+            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+        except zmq.ZMQError as exc:
+            self.counters["send_failed"] += 1
+            log.debug("reply to %r dropped: %s", identity, exc)
+
+    def send_if_connected(self, identity: bytes, frames: list) -> bool:
+        """Send only over a connection that exists now; False when the peer is gone.
+
+        ROUTER_MANDATORY is switched on just for this send: normal replies to a
+        vanished client are dropped silently, but a push that must reach a live
+        member (transaction checks) has to know."""
+        sock = self._sock
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+            return True
+        except zmq.ZMQError:
+            return False
+        finally:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
+    def push(self, identity: bytes, code: int, ext: dict | None = None, bodies=()) -> None:
+        """A request from the server to a connected client (no reply expected)."""
+        from quiver.wire.transport import next_request_id
+        self.send_frames(identity, protocol.request(code, next_request_id(), ext, bodies))
+
+    # ---- loop ---------------------------------------------------------------
+
+    def run(self) -> None:
+        if self._sock is None:
+            self.bind()
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_fd, zmq.POLLIN)
+        self._running = True
+        log.info("%s listening on %s", self.name, self.listen)
+        while self._running:
+            timeout = 100
+            if self._timers:
+                timeout = max(0, min(100, int((self._timers[0][0] - time.monotonic()) * 1000) + 1))
+            for sock, _ in poller.poll(timeout):
+                if sock is self._sock:
+                    self._drain()
+                else:
+                    try:
+                        os.eventfd_read(self._wake_fd)
+                    except BlockingIOError:
+                        pass
+            self._run_inbox()
+            self._run_timers()
+
+    def _run_inbox(self) -> None:
+        inbox = self._inbox
+        while inbox:
+            fn, args = inbox.popleft()
+            self._guard(fn, *args)
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        timers = self._timers
+        while timers and timers[0][0] <= now:
+            _, _, fn, args, live = heapq.heappop(timers)
+            if live:
+                self._guard(fn, *args)
+
+    def _guard(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("%s: task %s failed", self.name, getattr(fn, "__name__", fn))
+
+    def _drain(self) -> None:
+        sock = self._sock
+        for _ in range(2000):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.handle(frames)
+
+    def handle(self, frames: list) -> None:
+        if len(frames) < 2:
+            self.counters["dropped_frames"] += 1
+            return
+        identity = frames[0]
+        try:
+            env = protocol.decode(frames[1:])
+        except ProtocolError as exc:
+            self.counters["malformed_frames"] += 1
+            code = ResponseCode.VERSION_NOT_SUPPORTED if getattr(exc, "version_mismatch", False) \
+                else ResponseCode.BAD_REQUEST
+            self.send_frames(identity, protocol.reply(code, protocol.request_id_of(exc), exc.remark))
+            return
+        if env.is_reply:
+            self.counters["replies_in"] += 1
+            self.on_client_reply(identity, env)
+            return
+        req = Request(self, identity, env)
+        handler = self.handlers.get(env.code)
+        if handler is None:
+            self.counters["unsupported"] += 1
+            req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                      f"request code {env.code} is not supported by {self.name}")
+            return
+        self.counters["requests"] += 1
+        try:
+            req.args = SCHEMAS[env.code].decode(env.ext)
+            out = handler(req)
+        except ProtocolError as exc:
+            self.counters["bad_requests"] += 1
+            req.reply(exc.code, exc.remark)
+            return
+        except QuiverError as exc:
+            req.reply(exc.code, exc.remark)
+            return
+        except Exception as exc:
+            log.exception("%s: handler for code %s failed", self.name, env.code)
+            req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            return
+        if out is not None and not req.answered:
+            req.answered = True
+            self.send_frames(identity, out)
+
+    def on_client_reply(self, identity: bytes, env: protocol.Envelope) -> None:
+        """Replies to requests this service pushed; services override if they care.
+
+        A header with "r" is a reply: counted (replies_in), never answered, so a
+        request that carries "r" by mistake is visible in STATUS, not lost silently."""
+
+    def _status(self, req: Request):
+        status = {"service": self.name, "listen": self.listen, "pid": os.getpid(),
+                  "uptime_s": round(time.time() - self.started_at, 1), "counters": dict(self.counters)}
+        if self.status_fn is not None:
+            status.update(self.status_fn())
+        req.reply(ResponseCode.SUCCESS, "", {"status": status})

@@ -1,0 +1,119 @@
+"""Config dataclass -> CLI flags + QUIVER_* env vars, shared by every service.
+
+A field `broker_expiry_ms` is the flag `--broker-expiry-ms` and the env var
+`QUIVER_BROKER_EXPIRY_MS`; a flag wins over the env var, which wins over the
+default in config.py. Booleans also get `--no-<flag>`. `describe()` yields the
+rows of the README's generated settings table, so docs cannot drift.
+"""
+
+import argparse
+import dataclasses
+import logging
+import os
+import socket
+
+from quiver.wire.names import split_addrs  # noqa: F401  (services read address lists from settings)
+
+
+def _parse_bool(text: str) -> bool:
+    v = text.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def _convert(field: dataclasses.Field, text: str):
+    kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", str(field.type))
+    if kind == "bool":
+        return _parse_bool(text)
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    return text
+
+
+def load(cls, argv=None, env=None, prog: str | None = None):
+    """Build `cls` from argv, env and defaults; exits with a usage error on bad input."""
+    env = os.environ if env is None else env
+    parser = argparse.ArgumentParser(prog=prog, description=cls.__doc__)
+    fields = dataclasses.fields(cls)
+    for f in fields:
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, dest=f.name, action="store_const", const="true", help=help_text)
+            parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_const",
+                                const="false")
+        else:
+            parser.add_argument(flag, dest=f.name, help=f"{help_text} (env QUIVER_{f.name.upper()})")
+    args = parser.parse_args(argv)
+    values = {}
+    for f in fields:
+        raw = getattr(args, f.name)
+        if raw is None:
+            raw = env.get(f"QUIVER_{f.name.upper()}")
+        if raw is None:
+            continue
+        try:
+            values[f.name] = _convert(f, raw)
+        except ValueError as exc:
+            parser.error(f"--{f.name.replace('_', '-')}: {exc}")
+    try:
+        return cls(**values)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def describe(cls):
+    """(flag, env var, default, help) for each setting."""
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "")
+        yield ("--" + f.name.replace("_", "-"), f"QUIVER_{f.name.upper()}", default, f.metadata.get("help", ""))
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def log_config(log, config) -> None:
+    log.info("effective config: %s", ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(config).items()))
+
+
+def default_identity(prefix: str) -> str:
+    """A replica's unique name derived from its hostname (compose scaling)."""
+    return f"{prefix}-{socket.gethostname()}"
+
+
+def setting(default, help: str = ""):
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def run_service(config_cls, app_cls, prog: str, argv=None) -> None:
+    """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops."""
+    import signal
+    config = load(config_cls, argv, prog=prog)
+    setup_logging(config.log_level)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    log_config(logging.getLogger(prog), config)
+    app = app_cls(config)
+    signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
+    try:
+        app.run()
+    except KeyboardInterrupt:
+        pass
+
+
+def advertised_addr(listen: str, advertise: str = "") -> str:
+    """The address peers reach: --advertise, else the listen address with a wildcard host
+    replaced by this machine's hostname (the compose service's container hostname)."""
+    if advertise:
+        return advertise
+    host, port = listen.rsplit(":", 1)
+    if host in ("0.0.0.0", "", "*"):
+        host = socket.gethostname()
+    return f"{host}:{port}"

@@ -1,0 +1,1 @@
+"""Tools: the CLI, the local runner (quiver up), the demo."""

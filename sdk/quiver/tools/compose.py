@@ -1,0 +1,111 @@
+"""compose.yaml as a local topology: what `quiver up` starts, in what order, with what env.
+
+Each compose service built from this repo becomes N local processes
+(`--scale svc=N`): same module, same QUIVER_* environment, with compose
+hostnames mapped to 127.0.0.1, each replica on its own port (the compose port
++ 1000 per replica, or a free port), its own data sub-directory and, for
+brokers, its own name. Services with an `image:` only (postgres) or a profile
+are not started locally.
+"""
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from quiver.tools.local import LocalCluster, ServiceProcess, free_port
+
+ROLE_OF_MODULE = {"quiver_namesrv": "namesrv", "quiver_broker": "broker", "quiver_filter": "filter",
+                  "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker"}
+
+
+@dataclass
+class ServiceSpec:
+    name: str
+    module: str
+    env: dict
+    port: int
+    depends_on: list = field(default_factory=list)
+
+    @property
+    def role(self) -> str:
+        return ROLE_OF_MODULE.get(self.module, self.name)
+
+
+def load(path: str) -> list[ServiceSpec]:
+    """The repo's services of a compose file, in dependency order."""
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    specs = {}
+    for name, svc in (doc.get("services") or {}).items():
+        if "build" not in svc or svc.get("profiles"):
+            continue
+        cmd = svc.get("command") or []
+        if isinstance(cmd, str):
+            cmd = cmd.split()
+        if len(cmd) < 3 or cmd[1] != "-m":
+            raise ValueError(f"compose service {name!r}: command must be 'python -m <package>', got {cmd!r}")
+        env = {str(k): str(v) for k, v in (svc.get("environment") or {}).items()}
+        listen = env.get("QUIVER_LISTEN", "0.0.0.0:0")
+        deps = svc.get("depends_on") or []
+        specs[name] = ServiceSpec(name, cmd[2], env, int(listen.rsplit(":", 1)[1]),
+                                  list(deps) if isinstance(deps, (list, dict)) else [])
+    ordered, seen = [], set()
+
+    def visit(n):
+        if n in seen or n not in specs:
+            return
+        seen.add(n)
+        for d in specs[n].depends_on:
+            visit(d)
+        ordered.append(specs[n])
+    for n in specs:
+        visit(n)
+    return ordered
+
+
+def available(module: str) -> bool:
+    return importlib.util.find_spec(f"{module}.__main__") is not None
+
+
+def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int], free_ports: bool = False,
+          overrides: dict[str, dict] | None = None, log=print) -> None:
+    """Start every replica, one dependency level at a time, each healthy before the next level."""
+    hostnames = {s.name for s in specs}
+    namesrv_spec = next((s for s in specs if s.role == "namesrv"), None)
+    n_ns = scale.get(namesrv_spec.name, 1) if namesrv_spec else 0
+    ns_ports = [free_port() if free_ports else namesrv_spec.port + 1000 * i for i in range(n_ns)]
+    namesrv = ";".join(f"{cluster.host}:{p}" for p in ns_ports)
+    for spec in specs:
+        if not available(spec.module):
+            log(f"skipping {spec.name}: {spec.module} is not installed in this build")
+            continue
+        started = []
+        for i in range(scale.get(spec.name, 1)):
+            port = ns_ports[i] if spec is namesrv_spec else (free_port() if free_ports else spec.port + 1000 * i)
+            addr = f"{cluster.host}:{port}"
+            replica = f"{spec.name}-{i}"
+            env = {k: _local_value(v, hostnames, cluster.host) for k, v in spec.env.items()}
+            env.update(QUIVER_LISTEN=addr, QUIVER_ADVERTISE=addr, QUIVER_NAMESRV=namesrv)
+            if "QUIVER_DATA_DIR" in env:
+                env["QUIVER_DATA_DIR"] = os.path.join(cluster.data_dir, spec.name, replica)
+            if spec.role == "broker":
+                env["QUIVER_BROKER_NAME"] = f"broker-{chr(ord('a') + i)}" if i < 26 else f"broker-{i}"
+            env.update((overrides or {}).get(spec.name, {}))
+            svc = ServiceProcess(replica, spec.module, addr, [], os.path.join(cluster.data_dir, "logs", f"{replica}.log"),
+                                 spec.role, env=env)
+            cluster.services.append(svc.start())
+            started.append(svc)
+        cluster.wait()
+        if spec.role == "broker":
+            cluster.wait_registered(len(started))
+
+
+def _local_value(value: str, hostnames: set[str], host: str) -> str:
+    """'namesrv:9876;other:1' -> '127.0.0.1:9876;127.0.0.1:1' for compose hostnames."""
+    parts = []
+    for item in value.split(";"):
+        name, sep, port = item.partition(":")
+        parts.append(f"{host}:{port}" if sep and name in hostnames and port.isdigit() else item)
+    return ";".join(parts)

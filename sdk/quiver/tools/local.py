@@ -1,0 +1,202 @@
+"""Run Quiver services as local processes on loopback: `quiver up` and the tests.
+
+Each service is `python -m <package>` with flags, its own port and data dir,
+logs in <data>/logs/<name>.log. Health is a PING on the service's port with
+a deadline (never a bare sleep). Processes are stopped by PID.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from quiver.wire import requests as rq
+from quiver.errors import QuiverError
+from quiver.wire.transport import Transport
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    module: str
+    addr: str
+    args: list[str]
+    log_path: str
+    role: str = ""
+    proc: subprocess.Popen | None = None
+    env: dict = field(default_factory=dict)
+
+    def start(self) -> "ServiceProcess":
+        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
+        log = open(self.log_path, "ab")
+        env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module, "--listen", self.addr, *self.args],
+                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"".join(f.readlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+
+def ping(transport: Transport, addr: str, timeout: float = 0.5) -> dict | None:
+    try:
+        return transport.call(addr, rq.Ping(), timeout=timeout).ext
+    except QuiverError:
+        return None
+
+
+def wait_healthy(services, timeout: float = 30.0) -> None:
+    """PING every service until it answers or the deadline passes (then raise with its log)."""
+    t = Transport("health")
+    try:
+        deadline = time.monotonic() + timeout
+        for svc in services:
+            while ping(t, svc.addr) is None:
+                if not svc.alive():
+                    raise RuntimeError(f"{svc.name} exited with {svc.proc.returncode}:\n{svc.log_tail()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{svc.name} did not answer PING on {svc.addr} in {timeout} s:\n{svc.log_tail()}")
+                time.sleep(0.05)
+    finally:
+        t.close()
+
+
+class LocalCluster:
+    """Name servers + brokers (+ later services) on loopback, data under `data_dir`."""
+
+    def __init__(self, data_dir: str, host: str = "127.0.0.1"):
+        self.data_dir = os.path.abspath(data_dir)
+        self.host = host
+        self.services: list[ServiceProcess] = []
+
+    def _addr(self, port: int | None) -> str:
+        return f"{self.host}:{port or free_port()}"
+
+    @property
+    def namesrv(self) -> str:
+        return ";".join(s.addr for s in self.services if s.role == "namesrv")
+
+    def add_namesrv(self, port: int | None = None, *extra: str) -> ServiceProcess:
+        n = sum(s.role == "namesrv" for s in self.services)
+        svc = ServiceProcess(f"namesrv-{n}", "quiver_namesrv", self._addr(port), list(extra),
+                             os.path.join(self.data_dir, "logs", f"namesrv-{n}.log"), "namesrv")
+        self.services.append(svc.start())
+        return svc
+
+    def add_broker(self, port: int | None = None, name: str | None = None, *extra: str) -> ServiceProcess:
+        n = sum(s.role == "broker" for s in self.services)
+        name = name or f"broker-{chr(ord('a') + n)}"
+        addr = self._addr(port)
+        args = ["--namesrv", self.namesrv, "--broker-name", name, "--advertise", addr,
+                "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
+        svc = ServiceProcess(name, "quiver_broker", addr, args, os.path.join(self.data_dir, "logs", f"{name}.log"),
+                             "broker")
+        self.services.append(svc.start())
+        return svc
+
+    def add_master(self, port: int | None = None, name: str | None = None, role: str = "ASYNC_MASTER",
+                   *extra: str) -> ServiceProcess:
+        """A broker with --broker-id 0, `role` and its HA socket on a free port."""
+        return self.add_broker(port, name, "--role", role, "--ha-listen", self._addr(None), *extra)
+
+    def add_slave(self, master: ServiceProcess, *extra: str, broker_id: int = 1,
+                  port: int | None = None) -> ServiceProcess:
+        """A slave of `master`'s broker name: --broker-id N --role SLAVE, its own data sub-directory.
+        It learns the master's HA address from the name servers."""
+        name = master.args[master.args.index("--broker-name") + 1]
+        addr = self._addr(port)
+        args = ["--namesrv", self.namesrv, "--broker-name", name, "--broker-id", str(broker_id), "--role", "SLAVE",
+                "--advertise", addr, "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
+        svc = ServiceProcess(f"{name}-s{broker_id}", "quiver_broker", addr, args,
+                             os.path.join(self.data_dir, "logs", f"{name}-s{broker_id}.log"), "broker")
+        self.services.append(svc.start())
+        return svc
+
+    def add_service(self, role: str, module: str, *extra: str, port: int | None = None,
+                    name: str | None = None, data: bool = True) -> ServiceProcess:
+        """Any other service (scheduler, txn-checker, filter ...) pointed at the name servers."""
+        n = sum(s.role == role for s in self.services)
+        name = name or f"{role}-{n}"
+        args = ["--namesrv", self.namesrv, *extra]
+        if data:
+            args += ["--data-dir", os.path.join(self.data_dir, role, name)]
+        svc = ServiceProcess(name, module, self._addr(port), args,
+                             os.path.join(self.data_dir, "logs", f"{name}.log"), role)
+        self.services.append(svc.start())
+        return svc
+
+    def restart(self, svc: ServiceProcess) -> ServiceProcess:
+        svc.stop()
+        svc.start()
+        wait_healthy([svc])
+        return svc
+
+    def wait(self, timeout: float = 30.0) -> None:
+        wait_healthy(self.services, timeout)
+
+    def wait_registered(self, brokers: int, timeout: float = 15.0) -> None:
+        t = Transport("health")
+        try:
+            deadline = time.monotonic() + timeout
+            for ns in [s for s in self.services if s.role == "namesrv"]:
+                while True:
+                    try:
+                        env = t.call(ns.addr, rq.GetClusterInfo(), timeout=1.0)
+                        if len(rq.ClusterReply.decode(env.ext).cluster.live) >= brokers:
+                            break
+                    except QuiverError:
+                        pass
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{brokers} brokers did not register with {ns.addr} in {timeout} s")
+                    time.sleep(0.05)
+        finally:
+            t.close()
+
+    def stop(self) -> None:
+        for svc in reversed(self.services):
+            svc.stop()
+
+    def describe(self) -> list[dict]:
+        return [{"name": s.name, "role": s.role, "addr": s.addr, "pid": s.pid, "log": s.log_path}
+                for s in self.services]
+
+    def write_state(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump({"namesrv": self.namesrv, "services": self.describe()}, f, indent=2)

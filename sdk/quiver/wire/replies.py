@@ -1,0 +1,253 @@
+"""Replies a client or service trusts: routes, cluster info, send and pull results, offsets ...
+
+Decoded by the caller (`PullReply.decode(env.ext)`); a bad reply raises
+FieldError like a bad request. Lists and maps of peers' data skip bad entries
+(`skip_bad`): one garbage registration must not hide the rest. Does not own
+the requests (requests.py) nor the machinery (schema.py).
+"""
+
+from quiver.wire.schema import *  # noqa: F401,F403
+from quiver.wire.schema import (ADDR, BROKER_NAME, CLIENT_ID, CLUSTER, GROUP, MAX_BATCH, MAX_BODY_BYTES, MAX_QUEUES, OFFSET,
+                                QUEUE_COUNT, QUEUE_ID, TIMESTAMP, TOPIC, U31, Bool, IdKey, Int, Json, ListOf, MapOf, Nested, Opt,
+                                Row, Schema, Str, TopicConfig, schema, wire)
+
+
+
+@schema
+class QueueData(Schema):
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    read: int = wire("read", Int(0, MAX_QUEUES))
+    write: int = wire("write", Int(0, MAX_QUEUES))
+    perm: int = wire("perm", Int(0, 15), 6)
+    order: bool = wire("order", Bool(), False)
+
+
+@schema
+class BrokerData(Schema):
+    cluster: str = wire("cluster", CLUSTER)
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    addrs: dict = wire("addrs", MapOf(IdKey(), ADDR, 64, skip_bad=True))   # broker id -> address
+
+
+@schema
+class RouteData(Schema):
+    topic: str = wire("topic", TOPIC)
+    queues: list = wire("queues", ListOf(Nested(QueueData), 10_000, skip_bad=True), [])
+    brokers: list = wire("brokers", ListOf(Nested(BrokerData), 10_000, skip_bad=True), [])
+    filter_servers: dict = wire("filter_servers", MapOf(ADDR, ListOf(ADDR, 1024, skip_bad=True), 10_000,
+                                                        skip_bad=True), {})
+
+
+@schema
+class RouteReply(Schema):
+    route: RouteData = wire("route", Nested(RouteData))
+
+
+@schema
+class LiveBroker(Schema):
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    broker_id: int = wire("broker_id", U31, 0)
+    age_ms: int = wire("age_ms", Int(0, MAX_OFFSET), 0)
+    filter_servers: list = wire("filter_servers", ListOf(ADDR, 1024, skip_bad=True), [])
+
+
+@schema
+class ClusterData(Schema):
+    brokers: dict = wire("brokers", MapOf(BROKER_NAME, Nested(BrokerData), 10_000, skip_bad=True), {})
+    clusters: dict = wire("clusters", MapOf(CLUSTER, ListOf(BROKER_NAME, 10_000, skip_bad=True), 1000,
+                                            skip_bad=True), {})
+    live: dict = wire("live", MapOf(ADDR, Nested(LiveBroker), 10_000, skip_bad=True), {})
+
+
+@schema
+class ClusterReply(Schema):
+    cluster: ClusterData = wire("cluster", Nested(ClusterData))
+
+
+@schema
+class RegisterBrokerReply(Schema):
+    master_addr: str | None = wire("master_addr", Opt(ADDR, blank=True), None)
+    ha_addr: str | None = wire("ha_addr", Opt(ADDR, blank=True), None)
+
+
+@schema
+class SendReply(Schema):
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+    queue_offset: int = wire("o", OFFSET)                  # of the first message
+    phys_offsets: list = wire("p", ListOf(OFFSET, MAX_BATCH))
+
+
+@schema
+class PullReply(Schema):
+    """Every pull answer: where to go next and the queue's bounds."""
+    next: int = wire("next", OFFSET)   # required: read as 0 it would rewind a consumer to the queue's start
+    min: int = wire("min", OFFSET, 0)
+    max: int = wire("max", OFFSET, 0)
+
+
+@schema
+class OffsetReply(Schema):
+    offset: int = wire("offset", OFFSET)
+
+
+@schema
+class ResetOffsetReply(Schema):
+    """INVOKE_BROKER_TO_RESET_OFFSET: the offsets stored ([queue id, offset] rows) and how many
+    online members of the group were told (0: the group is not online here)."""
+    offsets: list = wire("offsets", ListOf(Row(QUEUE_ID, OFFSET), MAX_QUEUES), [])
+    members: int = wire("members", U31, 0)
+
+
+@schema
+class ScheduleInitReply(Schema):
+    delay_levels_ms: list = wire("delay_levels_ms", ListOf(Int(0, 10 * 365 * 86_400_000), 1024, 1))
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    schedule_queues: int = wire("schedule_queues", QUEUE_COUNT)
+    timer_queues: int = wire("timer_queues", QUEUE_COUNT)
+    timer_horizon_ms: int = wire("timer_horizon_ms", Int(0, MAX_OFFSET))
+    now_ms: int = wire("now_ms", TIMESTAMP)
+    # the broker's largest body (its --max-message-bytes), which also bounds one re-put's packed bodies;
+    # None from a broker that does not say (the scheduler then uses its own --max-reput-bytes)
+    max_message_bytes: int | None = wire("max_message_bytes", Opt(Int(1, MAX_BODY_BYTES)), None)
+
+
+@schema
+class ScheduleReputReply(Schema):
+    """SUCCESS: how many were put, which were dropped (real topic gone), when stored. MESSAGE_ILLEGAL:
+    `bad` lists the refused entries (indices into the request's metas; nothing was put)."""
+    count: int = wire("n", Int(0, MAX_BATCH), 0)
+    dropped: list = wire("dropped", ListOf(Int(0, MAX_BATCH), MAX_BATCH), [])
+    store_ts: int = wire("ts", TIMESTAMP, 0)
+    # None: not said (absent); a garbled index is dropped, the rest still name what to leave behind
+    bad: list | None = wire("bad", ListOf(Int(0, MAX_BATCH - 1), MAX_BATCH, skip_bad=True), None)
+
+
+# ---- replies: master/slave sync, scheduler membership (added by the broker-HA/scheduler/filter conversion) ----
+
+OFFSET_ROW = Row(GROUP, TOPIC, QUEUE_ID, OFFSET)   # [group, topic, queue id, offset]
+
+
+@schema
+class GroupConfig(Schema):
+    retry_max_times: int = wire("retry_max_times", Int(0, 1_000_000), 16)
+    consume_enable: bool = wire("consume_enable", Bool(), True)
+
+
+@schema
+class HaSyncMetadataReply(Schema):
+    """A master's topics, groups and consumer offsets, as its slaves copy them."""
+    topics: dict = wire("topics", MapOf(TOPIC, Nested(TopicConfig), 100_000, skip_bad=True), {})
+    groups: dict = wire("groups", MapOf(GROUP, Nested(GroupConfig), 100_000, skip_bad=True), {})
+    offsets: list = wire("offsets", ListOf(OFFSET_ROW, 1 << 20, skip_bad=True), [])
+    max_offset: int = wire("max_offset", OFFSET, 0)
+
+
+@schema
+class HaSlaveOffsetsReply(Schema):
+    offsets: list = wire("offsets", ListOf(OFFSET_ROW, 1 << 20, skip_bad=True), [])
+
+
+@schema
+class ConsumerListReply(Schema):
+    ids: list = wire("ids", ListOf(CLIENT_ID, 100_000, skip_bad=True), [])
+
+
+@schema
+class PingReply(Schema):
+    service: str | None = wire("service", Opt(Str(64)), None)
+    client_id: str | None = wire("client_id", Opt(CLIENT_ID), None)   # schedulers: which instance answered
+
+
+# ---- replies the SDK's admin, push consumer and filter checks read (added by the SDK-clients conversion) ----
+
+
+@schema
+class TopicConfigReply(Schema):
+    """UPDATE_AND_CREATE_TOPIC: the topic's config as the broker stored it."""
+    topic: str = wire("topic", TOPIC)
+    config: TopicConfig = wire("config", Nested(TopicConfig))
+
+
+@schema
+class TopicListReply(Schema):
+    topics: list = wire("topics", ListOf(TOPIC, 1 << 20, skip_bad=True), [])
+
+
+@schema
+class LockBatchReply(Schema):
+    locked: list = wire("locked", ListOf(Row(TOPIC, QUEUE_ID), 1 << 16, skip_bad=True), [])
+
+
+@schema
+class ConsumeStatsRow(Schema):
+    topic: str = wire("topic", TOPIC)
+    queue_id: int = wire("queue_id", QUEUE_ID)
+    broker_offset: int = wire("broker_offset", OFFSET, 0)
+    consumer_offset: int | None = wire("consumer_offset", Opt(OFFSET), None)
+    lag: int = wire("lag", OFFSET, 0)
+    last_consume_time: int | None = wire("last_consume_time", Opt(TIMESTAMP), None)
+    client_id: str | None = wire("client_id", Opt(CLIENT_ID), None)
+
+
+@schema
+class ConsumeStatsReply(Schema):
+    rows: list = wire("rows", ListOf(Nested(ConsumeStatsRow), 1 << 20, skip_bad=True), [])
+    clients: list = wire("clients", ListOf(CLIENT_ID, 100_000, skip_bad=True), [])
+    # topic -> {"TAG:expression": [client ids]} where members of the group disagree
+    conflicts: dict = wire("conflicts", MapOf(TOPIC, MapOf(Str(EXPRESSION.max_len + 8), ListOf(CLIENT_ID, 100_000,
+                                                                                             skip_bad=True),
+                                                           1024, skip_bad=True), 10_000, skip_bad=True), {})
+
+
+@schema
+class TransactionListReply(Schema):
+    """TRANSACTION_LIST_OPEN: rows are shown as they come (admin output); a row that is not a map is dropped."""
+    open: list = wire("open", ListOf(MapOf(Str(64), Json(), 64), 1_000_000, skip_bad=True), [])
+    count: int = wire("count", Int(0, MAX_OFFSET), 0)
+    resolved: int = wire("resolved", Int(0, MAX_OFFSET), 0)
+
+
+@schema
+class CleanExpiredReply(Schema):
+    deleted_segments: int = wire("deleted_segments", U31)
+
+
+@schema
+class StatusReply(Schema):
+    """STATUS of any service: a free-form map, read by people and by `Admin.ha_status`."""
+    status: dict = wire("status", MapOf(Str(255), Json(), 10_000))
+
+
+@schema
+class SubscriptionParseFailedReply(Schema):
+    """CHECK_CLIENT_CONFIG answered SUBSCRIPTION_PARSE_FAILED: where in the expression."""
+    position: int | None = wire("position", Opt(U31), None)
+
+
+# ---- replies the txn-checker and the filter server read (added by the scheduler/txn/filter conversion) ----
+
+
+@schema
+class TransactionCheckReply(Schema):
+    """TRANSACTION_CHECK: one result per entry, in order ("checked", "no_producer", "requeued", "discarded",
+    "resolved", "missing"); not skip_bad: a dropped item would shift every later result onto the wrong entry."""
+    results: list = wire("r", ListOf(Str(32), MAX_BATCH), [])
+
+
+@schema
+class RegisterFilterServerReply(Schema):
+    """REGISTER_FILTER_SERVER: which broker took the registration."""
+    broker_name: str | None = wire("broker_name", Opt(BROKER_NAME), None)
+    broker_id: int | None = wire("broker_id", Opt(U31), None)
+
+
+# ---- replies the SDK's producer reads (added by the SDK-callers conversion) ----
+
+from quiver.wire.schema import OneOf  # noqa: E402
+
+
+@schema
+class ScheduleCancelReply(Schema):
+    """SCHEDULE_CANCEL: "cancelled", "too_late" (delivered or being delivered) or "unknown" (kept as a tombstone)."""
+    result: str = wire("result", OneOf("cancelled", "too_late", "unknown"))

@@ -1,0 +1,400 @@
+"""One frozen schema per request code: the short keys, types and ranges of every field.
+
+`protocol.py` owns the frame; this module owns what travels in a request
+header's "ext" (`replies.py` the replies a peer trusts, `schema.py` the
+machinery; both re-exported here). A schema is a frozen dataclass whose fields name their wire key and a
+check::
+
+    @request(RequestCode.GET_MAX_OFFSET)
+    class GetMaxOffset(Schema):
+        topic: str = wire("t", TOPIC)
+        queue_id: int = wire("q", QUEUE_ID)
+
+    GetMaxOffset(topic="Orders", queue_id=0).ext()   -> {"t": "Orders", "q": 0}
+    GetMaxOffset.decode({"t": "Orders", "q": 0})     -> GetMaxOffset(...)
+
+`Service.handle` decodes every request's ext through the schema of its code
+before a handler runs (`req.args`); SDK callers build the typed object and the
+transport sends `obj.CODE` with `obj.ext()`. Reply shapes a peer trusts (a
+route, a send result, a pull result) have schemas too, decoded by the caller.
+
+`decode` raises only `FieldError` (a ProtocolError: INVALID_PARAMETER, RocketMQ's
+code for a bad field, unless the field names the code RocketMQ would use), whose remark names the code, the
+field, what was expected and what came. Keys a schema does not know are
+ignored, so newer peers can add fields. Every integer is ranged to the width
+it is packed into; every string, list and map is length-capped.
+"""
+
+from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.schema import *  # noqa: F401,F403  (checks, ranges, Schema: one import for callers)
+from quiver.wire.schema import (ADDR, BODY_LENGTHS, BROKER_NAME, CLIENT_ID, CLUSTER, EXPR_TYPE, EXPRESSION, GROUP, I32,
+                                MAX_BATCH, MAX_BODY_BYTES, MAX_OFFSET, MAX_PULL, MAX_QUEUES, MSG_ID, OFFSET, PROPS, QUEUE_COUNT,
+                                QUEUE_ID, SCHEMAS, SUSPEND_MS, TIMESTAMP, TOPIC, U31, Bool, ConsumerData, DataVersion, Int,
+                                ListOf, Nested, OneOf, Opt, Row, Schema, SendMetas, Str, TopicConfig, request, unpack_bodies,
+                                wire)
+from quiver.wire.replies import *  # noqa: F401,F403,E402
+
+# ---- requests: name server ---------------------------------------------------------------------
+
+
+@request(RequestCode.REGISTER_BROKER)
+class RegisterBroker(Schema):
+    """The name server's only check of a registration: decoded whole before its route table is
+    touched, so a bad field changes nothing and leaves no ghost broker."""
+    cluster: str = wire("cluster", CLUSTER)
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    broker_addr: str = wire("broker_addr", ADDR)
+    broker_id: int = wire("broker_id", U31, 0)
+    data_version: DataVersion | None = wire("data_version", Opt(Nested(DataVersion)), None)
+    topics: dict = wire("topics", MapOf(TOPIC, Nested(TopicConfig), 100_000), {})
+    filter_servers: list = wire("filter_servers", ListOf(ADDR, 1024), [])
+    ha_addr: str | None = wire("ha_addr", Opt(ADDR, blank=True), None)   # "": no HA listener
+
+
+@request(RequestCode.UNREGISTER_BROKER)
+class UnregisterBroker(Schema):
+    cluster: str = wire("cluster", CLUSTER)
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    broker_addr: str = wire("broker_addr", ADDR)
+    broker_id: int | None = wire("broker_id", Opt(U31), None)
+
+
+@request(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+class GetRouteInfo(Schema):
+    topic: str = wire("topic", TOPIC)
+
+
+@request(RequestCode.GET_BROKER_CLUSTER_INFO)
+class GetClusterInfo(Schema):
+    pass
+
+
+@request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+class GetTopicList(Schema):
+    pass
+
+
+# ---- requests: every service ---------------------------------------------------------------------
+
+
+@request(RequestCode.PING)
+class Ping(Schema):
+    pass
+
+
+@request(RequestCode.STATUS)
+class Status(Schema):
+    pass
+
+
+# ---- requests: broker, messages --------------------------------------------------------------------
+
+
+@request(RequestCode.SEND_MESSAGE)
+class SendMessage(Schema):
+    """One message (SEND_MESSAGE, SEND_MESSAGE_V2) or a batch (SEND_BATCH_MESSAGE) to one queue."""
+    topic: str = wire("t", TOPIC, code=ResponseCode.MESSAGE_ILLEGAL)
+    queue_id: int = wire("q", QUEUE_ID, 0)
+    metas: tuple = wire("m", SendMetas())       # (flags, properties), one entry per body
+    lengths: list | None = wire("l", BODY_LENGTHS, None)
+    group: str | None = wire("g", Opt(GROUP), None)
+    born_ts: int = wire("b", TIMESTAMP, 0)       # 0: now
+    born_host: str | None = wire("bh", Opt(ADDR), None)
+    sys_flag: int = wire("sf", I32, 0)
+    reconsume: int = wire("rc", U31, 0)
+    prepared_offset: int = wire("po", OFFSET, 0)
+    wait: bool = wire("w", Bool(), True)        # False: oneway, no reply wanted
+
+    def bodies(self, frames: list) -> list:
+        return unpack_bodies(self._what(), frames, self.lengths, len(self.metas[0]))
+
+
+SCHEMAS[RequestCode.SEND_MESSAGE_V2] = SendMessage
+SCHEMAS[RequestCode.SEND_BATCH_MESSAGE] = SendMessage
+
+
+@request(RequestCode.PULL_MESSAGE)
+class PullMessage(Schema):
+    """A pull from the broker (tag subscriptions) or a filter server (SQL92, `broker_addr` the source)."""
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+    offset: int = wire("o", OFFSET)
+    group: str | None = wire("g", Opt(GROUP), None)
+    commit_offset: int | None = wire("co", Opt(Int(-1, MAX_OFFSET)), None)  # piggy-backed commit
+    max_msgs: int = wire("n", MAX_PULL, 32)
+    suspend_ms: int = wire("s", SUSPEND_MS, 0)
+    expression: str | None = wire("sub", Opt(EXPRESSION), None)
+    expression_type: str | None = wire("tp", Opt(EXPR_TYPE), None)
+    max_bytes: int = wire("mb", Int(1, MAX_BODY_BYTES), 4 << 20)
+    broker_addr: str | None = wire("ba", Opt(ADDR), None)
+
+
+@request(RequestCode.QUERY_MESSAGE)
+class QueryMessage(Schema):
+    topic: str = wire("t", TOPIC)
+    key: str = wire("key", Str(1024))
+    max_msgs: int = wire("n", Int(1, 64 * 1024), 32)
+    begin_ts: int = wire("b", TIMESTAMP, 0)
+    end_ts: int = wire("e", TIMESTAMP, 2 ** 62)
+
+
+@request(RequestCode.VIEW_MESSAGE_BY_ID)
+class ViewMessage(Schema):
+    offset: int = wire("offset", OFFSET)
+
+
+@request(RequestCode.CONSUMER_SEND_MSG_BACK)
+class ConsumerSendMsgBack(Schema):
+    group: str = wire("g", GROUP)
+    offset: int = wire("offset", OFFSET)                  # CommitLog offset of the failed message
+    delay_level: int = wire("delay", Int(-1, 2 ** 31 - 1), 0)  # -1: straight to the DLQ
+    origin_topic: str | None = wire("ot", Opt(TOPIC), None)
+    origin_msg_id: str | None = wire("omid", Opt(MSG_ID), None)
+    reconsume: int | None = wire("rc", Opt(U31), None)
+    max_reconsume: int | None = wire("max", Opt(Int(-1, 2 ** 31 - 1)), None)
+
+
+# ---- requests: broker, offsets and queues -----------------------------------------------------------
+
+
+@request(RequestCode.QUERY_CONSUMER_OFFSET)
+class QueryConsumerOffset(Schema):
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+
+
+@request(RequestCode.UPDATE_CONSUMER_OFFSET)
+class UpdateConsumerOffset(Schema):
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+    offset: int = wire("o", OFFSET)
+
+
+@request(RequestCode.GET_MAX_OFFSET)
+class GetMaxOffset(Schema):
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+
+
+@request(RequestCode.GET_MIN_OFFSET)
+class GetMinOffset(Schema):
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+
+
+@request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+class SearchOffsetByTimestamp(Schema):
+    topic: str = wire("t", TOPIC)
+    queue_id: int = wire("q", QUEUE_ID)
+    timestamp: int = wire("ts", TIMESTAMP)
+
+
+@request(RequestCode.LOCK_BATCH_MQ)
+class LockBatchMq(Schema):
+    group: str = wire("g", GROUP)
+    client_id: str = wire("c", CLIENT_ID)
+    queues: list = wire("mqs", ListOf(Row(TOPIC, QUEUE_ID), 1 << 16))
+
+
+@request(RequestCode.UNLOCK_BATCH_MQ)
+class UnlockBatchMq(Schema):
+    group: str = wire("g", GROUP)
+    client_id: str = wire("c", CLIENT_ID)
+    queues: list = wire("mqs", ListOf(Row(TOPIC, QUEUE_ID), 1 << 16))
+
+
+# ---- requests: broker, clients and groups ------------------------------------------------------------
+
+
+@request(RequestCode.HEART_BEAT)
+class HeartBeat(Schema):
+    client_id: str = wire("client_id", CLIENT_ID)
+    producers: list = wire("producers", ListOf(GROUP, 1024), [])
+    consumers: list = wire("consumers", ListOf(Nested(ConsumerData), 1024), [])
+
+
+@request(RequestCode.UNREGISTER_CLIENT)
+class UnregisterClient(Schema):
+    client_id: str = wire("client_id", CLIENT_ID)
+    producer_group: str | None = wire("producer_group", Opt(GROUP), None)
+    consumer_group: str | None = wire("consumer_group", Opt(GROUP), None)
+
+
+@request(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+class GetConsumerList(Schema):
+    group: str = wire("g", GROUP)
+
+
+@request(RequestCode.GET_CONSUME_STATS)
+class GetConsumeStats(Schema):
+    group: str = wire("g", GROUP)
+
+
+@request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)
+class UpdateSubscriptionGroup(Schema):
+    group: str = wire("g", GROUP)
+    retry_max_times: int = wire("retry_max_times", Int(0, 1_000_000), 16)
+
+
+@request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
+class NotifyConsumerIdsChanged(Schema):
+    group: str | None = wire("g", Opt(GROUP), None)
+
+
+@request(RequestCode.CHECK_CLIENT_CONFIG)
+class CheckClientConfig(Schema):
+    group: str | None = wire("g", Opt(GROUP), None)
+    topic: str | None = wire("t", Opt(TOPIC), None)
+    expression_type: str | None = wire("tp", Opt(EXPR_TYPE), None)
+    expression: str | None = wire("sub", Opt(EXPRESSION), None)
+
+
+@request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
+class ResetOffset(Schema):
+    """Admin -> broker: store `group`'s offset of every queue of `topic` on this broker (or of
+    `queue_id`) as the first message stored at or after `timestamp`, or as `offset` (held to each
+    queue's [min, max]); exactly one of the two. The broker then tells the group's online members
+    (RESET_CONSUMER_CLIENT_OFFSET); the reply is a ResetOffsetReply."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    timestamp: int | None = wire("ts", Opt(TIMESTAMP), None)
+    offset: int | None = wire("o", Opt(OFFSET), None)
+    queue_id: int | None = wire("q", Opt(QUEUE_ID), None)   # None: every queue of the topic
+
+
+@request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET)
+class ResetConsumerClientOffset(Schema):
+    """Broker -> each online member of `group`: drop what is cached of these queues of `topic` on
+    broker `broker` and pull them from these offsets ([queue id, offset] rows)."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    broker: str = wire("b", BROKER_NAME)
+    offsets: list = wire("offsets", ListOf(Row(QUEUE_ID, OFFSET), MAX_QUEUES))
+
+
+# ---- requests: broker, topics and admin -----------------------------------------------------------------
+
+
+@request(RequestCode.UPDATE_AND_CREATE_TOPIC)
+class CreateTopic(Schema):
+    topic: str = wire("topic", TOPIC)
+    read: int = wire("read", QUEUE_COUNT, 4)
+    write: int | None = wire("write", Opt(QUEUE_COUNT), None)   # None: as many as read
+    perm: int = wire("perm", Int(0, 15), 6)                     # READ=4, WRITE=2, INHERIT=1
+    order: bool = wire("order", Bool(), False)
+
+
+@request(RequestCode.DELETE_TOPIC_IN_BROKER)
+class DeleteTopic(Schema):
+    topic: str = wire("topic", TOPIC)
+
+
+@request(RequestCode.GET_ALL_TOPIC_CONFIG)
+class GetAllTopicConfig(Schema):
+    pass
+
+
+@request(RequestCode.ADMIN_CLEAN_EXPIRED)
+class CleanExpired(Schema):
+    pass
+
+
+@request(RequestCode.REGISTER_FILTER_SERVER)
+class RegisterFilterServer(Schema):
+    addr: str = wire("addr", ADDR)
+    unregister: bool = wire("unregister", Bool(), False)
+
+
+# ---- requests: scheduler ---------------------------------------------------------------------------------
+
+
+@request(RequestCode.SCHEDULE_INIT)
+class ScheduleInit(Schema):
+    pass
+
+
+REPUT_META = Row(I32, PROPS, TIMESTAMP, U31, I32, TIMESTAMP)  # flag, props, born, reconsume, sys flag, due
+
+
+@request(RequestCode.SCHEDULE_REPUT)
+class ScheduleReput(Schema):
+    """Due messages back to their real topics (or `roll`: timers re-parked in the timer topic)."""
+    metas: list = wire("m", ListOf(REPUT_META, MAX_BATCH, 1))
+    lengths: list | None = wire("l", BODY_LENGTHS, None)
+    roll: bool = wire("roll", Bool(), False)
+    born_host: str | None = wire("bh", Opt(ADDR), None)
+
+    def bodies(self, frames: list) -> list:
+        return unpack_bodies(self._what(), frames, self.lengths, len(self.metas))
+
+
+@request(RequestCode.SCHEDULE_CANCEL)
+class ScheduleCancel(Schema):
+    msg_id: str = wire("id", MSG_ID)
+
+
+# ---- requests: transactions --------------------------------------------------------------------------------
+
+TX_STATE = Int(0, 0xC)  # record.TX_NOT / TX_COMMIT / TX_ROLLBACK
+
+
+@request(RequestCode.END_TRANSACTION)
+class EndTransaction(Schema):
+    group: str = wire("g", GROUP)
+    entries: list = wire("e", ListOf(Row(OFFSET, OFFSET, TX_STATE, Str(128, 0)), MAX_BATCH, 1))  # phys, qoff, state, txid
+    from_check: bool = wire("fc", Bool(), False)
+
+
+# TRANSACTION_CHECK actions: ask the producer group (count + 1), re-put unchanged (still immune), discard
+CHECK_ASK, CHECK_REQUEUE, CHECK_DISCARD = "c", "r", "d"
+
+
+@request(RequestCode.TRANSACTION_CHECK)
+class TransactionCheck(Schema):
+    entries: list = wire("e", ListOf(Row(OFFSET, OFFSET, OneOf(CHECK_ASK, CHECK_REQUEUE, CHECK_DISCARD)),
+                                     MAX_BATCH, 1))  # phys, qoff, action
+
+
+@request(RequestCode.TRANSACTION_LIST_OPEN)
+class TransactionListOpen(Schema):
+    limit: int = wire("limit", Int(1, 1_000_000), 1000)
+
+
+CHECK_ENTRY = Row(OFFSET, OFFSET, Str(128, 0), Str(255, 0), QUEUE_ID, TIMESTAMP, TIMESTAMP, I32, PROPS)
+
+
+@request(RequestCode.CHECK_TRANSACTION_STATE)
+class CheckTransactionState(Schema):
+    """Broker -> producer: [half phys, half qoff, txid, real topic, real qid, born, stored, flag, props]."""
+    group: str = wire("g", GROUP)
+    entries: list = wire("e", ListOf(CHECK_ENTRY, MAX_BATCH, 1))
+
+
+# ---- requests: master/slave ---------------------------------------------------------------------------------
+
+
+@request(RequestCode.HA_SYNC_METADATA)
+class HaSyncMetadata(Schema):
+    offsets: list = wire("offsets", ListOf(Row(GROUP, TOPIC, QUEUE_ID, OFFSET), 1 << 20), [])
+
+
+@request(RequestCode.HA_SLAVE_OFFSETS)
+class HaSlaveOffsets(Schema):
+    pass
+
+
+@request(RequestCode.HA_TRANSFER)
+class HaTransfer(Schema):
+    offset: int = wire("o", OFFSET)
+    segment_bytes: int = wire("sb", Int(0, MAX_OFFSET), 0)
+    master_end: int = wire("me", OFFSET, 0)
+
+
+@request(RequestCode.HA_REPORT)
+class HaReport(Schema):
+    offset: int = wire("o", OFFSET)
+    addr: str = wire("addr", Str(255), "?")
+    broker_id: int = wire("id", U31, 1)
+    reset: bool = wire("reset", Bool(), False)

@@ -1,0 +1,374 @@
+"""Client-side sockets: one DEALER per peer, owned by one IO thread.
+
+Any thread may call `call()` (blocking) or `send()` (callback): the request is
+queued, the IO thread is woken through an eventfd, sends it on the peer's
+DEALER and matches the reply by request id, so many requests to one peer are
+in flight at once (pipelined). Requests a server pushes to us (no "r" in the
+header) go to `on_push(peer, envelope)` on a small worker pool, never on the
+IO thread. When a peer's connection drops (the DEALER's socket monitor says
+so), the requests it has not answered fail at once instead of at their
+timeouts; ZeroMQ reconnects on its own, and requests made meanwhile fail
+fast as "not reachable" after CONNECT_WAIT_S.
+
+Whatever the socket layer raises (a zmq.ZMQError on connecting to an address
+that is not host:port, a socket closed under us) reaches the caller as a
+ClientError; the IO thread logs an unexpected error once and goes on, so one
+bad peer cannot stop the requests to the others.
+"""
+
+import collections
+import itertools
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+from quiver.wire import protocol
+from quiver.errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
+from quiver.wire.codes import ResponseCode
+from quiver.wire.direct import DirectCalls, unreachable
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+CONNECT_WAIT_S = 1.0  # a request waits this long for a first connection to its peer
+CLOSE_LINGER_MS = 500  # at close, frames already queued get this long to leave
+_MAX_ERRORS_REMEMBERED = 256  # distinct IO-thread errors logged with a traceback
+
+
+def next_request_id() -> int:
+    return next(_ids)
+
+
+class Transport:
+    """The IO thread and its DEALER sockets. Shared by the clients of a process."""
+
+    def __init__(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None):
+        self._ctx = zmq.Context.instance()
+        self._queue = collections.deque()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
+        self._wake_lock = threading.Lock()  # close() must not free the fd under a writer
+        self._io_errors: set = set()
+        self._pending: dict[int, tuple] = {}
+        self._peers: dict[str, zmq.Socket] = {}
+        self._by_socket: dict[zmq.Socket, str] = {}
+        self._on_push = on_push
+        self._push_pool = ThreadPoolExecutor(4, thread_name_prefix=f"{name}-push")
+        self._identity_prefix = identity_prefix
+        self._stopped = threading.Event()
+        self._direct = DirectCalls(self._ctx)
+        self._down: set[str] = set()  # peers the IO thread's monitors saw disconnect
+        self._thread = threading.Thread(target=self._run, name=f"{name}-io", daemon=True)
+        self._thread.start()
+
+    # ---- caller side ----------------------------------------------------
+
+    def send(self, addr: str, code: int, ext: dict | None, bodies, callback, timeout: float = 3.0) -> int:
+        """Queue a request; `callback(envelope | QuiverError)` runs on the IO thread."""
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        _check_addr(addr)
+        code, ext = _wire(code, ext)
+        req_id = next(_ids)
+        self._pending[req_id] = (callback, time.monotonic() + timeout, addr)
+        self._queue.append((addr, protocol.request(code, req_id, ext, bodies), req_id))
+        if not self._wake():
+            self._pending.pop(req_id, None)
+            raise ClientError("transport is shut down")
+        return req_id
+
+    def oneway(self, addr: str, code: int, ext: dict | None = None, bodies=()) -> None:
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        _check_addr(addr)
+        code, ext = _wire(code, ext)
+        self._queue.append((addr, protocol.request(code, next(_ids), ext, bodies), 0))
+        if not self._wake():
+            raise ClientError("transport is shut down")
+
+    def reply_to_push(self, addr: str, frames: list) -> None:
+        self._queue.append((addr, frames, 0))
+        if not self._wake():  # answered after close: the peer asks again (CHECK_TRANSACTION_STATE)
+            log.debug("reply to %s dropped: transport is shut down", addr)
+
+    def _wake(self) -> bool:
+        """Wake the IO thread; False once closed (the fd may not be written after close)."""
+        with self._wake_lock:
+            if self._wake_fd < 0:
+                return False
+            os.eventfd_write(self._wake_fd, 1)
+            return True
+
+    def call_future(self, addr: str, code: int, ext: dict | None = None, bodies=(),
+                    timeout: float = 3.0) -> Future:
+        fut: Future = Future()
+
+        def done(result):
+            if isinstance(result, Exception):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
+        self.send(addr, code, ext, bodies, done, timeout)
+        return fut
+
+    def call(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float = 3.0,
+             ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
+        """Blocking request; raises the server's error unless its code is in `ok`.
+
+        Made on the calling thread's own socket (direct.py), except on the IO
+        thread itself, which must never block."""
+        if self._stopped.is_set():
+            raise ClientError("transport is shut down")
+        _check_addr(addr)
+        code, ext = _wire(code, ext)
+        if threading.current_thread() is self._thread:
+            env = self.call_future(addr, code, ext, bodies, timeout).result(timeout + 1.0)
+        else:
+            req_id = next(_ids)
+            env = self._direct.call(addr, protocol.request(code, req_id, ext, bodies), req_id, timeout, self._down)
+        if env.code not in ok:
+            raise error_for(env.code, env.remark or "")
+        return env
+
+    def close(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._wake()
+        self._thread.join(5)
+        self._direct.close()
+        self._push_pool.shutdown(wait=False, cancel_futures=True)
+        with self._wake_lock:
+            os.close(self._wake_fd)
+            self._wake_fd = -1
+
+    # ---- IO thread ------------------------------------------------------
+
+    def _peer(self, addr: str) -> zmq.Socket:
+        sock = self._peers.get(addr)
+        if sock is None:
+            sock = self._ctx.socket(zmq.DEALER)
+            mon = None
+            try:
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.SNDHWM, 100_000)
+                sock.setsockopt(zmq.RCVHWM, 100_000)
+                # Queue only on a live connection: a request to a dead peer must fail
+                # (and be retried elsewhere), not be stored when the peer returns.
+                sock.setsockopt(zmq.IMMEDIATE, 1)
+                if self._identity_prefix:
+                    sock.setsockopt(zmq.IDENTITY, f"{self._identity_prefix}@{addr}".encode()[:255])
+                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                sock.connect(f"tcp://{addr}")
+            except Exception:  # e.g. an address zmq cannot parse: leave no socket behind
+                _close_quietly(sock, mon)
+                raise
+            self._peers[addr] = sock
+            self._by_socket[sock] = addr
+            self._monitors[mon] = addr
+            self._poller.register(sock, zmq.POLLIN)
+            self._poller.register(mon, zmq.POLLIN)
+        return sock
+
+    def _close_peer(self, addr: str, linger_ms: int = 0) -> None:
+        sock = self._peers.pop(addr, None)
+        if sock is not None:
+            self._by_socket.pop(sock, None)
+            self._poller.unregister(sock)
+            for mon, a in list(self._monitors.items()):
+                if a == addr:
+                    del self._monitors[mon]
+                    self._poller.unregister(mon)
+                    mon.close(0)
+            sock.disable_monitor()
+            sock.close(linger_ms)
+
+    def _run(self) -> None:
+        self._poller = zmq.Poller()
+        self._monitors: dict = {}
+        self._poller.register(self._wake_fd, zmq.POLLIN)
+        next_scan = time.monotonic() + 0.05
+        self._backlog = collections.deque()
+        try:
+            while not self._stopped.is_set():
+                try:
+                    events = self._poller.poll(5 if self._backlog else 50)
+                except Exception as exc:  # a socket closed under the poller: log once, go on
+                    self._io_error("poll", exc)
+                    events = []
+                    time.sleep(0.01)
+                for sock, _ in events:
+                    self._guarded("reading", self._on_event, sock)
+                self._guarded("sending", self._flush_queue)
+                now = time.monotonic()
+                if now >= next_scan:
+                    self._guarded("expiring requests", self._expire, now)
+                    next_scan = now + 0.05
+        finally:
+            # requests queued before close (one-way sends) still leave: flush, then linger briefly
+            try:
+                self._flush_queue()
+                until = time.monotonic() + CLOSE_LINGER_MS / 1000
+                while self._backlog and time.monotonic() < until:  # a connection still being made
+                    self._poller.poll(5)
+                    self._flush_queue()
+            except Exception as exc:
+                self._io_error("flushing the send queue at close", exc)
+            for addr in list(self._peers):
+                self._guarded("closing", self._close_peer, addr, CLOSE_LINGER_MS)
+            for req_id in list(self._pending):
+                self._fail(req_id, ClientError("transport closed"))
+
+    def _on_event(self, sock) -> None:
+        if sock == self._wake_fd:
+            try:
+                os.eventfd_read(self._wake_fd)
+            except BlockingIOError:
+                pass
+        elif sock in self._monitors:
+            self._on_monitor(sock)
+        else:
+            self._drain(sock)
+
+    def _guarded(self, what: str, fn, *args) -> None:
+        """One step of the IO loop: an error is logged (once per kind), never ends the thread."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._io_error(what, exc)
+
+    def _io_error(self, what: str, exc: Exception) -> None:
+        key = (what, type(exc).__name__, str(exc)[:200])
+        if key in self._io_errors:
+            log.debug("transport IO thread, %s: %s (again)", what, exc)
+            return
+        if len(self._io_errors) < _MAX_ERRORS_REMEMBERED:
+            self._io_errors.add(key)
+        log.error("transport IO thread, %s: %s (going on)", what, exc, exc_info=exc)
+
+    def _on_monitor(self, mon) -> None:
+        addr = self._monitors[mon]
+        lost = False
+        while True:
+            try:
+                event = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))["event"]
+            except zmq.Again:
+                break
+            lost = event == zmq.EVENT_DISCONNECTED
+            if lost:
+                self._down.add(addr)
+            else:
+                self._down.discard(addr)
+        if lost:
+            # the peer went away: whatever it had not answered will never be answered
+            gone = [rid for rid, entry in list(self._pending.items()) if entry[2] == addr]
+            for rid in gone:
+                self._fail(rid, ClientError(f"connection to {addr} lost before it replied"))
+
+    def _flush_queue(self) -> None:
+        if self._backlog:
+            waiting, self._backlog = self._backlog, collections.deque()
+            now = time.monotonic()
+            for addr, frames, req_id, since in waiting:
+                if (req_id and req_id not in self._pending) or (not req_id and now - since > 3.0):
+                    continue  # expired meanwhile: its caller has been told
+                if addr in self._down or now - since > CONNECT_WAIT_S:
+                    if req_id:
+                        self._fail(req_id, ClientError(unreachable(addr)))
+                    continue
+                self._send(addr, frames, req_id, since)
+        q = self._queue
+        while q:
+            addr, frames, req_id = q.popleft()
+            self._send(addr, frames, req_id, None)
+
+    def _send(self, addr, frames, req_id, since) -> None:
+        try:
+            self._peer(addr).send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+        except zmq.Again:
+            # not connected (yet): retry until the request's deadline
+            self._backlog.append((addr, frames, req_id, since or time.monotonic()))
+        except Exception as exc:  # ZMQError (an address zmq cannot connect to, a closed socket) or worse
+            log.warning("send to %s failed: %s", addr, exc)
+            if req_id:
+                self._fail(req_id, ClientError(f"send to {addr} failed: {exc}"))
+
+    def _drain(self, sock) -> None:
+        addr = self._by_socket.get(sock)
+        for _ in range(1000):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                env = protocol.decode(frames)
+            except ProtocolError as exc:
+                rid = protocol.request_id_of(exc)
+                log.warning("malformed frame from %s: %s", addr, exc)
+                if rid in self._pending:
+                    self._fail(rid, exc)
+                continue
+            if env.is_reply:
+                entry = self._pending.pop(env.id, None)
+                if entry is not None:
+                    self._deliver(entry[0], env)
+                elif env.id == protocol.UNATTRIBUTED_ID:
+                    log.warning("%s rejected a frame: %s", addr, env.remark)
+            elif self._on_push is not None:
+                self._push_pool.submit(self._handle_push, addr, env)
+
+    def _handle_push(self, addr, env) -> None:
+        try:
+            out = self._on_push(addr, env)
+            if out is not None:
+                self.reply_to_push(addr, out)
+        except Exception:
+            log.exception("handling pushed request %s from %s failed", env.code, addr)
+
+    @staticmethod
+    def _deliver(callback, result) -> None:
+        try:
+            callback(result)
+        except Exception:
+            log.exception("request callback failed")
+
+    def _fail(self, req_id: int, exc: QuiverError) -> None:
+        entry = self._pending.pop(req_id, None)
+        if entry is not None:
+            self._deliver(entry[0], exc)
+
+    def _expire(self, now: float) -> None:
+        late = [rid for rid, (_, deadline, _) in list(self._pending.items()) if deadline <= now]
+        for rid in late:
+            entry = self._pending.get(rid)
+            if entry is None:
+                continue
+            self._fail(rid, RequestTimeoutError(f"no reply from {entry[2]} in time (request {rid})"))
+
+
+def _wire(code, ext):
+    """(code, ext) of a request given as a code and an ext map, or as a schema object of
+    quiver.wire.requests in place of the code (its CODE and ext(); an ext map given too is merged in)."""
+    if isinstance(code, int):  # RequestCode included: the common case, first
+        return code, ext
+    return code.CODE, code.ext() if not ext else {**code.ext(), **ext}
+
+
+def _check_addr(addr) -> None:
+    if not isinstance(addr, str) or not addr:
+        raise ClientError(f"peer address {addr!r} is not host:port" if addr in (None, "")
+                          else f"peer address must be a 'host:port' string, got {type(addr).__name__}")
+
+
+def _close_quietly(sock, mon=None) -> None:
+    try:
+        if mon is not None:
+            sock.disable_monitor()
+            mon.close(0)
+        sock.close(0)
+    except zmq.ZMQError:
+        pass
