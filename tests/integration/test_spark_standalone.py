@@ -58,7 +58,7 @@ def test_batch_over_3_brokers_on_master_and_two_workers_exactly_once(make_cluste
             for r, m in zip(_send(brokers.namesrv, msgs), msgs)}
     assert len(sent) == MESSAGES and len({k[:2] for k in sent}) == 12    # 3 brokers x 4 queues
 
-    with StandaloneSpark(str(tmp_path / "spark"), workers=2) as cluster:
+    with StandaloneSpark(str(tmp_path / "spark"), workers=2) as cluster:    # workers start beside the driver
         spark = qs.session(cluster.master_url, "quiver-standalone-test", **{
             "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": "512m", "spark.executor.memory": "512m", "spark.executor.cores": "1",
@@ -67,6 +67,7 @@ def test_batch_over_3_brokers_on_master_and_two_workers_exactly_once(make_cluste
             "spark.pyspark.python": sys.executable})
         try:
             spark.sparkContext.setLogLevel("ERROR")
+            cluster.wait_ready()
             wait_for(lambda: _executors(spark) == 2, 60, "an executor on each of the two workers", interval=0.5)
             df = (spark.read.format("quiver").option("namesrv", brokers.namesrv).option("topic", TOPIC)
                   .option("startingOffsets", "earliest").load())

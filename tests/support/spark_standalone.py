@@ -3,9 +3,11 @@
 Runs the `spark-class` script that ships inside the pyspark package, so no Spark
 download is needed: `Master` and `Worker` JVMs on loopback ports picked free, each
 in its own session (process group) with its log in the cluster's directory.
-`start()` waits, with a deadline, until the master's web UI JSON lists every
-worker ALIVE; `stop()` ends them by PID and then their process groups (a worker
-starts executor JVMs and Python workers as its children), whatever happened.
+`start()` waits for the master (a worker or driver that finds no master tries
+again only 5-20 s later) and spawns the workers; a driver can start meanwhile, then
+`wait_ready()` waits, with a deadline, until the master's web UI JSON lists every
+worker ALIVE. `stop()` ends them by PID, then what is left of their process groups
+(a worker starts executor JVMs and Python workers as its children).
 Owns nothing of Quiver: the tests point a SparkSession at `master_url`.
 """
 
@@ -48,23 +50,30 @@ class StandaloneSpark:
         return proc
 
     def start(self, timeout: float = 60.0) -> "StandaloneSpark":
+        """Spawn the master, wait until it answers, spawn the workers (not waiting for them)."""
         os.makedirs(self.path, exist_ok=True)
         port, webui = free_port(), free_port()
         self.master_url, self.webui_url = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{webui}"
         try:
             self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                         "--port", str(port), "--webui-port", str(webui))
+            wait_for(lambda: self._check_running() or self.status(), timeout,
+                     f"the Spark master at {self.webui_url} (logs in {self.path})", interval=0.25)
             for i in range(self.workers):
                 work = os.path.join(self.path, f"worker-{i}")
                 os.makedirs(work, exist_ok=True)
                 self._spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.master_url,
                             "--host", "127.0.0.1", "--cores", str(self.worker_cores), "--memory", self.worker_memory,
                             "--webui-port", str(free_port()), "--work-dir", work)
-            wait_for(self._all_alive, timeout, f"{self.workers} Spark workers to register with {self.master_url}"
-                     f" (logs in {self.path})", interval=0.5)
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def wait_ready(self, timeout: float = 60.0) -> "StandaloneSpark":
+        """Until the master's web UI lists every worker ALIVE; fails early when a JVM exits."""
+        wait_for(self._all_alive, timeout, f"{self.workers} Spark workers to register with {self.master_url}"
+                 f" (logs in {self.path})", interval=0.5)
         return self
 
     def status(self) -> dict | None:
@@ -75,10 +84,13 @@ class StandaloneSpark:
         except OSError:
             return None
 
-    def _all_alive(self) -> bool:
+    def _check_running(self) -> None:
         dead = [p.args[1] for p in self.procs if p.poll() is not None]
         if dead:
             raise AssertionError(f"Spark process exited early: {dead} (logs in {self.path})")
+
+    def _all_alive(self) -> bool:
+        self._check_running()
         s = self.status()
         return bool(s) and sum(w.get("state") == "ALIVE" for w in s.get("workers", [])) >= self.workers
 
@@ -100,6 +112,7 @@ class StandaloneSpark:
         self.procs.clear()
 
     def __enter__(self) -> "StandaloneSpark":
+        """Started, not yet waited for: start a driver meanwhile, then wait_ready()."""
         return self.start()
 
     def __exit__(self, *exc) -> None:
