@@ -5,7 +5,6 @@ tests check the wiring (filter server, broker registration, routes, SDK
 routing and failover), not the engine again (tests/unit/filter/ does that).
 """
 
-import importlib.util
 import random
 import time
 
@@ -155,7 +154,6 @@ def test_broker_relays_check_client_config(cluster):
         t.close()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("quiver.client.push_consumer") is None, reason="PushConsumer not built yet")
 def test_push_consumer_gets_exactly_the_matching_messages(cluster):
     import threading
 

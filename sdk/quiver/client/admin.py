@@ -34,6 +34,7 @@ class OffsetReset:
 class Admin(ClientBase):
     def __init__(self, namesrv=None, timeout: float = 5.0):
         super().__init__(namesrv, timeout)
+        self._store_hosts: dict[str, str] = {}  # store host -> advertised address (see _by_store_host)
         self.start()
 
     # ---- topics ---------------------------------------------------------------------
@@ -126,7 +127,9 @@ class Admin(ClientBase):
             addr, offset = None, None
         by_addr = {a: n for n, a in brokers.items()}
         if addr is not None and addr not in by_addr:
-            addr = self._by_store_host(brokers).get(addr, addr)
+            if self._store_hosts.get(addr) not in by_addr:   # unknown, or that broker is gone: ask again
+                self._store_hosts = self._by_store_host(brokers)
+            addr = self._store_hosts.get(addr, addr)
         if addr in by_addr:
             env = self.call_broker(addr, rq.ViewMessage(offset=offset))
             return MessageExt.from_record(record.decode_at(env.bodies[0]), by_addr[addr])

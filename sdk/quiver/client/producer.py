@@ -18,8 +18,8 @@ from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
-from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message, SendResult,
-                                   SendStatus, UniqueIdMaker, host_bytes, java_hash)
+from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message,
+                                   SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
 from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
 
 log = logging.getLogger(__name__)
@@ -245,14 +245,21 @@ class Producer(ClientBase):
         return topic, ids, props, bodies, flags
 
     def _request(self, mq: MessageQueue, props: list[str], flags: list[int], bodies: list,
-                 wait: bool = True) -> tuple[rq.SendMessage, list]:
+                 wait: bool = True, sys_flag: int = 0) -> tuple[rq.SendMessage, list]:
         """The send of these messages to `mq` and its body frames (several bodies: one packed frame).
         The schema is SEND_MESSAGE's; a batch goes as SEND_BATCH_MESSAGE with its `ext()`."""
         lengths, frames = rq.pack_bodies(bodies)
         return rq.SendMessage(topic=mq.topic, queue_id=mq.queue_id, metas=(flags, props), lengths=lengths,
-                              group=self.group, born_ts=int(time.time() * 1000), wait=wait), frames
+                              group=self.group, born_ts=int(time.time() * 1000), sys_flag=sys_flag,
+                              wait=wait), frames
 
     def _send_sync(self, topic, ids, props, bodies, flags, code, timeout) -> list[SendResult]:
+        env, mq, addr = self._call_with_retry(topic, props, bodies, flags, code, timeout)
+        return self._result(env, mq, addr, ids)
+
+    def _call_with_retry(self, topic, props, bodies, flags, code, timeout, sys_flag: int = 0):
+        """(reply, queue, broker address) of a blocking send, retried on another broker while the
+        error is retryable and time is left (RocketMQ's retryTimesWhenSendFailed)."""
         deadline = time.monotonic() + (timeout or self.send_timeout)
         avoid, last = None, None
         for attempt in range(self.retries + 1):
@@ -262,10 +269,10 @@ class Producer(ClientBase):
             mq, addr = self._pick(topic, avoid)
             t0 = time.monotonic()
             try:
-                req, frames = self._request(mq, props, flags, bodies)
+                req, frames = self._request(mq, props, flags, bodies, sys_flag=sys_flag)
                 env = self.transport.call(addr, code, req.ext(), frames, left, ok=tuple(_STATUS))
                 self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
-                return self._result(env, mq, addr, ids)
+                return env, mq, addr
             except QuiverError as exc:
                 last = exc
                 if not _retryable(exc):

@@ -19,16 +19,15 @@ and inside `checker` (the same id): key your local record by it.
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
 from quiver.errors import ClientError, FieldError, MessageIllegalError, QuiverError
-from quiver.client.message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult, SendStatus,
-                                   offset_msg_id)
-from quiver.client.producer import _STATUS, Producer, _retryable
+from quiver.client.message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult,
+                                   SendStatus, offset_msg_id)
+from quiver.client.producer import _STATUS, Producer
 
 log = logging.getLogger(__name__)
 
@@ -95,30 +94,13 @@ class TransactionProducer(Producer):
         return res
 
     def _send_half(self, topic, msg_id, props, msg, timeout):
-        deadline = time.monotonic() + (timeout or self.send_timeout)
-        avoid, last = None, None
-        for _ in range(self.retries + 1):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            mq, addr = self._pick(topic, avoid)
-            req = rq.SendMessage(topic=mq.topic, queue_id=mq.queue_id, metas=([msg.flag], [props]), group=self.group,
-                                 born_ts=int(time.time() * 1000), sys_flag=record.TX_PREPARED)
-            try:
-                env = self.transport.call(addr, req, bodies=[msg.body], timeout=left, ok=tuple(_STATUS))
-                sent = rq.SendReply.decode(env.ext)
-            except QuiverError as exc:
-                last = exc
-                if not _retryable(exc):
-                    raise
-                self.note_latency(mq.broker, 0, failed=True)
-                avoid = mq.broker
-                continue
-            phys, qoff = sent.phys_offsets[0], sent.queue_offset
-            res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, topic,
-                                        self._store_host(addr), phys, msg_id)
-            return res, (addr, phys, qoff)
-        raise last or ClientError(f"half message to {topic!r} timed out")
+        env, mq, addr = self._call_with_retry(topic, [props], [msg.body], [msg.flag], RequestCode.SEND_MESSAGE,
+                                              timeout, sys_flag=record.TX_PREPARED)
+        sent = rq.SendReply.decode(env.ext)
+        phys, qoff = sent.phys_offsets[0], sent.queue_offset
+        res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, topic,
+                                    self._store_host(addr), phys, msg_id)
+        return res, (addr, phys, qoff)
 
     def _end(self, addr: str, entries: list, from_check: bool) -> None:
         """`entries`: (half phys offset, half queue offset, TX_* state, transaction id) tuples."""

@@ -7,9 +7,9 @@ the requests (requests.py) nor the machinery (schema.py).
 """
 
 from quiver.wire.schema import *  # noqa: F401,F403
-from quiver.wire.schema import (ADDR, BROKER_NAME, CLIENT_ID, CLUSTER, GROUP, MAX_BATCH, MAX_BODY_BYTES, MAX_QUEUES, OFFSET,
-                                QUEUE_COUNT, QUEUE_ID, TIMESTAMP, TOPIC, U31, Bool, IdKey, Int, Json, ListOf, MapOf, Nested, Opt,
-                                Row, Schema, Str, TopicConfig, schema, wire)
+from quiver.wire.schema import (ADDR, BROKER_NAME, CLIENT_ID, CLUSTER, GROUP, MAX_BATCH, MAX_BODY_BYTES, MAX_QUEUES,
+                                OFFSET, QUEUE_COUNT, QUEUE_ID, TIMESTAMP, TOPIC, U31, Bool, IdKey, Int, Json, ListOf,
+                                MapOf, Nested, Opt, Row, Schema, Str, TopicConfig, schema, wire)
 
 
 

@@ -9,6 +9,7 @@ objects nested in several requests and replies, and packed batch bodies.
 Does not own any request (requests.py) or reply (replies.py).
 """
 
+import abc
 import re
 import reprlib
 from dataclasses import MISSING, dataclass, field, fields
@@ -48,11 +49,13 @@ def _show(value) -> str:
 # ---- checks: callables value -> value, raising Invalid ------------------------------------
 
 
-class Check:
+class Check(abc.ABC):
+    """One field's check: __call__ returns the decoded value or raises Invalid."""
     expected = "a value"
 
+    @abc.abstractmethod
     def __call__(self, value):
-        raise NotImplementedError
+        """The wire value checked and converted."""
 
     def encode(self, value):
         """Python value -> JSON-able wire value (the inverse of __call__)."""

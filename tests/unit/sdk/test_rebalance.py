@@ -7,7 +7,8 @@ import pytest
 from quiver.wire import requests as rq
 from quiver.client.base import MessageQueue
 from quiver.wire.protocol import Envelope
-from quiver.client.rebalance import RebalanceLoop, allocate_averagely, allocate_circle, allocate_consistent_hash, strategy
+from quiver.client.rebalance import (RebalanceLoop, allocate_averagely, allocate_circle, allocate_consistent_hash,
+                                     strategy)
 
 MQS = [MessageQueue("T", "broker-a", i) for i in range(8)]
 CIDS = ["c0", "c1", "c2"]
