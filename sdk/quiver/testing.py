@@ -141,7 +141,8 @@ class FakeTransport:
     peer's inbox; callbacks run on this transport's IO thread, pushed requests on a small pool;
     an unreachable or silent peer gives the real transport's ClientError / RequestTimeoutError."""
 
-    def __init__(self, network: "FakeNetwork", name: str = "quiver", on_push=None, identity_prefix: str | None = None):
+    def __init__(self, network: "FakeNetwork", name: str = "quiver", on_push=None, identity_prefix: str | None = None,
+                 credentials=None):  # noqa: ARG002  (the fake network has no sockets to secure)
         self.network, self.name, self._on_push = network, name, on_push
         self._prefix = identity_prefix or f"{name}#{next(network._serial)}"
         self._pending: dict[int, tuple] = {}   # request id -> (callback, deadline, addr)
@@ -338,7 +339,8 @@ class FakeNetwork:
 
     # ---- clients --------------------------------------------------------------------------
 
-    def transport(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None) -> FakeTransport:
+    def transport(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None,
+                  credentials=None) -> FakeTransport:
         t = FakeTransport(self, name, on_push, identity_prefix)
         self._transports.append(t)  # list.append is atomic: no lock
         return t

@@ -21,11 +21,13 @@ from quiver.wire import names, protocol
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
 from quiver.client.message import host_bytes, host_str
+from quiver.runtime.security import service_security
 from quiver.runtime.service import Service
 from quiver.runtime.settings import split_addrs
 from quiver.wire.transport import Transport
 
 from . import ha_master, handlers
+from .acl import AclRequests, AclStore
 from .clients import ClientRegistry
 from .consume_stats import ConsumeStats, GroupWatch
 from .disk_space import DiskSpace
@@ -63,7 +65,8 @@ class App:
     def __init__(self, config, transport=None):
         self.config = c = config
         os.makedirs(c.store_dir, exist_ok=True)
-        self.service = Service(c.listen, {}, "broker-store", self.status, max_frame_bytes(c))
+        self.security = service_security(c, "broker")  # before any socket: they all take its key
+        self.service = Service(c.listen, {}, "broker-store", self.status, max_frame_bytes(c), self.security)
         self.counters = self.service.counters  # one map in STATUS: the parts' and the loops' failures
         self.transport = transport if transport is not None else Transport("broker")
         self.namesrvs = split_addrs(c.namesrv)
@@ -81,6 +84,9 @@ class App:
             logic_flush_interval_ms=c.logic_flush_interval_ms, prop_crc=c.append_prop_crc,
             on_flushed=self._flushed_from_thread)
         self.metadata = Metadata(c.metadata_url or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}")
+        self.acl = AclStore(self.metadata.engine, self.security.set_acl if self.security else None)
+        if self.security is not None and self.security.dir.admin is not None:
+            self.acl.seed_admin(self.security.dir.admin.public_key)
         self.topics = Topics(self.metadata, self.store, self.register_all, c.auto_create_topics,
                              c.default_topic_queues)
         self.clients = ClientRegistry(expiry_s=c.client_expiry_ms / 1000)
@@ -125,6 +131,7 @@ class App:
             handlers.OffsetResets(c.name, topics, meta, store, clients, self.service.send_if_connected),
             handlers.MessageRequests(store),
             handlers.ClientRequests(clients, self.notify_group_changed),
+            AclRequests(self.acl),
         ]
 
     # ---- name servers -------------------------------------------------------------

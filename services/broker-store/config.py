@@ -85,6 +85,8 @@ class Config:
     ha_housekeeping_ms: int = setting(20_000, "a replication peer silent this long is dropped / reconnected")
     ha_sync_interval_ms: int = setting(10_000, "slave: topics and consumer offsets synced from the master this often")
     log_level: str = setting("INFO", "logging level")
+    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
+                            "empty: auth off")
 
     def __post_init__(self):
         if self.flush not in ("sync", "async"):

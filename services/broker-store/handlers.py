@@ -13,6 +13,7 @@ from quiver.wire import protocol
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, QueryNotFoundError, TopicNotExistError
+from quiver.wire.access import GET, SUB, topic_resource
 from quiver.wire.names import check_topic
 from quiver.wire.transport import next_request_id
 
@@ -22,7 +23,8 @@ log = logging.getLogger(__name__)
 SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
                  RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.SCHEDULE_REPUT,
                  RequestCode.SCHEDULE_INIT, RequestCode.TRANSACTION_CHECK, RequestCode.UPDATE_AND_CREATE_TOPIC,
-                 RequestCode.DELETE_TOPIC_IN_BROKER)
+                 RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.ACL_UPDATE_USER, RequestCode.ACL_DELETE_USER,
+                 RequestCode.ACL_GRANT, RequestCode.ACL_REVOKE)
 
 
 def table(parts, is_slave: bool) -> dict:
@@ -191,6 +193,7 @@ class MessageRequests:
         rec = self.store.lookup(off)
         if rec is None:
             raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
+        req.authorize(topic_resource(rec.topic), SUB, GET)
         req.reply(ResponseCode.SUCCESS, "", {}, [rec.stored])
 
     def clean_expired(self, req) -> None:

@@ -21,6 +21,7 @@ from quiver.wire import names, record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, QueryNotFoundError
 from quiver.client.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
+from quiver.wire.access import SUB, topic_resource
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 from quiver.wire.requests import SendMessage
 from quiver.client.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
@@ -77,6 +78,7 @@ class Retry:
         rec = self.store.lookup(offset)
         if rec is None:
             raise QueryNotFoundError(f"no message at commitlog offset {offset} to send back")
+        req.authorize(topic_resource(rec.topic), SUB)
         props = rec.properties()
         for name in _DROP:
             props.pop(name, None)

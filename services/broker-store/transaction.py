@@ -45,7 +45,8 @@ import time
 
 from quiver.wire import protocol, record
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, MessageIllegalError, QuiverError, error_for
+from quiver.errors import InvalidParameterError, MessageIllegalError, NoPermissionError, QuiverError, error_for
+from quiver.wire.access import PUB, topic_resource
 from quiver.client.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
                                    TRANSACTION_ID, UNIQ_KEY)
 from quiver.wire.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
@@ -71,7 +72,17 @@ _ERRORS = {"not_found": (ResponseCode.SYSTEM_ERROR, "half message not found at t
            "illegal": (ResponseCode.ILLEGAL_OPERATION, "answer came after the message's check immunity window; the checker resolves it"),
            "bad_real_queue": (ResponseCode.MESSAGE_ILLEGAL, f"the half message's {REAL_TOPIC} or {REAL_QID} is not a "
                               "valid topic name / queue id 0..1023: rolled back"),
-           "bad_state": (ResponseCode.INVALID_PARAMETER, "state must be 8 (commit), 12 (rollback) or 0 (unknown)")}
+           "bad_state": (ResponseCode.INVALID_PARAMETER, "state must be 8 (commit), 12 (rollback) or 0 (unknown)"),
+           "no_permission": (ResponseCode.NO_PERMISSION, "this user lacks PUB on the half message's topic")}
+
+
+def _may_publish(req, topic) -> bool:
+    """Auth on: the sender may PUB on the half message's real topic (END_TRANSACTION is declared so)."""
+    try:
+        req.authorize(topic_resource(topic) if isinstance(topic, str) and topic else "topic:?", PUB)
+        return True
+    except NoPermissionError:
+        return False
 
 
 def born_ms(rec, props: dict) -> int:
@@ -166,7 +177,7 @@ class Transactions:
         now = int(time.time() * 1000)
         results, commits, ops = [], [], []
         for phys, qoff, state, txid in entries:
-            results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops))
+            results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops, req))
         touched = self._commit(commits) + self._write_ops(ops)
         c = self.counters
         c["txn_commit"] += len(commits)
@@ -176,7 +187,7 @@ class Transactions:
             raise error_for(code, remark)
         self.commit.answer(req, {"r": results}, touched)
 
-    def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops) -> str:
+    def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops, req=None) -> str:
         if state == NOT:
             return "unknown"
         if state not in (COMMIT, ROLLBACK):
@@ -191,6 +202,8 @@ class Transactions:
             return "group_wrong"
         if props.get(TRANSACTION_ID) != txid:
             return "txid_mismatch"
+        if req is not None and not _may_publish(req, props.get(REAL_TOPIC)):
+            return "no_permission"
         immunity_s = read_int(props, CHECK_IMMUNITY, 0, self._bad_property)
         if not from_check and immunity_s and now - born_ms(rec, props) > immunity_s * 1000:
             return "illegal"

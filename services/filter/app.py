@@ -17,6 +17,8 @@ from collections import Counter
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
 from quiver.errors import QuiverError
+from quiver.runtime.acl_sync import AclFollower
+from quiver.runtime.security import service_security
 from quiver.runtime.service import Service
 from quiver.runtime.settings import split_addrs
 from quiver.wire.transport import Transport
@@ -67,10 +69,15 @@ class App:
         self.known_brokers: set[str] = set()
         self.registered_at: float | None = None
         self.namesrvs = split_addrs(config.namesrv)
-        self.service = Service(config.listen, {}, "filter", self.status)
+        self.security = service_security(config, "filter")
+        self.service = Service(config.listen, {}, "filter", self.status, security=self.security)
         self.service.counters = self.counters
         self.service.handlers.update(make_handlers(self))
         self.transport = Transport("filter")
+        self.acl = None
+        if self.security is not None:  # users and rules come from the brokers
+            self.acl = AclFollower(self.security, self.transport, namesrvs=self.namesrvs)
+            self.service.every("acl_sync", self.acl.interval_s, self.acl.step, first_delay_s=0.5)
 
     # ---- attachment and registration (service thread; replies come back through the inbox) -------
 

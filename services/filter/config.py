@@ -21,6 +21,8 @@ class Config:
     broker_timeout_ms: int = setting(5_000, "deadline of a broker call beyond its suspend time")
     selector_cache: int = setting(1024, "compiled selectors kept, per (group, topic, expression)")
     log_level: str = setting("INFO", "logging level")
+    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
+                            "empty: auth off")
 
     def __post_init__(self):
         if not 1 <= self.scan_batch <= 1024:

@@ -2,7 +2,10 @@
 
 import logging
 
+from quiver.runtime.acl_sync import AclFollower
+from quiver.runtime.security import service_security
 from quiver.runtime.service import Service
+from quiver.wire.transport import Transport
 
 from .handlers import make_handlers
 from .route_table import RouteTable
@@ -14,7 +17,12 @@ class App:
     def __init__(self, config):
         self.config = config
         self.table = RouteTable()
-        self.service = Service(config.listen, make_handlers(self.table), "namesrv", self.status)
+        self.security = service_security(config, "namesrv")
+        self.service = Service(config.listen, make_handlers(self.table), "namesrv", self.status, security=self.security)
+        self.acl = None
+        if self.security is not None:  # users and rules come from the registered brokers
+            self.acl = AclFollower(self.security, Transport("namesrv-acl"), brokers=lambda: list(self.table.live))
+            self.service.every("acl_sync", self.acl.interval_s, self.acl.step, first_delay_s=0.5)
 
     def scan_step(self) -> list[str]:
         gone = self.table.expire(self.config.broker_expiry_ms / 1000)
@@ -28,7 +36,7 @@ class App:
 
     def status(self) -> dict:
         return {"role": "namesrv", "brokers": len(self.table.live), "topics": len(self.table.topics),
-                "clusters": sorted(self.table.clusters)}
+                "clusters": sorted(self.table.clusters), **(self.acl.status() if self.acl else {})}
 
     def run(self) -> None:
         self.service.bind()

@@ -12,6 +12,8 @@ class Config:
     scan_interval_ms: int = setting(10_000, "how often silent brokers are looked for")
     broker_expiry_ms: int = setting(120_000, "a broker silent this long is dropped")
     log_level: str = setting("INFO", "logging level")
+    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
+                            "empty: auth off")
     data_dir: str = setting("", "unused: the name server keeps no state on disk")
     namesrv: str = setting("", "unused: name servers share nothing")
 

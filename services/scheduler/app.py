@@ -18,7 +18,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from quiver.wire import requests as rq
 from quiver.errors import QueryNotFoundError, QuiverError
+from quiver.runtime.acl_sync import AclFollower
+from quiver.runtime.security import service_security
 from quiver.runtime.service import Service
+from quiver.runtime.settings import split_addrs
+from quiver.wire.transport import Transport
 from quiver.wire.validation import SCHEDULE_TOPIC
 
 from . import db as dbm
@@ -37,13 +41,18 @@ log = logging.getLogger(__name__)
 class App:
     def __init__(self, config):
         self.config = config
+        self.security = service_security(config, "scheduler")  # before any socket: they all take its key
         if not config.db_url:
             os.makedirs(config.data_dir, exist_ok=True)
         self.db = TimerDB(config.url)
         self.cancelled: set[str] = self.db.tombstones()
         self.stats = DeliveryStats()
         self.client = SchedulerClient(config, self.request_rebalance)
-        self.service = Service(config.listen, make_handlers(self), "scheduler", self.status)
+        self.service = Service(config.listen, make_handlers(self), "scheduler", self.status, security=self.security)
+        self.acl = None
+        if self.security is not None:  # users and rules come from the brokers
+            self.acl = AclFollower(self.security, Transport("scheduler-acl"), namesrvs=split_addrs(config.namesrv))
+            self.service.every("acl_sync", self.acl.interval_s, self.acl.step, first_delay_s=0.5)
         self.levels = Levels(self)
         self.timers = Timers(self)
         self.membership = Membership(self.client)

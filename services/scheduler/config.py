@@ -29,6 +29,8 @@ class Config:
     heartbeat_interval_ms: int = setting(5000, "heartbeats to brokers as a member of --group")
     delivered_keep_ms: int = setting(86_400_000, "delivered timers are remembered this long (cancel says too late)")
     log_level: str = setting("INFO", "logging level")
+    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
+                            "empty: auth off")
 
     def __post_init__(self):
         if self.max_reput_batch < 1 or self.pull_batch < 1 or self.pull_batch > 1024:

@@ -11,7 +11,11 @@ import time
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from quiver.runtime.acl_sync import AclFollower
+from quiver.runtime.security import service_security
 from quiver.runtime.service import Service
+from quiver.runtime.settings import split_addrs
+from quiver.wire.transport import Transport
 
 from .checking import Checker, CheckerClient
 from .handlers import make_handlers
@@ -23,7 +27,12 @@ class App:
     def __init__(self, config):
         self.config = config
         self.counters = collections.Counter()
-        self.service = Service(config.listen, make_handlers(self), "txn-checker", self.status)
+        self.security = service_security(config, "txn-checker")  # before any socket: they all take its key
+        self.service = Service(config.listen, make_handlers(self), "txn-checker", self.status, security=self.security)
+        self.acl = None
+        if self.security is not None:  # users and rules come from the brokers
+            self.acl = AclFollower(self.security, Transport("txn-checker-acl"), namesrvs=split_addrs(config.namesrv))
+            self.service.every("acl_sync", self.acl.interval_s, self.acl.step, first_delay_s=0.5)
         self.client = CheckerClient(config.namesrv, config.group, config.heartbeat_interval_ms / 1000, config.advertised)
         self.checker = Checker(self.client, config, self.counters)
         self.scheduler = BackgroundScheduler(daemon=True)

@@ -21,6 +21,8 @@ class Config:
     round_budget_ms: int = setting(60_000, "time one round may spend on one broker (RocketMQ: 60 s per queue)")
     heartbeat_interval_ms: int = setting(10_000, "heartbeats to brokers as a member of --group")
     log_level: str = setting("INFO", "logging level")
+    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
+                            "empty: auth off")
 
     def __post_init__(self):
         if self.check_interval_ms < 10 or self.transaction_timeout_ms < 0 or self.max_checks < 1:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from quiver.client import queue_puller
 from quiver.wire import record
 from quiver.wire import requests as rq
+from quiver.client.acl_admin import AclCommands
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
@@ -31,9 +32,9 @@ class OffsetReset:
         return self.members > 0
 
 
-class Admin(ClientBase):
-    def __init__(self, namesrv=None, timeout: float = 5.0):
-        super().__init__(namesrv, timeout)
+class Admin(AclCommands, ClientBase):
+    def __init__(self, namesrv=None, timeout: float = 5.0, credentials=None):
+        super().__init__(namesrv, timeout, credentials)
         self._store_hosts: dict[str, str] = {}  # store host -> advertised address (see _by_store_host)
         self.start()
 

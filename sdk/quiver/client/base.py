@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import ClientError, QuiverError, TopicNotExistError
+from quiver.errors import ClientError, FieldError, NoPermissionError, QuiverError, TopicNotExistError
 from quiver.wire.names import is_valid_addr
 from quiver.wire.names import split_addrs
+from quiver.wire.curve import credentials_from
 from quiver.wire.transport import Transport
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,9 @@ class MessageQueue:
 
 class Route:
     """A topic's queues: broker name -> address (the master's, id 0, else a slave's),
-    every address of a broker name by id (`by_id`), writable and readable queues.
+    every address of a broker name by id (`by_id`), writable and readable queues, the
+    filter servers of each broker address (`filter_servers`) and every live filter server
+    of the topic's clusters (`cluster_filter_servers`, [] from an older name server).
 
     Entries that are not well formed (an address that is not host:port, a queue
     count that is not an integer 0..1024 ...) are left out and described in
@@ -106,6 +109,7 @@ class Route:
             self.by_id[name] = _addrs_of(name, b, self.skipped)
         self.addrs = {name: ids.get(0) or (ids[min(ids)] if ids else None) for name, ids in self.by_id.items()}
         self.filter_servers = self._filters(data.get("filter_servers"))
+        self.cluster_filter_servers = self._cluster_filters(data.get(_CLUSTER_FILTERS))
         write, read = [], []
         for q in _list(data.get("queues")):
             q = self._queue_data(q)
@@ -143,6 +147,23 @@ class Route:
         return out
 
 
+    def _cluster_filters(self, value) -> list[str]:
+        """The cluster's filter servers, read through the reply's schema (rq.RouteData)."""
+        if value is None:
+            return []
+        try:
+            servers = rq.RouteData.decode({_TOPIC: self.topic, _CLUSTER_FILTERS: value}).cluster_filter_servers
+        except FieldError as exc:
+            self.skipped.append(f"cluster filter servers {_short(value)}: {exc.remark}")
+            return []
+        if len(servers) != len(value):
+            self.skipped.append(f"cluster filter servers {_short(value)}: not all host:port")
+        return servers
+
+
+_TOPIC, _CLUSTER_FILTERS = rq.RouteData.key("topic"), rq.RouteData.key("cluster_filter_servers")
+
+
 def _list(value) -> list:
     return value if isinstance(value, list) else []
 
@@ -152,7 +173,10 @@ class ClientBase:
 
     route_refresh_s = 30.0
 
-    def __init__(self, namesrv, request_timeout: float = 3.0):
+    def __init__(self, namesrv, request_timeout: float = 3.0, credentials=None):
+        # auth on: a key file path or Credentials (None: QUIVER_CREDENTIALS, if set); read now so a
+        # bad path fails at construction, not at the first send
+        self.credentials = credentials_from(credentials)
         self.namesrvs = split_addrs(namesrv if namesrv is not None else os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
         if not self.namesrvs:
             raise ClientError("no name server given: pass namesrv='host:port;host:port'")
@@ -174,7 +198,8 @@ class ClientBase:
 
     def start(self):
         if not self._started:
-            self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id)
+            self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
+                                                    credentials=self.credentials)
             self._started = True
             self._hb_stop = threading.Event()
             if self.heartbeat_payload() is not None:
@@ -281,7 +306,7 @@ class ClientBase:
         for addr in self.namesrvs:
             try:
                 return self.transport.call(addr, code, ext, timeout=self.request_timeout).ext
-            except TopicNotExistError:
+            except (TopicNotExistError, NoPermissionError):  # every name server would say the same
                 raise
             except QuiverError as exc:
                 last = exc

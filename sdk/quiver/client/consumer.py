@@ -79,8 +79,9 @@ class PullConsumer(ClientBase):
     pull_batch_size, suspend_ms, auto_commit, auto_commit_interval_s, buffer_per_queue,
     allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once."""
 
-    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, **settings):
-        super().__init__(namesrv)
+    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
+                 **settings):
+        super().__init__(namesrv, credentials=credentials)
         check_group(group)
         self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
         if opts.broadcast:

@@ -53,8 +53,8 @@ class _Batcher:
 class Producer(ClientBase):
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv=None, send_timeout: float = 3.0, retries: int = 2,
                  auto_batch: bool = True, batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES):
-        super().__init__(namesrv, send_timeout)
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials=None):
+        super().__init__(namesrv, send_timeout, credentials)
         self.group = group
         self.send_timeout = send_timeout
         self.retries = retries

@@ -68,8 +68,9 @@ class PushConsumer(ConsumeService, ClientBase):
     pull_threshold_bytes_for_queue, max_span, pull_delay_on_error_s);
     `options=ConsumerOptions(...)` gives them at once."""
 
-    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, **settings):
-        super().__init__(namesrv)
+    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
+                 **settings):
+        super().__init__(namesrv, credentials=credentials)
         check_group(group)
         self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
         self.group = group

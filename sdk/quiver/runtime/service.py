@@ -36,15 +36,25 @@ DEFAULT_MAX_FRAME_BYTES = protocol.MAX_HEADER_BYTES + (1 << 20)
 
 
 class Request:
-    __slots__ = ("service", "identity", "env", "args", "answered", "received")
+    __slots__ = ("service", "identity", "env", "args", "answered", "received", "user_id", "source")
 
-    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None):
+    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None,
+                 user_id: str | None = None, source: str | None = None):
         self.service = service
         self.identity = identity
         self.env = env
         self.args = args  # the request's schema object (quiver.wire.requests)
         self.answered = False
         self.received = time.monotonic()
+        self.user_id = user_id  # who holds the connection's key (auth on), else None
+        self.source = source    # the peer's IP address (auth on)
+
+    def authorize(self, resource: str, *actions: str) -> None:
+        """Raise NoPermissionError unless the sender may do one of `actions` on `resource`: the
+        check of an Access declared `later`, made once the handler knows the resource."""
+        security = self.service.security
+        if security is not None and self.user_id is not None:
+            security.authorize(self.user_id, self.source, resource, actions)
 
     @property
     def ext(self) -> dict:
@@ -62,8 +72,9 @@ class Service:
     """ROUTER socket + handler table + timers + a thread-safe inbox."""
 
     def __init__(self, listen: str, handlers: dict, name: str, status_fn=None,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES):
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, security=None):
         self.name = name
+        self.security = security  # runtime.security.Security: CURVE + ACL; None: auth off
         self.listen = listen
         self.max_frame_bytes = max_frame_bytes
         self.handlers = dict(handlers)
@@ -100,6 +111,9 @@ class Service:
         sock.setsockopt(zmq.RCVHWM, 200_000)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame_bytes)
+        if self.security is not None:
+            self.security.start(self._ctx)
+            self.security.secure(sock)
         host, port = self.listen.rsplit(":", 1)
         sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
         self._sock = sock
@@ -112,6 +126,8 @@ class Service:
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None
+        if self.security is not None:
+            self.security.stop()
 
     # ---- cross-thread and timers ------------------------------------------
 
@@ -215,6 +231,8 @@ class Service:
 
     def _drain(self) -> None:
         sock = self._sock
+        if self.security is not None:
+            return self._drain_authenticated(sock)
         for _ in range(2000):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
@@ -222,7 +240,21 @@ class Service:
                 return
             self.handle(frames)
 
-    def handle(self, frames: list) -> None:
+    def _drain_authenticated(self, sock) -> None:
+        """Like _drain, reading who sent each message from its frames' ZAP metadata."""
+        for _ in range(2000):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            meta = frames[-1]
+            try:
+                user_id, source = meta.get("User-Id"), meta.get("Peer-Address")
+            except zmq.ZMQError:  # no ZAP metadata: cannot happen on a CURVE socket; refuse
+                user_id = source = None
+            self.handle([f.bytes for f in frames], user_id or None, source)
+
+    def handle(self, frames: list, user_id: str | None = None, source: str | None = None) -> None:
         if len(frames) < 2:
             self.counters["dropped_frames"] += 1
             return
@@ -239,7 +271,7 @@ class Service:
             self.counters["replies_in"] += 1
             self.on_client_reply(identity, env)
             return
-        req = Request(self, identity, env)
+        req = Request(self, identity, env, None, user_id, source)
         handler = self.handlers.get(env.code)
         if handler is None:
             self.counters["unsupported"] += 1
@@ -248,7 +280,15 @@ class Service:
             return
         self.counters["requests"] += 1
         try:
-            req.args = SCHEMAS[env.code].decode(env.ext)
+            schema = SCHEMAS[env.code]
+            req.args = schema.decode(env.ext)
+            if self.security is not None:
+                denied = self.security.check(user_id or "", source, schema.ACCESS, req.args) if user_id \
+                    else "no authenticated key on this connection"
+                if denied is not None:
+                    self.counters["denied"] += 1
+                    req.reply(ResponseCode.NO_PERMISSION, denied)
+                    return
             out = handler(req)
         except ProtocolError as exc:
             self.counters["bad_requests"] += 1

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
+from quiver.wire.curve import read_credentials
 from quiver.wire.transport import Transport
 
 
@@ -82,9 +83,9 @@ def ping(transport: Transport, addr: str, timeout: float = 0.5) -> dict | None:
         return None
 
 
-def wait_healthy(services, timeout: float = 30.0) -> None:
+def wait_healthy(services, timeout: float = 30.0, credentials=None) -> None:
     """PING every service until it answers or the deadline passes (then raise with its log)."""
-    t = Transport("health")
+    t = Transport("health", credentials=credentials)
     try:
         deadline = time.monotonic() + timeout
         for svc in services:
@@ -101,10 +102,18 @@ def wait_healthy(services, timeout: float = 30.0) -> None:
 class LocalCluster:
     """Name servers + brokers (+ later services) on loopback, data under `data_dir`."""
 
-    def __init__(self, data_dir: str, host: str = "127.0.0.1"):
+    def __init__(self, data_dir: str, host: str = "127.0.0.1", auth_dir: str | None = None):
         self.data_dir = os.path.abspath(data_dir)
         self.host = host
         self.services: list[ServiceProcess] = []
+        # auth on: every service gets the auth dir, and health checks use its admin key
+        self.auth_dir = os.path.abspath(auth_dir) if auth_dir else None
+        self.credentials = read_credentials(os.path.join(self.auth_dir, "admin.key")) if self.auth_dir else None
+
+    def _start(self, svc: ServiceProcess) -> ServiceProcess:
+        if self.auth_dir:
+            svc.env["QUIVER_AUTH_DIR"] = self.auth_dir
+        return svc.start()
 
     def _addr(self, port: int | None) -> str:
         return f"{self.host}:{port or free_port()}"
@@ -117,7 +126,7 @@ class LocalCluster:
         n = sum(s.role == "namesrv" for s in self.services)
         svc = ServiceProcess(f"namesrv-{n}", "quiver_namesrv", self._addr(port), list(extra),
                              os.path.join(self.data_dir, "logs", f"namesrv-{n}.log"), "namesrv")
-        self.services.append(svc.start())
+        self.services.append(self._start(svc))
         return svc
 
     def add_broker(self, port: int | None = None, name: str | None = None, *extra: str) -> ServiceProcess:
@@ -128,7 +137,7 @@ class LocalCluster:
                 "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
         svc = ServiceProcess(name, "quiver_broker", addr, args, os.path.join(self.data_dir, "logs", f"{name}.log"),
                              "broker")
-        self.services.append(svc.start())
+        self.services.append(self._start(svc))
         return svc
 
     def add_master(self, port: int | None = None, name: str | None = None, role: str = "ASYNC_MASTER",
@@ -146,7 +155,7 @@ class LocalCluster:
                 "--advertise", addr, "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
         svc = ServiceProcess(f"{name}-s{broker_id}", "quiver_broker", addr, args,
                              os.path.join(self.data_dir, "logs", f"{name}-s{broker_id}.log"), "broker")
-        self.services.append(svc.start())
+        self.services.append(self._start(svc))
         return svc
 
     def add_service(self, role: str, module: str, *extra: str, port: int | None = None,
@@ -159,20 +168,20 @@ class LocalCluster:
             args += ["--data-dir", os.path.join(self.data_dir, role, name)]
         svc = ServiceProcess(name, module, self._addr(port), args,
                              os.path.join(self.data_dir, "logs", f"{name}.log"), role)
-        self.services.append(svc.start())
+        self.services.append(self._start(svc))
         return svc
 
     def restart(self, svc: ServiceProcess) -> ServiceProcess:
         svc.stop()
         svc.start()
-        wait_healthy([svc])
+        wait_healthy([svc], credentials=self.credentials)
         return svc
 
     def wait(self, timeout: float = 30.0) -> None:
-        wait_healthy(self.services, timeout)
+        wait_healthy(self.services, timeout, self.credentials)
 
     def wait_registered(self, brokers: int, timeout: float = 15.0) -> None:
-        t = Transport("health")
+        t = Transport("health", credentials=self.credentials)
         try:
             deadline = time.monotonic() + timeout
             for ns in [s for s in self.services if s.role == "namesrv"]:

@@ -58,6 +58,12 @@ class RequestCode(IntEnum):
     HA_REPORT = 9301          # slave -> master on the HA socket: the slave's CommitLog max offset (its ack)
     HA_SYNC_METADATA = 9302   # slave -> master: slave-advanced offsets in; topics, groups, offsets out
     HA_SLAVE_OFFSETS = 9303   # restarting master -> slave: offsets committed on the slave while it served
+    # auth (issue 17): SUPER users (and services, for the snapshot) -> broker
+    ACL_UPDATE_USER = 9400    # add a user or replace its key/type
+    ACL_DELETE_USER = 9401    # a user and its rules
+    ACL_GRANT = 9402          # add (or widen) a rule
+    ACL_REVOKE = 9403         # remove a rule, or some of its actions
+    ACL_SNAPSHOT = 9404       # users and rules, with a content version (unchanged: no body)
 
 
 class ResponseCode(IntEnum):

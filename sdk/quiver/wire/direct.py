@@ -27,23 +27,50 @@ import weakref
 
 import zmq
 
+from zmq.utils.monitor import parse_monitor_message
+
 from quiver.wire import protocol
 from quiver.errors import ClientError, ProtocolError, RequestTimeoutError
+from quiver.wire.curve import secure_client
 
 CONNECT_WAIT_S = 1.0  # a first connection to a peer may take this long
+REFUSED_RETRY_S = 0.25  # a refused handshake is tried again this often while a request waits
+
+
+# the handshake of a connection failed: a security mismatch, never retried into success
+HANDSHAKE_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+
+
+def handshake_problem(addr: str, event: int, secured: bool) -> str:
+    """What a failed handshake with `addr` means, in words that say what to do."""
+    if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+        return (f"{addr} refused this client's key: the cluster does not know it (check credentials= or "
+                f"QUIVER_CREDENTIALS; a deleted or rotated user needs a new key file)")
+    if not secured:
+        return (f"{addr} did not accept a plain connection: the cluster runs with auth on; pass "
+                f"credentials= (or QUIVER_CREDENTIALS, or the CLI's --credentials) a key file from "
+                f"'quiver acl user add'")
+    return (f"{addr} did not complete a CURVE handshake: either it runs with auth off, or its server key "
+            f"differs from the one in this key file")
 
 
 class _Peer:
-    __slots__ = ("sock", "mon", "poller", "thread", "busy")
+    __slots__ = ("sock", "mon", "poller", "thread", "busy", "refused", "refused_at", "secured", "addr")
 
-    def __init__(self, ctx: zmq.Context, addr: str):
+    def __init__(self, ctx: zmq.Context, addr: str, creds=None):
         self.busy = False  # inside a call on its thread: only that thread may close it
+        self.refused = None  # why the last handshake failed
+        self.refused_at = 0.0
+        self.secured = creds is not None
         self.sock = ctx.socket(zmq.DEALER)
         self.mon = None
         try:
             self.sock.setsockopt(zmq.LINGER, 0)
             self.sock.setsockopt(zmq.IMMEDIATE, 1)
-            self.mon = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+            secure_client(self.sock, creds)
+            self.mon = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | HANDSHAKE_FAILED)
+            self.addr = addr
             self.sock.connect(f"tcp://{addr}")
         except Exception:  # e.g. an address zmq cannot parse: leave no socket behind
             self.close()
@@ -54,14 +81,31 @@ class _Peer:
         self.thread = weakref.ref(threading.current_thread())
 
     def lost(self) -> bool:
-        """True if the monitor reported a disconnect (drains what it reported)."""
+        """True if the monitor reported a disconnect (drains what it reported; a failed
+        handshake is kept in `refused`)."""
         lost = False
         while True:
             try:
-                self.mon.recv_multipart(zmq.NOBLOCK)
-                lost = True
+                event = parse_monitor_message(self.mon.recv_multipart(zmq.NOBLOCK))["event"]
             except zmq.Again:
                 return lost
+            if event & HANDSHAKE_FAILED:
+                self.refused = handshake_problem(self.addr, event, self.secured)
+                self.refused_at = time.monotonic()
+            else:
+                lost = True
+
+    def retry_refused(self) -> None:
+        """ZeroMQ does not reconnect after a refused handshake; a key may become known a moment
+        later (a user just added), so connect again — at most every REFUSED_RETRY_S."""
+        if self.refused and time.monotonic() - self.refused_at >= REFUSED_RETRY_S:
+            self.refused_at = time.monotonic()
+            url = f"tcp://{self.addr}"
+            try:
+                self.sock.disconnect(url)
+            except zmq.ZMQError:
+                pass
+            self.sock.connect(url)
 
     def close(self) -> None:
         if self.sock.closed:
@@ -78,8 +122,9 @@ class _Peer:
 class DirectCalls:
     """Per-thread DEALERs for blocking request/reply."""
 
-    def __init__(self, ctx: zmq.Context):
+    def __init__(self, ctx: zmq.Context, creds=None):
         self._ctx = ctx
+        self._creds = creds
         self._local = threading.local()
         self._all: list[tuple[str, _Peer]] = []
         self._lock = threading.Lock()
@@ -96,7 +141,7 @@ class DirectCalls:
             peer = peers.get(addr)
             if peer is None:
                 self._prune()
-                peer = peers[addr] = _Peer(self._ctx, addr)
+                peer = peers[addr] = _Peer(self._ctx, addr, self._creds)
                 self._all.append((addr, peer))
             peer.busy = True
         return peer
@@ -148,12 +193,15 @@ class DirectCalls:
         while True:
             try:
                 peer.sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+                peer.refused = None
                 break
             except zmq.Again:  # no live connection yet (IMMEDIATE)
                 left = connect_by - time.monotonic()
-                if left <= 0:
-                    raise ClientError(unreachable(addr)) from None
-                peer.sock.poll(max(1, int(left * 1000)), zmq.POLLOUT)
+                peer.lost()
+                peer.retry_refused()
+                if left <= 0:  # a refused handshake is retried too: a user added a moment ago
+                    raise ClientError(peer.refused or unreachable(addr)) from None
+                peer.sock.poll(max(1, int(min(left, 0.05) * 1000)), zmq.POLLOUT)  # slices: see refusals
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -5,7 +5,7 @@ header's "ext" (`replies.py` the replies a peer trusts, `schema.py` the
 machinery; both re-exported here). A schema is a frozen dataclass whose fields name their wire key and a
 check::
 
-    @request(RequestCode.GET_MAX_OFFSET)
+    @request(RequestCode.GET_MAX_OFFSET, needs(topic("topic", SUB, GET)))
     class GetMaxOffset(Schema):
         topic: str = wire("t", TOPIC)
         queue_id: int = wire("q", QUEUE_ID)
@@ -33,11 +33,25 @@ from quiver.wire.schema import (ADDR, BODY_LENGTHS, BROKER_NAME, CLIENT_ID, CLUS
                                 ListOf, Nested, OneOf, Opt, Row, Schema, SendMetas, Str, TopicConfig, request, unpack_bodies,
                                 wire)
 from quiver.wire.replies import *  # noqa: F401,F403,E402
+from quiver.wire.access import (ACTIONS, ANYONE, SUPER_ONLY, CREATE, DELETE, GET, LIST, PUB, SUB, UPDATE, cluster, each, group,  # noqa: E402
+                                needs, service, topic, topic_resource)
+
+
+def _queue_topics(args):
+    return {topic_resource(t) for t, _ in args.queues}
+
+
+def _heartbeat_groups(args):
+    return {"group:" + c.group for c in args.consumers}
+
+
+def _heartbeat_topics(args):
+    return {topic_resource(t) for c in args.consumers for t in c.subscriptions}
 
 # ---- requests: name server ---------------------------------------------------------------------
 
 
-@request(RequestCode.REGISTER_BROKER)
+@request(RequestCode.REGISTER_BROKER, service("broker"))
 class RegisterBroker(Schema):
     """The name server's only check of a registration: decoded whole before its route table is
     touched, so a bad field changes nothing and leaves no ghost broker."""
@@ -51,7 +65,7 @@ class RegisterBroker(Schema):
     ha_addr: str | None = wire("ha_addr", Opt(ADDR, blank=True), None)   # "": no HA listener
 
 
-@request(RequestCode.UNREGISTER_BROKER)
+@request(RequestCode.UNREGISTER_BROKER, service("broker"))
 class UnregisterBroker(Schema):
     cluster: str = wire("cluster", CLUSTER)
     broker_name: str = wire("broker_name", BROKER_NAME)
@@ -59,17 +73,17 @@ class UnregisterBroker(Schema):
     broker_id: int | None = wire("broker_id", Opt(U31), None)
 
 
-@request(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+@request(RequestCode.GET_ROUTEINFO_BY_TOPIC, needs(topic("topic", PUB, SUB, GET)))
 class GetRouteInfo(Schema):
     topic: str = wire("topic", TOPIC)
 
 
-@request(RequestCode.GET_BROKER_CLUSTER_INFO)
+@request(RequestCode.GET_BROKER_CLUSTER_INFO, ANYONE)
 class GetClusterInfo(Schema):
     pass
 
 
-@request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+@request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, needs(cluster(LIST)))
 class GetTopicList(Schema):
     pass
 
@@ -77,12 +91,12 @@ class GetTopicList(Schema):
 # ---- requests: every service ---------------------------------------------------------------------
 
 
-@request(RequestCode.PING)
+@request(RequestCode.PING, ANYONE)
 class Ping(Schema):
     pass
 
 
-@request(RequestCode.STATUS)
+@request(RequestCode.STATUS, ANYONE)
 class Status(Schema):
     pass
 
@@ -90,7 +104,7 @@ class Status(Schema):
 # ---- requests: broker, messages --------------------------------------------------------------------
 
 
-@request(RequestCode.SEND_MESSAGE)
+@request(RequestCode.SEND_MESSAGE, needs(topic("topic", PUB)))
 class SendMessage(Schema):
     """One message (SEND_MESSAGE, SEND_MESSAGE_V2) or a batch (SEND_BATCH_MESSAGE) to one queue."""
     topic: str = wire("t", TOPIC, code=ResponseCode.MESSAGE_ILLEGAL)
@@ -113,7 +127,7 @@ SCHEMAS[RequestCode.SEND_MESSAGE_V2] = SendMessage
 SCHEMAS[RequestCode.SEND_BATCH_MESSAGE] = SendMessage
 
 
-@request(RequestCode.PULL_MESSAGE)
+@request(RequestCode.PULL_MESSAGE, needs(topic("topic", SUB), group("group", SUB)))
 class PullMessage(Schema):
     """A pull from the broker (tag subscriptions) or a filter server (SQL92, `broker_addr` the source)."""
     topic: str = wire("t", TOPIC)
@@ -129,7 +143,7 @@ class PullMessage(Schema):
     broker_addr: str | None = wire("ba", Opt(ADDR), None)
 
 
-@request(RequestCode.QUERY_MESSAGE)
+@request(RequestCode.QUERY_MESSAGE, needs(topic("topic", SUB, GET)))
 class QueryMessage(Schema):
     topic: str = wire("t", TOPIC)
     key: str = wire("key", Str(1024))
@@ -138,12 +152,12 @@ class QueryMessage(Schema):
     end_ts: int = wire("e", TIMESTAMP, 2 ** 62)
 
 
-@request(RequestCode.VIEW_MESSAGE_BY_ID)
+@request(RequestCode.VIEW_MESSAGE_BY_ID, needs(later=[("topic:<the message's topic>", SUB)]))
 class ViewMessage(Schema):
     offset: int = wire("offset", OFFSET)
 
 
-@request(RequestCode.CONSUMER_SEND_MSG_BACK)
+@request(RequestCode.CONSUMER_SEND_MSG_BACK, needs(group("group", SUB), later=[("topic:<the message's topic>", SUB)]))
 class ConsumerSendMsgBack(Schema):
     group: str = wire("g", GROUP)
     offset: int = wire("offset", OFFSET)                  # CommitLog offset of the failed message
@@ -157,14 +171,14 @@ class ConsumerSendMsgBack(Schema):
 # ---- requests: broker, offsets and queues -----------------------------------------------------------
 
 
-@request(RequestCode.QUERY_CONSUMER_OFFSET)
+@request(RequestCode.QUERY_CONSUMER_OFFSET, needs(group("group", SUB, GET), topic("topic", SUB, GET)))
 class QueryConsumerOffset(Schema):
     group: str = wire("g", GROUP)
     topic: str = wire("t", TOPIC)
     queue_id: int = wire("q", QUEUE_ID)
 
 
-@request(RequestCode.UPDATE_CONSUMER_OFFSET)
+@request(RequestCode.UPDATE_CONSUMER_OFFSET, needs(group("group", SUB), topic("topic", SUB)))
 class UpdateConsumerOffset(Schema):
     group: str = wire("g", GROUP)
     topic: str = wire("t", TOPIC)
@@ -172,33 +186,33 @@ class UpdateConsumerOffset(Schema):
     offset: int = wire("o", OFFSET)
 
 
-@request(RequestCode.GET_MAX_OFFSET)
+@request(RequestCode.GET_MAX_OFFSET, needs(topic("topic", SUB, GET)))
 class GetMaxOffset(Schema):
     topic: str = wire("t", TOPIC)
     queue_id: int = wire("q", QUEUE_ID)
 
 
-@request(RequestCode.GET_MIN_OFFSET)
+@request(RequestCode.GET_MIN_OFFSET, needs(topic("topic", SUB, GET)))
 class GetMinOffset(Schema):
     topic: str = wire("t", TOPIC)
     queue_id: int = wire("q", QUEUE_ID)
 
 
-@request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+@request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, needs(topic("topic", SUB, GET)))
 class SearchOffsetByTimestamp(Schema):
     topic: str = wire("t", TOPIC)
     queue_id: int = wire("q", QUEUE_ID)
     timestamp: int = wire("ts", TIMESTAMP)
 
 
-@request(RequestCode.LOCK_BATCH_MQ)
+@request(RequestCode.LOCK_BATCH_MQ, needs(group("group", SUB), each(_queue_topics, "topic:<each queue's topic>", SUB)))
 class LockBatchMq(Schema):
     group: str = wire("g", GROUP)
     client_id: str = wire("c", CLIENT_ID)
     queues: list = wire("mqs", ListOf(Row(TOPIC, QUEUE_ID), 1 << 16))
 
 
-@request(RequestCode.UNLOCK_BATCH_MQ)
+@request(RequestCode.UNLOCK_BATCH_MQ, needs(group("group", SUB), each(_queue_topics, "topic:<each queue's topic>", SUB)))
 class UnlockBatchMq(Schema):
     group: str = wire("g", GROUP)
     client_id: str = wire("c", CLIENT_ID)
@@ -208,42 +222,42 @@ class UnlockBatchMq(Schema):
 # ---- requests: broker, clients and groups ------------------------------------------------------------
 
 
-@request(RequestCode.HEART_BEAT)
+@request(RequestCode.HEART_BEAT, needs(each(_heartbeat_groups, "group:<each consumer group>", SUB), each(_heartbeat_topics, "topic:<each subscribed topic>", SUB)))
 class HeartBeat(Schema):
     client_id: str = wire("client_id", CLIENT_ID)
     producers: list = wire("producers", ListOf(GROUP, 1024), [])
     consumers: list = wire("consumers", ListOf(Nested(ConsumerData), 1024), [])
 
 
-@request(RequestCode.UNREGISTER_CLIENT)
+@request(RequestCode.UNREGISTER_CLIENT, needs(group("consumer_group", SUB)))
 class UnregisterClient(Schema):
     client_id: str = wire("client_id", CLIENT_ID)
     producer_group: str | None = wire("producer_group", Opt(GROUP), None)
     consumer_group: str | None = wire("consumer_group", Opt(GROUP), None)
 
 
-@request(RequestCode.GET_CONSUMER_LIST_BY_GROUP)
+@request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, needs(group("group", SUB, GET)))
 class GetConsumerList(Schema):
     group: str = wire("g", GROUP)
 
 
-@request(RequestCode.GET_CONSUME_STATS)
+@request(RequestCode.GET_CONSUME_STATS, needs(group("group", GET)))
 class GetConsumeStats(Schema):
     group: str = wire("g", GROUP)
 
 
-@request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)
+@request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, needs(group("group", CREATE, UPDATE)))
 class UpdateSubscriptionGroup(Schema):
     group: str = wire("g", GROUP)
     retry_max_times: int = wire("retry_max_times", Int(0, 1_000_000), 16)
 
 
-@request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
+@request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, service("broker"))
 class NotifyConsumerIdsChanged(Schema):
     group: str | None = wire("g", Opt(GROUP), None)
 
 
-@request(RequestCode.CHECK_CLIENT_CONFIG)
+@request(RequestCode.CHECK_CLIENT_CONFIG, needs(group("group", SUB), topic("topic", SUB)))
 class CheckClientConfig(Schema):
     group: str | None = wire("g", Opt(GROUP), None)
     topic: str | None = wire("t", Opt(TOPIC), None)
@@ -251,7 +265,7 @@ class CheckClientConfig(Schema):
     expression: str | None = wire("sub", Opt(EXPRESSION), None)
 
 
-@request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET)
+@request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, needs(group("group", UPDATE), topic("topic", SUB, GET)))
 class ResetOffset(Schema):
     """Admin -> broker: store `group`'s offset of every queue of `topic` on this broker (or of
     `queue_id`) as the first message stored at or after `timestamp`, or as `offset` (held to each
@@ -264,7 +278,7 @@ class ResetOffset(Schema):
     queue_id: int | None = wire("q", Opt(QUEUE_ID), None)   # None: every queue of the topic
 
 
-@request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET)
+@request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, service("broker"))
 class ResetConsumerClientOffset(Schema):
     """Broker -> each online member of `group`: drop what is cached of these queues of `topic` on
     broker `broker` and pull them from these offsets ([queue id, offset] rows)."""
@@ -277,7 +291,7 @@ class ResetConsumerClientOffset(Schema):
 # ---- requests: broker, topics and admin -----------------------------------------------------------------
 
 
-@request(RequestCode.UPDATE_AND_CREATE_TOPIC)
+@request(RequestCode.UPDATE_AND_CREATE_TOPIC, needs(topic("topic", CREATE, UPDATE)))
 class CreateTopic(Schema):
     topic: str = wire("topic", TOPIC)
     read: int = wire("read", QUEUE_COUNT, 4)
@@ -286,22 +300,22 @@ class CreateTopic(Schema):
     order: bool = wire("order", Bool(), False)
 
 
-@request(RequestCode.DELETE_TOPIC_IN_BROKER)
+@request(RequestCode.DELETE_TOPIC_IN_BROKER, needs(topic("topic", DELETE)))
 class DeleteTopic(Schema):
     topic: str = wire("topic", TOPIC)
 
 
-@request(RequestCode.GET_ALL_TOPIC_CONFIG)
+@request(RequestCode.GET_ALL_TOPIC_CONFIG, needs(cluster(LIST, GET)))
 class GetAllTopicConfig(Schema):
     pass
 
 
-@request(RequestCode.ADMIN_CLEAN_EXPIRED)
+@request(RequestCode.ADMIN_CLEAN_EXPIRED, needs(cluster(UPDATE)))
 class CleanExpired(Schema):
     pass
 
 
-@request(RequestCode.REGISTER_FILTER_SERVER)
+@request(RequestCode.REGISTER_FILTER_SERVER, service("filter"))
 class RegisterFilterServer(Schema):
     addr: str = wire("addr", ADDR)
     unregister: bool = wire("unregister", Bool(), False)
@@ -310,7 +324,7 @@ class RegisterFilterServer(Schema):
 # ---- requests: scheduler ---------------------------------------------------------------------------------
 
 
-@request(RequestCode.SCHEDULE_INIT)
+@request(RequestCode.SCHEDULE_INIT, service("scheduler"))
 class ScheduleInit(Schema):
     pass
 
@@ -318,7 +332,7 @@ class ScheduleInit(Schema):
 REPUT_META = Row(I32, PROPS, TIMESTAMP, U31, I32, TIMESTAMP)  # flag, props, born, reconsume, sys flag, due
 
 
-@request(RequestCode.SCHEDULE_REPUT)
+@request(RequestCode.SCHEDULE_REPUT, service("scheduler"))
 class ScheduleReput(Schema):
     """Due messages back to their real topics (or `roll`: timers re-parked in the timer topic)."""
     metas: list = wire("m", ListOf(REPUT_META, MAX_BATCH, 1))
@@ -330,7 +344,7 @@ class ScheduleReput(Schema):
         return unpack_bodies(self._what(), frames, self.lengths, len(self.metas))
 
 
-@request(RequestCode.SCHEDULE_CANCEL)
+@request(RequestCode.SCHEDULE_CANCEL, SUPER_ONLY)  # TODO(issue 17): PUB on the delayed message's topic
 class ScheduleCancel(Schema):
     msg_id: str = wire("id", MSG_ID)
 
@@ -340,7 +354,7 @@ class ScheduleCancel(Schema):
 TX_STATE = Int(0, 0xC)  # record.TX_NOT / TX_COMMIT / TX_ROLLBACK
 
 
-@request(RequestCode.END_TRANSACTION)
+@request(RequestCode.END_TRANSACTION, needs(later=[("topic:<the half message's topic>", PUB)]))
 class EndTransaction(Schema):
     group: str = wire("g", GROUP)
     entries: list = wire("e", ListOf(Row(OFFSET, OFFSET, TX_STATE, Str(128, 0)), MAX_BATCH, 1))  # phys, qoff, state, txid
@@ -351,13 +365,13 @@ class EndTransaction(Schema):
 CHECK_ASK, CHECK_REQUEUE, CHECK_DISCARD = "c", "r", "d"
 
 
-@request(RequestCode.TRANSACTION_CHECK)
+@request(RequestCode.TRANSACTION_CHECK, service("txn-checker"))
 class TransactionCheck(Schema):
     entries: list = wire("e", ListOf(Row(OFFSET, OFFSET, OneOf(CHECK_ASK, CHECK_REQUEUE, CHECK_DISCARD)),
                                      MAX_BATCH, 1))  # phys, qoff, action
 
 
-@request(RequestCode.TRANSACTION_LIST_OPEN)
+@request(RequestCode.TRANSACTION_LIST_OPEN, needs(cluster(GET)))
 class TransactionListOpen(Schema):
     limit: int = wire("limit", Int(1, 1_000_000), 1000)
 
@@ -365,7 +379,7 @@ class TransactionListOpen(Schema):
 CHECK_ENTRY = Row(OFFSET, OFFSET, Str(128, 0), Str(255, 0), QUEUE_ID, TIMESTAMP, TIMESTAMP, I32, PROPS)
 
 
-@request(RequestCode.CHECK_TRANSACTION_STATE)
+@request(RequestCode.CHECK_TRANSACTION_STATE, service("broker"))
 class CheckTransactionState(Schema):
     """Broker -> producer: [half phys, half qoff, txid, real topic, real qid, born, stored, flag, props]."""
     group: str = wire("g", GROUP)
@@ -375,26 +389,70 @@ class CheckTransactionState(Schema):
 # ---- requests: master/slave ---------------------------------------------------------------------------------
 
 
-@request(RequestCode.HA_SYNC_METADATA)
+@request(RequestCode.HA_SYNC_METADATA, service("replica"))
 class HaSyncMetadata(Schema):
     offsets: list = wire("offsets", ListOf(Row(GROUP, TOPIC, QUEUE_ID, OFFSET), 1 << 20), [])
 
 
-@request(RequestCode.HA_SLAVE_OFFSETS)
+@request(RequestCode.HA_SLAVE_OFFSETS, service("broker"))
 class HaSlaveOffsets(Schema):
     pass
 
 
-@request(RequestCode.HA_TRANSFER)
+@request(RequestCode.HA_TRANSFER, service("broker"))
 class HaTransfer(Schema):
     offset: int = wire("o", OFFSET)
     segment_bytes: int = wire("sb", Int(0, MAX_OFFSET), 0)
     master_end: int = wire("me", OFFSET, 0)
 
 
-@request(RequestCode.HA_REPORT)
+@request(RequestCode.HA_REPORT, service("replica"))
 class HaReport(Schema):
     offset: int = wire("o", OFFSET)
     addr: str = wire("addr", Str(255), "?")
     broker_id: int = wire("id", U31, 1)
     reset: bool = wire("reset", Bool(), False)
+
+
+# ---- requests: auth (SUPER users; services read the snapshot) ------------------------------------------------
+
+USER_NAME = Str(64)
+Z85_KEY = Str(40, 40)
+RESOURCE = Str(262)
+ACTION_LIST = ListOf(OneOf(*ACTIONS), len(ACTIONS), 1)
+
+
+@request(RequestCode.ACL_UPDATE_USER, SUPER_ONLY)
+class AclUpdateUser(Schema):
+    name: str = wire("name", USER_NAME)
+    public_key: str = wire("key", Z85_KEY)
+    type: str = wire("type", OneOf("NORMAL", "SUPER"), "NORMAL")
+
+
+@request(RequestCode.ACL_DELETE_USER, SUPER_ONLY)
+class AclDeleteUser(Schema):
+    name: str = wire("name", USER_NAME)
+
+
+@request(RequestCode.ACL_GRANT, SUPER_ONLY)
+class AclGrant(Schema):
+    user: str = wire("user", USER_NAME)
+    resource: str = wire("res", RESOURCE)
+    actions: list = wire("act", ACTION_LIST)
+    deny: bool = wire("deny", Bool(), False)
+    source: str | None = wire("src", Opt(Str(64), blank=True), None)
+
+
+@request(RequestCode.ACL_REVOKE, SUPER_ONLY)
+class AclRevoke(Schema):
+    """Remove `user`'s rules on `resource` (of this decision and source), or only `actions` of them."""
+    user: str = wire("user", USER_NAME)
+    resource: str = wire("res", RESOURCE)
+    actions: list | None = wire("act", Opt(ACTION_LIST), None)
+    deny: bool = wire("deny", Bool(), False)
+    source: str | None = wire("src", Opt(Str(64), blank=True), None)
+
+
+@request(RequestCode.ACL_SNAPSHOT, SUPER_ONLY)
+class AclSnapshot(Schema):
+    known: str | None = wire("v", Opt(Str(64), blank=True), None)  # the caller's version: unchanged -> no body

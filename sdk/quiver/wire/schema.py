@@ -348,6 +348,7 @@ class Schema:
     """Base of every request and reply schema (subclasses are frozen slotted dataclasses)."""
 
     CODE: RequestCode | None = None
+    ACCESS = None  # a request schema's Access (quiver.wire.access); replies have none
     FIELDS: tuple = ()
     __slots__ = ()
 
@@ -432,10 +433,16 @@ def schema(cls):
 SCHEMAS: dict[RequestCode, type[Schema]] = {}
 
 
-def request(code: RequestCode):
+def request(code: RequestCode, access):
+    """Register a request schema with what its code needs (`quiver.wire.access`): a code
+    cannot exist without saying who may send it."""
+    if access is None or not hasattr(access, "needs"):
+        raise TypeError(f"{code.name}: request() needs an Access declaration (quiver.wire.access)")
+
     def register(cls):
         cls = _finish(cls)
         cls.CODE = code
+        cls.ACCESS = access
         if code in SCHEMAS:
             raise TypeError(f"{code.name} has two schemas: {SCHEMAS[code].__name__} and {cls.__name__}")
         SCHEMAS[code] = cls

@@ -30,7 +30,8 @@ from zmq.utils.monitor import parse_monitor_message
 from quiver.wire import protocol
 from quiver.errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
 from quiver.wire.codes import ResponseCode
-from quiver.wire.direct import DirectCalls, unreachable
+from quiver.wire.curve import credentials_from, secure_client
+from quiver.wire.direct import HANDSHAKE_FAILED, REFUSED_RETRY_S, DirectCalls, handshake_problem, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,13 @@ def next_request_id() -> int:
 class Transport:
     """The IO thread and its DEALER sockets. Shared by the clients of a process."""
 
-    def __init__(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None):
+    def __init__(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None,
+                 credentials=None):
         self._ctx = zmq.Context.instance()
+        # CURVE identity of every socket (auth on); None: QUIVER_CREDENTIALS or the process's service key
+        self._creds = credentials_from(credentials)
+        self._refused: dict[str, str] = {}  # peer -> why its last handshake failed
+        self._refused_at: dict[str, float] = {}
         self._queue = collections.deque()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK)
         self._wake_lock = threading.Lock()  # close() must not free the fd under a writer
@@ -60,7 +66,7 @@ class Transport:
         self._push_pool = ThreadPoolExecutor(4, thread_name_prefix=f"{name}-push")
         self._identity_prefix = identity_prefix
         self._stopped = threading.Event()
-        self._direct = DirectCalls(self._ctx)
+        self._direct = DirectCalls(self._ctx, self._creds)
         self._down: set[str] = set()  # peers the IO thread's monitors saw disconnect
         self._thread = threading.Thread(target=self._run, name=f"{name}-io", daemon=True)
         self._thread.start()
@@ -162,7 +168,9 @@ class Transport:
                 sock.setsockopt(zmq.IMMEDIATE, 1)
                 if self._identity_prefix:
                     sock.setsockopt(zmq.IDENTITY, f"{self._identity_prefix}@{addr}".encode()[:255])
-                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+                secure_client(sock, self._creds)
+                mon = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED
+                                              | HANDSHAKE_FAILED)
                 sock.connect(f"tcp://{addr}")
             except Exception:  # e.g. an address zmq cannot parse: leave no socket behind
                 _close_quietly(sock, mon)
@@ -173,6 +181,18 @@ class Transport:
             self._poller.register(sock, zmq.POLLIN)
             self._poller.register(mon, zmq.POLLIN)
         return sock
+
+    def _retry_refused(self, addr: str, now: float) -> None:
+        """ZeroMQ does not reconnect after a refused handshake, but the key may be known now
+        (a user added a moment ago): connect again, at most every REFUSED_RETRY_S."""
+        self._refused_at[addr] = now
+        sock = self._peers.get(addr)
+        if sock is not None:
+            try:
+                sock.disconnect(f"tcp://{addr}")
+            except zmq.ZMQError:
+                pass
+            sock.connect(f"tcp://{addr}")
 
     def _close_peer(self, addr: str, linger_ms: int = 0) -> None:
         sock = self._peers.pop(addr, None)
@@ -258,16 +278,22 @@ class Transport:
                 event = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))["event"]
             except zmq.Again:
                 break
+            if event & HANDSHAKE_FAILED:  # requests wait CONNECT_WAIT_S (reconnecting), then say why
+                self._refused[addr] = handshake_problem(addr, event, self._creds is not None)
+                self._refused_at[addr] = time.monotonic()
+                continue
             lost = event == zmq.EVENT_DISCONNECTED
             if lost:
                 self._down.add(addr)
             else:
                 self._down.discard(addr)
+                self._refused.pop(addr, None)
         if lost:
             # the peer went away: whatever it had not answered will never be answered
             gone = [rid for rid, entry in list(self._pending.items()) if entry[2] == addr]
+            why = self._refused.get(addr) or f"connection to {addr} lost before it replied"
             for rid in gone:
-                self._fail(rid, ClientError(f"connection to {addr} lost before it replied"))
+                self._fail(rid, ClientError(why))
 
     def _flush_queue(self) -> None:
         if self._backlog:
@@ -278,8 +304,10 @@ class Transport:
                     continue  # expired meanwhile: its caller has been told
                 if addr in self._down or now - since > CONNECT_WAIT_S:
                     if req_id:
-                        self._fail(req_id, ClientError(unreachable(addr)))
+                        self._fail(req_id, ClientError(self._refused.get(addr) or unreachable(addr)))
                     continue
+                if addr in self._refused and now - self._refused_at.get(addr, 0) >= REFUSED_RETRY_S:
+                    self._retry_refused(addr, now)
                 self._send(addr, frames, req_id, since)
         q = self._queue
         while q:

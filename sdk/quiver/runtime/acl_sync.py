@@ -1,0 +1,103 @@
+"""Services other than brokers follow the brokers' ACL: a snapshot fetched every few seconds.
+
+The name server, filter servers, scheduler and txn-checker authenticate and
+authorize with the same users and rules as the brokers, which store them.
+Every `interval_s` (and at once, at most twice a second, when ZAP sees a key it
+does not know — a user just added) the follower asks one broker for its
+snapshot with the version it has; an unchanged ACL costs one small reply.
+Everything runs on the transport's IO thread through callbacks: the service
+thread never waits on it. A broker that does not answer is skipped for the
+next one; the snapshot in use stays until a newer one comes.
+"""
+
+import logging
+import time
+
+from quiver.errors import QuiverError
+from quiver.runtime.acl import Acl
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
+
+log = logging.getLogger(__name__)
+
+
+class AclFollower:
+    def __init__(self, security, transport, brokers=None, namesrvs=(), interval_s: float = 3.0,
+                 clock=time.monotonic):
+        self.security = security
+        self.transport = transport
+        self._brokers_fn = brokers       # fn() -> broker addresses, or None: learn them from name servers
+        self._namesrvs = list(namesrvs)
+        self._known: list[str] = []
+        self._turn = 0
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last = 0.0
+        self._asked_cluster = 0.0
+        self.fetched = 0
+        self.failures = 0
+        security.on_unknown_key = self.soon
+
+    def brokers(self) -> list[str]:
+        return sorted(self._brokers_fn()) if self._brokers_fn is not None else self._known
+
+    def soon(self) -> None:
+        """A key ZAP did not know: fetch now unless fetched in the last half second (any thread)."""
+        if self._clock() - self._last >= 0.5:
+            self.step()
+
+    def step(self) -> None:
+        self._last = self._clock()
+        if self._brokers_fn is None and (not self._known or self._last - self._asked_cluster > 30):
+            self._ask_cluster()
+        addrs = self.brokers()
+        if not addrs:
+            return
+        addr = addrs[self._turn % len(addrs)]
+        try:
+            self.transport.send(addr, rq.AclSnapshot(known=self.security.acl.version or None), None, (),
+                                lambda result: self._got(addr, result), 3.0)
+        except QuiverError as exc:
+            self._failed(addr, exc)
+
+    def _got(self, addr, result) -> None:
+        if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
+            self._failed(addr, result if isinstance(result, Exception) else result.remark)
+            return
+        ext = result.ext or {}
+        if ext.get("unchanged"):
+            return
+        try:
+            acl = Acl.from_snapshot(ext)
+        except (TypeError, ValueError, KeyError) as exc:
+            self._failed(addr, f"bad snapshot: {exc}")
+            return
+        self.security.set_acl(acl)
+        self.fetched += 1
+        log.info("ACL from %s: %d users, version %s", addr, len(acl.users), acl.version)
+
+    def _failed(self, addr, why) -> None:
+        self.failures += 1
+        self._turn += 1  # the next broker next time
+        log.debug("ACL snapshot from %s failed: %s", addr, why)
+
+    def _ask_cluster(self) -> None:
+        self._asked_cluster = self._clock()
+        for ns in self._namesrvs[:1]:
+            def done(result, ns=ns):
+                if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
+                    self._namesrvs.append(self._namesrvs.pop(0))  # another name server next time
+                    return
+                try:
+                    cluster = rq.ClusterReply.decode(result.ext).cluster
+                    self._known = sorted(a for b in cluster.brokers.values() for a in b.addrs.values())
+                except QuiverError as exc:
+                    log.debug("cluster info from %s unreadable: %s", ns, exc)
+            try:
+                self.transport.send(ns, rq.GetClusterInfo(), None, (), done, 3.0)
+            except QuiverError:
+                pass
+
+    def status(self) -> dict:
+        return {"acl_version": self.security.acl.version, "acl_users": len(self.security.acl.users),
+                "acl_fetched": self.fetched, "acl_fetch_failures": self.failures}

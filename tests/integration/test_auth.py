@@ -1,0 +1,183 @@
+"""Auth on (CURVE + ACL), real processes: who gets a connection, and what each user may do.
+
+A cluster started with an auth dir (`quiver auth init`): a client without a key
+or with an unknown key gets no connection at all and a message that says why;
+users get exactly what the ACL grants, deny wins, a deleted user's open
+connection is refused at its next request, and no user key can send a code
+reserved to a service role (broker registration, HA, filter registration).
+"""
+
+import pytest
+
+from quiver import Admin, Message, Producer, PullConsumer
+from quiver.errors import ClientError, NoPermissionError, QuiverError
+from quiver.tools.local import LocalCluster
+from quiver.wire import requests as rq
+from quiver.wire.codes import ResponseCode
+from quiver.wire.curve import Credentials, KeyPair, init_auth_dir
+from quiver.wire.transport import Transport
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    root = tmp_path_factory.mktemp("secure")
+    auth = str(root / "auth")
+    admin_creds = init_auth_dir(auth)
+    c = LocalCluster(str(root / "cluster"), auth_dir=auth)
+    try:
+        c.add_namesrv(None)
+        c.wait()
+        c.add_broker(None, None, "--auto-create-topics")
+        c.wait()
+        c.wait_registered(1)
+        admin = Admin(c.namesrv, credentials=admin_creds)
+        admin.start()
+        admin.create_topic("Orders", queues=2)
+        admin.create_topic("Payments", queues=2)
+        yield c, admin, admin_creds
+        admin.shutdown()
+    finally:
+        for svc in c.services:
+            svc.kill()
+
+
+def _user(admin, name, *grants, super_user=False) -> Credentials:
+    creds = admin.acl_add_user(name, super_user=super_user)
+    for resource, actions in grants:
+        admin.acl_grant(name, resource, actions)
+    return creds
+
+
+def _producer(c, creds):
+    p = Producer("pg", c.namesrv, credentials=creds, retries=0)
+    p.start()
+    return p
+
+
+def test_no_key_gets_no_connection_and_is_told_why(secure):
+    c, _, _ = secure
+    t = Transport("plain")
+    try:
+        with pytest.raises(ClientError, match="auth on; pass credentials"):
+            t.call(c.namesrv, rq.GetRouteInfo(topic="Orders"), timeout=2)
+    finally:
+        t.close()
+
+
+def test_unknown_key_is_refused(secure):
+    c, _, admin_creds = secure
+    pair = KeyPair.generate()
+    stranger = Credentials("mallory", pair.public_key, pair.secret_key, admin_creds.server_key)
+    t = Transport("stranger", credentials=stranger)
+    try:
+        with pytest.raises(ClientError, match="refused this client's key"):
+            t.call(c.namesrv, rq.GetRouteInfo(topic="Orders"), timeout=2)
+    finally:
+        t.close()
+
+
+def test_user_gets_what_is_granted_and_nothing_else(secure):
+    c, admin, _ = secure
+    bob = _user(admin, "bob", ("topic:Orders", ["PUB"]))
+    p = _producer(c, bob)
+    try:
+        assert p.send(Message("Orders", b"ok")).status.name == "SEND_OK"
+        with pytest.raises(NoPermissionError, match=r"lacks \S*PUB\S* on topic:Payments"):
+            p.send(Message("Payments", b"no"))
+    finally:
+        p.shutdown()
+    cons = PullConsumer("bob-cg", c.namesrv, credentials=bob, consume_from="first")
+    cons.subscribe("Orders")
+    cons.start()
+    try:  # no SUB yet: the consumer's pulls are refused, it receives nothing
+        assert cons.poll(timeout=1.5) == []
+    finally:
+        cons.shutdown()
+    admin.acl_grant("bob", "topic:Orders", ["SUB"])
+    admin.acl_grant("bob", "group:bob-cg", ["SUB"])
+    cons = PullConsumer("bob-cg", c.namesrv, credentials=bob, consume_from="first")
+    cons.subscribe("Orders")
+    cons.start()
+    try:
+        got = []
+        for _ in range(20):
+            got += cons.poll(timeout=0.5)
+            if any(m.body == b"ok" for m in got):
+                break
+        assert any(m.body == b"ok" for m in got)
+    finally:
+        cons.shutdown()
+
+
+def test_prefix_rules_and_deny_wins(secure):
+    c, admin, _ = secure
+    carol = _user(admin, "carol", ("topic:*", ["PUB"]))
+    admin.acl_grant("carol", "topic:Payments", ["PUB"], deny=True)
+    p = _producer(c, carol)
+    try:
+        assert p.send(Message("Orders", b"x")).status.name == "SEND_OK"
+        with pytest.raises(NoPermissionError):
+            p.send(Message("Payments", b"x"))
+    finally:
+        p.shutdown()
+
+
+def test_a_deleted_user_is_refused_on_its_open_connection(secure):
+    c, admin, _ = secure
+    dave = _user(admin, "dave", ("topic:Orders", ["PUB"]))
+    p = _producer(c, dave)
+    try:
+        assert p.send(Message("Orders", b"1")).status.name == "SEND_OK"
+        admin.acl_delete_user("dave")
+        with pytest.raises(QuiverError, match="no longer a user's|refused"):
+            p.send(Message("Orders", b"2"))
+    finally:
+        p.shutdown()
+
+
+@pytest.mark.parametrize("req", [
+    rq.RegisterBroker(cluster="DefaultCluster", broker_name="broker-a", broker_addr="10.9.9.9:10911", broker_id=0,
+                      data_version=rq.DataVersion(ts=2 ** 40, counter=2 ** 30)),
+    rq.UnregisterBroker(cluster="DefaultCluster", broker_name="broker-a", broker_addr="127.0.0.1:1"),
+])
+def test_no_user_key_registers_a_broker_not_even_a_super_user(secure, req):
+    c, admin, admin_creds = secure
+    t = Transport("hijack", credentials=admin_creds)
+    try:
+        env = t.call(c.namesrv, req, ok=tuple(ResponseCode), timeout=3)
+        assert env.code == ResponseCode.NO_PERMISSION, env.remark
+        assert "only a Quiver service" in env.remark
+    finally:
+        t.close()
+    route = admin.topic_route("Orders")
+    assert all("10.9.9.9" not in str(b) for b in route.get("brokers", []))
+
+
+def test_service_only_codes_refused_to_users_on_the_broker(secure):
+    c, admin, admin_creds = secure
+    broker = next(s for s in c.services if s.role == "broker")
+    t = Transport("ha-thief", credentials=admin_creds)
+    try:
+        for req in (rq.HaSyncMetadata(), rq.RegisterFilterServer(addr="127.0.0.1:1"), rq.ScheduleInit(),
+                    rq.TransactionCheck(entries=[[0, 0, "d"]])):
+            env = t.call(broker.addr, req, ok=tuple(ResponseCode), timeout=3)
+            assert env.code == ResponseCode.NO_PERMISSION, (type(req).__name__, env.remark)
+    finally:
+        t.close()
+
+
+def test_acl_admin_needs_a_super_user(secure):
+    c, admin, _ = secure
+    erin = _user(admin, "erin", ("cluster", ["ALL"]))
+    a2 = Admin(c.namesrv, credentials=erin)
+    a2.start()
+    try:
+        with pytest.raises(NoPermissionError, match="not a SUPER user"):
+            a2.acl_grant("erin", "topic:*", ["ALL"])
+    finally:
+        a2.shutdown()
+    listing = admin.acl_list()
+    (acl,) = listing.values()
+    assert {"admin", "erin"} <= {u[0] for u in acl["users"]}
