@@ -181,3 +181,61 @@ def test_acl_admin_needs_a_super_user(secure):
     listing = admin.acl_list()
     (acl,) = listing.values()
     assert {"admin", "erin"} <= {u[0] for u in acl["users"]}
+
+
+def _send_and_pull_through(relay_addr: str, creds, marker: bytes) -> None:
+    t = Transport("capture", credentials=creds)
+    try:
+        t.call(relay_addr, rq.SendMessage(topic="Orders", queue_id=0, metas=([0], [""])), bodies=[marker], timeout=5)
+        env = t.call(relay_addr, rq.PullMessage(topic="Orders", queue_id=0, offset=0, max_msgs=1024), timeout=5,
+                     ok=tuple(ResponseCode))
+        assert env.code == ResponseCode.SUCCESS, env.remark
+    finally:
+        t.close()
+
+
+def test_with_auth_on_no_body_byte_crosses_the_wire_in_clear(secure, make_cluster):
+    from support.tcp_relay import Relay
+    c, admin, admin_creds = secure
+    broker = next(s for s in c.services if s.role == "broker")
+    marker = b"QUIVER-SECRET-BODY-7f3a9c"
+    relay = Relay(broker.addr)
+    try:
+        _send_and_pull_through(relay.addr, admin_creds, marker)
+        wire = relay.captured()
+    finally:
+        relay.close()
+    assert len(wire) > 2 * len(marker)   # the send and the pull went through the relay
+    assert marker not in wire and b"Orders" not in wire
+    plain = make_cluster()               # the same capture with auth off finds both
+    plain_admin = Admin(plain.namesrv)
+    plain_admin.start()
+    plain_admin.create_topic("Orders", queues=1)
+    plain_admin.shutdown()
+    relay = Relay(next(s for s in plain.services if s.role == "broker").addr)
+    try:
+        _send_and_pull_through(relay.addr, None, marker)
+        wire = relay.captured()
+    finally:
+        relay.close()
+    assert wire.count(marker) >= 2 and b"Orders" in wire
+
+
+def test_cli_adds_a_user_grants_and_the_user_sends(secure, tmp_path):
+    import subprocess
+    import sys
+    c, admin, _ = secure
+    base = [sys.executable, "-m", "quiver.tools.cli", "--namesrv", c.namesrv,
+            "--credentials", f"{c.auth_dir}/admin.key", "acl"]
+    key = str(tmp_path / "frank.key")
+    for args in (["user", "add", "frank", "--out", key],
+                 ["grant", "frank", "--resource", "topic:Orders", "--actions", "PUB"]):
+        out = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr + out.stdout
+    p = _producer(c, key)
+    try:
+        assert p.send(Message("Orders", b"from frank")).status.name == "SEND_OK"
+    finally:
+        p.shutdown()
+    listing = subprocess.run(base + ["list"], capture_output=True, text=True, timeout=60).stdout
+    assert "frank" in listing and "topic:Orders" in listing

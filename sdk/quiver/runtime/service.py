@@ -115,6 +115,10 @@ class Service:
             self.security.start(self._ctx)
             self.security.secure(sock)
         host, port = self.listen.rsplit(":", 1)
+        if self.security is None and not _loopback(host):
+            log.warning("%s listens on %s with auth off: anyone who reaches this port can read, write and "
+                        "reconfigure the cluster. Turn auth on: quiver auth init DIR, then --auth-dir DIR "
+                        "(QUIVER_AUTH_DIR) on every service", self.name, self.listen)
         sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
         self._sock = sock
 
@@ -317,3 +321,7 @@ class Service:
         if self.status_fn is not None:
             status.update(self.status_fn())
         req.reply(ResponseCode.SUCCESS, "", {"status": status})
+
+
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")

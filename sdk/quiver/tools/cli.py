@@ -13,7 +13,12 @@ STATE_FILE = "quiver-up.json"
 
 def _admin(args):
     from quiver.client.admin import Admin
-    return Admin(namesrv=args.namesrv)
+    return Admin(namesrv=args.namesrv, credentials=args.credentials)
+
+
+def _transport(args, name: str):
+    from quiver.wire.transport import Transport
+    return Transport(name, credentials=args.credentials)
 
 
 def _print(obj) -> None:
@@ -41,7 +46,8 @@ def cmd_up(args) -> int:
         if name not in {s.name for s in specs} or not n.isdigit():
             raise SystemExit(f"--scale {item}: use SERVICE=N with a service of compose.yaml")
         scale[name] = int(n)
-    cluster = LocalCluster(args.data_dir)
+    auth_dir = _secure_dir(args) if args.secure else None
+    cluster = LocalCluster(args.data_dir, auth_dir=auth_dir)
     os.makedirs(cluster.data_dir, exist_ok=True)
     overrides = {s.name: {"QUIVER_FLUSH": args.flush,
                           "QUIVER_AUTO_CREATE_TOPICS": "true" if args.auto_create else "false"}
@@ -58,6 +64,11 @@ def cmd_up(args) -> int:
     for svc in cluster.describe():
         print(f"  {svc['role']:<12} {svc['name']:<16} {svc['addr']:<22} pid {svc['pid']}")
     print(f"  namesrv for clients: {cluster.namesrv}")
+    if auth_dir:
+        key = os.path.join(auth_dir, "admin.key")
+        os.environ["QUIVER_CREDENTIALS"] = key  # the demo's clients
+        print(f"  auth on: CURVE + ACL; SUPER user key {key}")
+        print(f"    export QUIVER_CREDENTIALS={key}   # then: quiver acl user add NAME --out NAME.key")
     if args.demo:
         from quiver.tools.demo import run_demo
         run_demo(cluster.namesrv)
@@ -87,6 +98,15 @@ def _state(args) -> dict | None:
         return None
 
 
+def _secure_dir(args) -> str:
+    """<data-dir>/auth, created by `quiver auth init` logic on first use."""
+    from quiver.wire.curve import init_auth_dir
+    path = os.path.join(os.path.abspath(args.data_dir), "auth")
+    if not os.path.exists(os.path.join(path, "server.key")):
+        init_auth_dir(path)
+    return path
+
+
 def cmd_down(args) -> int:
     state = _state(args)
     if not state:
@@ -112,7 +132,6 @@ def cmd_down(args) -> int:
 
 def cmd_status(args) -> int:
     from quiver.wire import requests as rq
-    from quiver.wire.transport import Transport
     from quiver.errors import QuiverError
     state = _state(args)
     addrs = [(s["name"], s["role"], s["addr"]) for s in state["services"]] if state else []
@@ -124,7 +143,7 @@ def cmd_status(args) -> int:
         except QuiverError as exc:
             print(f"name server unreachable: {exc}")
         admin.shutdown()
-    t = Transport("status")
+    t = _transport(args, "status")
     bad = 0
     for name, role, addr in addrs:
         try:
@@ -139,9 +158,8 @@ def cmd_status(args) -> int:
 
 
 def cmd_ping(args) -> int:
-    from quiver.wire.transport import Transport
     from quiver.tools.local import ping
-    t = Transport("ping")
+    t = _transport(args, "ping")
     ok = ping(t, args.addr, args.timeout)
     t.close()
     print("pong" if ok else f"no answer from {args.addr}")
@@ -327,6 +345,8 @@ def cmd_ingest(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quiver", description="Quiver message system: local cluster and admin CLI")
     p.add_argument("--namesrv", default=os.environ.get("QUIVER_NAMESRV", "127.0.0.1:9876"))
+    p.add_argument("--credentials", default=os.environ.get("QUIVER_CREDENTIALS") or None,
+                   help="auth on: a user's key file (env QUIVER_CREDENTIALS)")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     up = sub.add_parser("up", help="start a local cluster on loopback")
@@ -338,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--no-auto-create", dest="auto_create", action="store_false")
     up.add_argument("--demo", action="store_true", help="send, consume and query a few messages once up")
     up.add_argument("--detach", action="store_true", help="leave the cluster running and return")
+    up.add_argument("--secure", action="store_true",
+                    help="auth on (CURVE + ACL): keys in <data-dir>/auth, made on first use")
     up.set_defaults(fn=cmd_up)
     for name, fn, text in (("down", cmd_down, "stop what `quiver up` started"),
                            ("status", cmd_status, "health and role of every service")):
@@ -409,6 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     fp.add_argument("--props", nargs="*", metavar="KEY=VALUE", help="message properties (TAGS, KEYS too)")
     fp.add_argument("-v", "--verbose", action="store_true")
     fp.set_defaults(fn=cmd_filter)
+    from quiver.tools import cli_auth
+    cli_auth.add_commands(sub)
     return p
 
 

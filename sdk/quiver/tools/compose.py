@@ -95,7 +95,7 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
             env.update((overrides or {}).get(spec.name, {}))
             svc = ServiceProcess(replica, spec.module, addr, [], os.path.join(cluster.data_dir, "logs", f"{replica}.log"),
                                  spec.role, env=env)
-            cluster.services.append(svc.start())
+            cluster.services.append(cluster.start_service(svc))
             started.append(svc)
         cluster.wait()
         if spec.role == "broker":

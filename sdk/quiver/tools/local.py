@@ -110,7 +110,8 @@ class LocalCluster:
         self.auth_dir = os.path.abspath(auth_dir) if auth_dir else None
         self.credentials = read_credentials(os.path.join(self.auth_dir, "admin.key")) if self.auth_dir else None
 
-    def _start(self, svc: ServiceProcess) -> ServiceProcess:
+    def start_service(self, svc: ServiceProcess) -> ServiceProcess:
+        """Start `svc` as part of this cluster (with the auth dir, when auth is on)."""
         if self.auth_dir:
             svc.env["QUIVER_AUTH_DIR"] = self.auth_dir
         return svc.start()
@@ -126,7 +127,7 @@ class LocalCluster:
         n = sum(s.role == "namesrv" for s in self.services)
         svc = ServiceProcess(f"namesrv-{n}", "quiver_namesrv", self._addr(port), list(extra),
                              os.path.join(self.data_dir, "logs", f"namesrv-{n}.log"), "namesrv")
-        self.services.append(self._start(svc))
+        self.services.append(self.start_service(svc))
         return svc
 
     def add_broker(self, port: int | None = None, name: str | None = None, *extra: str) -> ServiceProcess:
@@ -137,7 +138,7 @@ class LocalCluster:
                 "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
         svc = ServiceProcess(name, "quiver_broker", addr, args, os.path.join(self.data_dir, "logs", f"{name}.log"),
                              "broker")
-        self.services.append(self._start(svc))
+        self.services.append(self.start_service(svc))
         return svc
 
     def add_master(self, port: int | None = None, name: str | None = None, role: str = "ASYNC_MASTER",
@@ -155,7 +156,7 @@ class LocalCluster:
                 "--advertise", addr, "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
         svc = ServiceProcess(f"{name}-s{broker_id}", "quiver_broker", addr, args,
                              os.path.join(self.data_dir, "logs", f"{name}-s{broker_id}.log"), "broker")
-        self.services.append(self._start(svc))
+        self.services.append(self.start_service(svc))
         return svc
 
     def add_service(self, role: str, module: str, *extra: str, port: int | None = None,
@@ -168,7 +169,7 @@ class LocalCluster:
             args += ["--data-dir", os.path.join(self.data_dir, role, name)]
         svc = ServiceProcess(name, module, self._addr(port), args,
                              os.path.join(self.data_dir, "logs", f"{name}.log"), role)
-        self.services.append(self._start(svc))
+        self.services.append(self.start_service(svc))
         return svc
 
     def restart(self, svc: ServiceProcess) -> ServiceProcess:

@@ -124,10 +124,10 @@ def test_security_check(tmp_path):
     sec = Security(d, "broker")
     bob = KeyPair.generate().public_key
     sec.set_acl(Acl([User("bob", bob)], [Rule("bob", "topic:Orders", frozenset({"PUB"}))]))
-    send = rq.SendMessage(topic="Orders", metas=([0], [{}]))
+    send = rq.SendMessage(topic="Orders", metas=([0], [""]))
     register = rq.SCHEMAS[RequestCode.REGISTER_BROKER].ACCESS
     assert sec.check(bob, "127.0.0.1", rq.SendMessage.ACCESS, send) is None
-    denied = sec.check(bob, "127.0.0.1", rq.SendMessage.ACCESS, rq.SendMessage(topic="Pay", metas=([0], [{}])))
+    denied = sec.check(bob, "127.0.0.1", rq.SendMessage.ACCESS, rq.SendMessage(topic="Pay", metas=([0], [""])))
     assert "lacks PUB on topic:Pay" in denied and "quiver acl grant bob" in denied
     assert "only a Quiver service" in sec.check(bob, None, register, None)
     assert sec.check("s:broker", None, register, None) is None
