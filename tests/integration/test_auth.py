@@ -13,7 +13,8 @@ from quiver import Admin, Message, Producer, PullConsumer
 from quiver.errors import ClientError, NoPermissionError, QuiverError
 from quiver.tools.local import LocalCluster
 from quiver.wire import requests as rq
-from quiver.wire.codes import ResponseCode
+from quiver.wire.access import ACTIONS
+from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.wire.curve import Credentials, KeyPair, init_auth_dir
 from quiver.wire.transport import Transport
 
@@ -239,3 +240,74 @@ def test_cli_adds_a_user_grants_and_the_user_sends(secure, tmp_path):
         p.shutdown()
     listing = subprocess.run(base + ["list"], capture_output=True, text=True, timeout=60).stdout
     assert "frank" in listing and "topic:Orders" in listing
+
+
+NAMESRV_CODES = {RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                 RequestCode.GET_BROKER_CLUSTER_INFO, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER}
+
+
+def _grants_for(schema, ext) -> list[tuple[str, str]]:
+    """The (resource, action) pairs that give exactly this request its right."""
+    access = schema.ACCESS
+    args = schema.decode(ext)
+    out = [(res, min(n.actions, key=ACTIONS.index)) for n in access.needs for res in n.resources(args)]
+    out += [("topic:*", action) for _, action in access.later]   # the handler's resource is found later
+    return out
+
+
+def test_every_request_code_no_right_and_right(secure):
+    """The table over every request code the name server and the broker serve: a user without
+    the right gets NO_PERMISSION (naming what is missing), the user with exactly the right gets
+    past the check; codes for service roles refuse every user key, a SUPER user's too. (No key
+    and a wrong key get no connection at all: the first tests of this file.)"""
+    from support.fuzz_requests import Context, base_table
+    c, admin, admin_creds = secure
+    admin.create_topic("FuzzT", queues=1)
+    broker = next(s for s in c.services if s.role == "broker").addr
+    table = base_table(Context())
+    nobody = _user(admin, "nobody")
+    rows, wrong = [], []
+    t_none, t_admin = Transport("t-nobody", credentials=nobody), Transport("t-admin", credentials=admin_creds)
+    try:
+        for code in sorted(RequestCode):
+            ext, bodies = table[int(code)]
+            schema = rq.SCHEMAS[code]
+            addr = c.namesrv if code in NAMESRV_CODES else broker
+            access = schema.ACCESS
+            denied = t_none.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
+            if denied.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                rows.append((code.name, "not served on these sockets (a push to clients, the scheduler, the HA socket)"))
+                continue
+            if access.anyone:
+                expect_denied = False
+            else:
+                expect_denied = True
+                # a code checked once its resource is found (`later`) may first say there is none
+                lookup_failed = not access.needs and access.later and "not found" in denied.remark
+                if denied.code != ResponseCode.NO_PERMISSION and not lookup_failed:
+                    wrong.append(f"{code.name}: a user without the right got {denied.code} {denied.remark}")
+            if access.roles or access.super_only:
+                right = t_admin   # SUPER: allowed for super_only, still refused for service roles
+            else:
+                user = f"u{int(code)}"
+                creds = _user(admin, user)
+                for res, action in _grants_for(schema, ext):
+                    admin.acl_grant(user, res, [action])
+                right = Transport(f"t-{user}", credentials=creds)
+            try:
+                got = right.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
+            finally:
+                if right is not t_admin:
+                    right.close()
+            refused = got.code == ResponseCode.NO_PERMISSION
+            if access.roles and not refused:
+                wrong.append(f"{code.name}: a SUPER user's key got past a service-role check ({got.code})")
+            if not access.roles and refused:
+                wrong.append(f"{code.name}: the user with the right was refused: {got.remark}")
+            rows.append((code.name, f"without: {'NO_PERMISSION' if expect_denied else denied.code}; "
+                                    f"with: {'refused (service role)' if access.roles else got.code}"))
+    finally:
+        t_none.close()
+        t_admin.close()
+    print("\n".join(f"{name:<40} {what}" for name, what in rows))
+    assert not wrong, "\n".join(wrong)

@@ -112,6 +112,11 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.HA_REPORT: ({"o": 0, "addr": ctx.dead_addr, "id": 1, "reset": False}, []),
         R.HA_SYNC_METADATA: ({"offsets": [[g, t, 0, 1]]}, []),
         R.HA_SLAVE_OFFSETS: ({}, []),
+        R.ACL_UPDATE_USER: ({"name": "fuzz-user", "key": "F" * 40, "type": "NORMAL"}, []),
+        R.ACL_DELETE_USER: ({"name": "fuzz-user"}, []),
+        R.ACL_GRANT: ({"user": "fuzz-user", "res": f"topic:{t}", "act": ["PUB"], "deny": False, "src": ""}, []),
+        R.ACL_REVOKE: ({"user": "fuzz-user", "res": f"topic:{t}", "act": ["PUB"], "deny": False, "src": ""}, []),
+        R.ACL_SNAPSHOT: ({"v": ""}, []),
     }
     return {int(k): v for k, v in table.items()}
 
