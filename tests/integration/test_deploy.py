@@ -41,11 +41,17 @@ def test_every_service_folder_has_a_compose_service_and_back():
         assert all(k.startswith("QUIVER_") for k in svc["environment"])
 
 
-def test_quiver_up_scale_status_down_leaves_no_process(tmp_path):
+@pytest.mark.parametrize("secure", [False, True], ids=["auth-off", "auth-on"])
+def test_quiver_up_scale_status_down_leaves_no_process(tmp_path, secure):
+    """With auth on too: the demo's SQL92 (filter server), delay (scheduler), transaction and push
+    consumer run over CURVE with the admin key the cluster made."""
     quiver = [sys.executable, "-m", "quiver.tools.cli"]
     data = str(tmp_path / "up")
     out = subprocess.run([*quiver, "up", "--data-dir", data, "--free-ports", "--scale", "broker-store=2",
-                          "--demo", "--detach"], capture_output=True, text=True, timeout=180, cwd=ROOT)
+                          "--demo", "--detach", *(["--secure"] if secure else [])],
+                         capture_output=True, text=True, timeout=180, cwd=ROOT)
+    if secure:
+        quiver += ["--credentials", os.path.join(data, "auth", "admin.key")]
     state = json.load(open(os.path.join(data, "quiver-up.json"))) if out.returncode == 0 else None
     try:
         assert out.returncode == 0, out.stdout + out.stderr
