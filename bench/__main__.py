@@ -4,7 +4,9 @@
     python -m bench --only quiver,redis --workloads produce,consume --repeat 1
     python -m bench --only quiver --repeat 1 --smoke  # tiny counts, no peers
 
-Systems: ceilings (raw pyzmq + disk), quiver-async, quiver-sync, redis,
+    python -m bench --only quiver-async --auth --workloads produce,consume   # auth on vs off
+
+Systems: ceilings (raw pyzmq + disk), quiver-async, quiver-sync, quiver-auth, redis,
 jetstream, rabbitmq (aliases: quiver, nats, rabbit, raw, peers). Workloads:
 produce, batch, consume, sync, e2e, produce_64, produce_16k, procs, raw, disk.
 Peers are installed with apt-get when absent, started on 127.0.0.1 with data
@@ -59,9 +61,13 @@ def main(argv=None) -> int:
     ap.add_argument("--messages", type=int, help="messages per produce/consume measurement (default 20000)")
     ap.add_argument("--out", default=RESULTS, help="directory for <date>.json/.md/.png (default bench/results)")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get missing peer servers")
+    ap.add_argument("--auth", action="store_true",
+                    help="also quiver-auth (auth on) next to quiver-async: what CURVE + ACL cost, same run")
     args = ap.parse_args(argv)
 
     systems = registry.resolve(args.only)
+    if args.auth:
+        systems = registry.resolve(",".join(dict.fromkeys([*systems, "quiver-async", "quiver-auth"])))
     workloads = [w.strip() for w in args.workloads.split(",")] if args.workloads else None
     for w in workloads or []:
         if w not in runner.WORKLOADS:

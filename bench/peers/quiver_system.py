@@ -9,6 +9,7 @@ of 100 with 10 in flight; consume: PullConsumer (pull batch 256) then commit
 """
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -17,6 +18,7 @@ import time
 
 from quiver import Admin, Message, Producer, PullConsumer
 from quiver.tools.local import LocalCluster
+from quiver.wire.curve import init_auth_dir
 
 from bench.core import pipelined_batches
 from bench.peers import base
@@ -24,7 +26,7 @@ from bench.peers import base
 
 class Client:
     def __init__(self, conn: dict):
-        self.p = Producer(base.unique("bench-p"), namesrv=conn["namesrv"]).start()
+        self.p = Producer(base.unique("bench-p"), namesrv=conn["namesrv"], credentials=conn.get("credentials")).start()
 
     def produce(self, topic: str, n: int, size: int, window: int = base.WINDOW) -> int:
         sem, done, lock = threading.Semaphore(window), threading.Event(), threading.Lock()
@@ -58,16 +60,19 @@ class QuiverAsync(base.System):
     durability = "flush ASYNC: ack after page-cache write, fsync behind"
     notes = {"batch": "send_batch_async of 100, 10 batches in flight"}
 
+    auth = False
+
     def __enter__(self):
-        self.dir = tempfile.TemporaryDirectory(prefix=f"quiver-bench-{self.flush}-")
-        self.cluster = LocalCluster(self.dir.name)
+        self.dir = tempfile.TemporaryDirectory(prefix=f"quiver-bench-{self.name}-")
+        self.creds = init_auth_dir(os.path.join(self.dir.name, "auth")) if self.auth else None
+        self.cluster = LocalCluster(self.dir.name, auth_dir=os.path.join(self.dir.name, "auth") if self.auth else None)
         try:
             self.cluster.add_namesrv()
             self.cluster.wait()
             self.broker = self.cluster.add_broker(None, None, "--flush", self.flush)
             self.cluster.wait()
             self.cluster.wait_registered(1)
-            self.admin = Admin(namesrv=self.cluster.namesrv)
+            self.admin = Admin(namesrv=self.cluster.namesrv, credentials=self.creds)
             self.client = Client(self.conn())
         except BaseException:
             self.__exit__()
@@ -85,7 +90,7 @@ class QuiverAsync(base.System):
             self.dir.cleanup()
 
     def conn(self) -> dict:
-        return {"namesrv": self.cluster.namesrv}
+        return {"namesrv": self.cluster.namesrv, "credentials": self.creds}
 
     def new_topic(self) -> str:
         topic = base.unique("T")
@@ -110,7 +115,7 @@ class QuiverAsync(base.System):
         if self.client.produce(topic, n, 1024) != n:
             raise RuntimeError("prefill not fully acked")
         with PullConsumer(base.unique("bench-c"), namesrv=self.cluster.namesrv, consume_from="first",
-                          pull_batch_size=256, auto_commit=False) as pc:
+                          pull_batch_size=256, auto_commit=False, credentials=self.creds) as pc:
             pc.subscribe(topic)
             got, t0 = 0, time.perf_counter()
             deadline = time.monotonic() + 120
@@ -155,3 +160,11 @@ class QuiverSync(QuiverAsync):
     name = "quiver-sync"
     flush = "sync"
     durability = "flush SYNC: ack after group fdatasync"
+
+
+class QuiverAuth(QuiverAsync):
+    """quiver-async with auth on: CURVE on every socket, every request authorized (a SUPER user,
+    so the ACL check is the dict lookup every user pays)."""
+    name = "quiver-auth"
+    auth = True
+    durability = "flush ASYNC, auth on (CURVE + ACL)"

@@ -10,18 +10,20 @@ SYSTEMS = {
     "ceilings": ("bench.peers.ceilings", "Ceilings"),
     "quiver-async": ("bench.peers.quiver_system", "QuiverAsync"),
     "quiver-sync": ("bench.peers.quiver_system", "QuiverSync"),
+    "quiver-auth": ("bench.peers.quiver_system", "QuiverAuth"),
     "redis": ("bench.peers.redis_streams", "RedisStreams"),
     "jetstream": ("bench.peers.jetstream", "JetStream"),
     "rabbitmq": ("bench.peers.rabbitmq", "RabbitMQ"),
 }
 ALIASES = {"quiver": ["quiver-async", "quiver-sync"], "nats": ["jetstream"], "rabbit": ["rabbitmq"],
            "raw": ["ceilings"], "peers": ["redis", "jetstream", "rabbitmq"]}
+OPT_IN = {"quiver-auth"}  # only by name or with --auth
 PACKAGES = {"redis": "redis-server", "jetstream": "nats-server", "rabbitmq": "rabbitmq-server"}
 
 
 def resolve(only: str | None) -> list[str]:
     if not only:
-        return list(SYSTEMS)
+        return [n for n in SYSTEMS if n not in OPT_IN]
     picked = set()
     for word in (w.strip() for w in only.split(",") if w.strip()):
         names = ALIASES.get(word, [word])

@@ -40,6 +40,9 @@ TARGETS = [
     ("sync send p50 <= JetStream's", "quiver-async", "sync_p50_us", "jetstream", "sync_p50_us", "<=", 1.0),
     ("e2e p99 <= Redis Streams'", "quiver-async", "e2e_p99_us", "redis", "e2e_p99_us", "<=", 1.0),
     ("SYNC-flush produce >= 3x RabbitMQ", "quiver-sync", "produce_msgs_s", "rabbitmq", "produce_msgs_s", ">=", 3.0),
+    ("auth on: pipelined produce >= 0.85x auth off", "quiver-auth", "produce_msgs_s", "quiver-async", "produce_msgs_s",
+     ">=", 0.85),
+    ("auth on: consume >= 0.85x auth off", "quiver-auth", "consume_msgs_s", "quiver-async", "consume_msgs_s", ">=", 0.85),
 ]
 
 
@@ -134,7 +137,7 @@ def plot(doc: dict, path: str) -> None:
     plt.close(fig)
 
 
-COLORS = {"quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "redis": "#d62728", "jetstream": "#2ca02c",
+COLORS = {"quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "quiver-auth": "#17becf", "redis": "#d62728", "jetstream": "#2ca02c",
           "rabbitmq": "#ff7f0e"}
 
 
