@@ -542,6 +542,32 @@ def _watch_tasks(spark, stop) -> None:
             last = line
 
 
+class StreamProgress:
+    """The progress lines of `quiver ingest --stream`, from a query's `recentProgress` events.
+
+    Spark reports one event per batch it ran, and while idle one every ~10 s carrying the id
+    of the batch it has NOT run yet, with 0 rows; when that batch runs it reports under the same
+    id. So an event is new by (timestamp, batchId), not by id, and only a batch that ran
+    ("addBatch" in durationMs) makes a line; every event's rows count once in `total`."""
+
+    def __init__(self):
+        self.total, self._last = 0, ("", -1)
+
+    def lines(self, events) -> list[str]:
+        out = []
+        for e in events:
+            key = (e["timestamp"], e["batchId"])
+            if key <= self._last:   # seen at an earlier poll (ISO-8601 UTC timestamps sort as text)
+                continue
+            self._last = key
+            rows = e["numInputRows"] or 0
+            self.total += rows
+            if "addBatch" in (e.get("durationMs") or {}):
+                rate = e.get("processedRowsPerSecond") or 0
+                out.append(f"batch {e['batchId']}: {self.total} rows so far (+{rows}), {rate:.0f} rows/s")
+        return out
+
+
 def run_ingest(args) -> int:
     """`quiver ingest`: topics -> Parquet/Delta partitioned by topic and store date, batch or streaming."""
     import threading
@@ -576,21 +602,18 @@ def run_ingest(args) -> int:
         trigger = {"availableNow": True} if args.available_now else {"processingTime": f"{args.trigger_seconds} seconds"}
         query = (df.writeStream.format(args.format).option("checkpointLocation", ckpt).partitionBy("topic", "dt")
                  .trigger(**trigger).start(args.to))
-        total, seen = 0, -1
+        progress = StreamProgress()
         print(f"streaming {args.topic} -> {args.to} ({args.format}), checkpoint {ckpt}; Ctrl-C stops", flush=True)
         try:
             while query.isActive:
                 query.awaitTermination(2)
-                progress = query.recentProgress
-                if progress and progress[-1]["batchId"] != seen:
-                    new = [p for p in progress if p["batchId"] > seen]
-                    seen = progress[-1]["batchId"]
-                    total += sum(p["numInputRows"] for p in new)
-                    last = progress[-1]
-                    print(f"batch {seen}: {total} rows so far, {last.get('processedRowsPerSecond', 0):.0f} rows/s",
-                          flush=True)
+                for line in progress.lines(query.recentProgress):
+                    print(line, flush=True)
         except KeyboardInterrupt:
             query.stop()
+        for line in progress.lines(query.recentProgress):   # what ended the last wait (availableNow)
+            print(line, flush=True)
+        print(f"stopped: {progress.total} rows ingested", flush=True)
         if query.exception() is not None:
             print(f"ingest failed: {query.exception()}", file=sys.stderr)
             return 1

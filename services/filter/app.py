@@ -1,12 +1,16 @@
 """The filter server process: a Service loop, its broker attachment, registration.
 
-A filter server serves one broker. `--broker HOST:PORT` names it; otherwise it
-asks the name servers for the cluster and attaches to the live master with the
-fewest filter servers (ties broken by a hash of our own address, so replicas
-started together spread out), and moves only if that broker disappears. It
-registers with its broker at start and every `register_interval_ms` (the
-broker expires it after 30 s of silence and reports it to the name servers,
-so routes carry it); on shutdown it unregisters.
+A filter server is attached to one broker. `--broker HOST:PORT` names it;
+otherwise it asks the name servers for the cluster and attaches to the live
+master with the fewest filter servers (ties broken by a hash of our own
+address, so replicas started together spread out), and moves only if that
+broker disappears. It registers with its broker at start and every
+`register_interval_ms` (the broker expires it after 30 s of silence and
+reports it to the name servers, so routes carry it); on shutdown it
+unregisters. It serves pulls for any broker of its cluster (a pull names its
+broker): each round also refreshes the cluster's broker addresses
+(`known_brokers`), with or without `--broker`, and a pull for any other
+address is refused.
 """
 
 import hashlib
@@ -82,34 +86,42 @@ class App:
     # ---- attachment and registration (service thread; replies come back through the inbox) -------
 
     def register_step(self) -> None:
-        """Find our broker if needed, then register with it; schedules the next step."""
+        """Refresh the cluster's broker addresses (the brokers we serve), pick ours unless --broker
+        names it, register with it; schedules the next step. A broker named by --broker is
+        registered with at once: the cluster view only widens which pulls we take."""
         if self.config.broker:
             self._register()
+            self._ask_cluster(list(self.namesrvs), attach=False)
         else:
             self._ask_cluster(list(self.namesrvs))
 
-    def _ask_cluster(self, namesrvs: list[str]) -> None:
+    def _ask_cluster(self, namesrvs: list[str], attach: bool = True) -> None:
         if not namesrvs:
-            log.warning("no name server answered; cannot pick a broker (retrying)")
-            self._next(RETRY_S)
+            if attach:
+                log.warning("no name server answered; cannot pick a broker (retrying)")
+                self._next(RETRY_S)
+            else:
+                log.debug("no name server answered; serving the brokers known so far")
             return
         addr, rest = namesrvs[0], namesrvs[1:]
 
         def done(result):
-            self.service.call_soon_threadsafe(self._cluster_answer, result, rest)
+            self.service.call_soon_threadsafe(self._cluster_answer, result, rest, attach)
         self.transport.send(addr, rq.GetClusterInfo(), None, (), done, 3.0)
 
-    def _cluster_answer(self, result, rest) -> None:
+    def _cluster_answer(self, result, rest, attach: bool = True) -> None:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
-            self._ask_cluster(rest)
+            self._ask_cluster(rest, attach)
             return
         try:
             cluster = rq.ClusterReply.decode(result.ext).cluster
         except QuiverError as exc:
             log.warning("cluster info ignored: %s", exc.remark)
-            self._ask_cluster(rest)
+            self._ask_cluster(rest, attach)
             return
         self.known_brokers = {a for b in cluster.brokers.values() for a in b.addrs.values()}
+        if not attach:
+            return
         chosen = pick_broker(cluster, self.advertised, self.broker)
         if chosen != self.broker:
             if chosen:
@@ -155,6 +167,7 @@ class App:
     def status(self) -> dict:
         return {"role": "filter", "addr": self.advertised, "broker": self.broker,
                 "registered": self.registered_at is not None, "selectors": len(self.selectors),
+                "serves_brokers": sorted(self.known_brokers | ({self.broker} if self.broker else set()))[:100],
                 "subscriptions": self.selectors.subscriptions()[:50],
                 "selector_cache": {"hits": self.selectors.hits, "misses": self.selectors.misses}}
 

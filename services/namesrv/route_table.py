@@ -4,7 +4,9 @@ Owns the four RocketMQ tables (topic -> queue data per broker name, broker
 name -> addresses by id, cluster -> broker names, broker address -> liveness
 and filter servers) and their rules: QueueData is rewritten only when a
 broker's data version changes, only the master (id 0) writes it, and a broker
-name with no address left disappears from every topic.
+name with no address left disappears from every topic. A route carries the
+filter servers of its brokers (`filter_servers`) and every live one of their
+clusters (`cluster_filter_servers`, for brokers that have none of their own).
 
 Does not own the shape of a registration: its schema,
 `quiver.wire.requests.RegisterBroker` (and `UnregisterBroker`), checks the whole
@@ -130,7 +132,13 @@ class RouteTable:
                 lb = self.live.get(addr)
                 if lb and lb.filter_servers:
                     filters[addr] = lb.filter_servers
-        return {"topic": topic, "queues": [per[n] for n in names], "brokers": brokers, "filter_servers": filters}
+        return {"topic": topic, "queues": [per[n] for n in names], "brokers": brokers, "filter_servers": filters,
+                "cluster_filter_servers": self.cluster_filter_servers({b["cluster"] for b in brokers})}
+
+    def cluster_filter_servers(self, clusters: set[str]) -> list[str]:
+        """Every live filter server of these clusters: any of them serves any of their brokers, so a
+        topic whose brokers have none of their own is still readable with SQL92."""
+        return sorted({f for lb in self.live.values() if lb.cluster in clusters for f in lb.filter_servers})
 
     def _broker_view(self, name: str) -> dict:
         data = self.brokers[name]

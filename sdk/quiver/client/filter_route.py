@@ -1,9 +1,14 @@
 """Where a consumer pulls a queue from, and SQL92 subscription checks.
 
 Tag subscriptions pull from the queue's broker. SQL92 subscriptions pull
-through a filter server attached to that broker (the route carries them:
-`route.filter_servers[broker_addr]`), never from the broker itself, so an
-unfiltered message can never reach the app. Used by PullConsumer and
+through a filter server, never from the broker itself, so an unfiltered
+message can never reach the app. Any filter server of the cluster can serve
+any broker (the pull names the broker: PullMessage.broker_addr), so the route
+offers them nearest first (`candidates`): those attached to the queue's broker
+(`route.filter_servers[broker_addr]`), else those of the topic's other brokers,
+else any live one of the topic's clusters (`route.cluster_filter_servers`).
+Everything is read from the cached route: pull addressing runs on the
+transport's IO thread and never asks anyone. Used by PullConsumer and
 PushConsumer alike:
 
     servers = FilterServers(client_id)
@@ -11,16 +16,17 @@ PushConsumer alike:
     ... on a failed pull (ClientError / RequestTimeoutError / SERVICE_NOT_AVAILABLE):
     servers.failed(addr)                                 # avoided for a while; next call fails over
 
-Consumers are spread over a broker's filter servers by a stable hash of
-(client id, queue); a failed one is avoided for `avoid_s`, and its queues move
-to the others of the same broker. With none left, `pull_address` raises
+Consumers are spread over the nearest tier's filter servers by a stable hash
+of (client id, queue); a failed one is avoided for `avoid_s`, and its queues
+move to the others of that tier, or to the next tier when the whole tier
+failed (and back when it returns). With none left, `pull_address` raises
 NoFilterServerError: the caller logs it (`servers.log_unavailable`) and
 retries later with a refreshed route.
 
 `as_selector(expression)` is what both consumers' `subscribe` accepts;
 `check_subscription` validates an expression at subscribe/start time through
-CHECK_CLIENT_CONFIG on a filter server of the topic's brokers (falling back to
-the broker, which relays to one of its filter servers).
+CHECK_CLIENT_CONFIG on a filter server of the topic's brokers or clusters
+(falling back to the broker, which relays to one of its filter servers).
 """
 
 import hashlib
@@ -68,24 +74,32 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
+def candidates(route, broker_addr: str) -> list[list[str]]:
+    """The filter servers that may serve `broker_addr`, in tiers, nearest first: its own, then
+    those of the topic's other brokers, then the other live ones of the topic's clusters."""
+    own = set(route.filter_servers.get(broker_addr) or ())
+    topic = {a for addrs in route.filter_servers.values() for a in addrs} - own
+    cluster = set(route.cluster_filter_servers) - own - topic
+    return [sorted(tier) for tier in (own, topic, cluster) if tier]
+
+
 def pull_address(route, mq, selector, client_id: str = "", avoid=()) -> str:
-    """The address to pull `mq` from: its broker (tags) or a filter server of its broker (SQL92)."""
+    """The address to pull `mq` from: its broker (tags) or the nearest live filter server (SQL92)."""
     broker_addr = route.addrs.get(mq.broker)
     if not broker_addr:
         raise ClientError(f"broker {mq.broker!r} of {mq} is not in the route")
     if not is_sql(selector):
         return broker_addr
-    servers = sorted(set(route.filter_servers.get(broker_addr) or ()))
-    if not servers:
-        # the broker has none of its own: any filter server of the cluster pulls from it (by `broker_addr`)
-        servers = sorted({a for addrs in route.filter_servers.values() for a in addrs})
-    live = [a for a in servers if a not in avoid]
-    if not live:
-        why = f"all of {servers} failed recently" if servers else "none is registered"
-        raise NoFilterServerError(
-            f"no filter server for broker {mq.broker} ({broker_addr}) to pull {mq.topic}:{mq.queue_id} with a SQL92 "
-            f"subscription: {why}; start one (python -m quiver_filter --broker {broker_addr}). Retrying.")
-    return live[_stable_hash(f"{client_id}|{mq.topic}|{mq.queue_id}") % len(live)]
+    tiers = candidates(route, broker_addr)
+    for tier in tiers:
+        live = [a for a in tier if a not in avoid]
+        if live:
+            return live[_stable_hash(f"{client_id}|{mq.topic}|{mq.queue_id}") % len(live)]
+    servers = [a for tier in tiers for a in tier]
+    why = f"all of {servers} failed recently" if servers else "none is registered in its cluster"
+    raise NoFilterServerError(
+        f"no filter server for broker {mq.broker} ({broker_addr}) to pull {mq.topic}:{mq.queue_id} with a SQL92 "
+        f"subscription: {why}; start one (python -m quiver_filter). Retrying.")
 
 
 class FilterServers:
@@ -136,19 +150,19 @@ def should_fail_over(result) -> bool:
 def check_subscription(client, topic: str, selector, group: str = "") -> bool:
     """Compile `selector` remotely; raise SubscriptionParseError (with .position) if it is bad.
 
-    Tries every filter server of the topic's brokers, then the brokers (which
-    relay to theirs). True if some server checked it; False (after logging) if
-    none could, in which case the first pull will report a bad expression.
+    Tries the filter servers of the topic's brokers, then the others of their
+    clusters, then the brokers (which relay to theirs). True if some server
+    checked it; False (after logging) if none could, in which case the first
+    pull will report a bad expression.
     """
     if not is_sql(selector):
         return True
     route = client.route(topic, refresh=True)
     req = rq.CheckClientConfig(group=group or None, topic=topic, expression_type="SQL92",
                                expression=selector.expression)
-    targets = []
-    for broker_addr in sorted(set(route.addrs.values())):
-        targets.extend(sorted(route.filter_servers.get(broker_addr) or ()))
-    targets.extend(sorted(set(route.addrs.values())))
+    brokers = sorted({a for a in route.addrs.values() if a})
+    targets = [f for b in brokers for f in sorted(route.filter_servers.get(b) or ())]
+    targets += sorted(route.cluster_filter_servers) + brokers
     last: Exception | None = None
     for addr in dict.fromkeys(targets):
         try:
@@ -167,5 +181,5 @@ def check_subscription(client, topic: str, selector, group: str = "") -> bool:
             raise err
         return True
     log.error("could not validate the SQL92 subscription to %r (no filter server or broker answered: %s); "
-              "nothing will be delivered until a filter server of the topic's brokers is up", topic, last)
+              "nothing will be delivered until a filter server of the topic's cluster is up", topic, last)
     return False

@@ -29,7 +29,8 @@ record at a time, so one bad record never stops a queue. The target
 is the queue's broker for a tag subscription - its master, or while the
 master's reads fail its lowest-id slave (`ClientBase.read_addr`); an
 unreachable broker is marked (`read_failed`) and the next pull goes to the
-slave - or, for SQL92, a filter server of that broker (filter_route.py),
+slave - or, for SQL92, the nearest filter server (one of that broker's own,
+else any live one of its cluster, the pull naming the broker: filter_route.py),
 failing over to another one when it is unusable and back when it returns.
 
 Does not own: what a reader does with the records (caching, offsets, flow

@@ -36,6 +36,9 @@ class RouteData(Schema):
     brokers: list = wire("brokers", ListOf(Nested(BrokerData), 10_000, skip_bad=True), [])
     filter_servers: dict = wire("filter_servers", MapOf(ADDR, ListOf(ADDR, 1024, skip_bad=True), 10_000,
                                                         skip_bad=True), {})
+    # every live filter server of the clusters of the topic's brokers (a filter server serves any broker
+    # of its cluster: the pull names it, PullMessage.broker_addr); absent from older name servers
+    cluster_filter_servers: list = wire("cluster_filter_servers", ListOf(ADDR, 10_000, skip_bad=True), [])
 
 
 @schema
