@@ -206,7 +206,8 @@ class Planner:
             for mq in route.read_queues:
                 addr = route.addrs[mq.broker]
                 self.addrs[mq.broker] = addr
-                self.filters[mq.broker] = tuple(sorted(set(route.filter_servers.get(addr) or ())))
+                # any filter server of the cluster may serve this broker: its own first (filter_route tiers)
+                self.filters[mq.broker] = tuple(a for tier in filter_route.candidates(route, addr) for a in tier)
                 out.append((mq.topic, mq.broker, mq.queue_id))
             if self.opts.sql is not None and topic not in self._checked_sql:
                 filter_route.check_subscription(self.admin, topic, MessageSelector.sql(self.opts.sql))
@@ -311,7 +312,7 @@ def _arrow(recs, broker: str) -> pa.RecordBatch:
     msg_ids, tag_col, key_offsets, key_flat, prop_offsets, prop_keys, prop_values = [], [], [0], [], [0], [], []
     for r in recs:
         uniq = tag = keys = None
-        for item in r.props.split(record.PROP_SEP):
+        for item in record.strip_prop_crc(r.props).split(record.PROP_SEP):
             if item:
                 k, _, v = item.partition(record.NAME_SEP)
                 prop_keys.append(k)

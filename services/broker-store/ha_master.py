@@ -11,9 +11,23 @@ replies and the master's half of the metadata sync; not the frame rules
     on_acks(best, connected) <--post---- best acked offset of the live slaves
 
 The HA thread reads the CommitLog with pread under the CommitLog lock (so a
-segment cannot be closed under it); it never writes the store. Replies wait
-on the service thread in one GroupAck list, completed when the best acked
-offset passes their end (RocketMQ 4.x GroupTransferService).
+segment cannot be closed under it), never past the end of the whole puts
+(store.max_phys_offset: a put still being written may yet be rolled back), and
+never writes the store. A chunk is whole records with intact framing
+(ha_stream.frame_prefix); bytes whose framing is broken by damage on this
+master's disk go alone, verbatim, as one chunk up to the next intact record
+(recovery.resync) or the segment's end: offsets stay equal on both sides and
+replication never stops at a bad record (ha_stream's docstring has the rule).
+Such damage at the very tail of the log waits for the next put (`_damaged`).
+
+SYNC_MASTER answers: SEND_OK only once a slave acked the put's end offset;
+FLUSH_SLAVE_TIMEOUT when none did within --slave-timeout-ms (a slave that
+cannot write, e.g. its disk is full, acks nothing); SLAVE_NOT_AVAILABLE at
+once when no slave is connected or the best one is more than
+--ha-max-gap-bytes behind (RocketMQ's isSlaveOK). The data is stored on the
+master whatever the answer. Replies wait on the service thread in one
+GroupAck list, completed when the best acked offset passes their end
+(RocketMQ 4.x GroupTransferService).
 
 Metadata: a slave calls HA_SYNC_METADATA every --ha-sync-interval-ms with the
 consumer offsets it advanced itself while it served reads; the master keeps
@@ -31,13 +45,16 @@ import time
 
 import zmq
 
-from quiver.wire import protocol
+from quiver.wire import protocol, record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
 from quiver.wire.transport import next_request_id
 
-from .ha_stream import REPORT_MAX_FRAME_BYTES, GroupAck, LagTracker, aligned_prefix, first_record_size
+from . import recovery
+from .ha_stream import REPORT_MAX_FRAME_BYTES, GroupAck, LagTracker, frame_prefix
+
+DAMAGE_LOGGED_MAX = 10_000  # damaged spans logged (and their ends remembered), up to this many
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +95,8 @@ class ReplicationMaster:
         self._sock = None
         self._posted = (-1, -1)
         self.snapshot: list[dict] = []       # per-slave status, replaced by the HA thread
+        self.damage: dict[int, int] = {}     # start -> end of damaged CommitLog spans found (HA thread)
+        self.held: set[int] = set()          # damage at the log's tail, waiting for a record after it
         # service-thread state
         self.pending = GroupAck(c.slave_timeout_ms / 1000)
         self.best_acked = 0
@@ -169,7 +188,8 @@ class ReplicationMaster:
 
     def status(self) -> dict:
         return {"ha_listen": self.bind_addr if self._sock is not None else "", "slaves": self.snapshot,
-                "waiting_replies": len(self.pending), "max_offset": self.store.max_phys_offset}
+                "waiting_replies": len(self.pending), "max_offset": self.store.max_phys_offset,
+                "damaged_spans_streamed": len(self.damage)}
 
     # ---- HA thread --------------------------------------------------------------------
 
@@ -263,25 +283,62 @@ class ReplicationMaster:
 
     def _pump(self, link: _Link, end: int, now: float) -> None:
         while link.sent < end and link.sent - link.acked < self.window:
-            data = self._read(link.sent)
+            data = self._read(link.sent, end)
             if not data:
                 break
             self._send(link, link.sent, data, end)
             link.sent += len(data)
             link.sent_at = now
 
-    def _read(self, offset: int) -> bytes:
-        """Whole records from `offset`, at most one chunk (one record if it is longer)."""
+    def _read(self, offset: int, end: int) -> bytes:
+        """The next chunk from `offset`, below `end` (the whole puts): whole records with intact
+        framing, at most one chunk (one record if it is longer); or, where the framing is
+        broken, the damaged bytes alone up to the next intact record."""
         cl = self.store.commit_log
+        seg_bytes = self.store.segment_bytes
         with cl.lock:
-            buf = cl.read(offset, self.chunk)
-            n = aligned_prefix(buf, self.chunk)
-            if n == 0 and buf:
-                size = first_record_size(buf)
-                if size > len(buf):
+            seg = cl.segment_for(offset)
+            if seg is None:
+                return b""
+            stop = min(seg.end, end)  # a record never spans segments
+            buf = cl.read(offset, min(self.chunk, stop - offset))
+            n = frame_prefix(buf, offset, len(buf), seg_bytes)
+            if n == 0 and len(buf) >= 8:
+                size = record.peek(buf, 0)[0]
+                if len(buf) < size <= stop - offset:  # one record longer than a chunk
                     buf = cl.read(offset, size)
-                    n = aligned_prefix(buf, size)
+                    n = frame_prefix(buf, offset, size, seg_bytes)
+            if n == 0 and buf:
+                return self._damaged(seg, offset, stop)
         return buf[:n] if n < len(buf) else buf
+
+    def _damaged(self, seg, offset: int, stop: int) -> bytes:
+        """Framing damage at `offset` (under the CommitLog lock): its bytes up to the next intact
+        record within the whole puts, or to the end of a complete segment; found once, then
+        remembered. b"" while neither bounds it yet: damage at the tail of the log is held
+        back until a record follows it, because this master's own recovery would cut such a
+        tail after a restart, and a slave holding it would then be ahead of its master."""
+        nxt = self.damage.get(offset)
+        if nxt is None:
+            found = recovery.resync(seg, offset)
+            if found is not None and found <= stop:
+                nxt = found
+            elif seg.end <= stop and seg is not self.store.commit_log.segments[-1]:
+                nxt = seg.end  # a complete segment (a later one exists): the damage runs to its end
+            else:
+                if offset not in self.held and len(self.held) < DAMAGE_LOGGED_MAX:
+                    self.held.add(offset)
+                    log.error("CommitLog bytes from %d on this master are damaged (no intact record framing) and "
+                              "nothing intact follows them yet: replication waits at %d for the next put",
+                              offset, offset)
+                return b""
+            if len(self.damage) < DAMAGE_LOGGED_MAX:
+                self.damage[offset] = nxt
+                self.held.discard(offset)
+                log.error("CommitLog bytes [%d, %d) on this master are damaged (no intact record framing at %d): "
+                          "streamed to slaves as they are, so offsets stay equal; the records after them are "
+                          "replicated intact", offset, nxt, offset)
+        return self.store.commit_log.read(offset, nxt - offset)
 
     def _send(self, link: _Link, offset: int, data: bytes, end: int) -> None:
         head = rq.HaTransfer(offset=offset, segment_bytes=self.store.segment_bytes, master_end=end)

@@ -1,9 +1,9 @@
 """Slave side of replication: follow the master's CommitLog and metadata; serve reads.
 
 Owns the slave's HA thread (one DEALER to the master's HA socket), the hand-off
-of received chunks to the service thread, the acknowledgments and the
-slave's half of the metadata sync; not the store (store.append_replicated
-appends and dispatches) nor the frame rules (ha_stream).
+of received chunks to the service thread, the acknowledgments, the pause of a
+full disk and the slave's half of the metadata sync; not the store
+(replica_append appends and dispatches) nor the frame rules (ha_stream).
 
     HA thread: connect -> HA_REPORT {o: own max offset} -> HA_TRANSFER chunks -> post
     service thread: append_replicated(o, data) -> wake pulls held on the touched
@@ -11,6 +11,17 @@ appends and dispatches) nor the frame rules (ha_stream).
     every --ha-heartbeat-interval-ms a report even when idle; a master silent for
     --ha-housekeeping-ms is reconnected. Catch-up after a restart starts from the
     slave's own recovered max offset.
+
+A disk that refuses the slave's writes (the disk guard, or ENOSPC / EIO on a
+write, rolled back to the last whole record by replica_append) pauses
+replication: chunks still in flight are dropped, nothing is acked and no
+resend is asked for, so the master stops at its window and answers SYNC_MASTER
+sends FLUSH_SLAVE_TIMEOUT (never SEND_OK). A retry checks the disk after
+RETRY_MIN_S, doubling up to RETRY_MAX_S; once it has room the slave asks the
+master to resend from its last ack (HA_REPORT reset) and goes on by itself,
+no restart. One log line when it pauses, one when it resumes; STATUS shows
+the state and the next retry. Damaged records from the master are copied
+as they are and counted (replica_append, ha_stream's docstring).
 
 The master's HA address comes from --ha-master or the name servers'
 registration reply (which also names the master's broker address, used for
@@ -39,7 +50,12 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
 from quiver.wire.transport import next_request_id
 
+from . import replica_append
+
 log = logging.getLogger(__name__)
+
+RETRY_MIN_S = 0.5   # first disk check after a refused chunk
+RETRY_MAX_S = 10.0  # the backoff doubles up to this
 
 
 class ReplicationSlave:
@@ -77,6 +93,15 @@ class ReplicationSlave:
         self._sync_busy = False
         self._sync_soon = False
         self.snapshot: dict[tuple[str, str, int], int] = {}   # offsets as last synced from the master
+        # service-thread state: damaged bytes copied, and the pause of a disk that refuses writes
+        self.replica = replica_append.ReplicaState()
+        self.paused = ""                   # why replicated bytes are not written now; "" = writing
+        self.resuming = False              # a resend was asked after a pause: the next append tells
+        self.paused_at = 0.0
+        self.backoff_s = RETRY_MIN_S
+        self.retry_at = 0.0
+        self.disk_pauses = 0
+        self.dropped_chunks = 0            # chunks that arrived while paused (resent later)
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -190,6 +215,9 @@ class ReplicationSlave:
 
     def apply(self, offset: int, data: bytes, segment_bytes: int) -> None:
         store = self.store
+        if self.paused:
+            self.dropped_chunks += 1  # asked again from the last ack once the disk has room
+            return
         if segment_bytes != store.segment_bytes:
             self.error = (f"master segments are {segment_bytes} bytes, this slave's {store.segment_bytes}: "
                           f"start the slave with --segment-bytes {segment_bytes}")
@@ -200,13 +228,21 @@ class ReplicationSlave:
             self._wake()
             return
         try:
-            end, touched = store.append_replicated(offset, data)
+            end, touched = replica_append.append(store, offset, data, self.replica)
+        except replica_append.DiskRefused as exc:
+            self._pause(offset, str(exc))
+            return
         except ValueError as exc:
             self.error = str(exc)
             log.warning("replicated chunk at %d refused: %s", offset, exc)
             self._reset = True
             self._wake()
             return
+        if self.resuming:
+            self.resuming = False
+            log.warning("replication resumed at offset %d after %.1f s paused by the disk", offset,
+                        time.monotonic() - self.paused_at)
+            self.backoff_s = RETRY_MIN_S
         self.error = ""
         self.acked = end
         self._wake()
@@ -220,6 +256,38 @@ class ReplicationSlave:
         if unknown and not self._sync_soon:
             self._sync_soon = True
             self.service.call_later(0.2, self.sync_metadata)
+
+    def _pause(self, offset: int, why: str) -> None:
+        """The disk refused a chunk (nothing of it kept): stop writing and asking, retry with backoff."""
+        now = time.monotonic()
+        if self.resuming:  # the retry found no room after all: the same pause, a longer wait
+            self.backoff_s = min(self.backoff_s * 2, RETRY_MAX_S)
+            log.debug("replicated bytes at %d still refused: %s", offset, why)
+        else:
+            self.disk_pauses += 1
+            self.paused_at = now
+            self.backoff_s = RETRY_MIN_S
+            log.warning("replication paused at offset %d: %s; nothing more is acked or asked for; the disk is "
+                        "checked again after %.1f s, backing off to %.0f s", offset, why, self.backoff_s, RETRY_MAX_S)
+        self.paused, self.resuming, self.error = why, False, why
+        self.retry_at = now + self.backoff_s
+        self.service.call_later(self.backoff_s, self._retry)
+
+    def _retry(self) -> None:
+        """A paused slave's disk check: room -> ask the master to resend from the last ack."""
+        if not self.paused or self._stop.is_set():
+            return
+        disk = self.store.disk
+        disk.check()
+        if disk.full:
+            self.paused = self.error = f"replicated bytes not stored: {disk.remark}"
+            self.backoff_s = min(self.backoff_s * 2, RETRY_MAX_S)
+            self.retry_at = time.monotonic() + self.backoff_s
+            self.service.call_later(self.backoff_s, self._retry)
+            return
+        self.paused, self.resuming = "", True
+        self._reset = True  # resend from self.acked: the chunks dropped meanwhile come again
+        self._wake()
 
     def _sync_tick(self) -> None:
         if self._stop.is_set():
@@ -290,10 +358,20 @@ class ReplicationSlave:
 
     def status(self) -> dict:
         end = self.store.max_phys_offset
-        return {"master_ha": self.target, "master_addr": self.master_addr, "state": self.state, "error": self.error,
+        now = time.monotonic()
+        state = self.state
+        if self.paused:
+            state = (f"paused (disk) for {now - self.paused_at:.1f} s, "
+                     f"next check in {max(0.0, self.retry_at - now):.1f} s")
+        elif self.resuming:
+            state = "resuming: resend asked from the last ack"
+        return {"master_ha": self.target, "master_addr": self.master_addr, "state": state, "error": self.error,
+                "paused": bool(self.paused), "disk_pauses": self.disk_pauses, "dropped_chunks": self.dropped_chunks,
+                "retry_backoff_s": self.backoff_s if self.paused else 0.0,
                 "max_offset": end, "master_max_offset": self.master_max,
                 "lag_bytes": max(0, self.master_max - end),
-                "last_frame_ms_ago": round((time.monotonic() - self.last_frame) * 1000) if self.last_frame else None}
+                "last_frame_ms_ago": round((now - self.last_frame) * 1000) if self.last_frame else None,
+                **self.replica.stats()}
 
 
 def _is_a_slave(req) -> None:

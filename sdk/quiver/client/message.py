@@ -3,6 +3,10 @@
 Owns: Message, MessageExt, SendResult and the small enums of the public API,
 unique-id (msgId) and offset-msgId making, Java String.hashCode for tags.
 Does not own the on-disk record (record.py) nor the wire (protocol.py).
+
+A MessageExt's `properties` never hold the store's record CRC, `__CRC32#`
+(--append-prop-crc): like RocketMQ's MessageDecoder, the client drops it
+(record.client_properties).
 """
 
 import enum
@@ -128,7 +132,7 @@ class MessageExt:
 
     @classmethod
     def from_record(cls, rec: record.Record, broker: str) -> "MessageExt":
-        props = rec.properties()
+        props = record.client_properties(rec.props)
         keys = props.get(KEYS)
         return cls(rec.topic, rec.body, props.get(TAGS), keys.split(" ") if keys else [], props,
                    props.get(UNIQ_KEY) or offset_msg_id(rec.store_host, rec.phys_offset), None, broker,
@@ -139,7 +143,7 @@ class MessageExt:
 def decode_messages(buf, broker: str) -> list[MessageExt]:
     """A pull reply's records as MessageExt, in one pass (the consumers' hot path)."""
     out = []
-    parse, append = record.parse_properties, out.append
+    parse, append = record.client_properties, out.append
     for (topic, body, props_s, qid, flag, qoff, poff, sysf, born, stored, host, rc,
          crc) in record.decode_fields(buf):
         props = parse(props_s)

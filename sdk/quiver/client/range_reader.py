@@ -93,7 +93,9 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
 
     def ask(lo: int, hi: int):
         stats.pulls += 1
-        req = queue_puller.request(rng.topic, rng.queue_id, lo, max_msgs=min(batch_size, hi - lo), selector=selector)
+        # a filter server may serve any broker of the cluster: name the one meant
+        req = queue_puller.request(rng.topic, rng.queue_id, lo, max_msgs=min(batch_size, hi - lo), selector=selector,
+                                   broker_addr=rng.addr if sql is not None else None)
         return transport.call_future(vias[via_i], req, timeout=timeout_s)
 
     pending = collections.deque()   # [lo, hi, future], consecutive, in offset order

@@ -153,7 +153,7 @@ class TransactionProducer(Producer):
 
 
 def _check_message(addr, body, phys, qoff, txid, topic, qid, born, stored, flag, props_s) -> MessageExt:
-    props = record.parse_properties(props_s)
+    props = record.client_properties(props_s)   # without the store's __CRC32#
     keys = props.get("KEYS")
     host, port = addr.rsplit(":", 1)
     from quiver.client.message import host_bytes

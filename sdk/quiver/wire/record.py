@@ -13,8 +13,10 @@ BODYCRC = crc32(body) & 0x7FFFFFFF. A BLANK record (magic 0xCBD43194, 8 bytes
 minimum) pads the end of a segment. Properties are "name\\x01value\\x02" repeated.
 Optionally (RocketMQ's enabledAppendPropCRC, marked by SYSFLAG_PROP_CRC) the
 properties end with __CRC32#, a CRC of every byte of the record before it.
-`check_run` is the broker's check of every record it serves. This module owns
-bytes only: no file I/O.
+Clients never see __CRC32# (`client_properties`, RocketMQ's MessageDecoder drops
+PROPERTY_CRC32 too). `check_run` is the broker's check of every record it serves;
+`check_frame` the replication stream's check of a record's framing (its bounds, not
+its CRCs). This module owns bytes only: no file I/O.
 """
 
 import struct
@@ -60,7 +62,8 @@ PROP_SEP = "\x02"
 # Quiver marks such a record with a sysflag bit of its own, so a reader knows to check it.
 PROP_CRC = "__CRC32#"
 SYSFLAG_PROP_CRC = 1 << 20
-_CRC_HEAD = (PROP_CRC + NAME_SEP).encode()
+_CRC_HEAD_S = PROP_CRC + NAME_SEP
+_CRC_HEAD = _CRC_HEAD_S.encode()
 CRC_PROP_BYTES = len(_CRC_HEAD) + 10 + len(PROP_SEP)  # 20, RocketMQ's CRC32_RESERVED_LEN
 
 
@@ -72,11 +75,22 @@ def _crc_prop(c: int) -> bytes:
     return _CRC_HEAD + str(c)[::-1].ljust(10, "0").encode() + b"\x02"
 
 
-def strip_prop_crc(props: bytes) -> bytes:
-    """Properties without a trailing __CRC32# property (a record re-put from a stored one)."""
-    if len(props) >= CRC_PROP_BYTES and props[-CRC_PROP_BYTES:-11] == _CRC_HEAD:
+def strip_prop_crc(props):
+    """Properties (bytes or str) without a trailing __CRC32# property: a record re-put from a
+    stored one, and what a client shows. It is always the last property, so one compare."""
+    head = _CRC_HEAD_S if isinstance(props, str) else _CRC_HEAD
+    if props[-CRC_PROP_BYTES:-11] == head and len(props) >= CRC_PROP_BYTES:
         return props[:-CRC_PROP_BYTES]
     return props
+
+
+def client_properties(s: str) -> dict[str, str]:
+    """The properties map a client shows: `parse_properties` without the store's __CRC32#
+    (a record whose sysflag lost the mark, re-put by a broker with --append-prop-crc off,
+    can still carry one, so it goes by the name, not the flag)."""
+    if s[-CRC_PROP_BYTES:-11] == _CRC_HEAD_S:
+        s = s[:-CRC_PROP_BYTES]
+    return parse_properties(s)
 
 
 def _prop_crc_ok(buf, pos: int, end: int) -> bool:
@@ -217,6 +231,32 @@ def check_head(buf, pos: int = 0, room: int | None = None) -> tuple[int, bool]:
     return size, False
 
 
+# The fields a record's framing is checked by: size, magic, PHYSICALOFFSET and BODYLEN.
+_FRAME = struct.Struct(f">iI{AT['phys_offset'] - AT['body_crc']}xq{AT['body_len'] - AT['sys_flag']}xi")
+
+
+def check_frame(buf, pos: int, phys: int) -> tuple[int, bool]:
+    """(size, is_blank) of the record at `pos`, held whole in `buf`, whose framing is intact:
+    check_head's checks, then PHYSICALOFFSET is `phys` and BODYLEN, the topic length and
+    PROPLEN add up to its size exactly. Its CRCs are not checked: a record whose framing
+    holds but whose body or properties do not match their CRC is still one record of
+    `size` bytes (replication copies it as such). Raises BadRecord otherwise."""
+    size, blank = check_head(buf, pos)
+    if blank:
+        return size, True
+    _, magic, poff, blen = _FRAME.unpack_from(buf, pos)
+    end = pos + size
+    p = pos + FIXED_SIZE + blen
+    if poff != phys:
+        raise BadRecord(f"record claims offset {poff}, not {phys}")
+    if blen < 0 or p + 3 > end:
+        raise BadRecord(f"body length {blen} overruns the record's size {size}")
+    p += 1 + buf[p] if magic == MAGIC_V1 else 2 + (buf[p] << 8 | buf[p + 1])
+    if p + 2 > end or p + 2 + (buf[p] << 8 | buf[p + 1]) != end:
+        raise BadRecord(f"topic and properties lengths do not add up to the record's size {size}")
+    return size, False
+
+
 def queue_offset_at(buf, pos: int) -> int:
     return _I64.unpack_from(buf, pos + QUEUE_OFFSET_AT)[0]
 
@@ -253,10 +293,17 @@ def decode_at(buf, pos: int = 0, check_crc: bool = False) -> Record:
     total, blank = check_head(buf, pos)
     if blank:
         raise BadRecord(f"BLANK filler at {pos}")
+    try:
+        return _decode_at(buf, pos, total, check_crc)
+    except (struct.error, IndexError) as exc:  # a length field points past the buffer
+        raise BadRecord(f"record at {pos}: fields overrun the buffer ({exc})") from None
+
+
+def _decode_at(buf, pos: int, total: int, check_crc: bool) -> Record:
     (_, magic, body_crc, queue_id, flag, qoff, poff, sys_flag, born_ts, born_host,
      store_ts, store_host, reconsume, prep, blen) = _FIXED.unpack_from(buf, pos)
-    if blen < 0:
-        raise BadRecord("record size out of range")
+    if blen < 0 or blen > total - MIN_RECORD:
+        raise BadRecord("body length out of range")
     p = pos + FIXED_SIZE
     body = bytes(buf[p:p + blen])
     p += blen
