@@ -35,7 +35,7 @@ from .filter_servers import SCAN_INTERVAL_S, FilterServerRegistry, FilterServerR
 from .group_commit import GroupCommit
 from .ha_slave import ReplicationSlave
 from .locks import LockManager
-from .metadata import Metadata
+from .metadata import Metadata, owner as metadata_owner
 from .pulling import Puller
 from .retry import Retry
 from .schedule import Schedule
@@ -83,7 +83,8 @@ class App:
                            c.disk_check_bytes, c.disk_check_interval_ms),
             logic_flush_interval_ms=c.logic_flush_interval_ms, prop_crc=c.append_prop_crc,
             on_flushed=self._flushed_from_thread)
-        self.metadata = Metadata(c.metadata_url or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}")
+        self.metadata = Metadata(c.metadata_url.strip() or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}",
+                                 broker=metadata_owner(c.name, c.broker_id), wait_s=c.metadata_wait_ms / 1000)
         self.acl = AclStore(self.metadata.engine, self.security.set_acl if self.security else None)
         if self.security is not None and self.security.dir.admin is not None:
             self.acl.seed_admin(self.security.dir.admin.public_key)
@@ -106,9 +107,9 @@ class App:
         c = self.config
         if c.is_slave:
             return ReplicationSlave(c, self.store, self.metadata, self.topics, self.service, self.transport,
-                                    self.counters, self.puller.notify, self.register_all)
+                                    self.counters, self.puller.notify, self.register_all, self.acl)
         return ha_master.ReplicationMaster(c, self.store, self.metadata, self.topics,
-                                           self.service.call_soon_threadsafe)
+                                           self.service.call_soon_threadsafe, self.security, self.acl)
 
     def _request_parts(self) -> list:
         """Every part that answers requests, each with its own collaborators."""

@@ -73,8 +73,11 @@ class ReplicationMaster:
     """The HA thread of a master broker, and HA_SYNC_METADATA. `post` hands work to the
     service thread (Service.call_soon_threadsafe)."""
 
-    def __init__(self, config, store, metadata, topics, post):
+    def __init__(self, config, store, metadata, topics, post, security=None, acl=None):
         c = self.config = config
+        self.acl = acl  # AclStore: its snapshot goes to the slaves with the metadata
+        self.security = security  # auth on: CURVE on the HA socket, and only replicas may report
+        self.refused_reports = 0
         self.store = store
         self.metadata = metadata
         self.topics = topics
@@ -110,6 +113,9 @@ class ReplicationMaster:
         sock.setsockopt(zmq.SNDHWM, 10_000)
         sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
         sock.setsockopt(zmq.MAXMSGSIZE, REPORT_MAX_FRAME_BYTES)  # slaves only send small reports
+        if self.security is not None:
+            self.security.start(zmq.Context.instance())
+            self.security.secure(sock)
         host, port = self.bind_addr.rsplit(":", 1)
         try:
             sock.bind(f"tcp://{'*' if host in ('0.0.0.0', '') else host}:{port}")
@@ -184,12 +190,13 @@ class ReplicationMaster:
         merge_offsets(meta, req.args.offsets)
         offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
         req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows, "groups": meta.groups, "offsets": offsets,
-                                             "max_offset": self.store.max_phys_offset})
+                                             "max_offset": self.store.max_phys_offset,
+                                             **({"acl": self.acl.acl.snapshot()} if self.acl is not None else {})})
 
     def status(self) -> dict:
         return {"ha_listen": self.bind_addr if self._sock is not None else "", "slaves": self.snapshot,
                 "waiting_replies": len(self.pending), "max_offset": self.store.max_phys_offset,
-                "damaged_spans_streamed": len(self.damage)}
+                "damaged_spans_streamed": len(self.damage), "refused_reports": self.refused_reports}
 
     # ---- HA thread --------------------------------------------------------------------
 
@@ -239,9 +246,13 @@ class ReplicationMaster:
     def _drain(self) -> None:
         for _ in range(1000):
             try:
-                frames = self._sock.recv_multipart(zmq.NOBLOCK)
+                frames = self._sock.recv_multipart(zmq.NOBLOCK, copy=self.security is None)
             except zmq.Again:
                 return
+            if self.security is not None:
+                if not self._from_replica(frames[-1]):
+                    continue
+                frames = [f.bytes for f in frames]
             if len(frames) < 3:
                 continue
             try:
@@ -253,6 +264,20 @@ class ReplicationMaster:
                 log.warning("bad HA frame: %s", exc.remark)
                 continue
             self._report(frames[0], r.offset, r.addr, r.broker_id, r.reset)
+
+    def _from_replica(self, frame) -> bool:
+        """Auth on: only a broker's service key (role replica) may stream the CommitLog."""
+        try:
+            who = frame.get("User-Id")
+        except zmq.ZMQError:
+            who = ""
+        if who == "s:broker":
+            return True
+        self.refused_reports += 1
+        if self.refused_reports in (1, 100, 10_000):
+            log.warning("HA socket: a report from %s refused (%d so far): only a replica's service key may "
+                        "replicate", self.security.who(who) if who else "an unauthenticated peer", self.refused_reports)
+        return False
 
     def _report(self, identity: bytes, offset: int, addr: str, broker_id: int, reset: bool) -> None:
         now = time.monotonic()

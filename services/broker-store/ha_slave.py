@@ -48,6 +48,7 @@ from quiver.wire import protocol
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
+from quiver.wire.curve import process_credentials, secure_client
 from quiver.wire.transport import next_request_id
 
 from . import replica_append
@@ -65,8 +66,10 @@ class ReplicationSlave:
     queue_id)` wakes pulls held on a queue a chunk touched; `register_all()` asks the
     name servers again while the master is not known yet."""
 
-    def __init__(self, config, store, metadata, topics, service, transport, counters, notify, register_all):
+    def __init__(self, config, store, metadata, topics, service, transport, counters, notify, register_all,
+                 acl=None):
         c = self.config = config
+        self.acl = acl  # AclStore: replaced by the master's with each metadata sync
         self.store = store
         self.metadata = metadata
         self.topics = topics
@@ -155,6 +158,7 @@ class ReplicationSlave:
                     sock = zmq.Context.instance().socket(zmq.DEALER)
                     sock.setsockopt(zmq.LINGER, 0)
                     sock.setsockopt(zmq.IDENTITY, f"{self.config.advertised}#{uuid.uuid4().hex[:8]}".encode())
+                    secure_client(sock, process_credentials())  # auth on: the broker's service key
                     sock.connect(f"tcp://{self.target}")
                     poller.register(sock, zmq.POLLIN)
                     connected_to, self.last_frame, sent_ack, fresh = self.target, now, -1, True
@@ -344,6 +348,8 @@ class ReplicationSlave:
                 if mine != o:
                     meta.set_offset(g, t, q, o)
         self.snapshot = snap
+        if reply.acl is not None and self.acl is not None:
+            self.acl.replace({"users": reply.acl.users, "rules": reply.acl.rules})
         if changed:
             for (topic, qid) in list(self.store.cqs):
                 self.notify(topic, qid)

@@ -311,3 +311,57 @@ def test_every_request_code_no_right_and_right(secure):
         t_admin.close()
     print("\n".join(f"{name:<40} {what}" for name, what in rows))
     assert not wrong, "\n".join(wrong)
+
+
+def test_ha_with_auth_on_replicates_the_data_and_the_acl_and_refuses_user_keys(tmp_path):
+    """SYNC_MASTER over CURVE: every SEND_OK is on the slave (its acks came through the secured
+    HA socket), the slave takes the master's users, and a user key — even a SUPER one — cannot
+    open an HA stream (the CommitLog cannot be copied)."""
+    import zmq
+    from support.ha import HA_FAST, status, wait_for, wait_slave_connected
+    from quiver.wire import protocol
+    from quiver.wire.curve import secure_client
+    from quiver.wire.transport import next_request_id
+    auth = str(tmp_path / "auth")
+    admin_creds = init_auth_dir(auth)
+    c = LocalCluster(str(tmp_path / "ha"), auth_dir=auth)
+    t = Transport("ha-test", credentials=admin_creds)
+    try:
+        c.add_namesrv()
+        c.wait()
+        ha_addr = c._addr(None)
+        m = c.add_broker(None, "bk", "--role", "SYNC_MASTER", "--ha-listen", ha_addr, *HA_FAST)
+        s = c.add_slave(m, *HA_FAST)
+        c.wait()
+        c.wait_registered(2)
+        admin = Admin(c.namesrv, credentials=admin_creds)
+        admin.start()
+        admin.create_topic("HaSecure", queues=2)
+        grace = _user(admin, "grace", ("topic:HaSecure", ["PUB"]))
+        wait_slave_connected(t, m)
+        p = _producer(c, grace)
+        try:
+            results = [p.send(Message("HaSecure", f"m{i}".encode())) for i in range(50)]
+        finally:
+            p.shutdown()
+        assert {r.status.name for r in results} == {"SEND_OK"}   # SYNC_MASTER: the slave acked each
+        wait_for(lambda: "grace" in {u[0] for u in t.call(s.addr, rq.AclSnapshot()).ext.get("users", [])}, 20,
+                 "the master's ACL to reach the slave")
+        before = status(t, m)["ha"]["refused_reports"]
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        secure_client(sock, admin_creds)
+        sock.connect(f"tcp://{ha_addr}")
+        try:
+            report = protocol.request(RequestCode.HA_REPORT, next_request_id(),
+                                      rq.HaReport(offset=0, addr="127.0.0.1:1", broker_id=7).ext())
+            sock.send_multipart(report)
+            assert sock.poll(1500) == 0       # no CommitLog bytes for a user key
+        finally:
+            sock.close(0)
+        wait_for(lambda: status(t, m)["ha"]["refused_reports"] > before, 10, "the refusal to be counted")
+        admin.shutdown()
+    finally:
+        t.close()
+        for svc in c.services:
+            svc.kill()

@@ -137,13 +137,27 @@ class GroupConfig(Schema):
     consume_enable: bool = wire("consume_enable", Bool(), True)
 
 
+ACL_ACTIONS = ("PUB", "SUB", "CREATE", "UPDATE", "DELETE", "GET", "LIST", "ALL")
+
+
+@schema
+class AclData(Schema):
+    """An ACL snapshot (ACL_SNAPSHOT's reply, and a master's to its slaves): [name, key, type] users,
+    [user, resource, actions, ALLOW|DENY, source CIDR or ""] rules."""
+    version: str = wire("version", Str(64, 0), "")
+    users: list = wire("users", ListOf(Row(Str(64), Str(40, 40), OneOf("NORMAL", "SUPER")), 100_000), [])
+    rules: list = wire("rules", ListOf(Row(Str(64), Str(262), ListOf(OneOf(*ACL_ACTIONS), 8, 1),
+                                           OneOf("ALLOW", "DENY"), Str(64, 0)), 1_000_000), [])
+
+
 @schema
 class HaSyncMetadataReply(Schema):
-    """A master's topics, groups and consumer offsets, as its slaves copy them."""
+    """A master's topics, groups, consumer offsets and ACL, as its slaves copy them."""
     topics: dict = wire("topics", MapOf(TOPIC, Nested(TopicConfig), 100_000, skip_bad=True), {})
     groups: dict = wire("groups", MapOf(GROUP, Nested(GroupConfig), 100_000, skip_bad=True), {})
     offsets: list = wire("offsets", ListOf(OFFSET_ROW, 1 << 20, skip_bad=True), [])
     max_offset: int = wire("max_offset", OFFSET, 0)
+    acl: AclData | None = wire("acl", Opt(Nested(AclData)), None)   # None: an older master
 
 
 @schema
