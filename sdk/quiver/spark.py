@@ -123,6 +123,7 @@ class Options:
     sql: str | None = None
     pull_batch_size: int = 1024
     min_partitions: int | None = None
+    credentials: str | None = None   # auth on: a key file path every executor can read
 
     @classmethod
     def parse(cls, options) -> "Options":
@@ -143,7 +144,8 @@ class Options:
                    fail_on_data_loss=_bool(o.get("failondataloss"), True),
                    subscription="*" if sql is not None else sub, sql=sql,
                    pull_batch_size=_int(o.get("pullbatchsize"), "pullBatchSize") or 1024,
-                   min_partitions=_int(o.get("minpartitions"), "minPartitions"))
+                   min_partitions=_int(o.get("minpartitions"), "minPartitions"),
+                   credentials=o.get("credentials") or os.environ.get("QUIVER_CREDENTIALS") or None)
 
 
 def _offset_spec(spec: str | None, default: str) -> str | dict:
@@ -184,7 +186,7 @@ class Planner:
 
     def __init__(self, opts: Options):
         self.opts = opts
-        self.admin = Admin(namesrv=opts.namesrv)
+        self.admin = Admin(namesrv=opts.namesrv, credentials=opts.credentials)
         self.addrs: dict[str, str] = {}          # broker -> address
         self.filters: dict[str, tuple] = {}      # broker -> filter server addresses
         self._checked_sql: set[str] = set()
@@ -348,7 +350,7 @@ def _arrow(recs, broker: str) -> pa.RecordBatch:
 
 def read_partition(opts: Options, partition: QuiverPartition):
     """Executor side: pull each range from its broker, yield Arrow record batches."""
-    transport = Transport("quiver-spark")
+    transport = Transport("quiver-spark", credentials=opts.credentials)
     try:
         for rng in partition.ranges:
             stats = RangeStats()
