@@ -245,18 +245,21 @@ class Service:
             self.handle(frames)
 
     def _drain_authenticated(self, sock) -> None:
-        """Like _drain, reading who sent each message from its frames' ZAP metadata."""
+        """Like _drain, reading who sent each message from its routing frame's ZAP metadata
+        (only that frame is received as a Frame: the rest stay plain bytes)."""
         for _ in range(2000):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                first = sock.recv(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            meta = frames[-1]
+            frames = [first.bytes]
+            if first.more:
+                frames += sock.recv_multipart()  # the rest of this message: already here
             try:
-                user_id, source = meta.get("User-Id"), meta.get("Peer-Address")
-            except zmq.ZMQError:  # no ZAP metadata: cannot happen on a CURVE socket; refuse
+                user_id, source = first.get("User-Id"), first.get("Peer-Address")
+            except zmq.ZMQError:  # no ZAP metadata: cannot happen on a CURVE socket; refused below
                 user_id = source = None
-            self.handle([f.bytes for f in frames], user_id or None, source)
+            self.handle(frames, user_id or None, source)
 
     def handle(self, frames: list, user_id: str | None = None, source: str | None = None) -> None:
         if len(frames) < 2:
