@@ -11,21 +11,27 @@ re-dispatch is MessageStore._dispatch, the same code the put path runs.
        record follows it in its segment (found by its magic and its own
        PHYSICALOFFSET, `resync`): those bytes are skipped, logged and counted,
        the records after them kept — one flipped byte must not cut every acked
-       message behind it. With no intact record after it, it is the torn tail
-       of a crash: the end;
+       message behind it. With no intact record after it in its segment, it is
+       the torn tail of a crash (the end) only in the last segment: in a
+       finished segment (a later one exists) nothing is ever written after its
+       BLANK, so the damage runs to the segment's end and the walk goes on with
+       the next segment (ha_master streams the same span to a slave);
     3. re-dispatch each intact record its ConsumeQueue or index lacks: a record
        goes to its queue only when its QUEUEOFFSET is that queue's next offset,
        and to the index only past the index's last offset, so repeating a
-       recovery adds nothing;
+       recovery adds nothing. Queue offsets lost in damage whose header cannot
+       be read are filled with entries pointing at that damage when the queue's
+       next record arrives, by the slave's rule (replica_append.ReplicaState.
+       gap_fill), so the queue goes on past it at each record's own QUEUEOFFSET;
     4. cut the CommitLog at the end (later segments deleted), cut ConsumeQueue
        entries pointing past it, and let the index take new records again.
 
 Unlike RocketMQ we CRC-check from the segment start on a clean restart too: it
 costs one segment's scan. RocketMQ cuts the log at the first bad record; we cut
-only a tail. A damaged record that keeps its ConsumeQueue entry is skipped by
-the pull path's check (queue_reads) when served; one that still needs its
-entry gets it from its salvaged header (record.salvage_head) so its queue
-stays continuous, and the pull path skips it the same way.
+only the tail of the last segment. A damaged record that keeps its ConsumeQueue
+entry is skipped by the pull path's check (queue_reads) when served; one that
+still needs its entry gets it from its salvaged header (record.salvage_head) so
+its queue stays continuous, and the pull path skips it the same way.
 """
 
 import bisect
@@ -35,10 +41,14 @@ import os
 from quiver.wire import names, record
 
 from . import checkpoint
+from .consume_queue import ENTRY
+from .replica_append import ReplicaState
 
 log = logging.getLogger(__name__)
 
 CHUNK = 4 << 20  # bytes read per pread while scanning
+SALVAGE_BYTES = 8 << 20  # of a damaged span, read for its header (a longer record's header reads as
+                         # unsalvageable: its queue gap is filled instead)
 
 
 def recover(store, ckpt_path: str, abnormal: bool) -> None:
@@ -59,6 +69,8 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
     log.info("recovery (%s) from %d, checkpoint %s", "abnormal" if abnormal else "normal",
              start, cp)
 
+    gaps = ReplicaState()  # damage no queue entry could be given to, for filling queue gaps
+
     def on_record(rec: record.Record) -> None:
         tx = rec.sys_flag & record.TX_MASK
         to_cq = False
@@ -76,6 +88,8 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
                 cq.start_at(rec.queue_offset)
             if cq is not None:
                 nxt = cq.max_offset
+                if rec.queue_offset > nxt:
+                    nxt = _fill_gap(cq, nxt, rec, gaps)
                 to_cq = rec.queue_offset == nxt
                 if rec.queue_offset > nxt:
                     log.warning("%s/%d: record at %d has queue offset %d past %d; not queued",
@@ -85,16 +99,20 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
             store._dispatch(rec.topic, rec.queue_id, tx, rec.store_ts, [rec.phys_offset],
                             [rec.size], [rec.props], to_cq=to_cq, to_index=to_index)
 
-    def on_damage(pos: int, end: int, head) -> None:
+    def on_damage(pos: int, end: int, head, framed: bool) -> None:
         store._counts["recovery_damaged_records"] += 1
-        if head is None:
-            return
-        topic, queue_id, queue_offset, sys_flag = head
-        cq = store.cqs.get((topic, queue_id))
-        tx = sys_flag & record.TX_MASK
-        if cq is not None and (tx == record.TX_NOT or tx == record.TX_COMMIT) and queue_offset == cq.max_offset:
-            # keeps the queue continuous; served, the entry fails its check and is skipped
-            store._dispatch(topic, queue_id, tx, 0, [pos], [end - pos], [""], to_index=False)
+        queued = False
+        if head is not None:
+            topic, queue_id, queue_offset, sys_flag = head
+            cq = store.cqs.get((topic, queue_id))
+            tx = sys_flag & record.TX_MASK
+            if cq is not None and (tx == record.TX_NOT or tx == record.TX_COMMIT) and queue_offset == cq.max_offset:
+                # keeps the queue continuous; served, the entry fails its check and is skipped
+                store._dispatch(topic, queue_id, tx, 0, [pos], [end - pos], [""], to_index=False)
+                queued = True
+        if not (queued and framed):
+            # a span of broken framing may hold more records than the one whose header was read
+            gaps.unattributed.append((pos, end - pos))
 
     end = scan(cl, start, on_record, on_damage)
     if end < cl.write_end:
@@ -115,28 +133,29 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
 
 
 def scan(cl, start: int, on_record, on_damage=None) -> int:
-    """Walk intact records from `start`, calling on_record (and on_damage(start, end,
-    salvaged head or None) for damage skipped in the middle); returns the valid end."""
+    """Walk intact records from `start`, calling on_record (and on_damage(start, end, salvaged
+    head or None, framed) for damage skipped); returns the valid end. Damage with nothing
+    intact after it ends the walk in the last segment only (a torn tail); in a finished
+    segment it runs to the segment's end and the walk goes on with the next one."""
     pos = start
     segs = cl.segments
-    i = bisect.bisect_right([s.start for s in segs], pos) - 1
-    for seg in segs[max(i, 0):]:
+    i = max(bisect.bisect_right([s.start for s in segs], pos) - 1, 0)
+    for k in range(i, len(segs)):
+        seg = segs[k]
         if pos != seg.start and not seg.start < pos <= seg.end:
-            break  # the previous segment did not end in a BLANK reaching this one
-        pos = _scan_segment(cl, seg, pos, on_record, on_damage or (lambda *a: None))
+            break  # the previous segment's file stops short of this one: bytes are missing between them
+        pos = _scan_segment(cl, seg, pos, on_record, on_damage or (lambda *a: None), k + 1 < len(segs))
         if pos != seg.end:
             break
     return pos
 
 
-def _scan_segment(cl, seg, pos: int, on_record, on_damage) -> int:
+def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool) -> int:
     win, win_at = b"", pos
     while pos < seg.end:
         rel = pos - win_at
         if rel + 8 > len(win):
             win, win_at, rel = os.pread(seg.fd, min(CHUNK, seg.end - pos), pos - seg.start), pos, 0
-            if len(win) < 8:
-                return pos
         why = None
         try:
             size, blank = record.check_head(win, rel, seg.end - pos)
@@ -162,14 +181,43 @@ def _scan_segment(cl, seg, pos: int, on_record, on_damage) -> int:
             pos += size
             continue
         nxt = resync(seg, pos)
-        if nxt is None:
+        if nxt is not None:
+            log.error("damaged CommitLog bytes [%d, %d) skipped, the records after them kept: %s", pos, nxt, why)
+        elif finished:
+            nxt = seg.end
+            log.error("damaged CommitLog bytes [%d, %d) at the end of a finished segment skipped, the next "
+                      "segment's records kept: %s", pos, nxt, why)
+        else:
             log.warning("CommitLog ends at %d: %s, and no intact record after it (a torn tail)", pos, why)
             return pos
-        raw = os.pread(seg.fd, nxt - pos, pos - seg.start)
-        log.error("damaged CommitLog bytes [%d, %d) skipped, the records after them kept: %s", pos, nxt, why)
-        on_damage(pos, nxt, record.salvage_head(raw, pos))
+        raw = os.pread(seg.fd, min(nxt - pos, SALVAGE_BYTES), pos - seg.start)
+        on_damage(pos, nxt, record.salvage_head(raw, pos), _one_framed_record(raw, pos, nxt - pos))
         win, win_at, pos = b"", nxt, nxt
     return pos
+
+
+def _one_framed_record(raw: bytes, pos: int, span: int) -> bool:
+    """The damaged span is one record whose framing holds (a CRC is what failed)."""
+    try:
+        size, blank = record.check_frame(raw, 0, pos)
+    except (record.BadRecord, IndexError):
+        return False
+    return not blank and size == span == len(raw)
+
+
+def _fill_gap(cq, nxt: int, rec: record.Record, gaps: ReplicaState) -> int:
+    """Queue offsets [nxt, rec.queue_offset) lost in damage whose header could not be read:
+    entries pointing at that damage (never served), by the slave's rule; returns the queue's
+    next offset (unchanged when no such damage explains the gap)."""
+    last = cq.entry(nxt - 1) if nxt > 0 else None
+    spans = gaps.gap_fill(last[0] if last else -1, rec.phys_offset, rec.queue_offset - nxt)
+    if spans is None:
+        return nxt
+    cq.append(b"".join(ENTRY.pack(off, size, 0) for off, size in spans))
+    log.error("%s/%d: queue offsets [%d, %d) were in damaged CommitLog bytes: their entries point at the "
+              "damage (never served), the queue goes on at %d", cq.topic, cq.queue_id, nxt, rec.queue_offset,
+              rec.queue_offset)
+    return cq.max_offset
 
 
 def resync(seg, pos: int) -> int | None:
