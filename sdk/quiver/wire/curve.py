@@ -105,11 +105,12 @@ def read_credentials(path: str) -> Credentials:
 
 
 def credentials_from(value) -> Credentials | None:
-    """`credentials=` as given to a client: None (then QUIVER_CREDENTIALS, if set), a path, or Credentials."""
+    """`credentials=` as given to a client: a path, Credentials, or None: then the process's service
+    key (inside a service, which must never act as a user), else QUIVER_CREDENTIALS if set."""
     if value is None:
-        value = os.environ.get("QUIVER_CREDENTIALS") or None
+        value = process_credentials() or os.environ.get("QUIVER_CREDENTIALS") or None
         if value is None:
-            return process_credentials()
+            return None
     if isinstance(value, Credentials):
         return value
     if isinstance(value, (str, os.PathLike)):
