@@ -50,7 +50,7 @@ class AclStore:
     def __init__(self, engine, on_change=None):
         self.engine = engine
         self.on_change = on_change  # fn(Acl): the service's Security.set_acl
-        _meta.create_all(engine)  # TODO(issue 17): an Alembic revision once migrations land
+        # the tables come with the metadata database's migrations (migrations/versions/0003_acl.py)
         self.acl = self._load()
 
     def _load(self) -> Acl:

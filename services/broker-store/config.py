@@ -2,6 +2,9 @@
 
 from dataclasses import dataclass
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from quiver.wire import names
 from quiver.errors import QuiverError
 from quiver.runtime.settings import advertised_addr, default_identity, setting
@@ -47,7 +50,10 @@ class Config:
     cq_entries_per_file: int = setting(300_000, "ConsumeQueue entries per file")
     index_slots: int = setting(5_000_000, "IndexFile hash slots")
     index_entries: int = setting(20_000_000, "IndexFile entries per file")
-    metadata_url: str = setting("", "SQLAlchemy URL for topics/groups/offsets (default: SQLite in data dir)")
+    metadata_url: str = setting("", "SQLAlchemy URL for topics/groups/offsets (default, also when empty: SQLite in "
+                                    "data dir); brokers may share one database, each keeps its own rows")
+    metadata_wait_ms: int = setting(60_000, "at start, retry a metadata database that refuses connections this "
+                                            "long (a PostgreSQL starting next to the broker)")
     register_interval_ms: int = setting(30_000, "re-register with name servers this often")
     auto_create_topics: bool = setting(True, "create a topic on first send")
     default_topic_queues: int = setting(4, "queues of an auto-created topic")
@@ -104,6 +110,14 @@ class Config:
             raise ValueError("broker id 0 is the master (SYNC_MASTER or ASYNC_MASTER); ids >= 1 are slaves (SLAVE)")
         if self.auto_name and self.broker_id != 0:
             raise ValueError("--broker-name auto is for masters (id 0): a slave names its master's broker")
+        if self.metadata_url.strip():
+            try:
+                make_url(self.metadata_url)
+            except ArgumentError:
+                raise ValueError(f"metadata_url {self.metadata_url!r} is not a SQLAlchemy URL (e.g. "
+                                 "postgresql+psycopg://user:password@host/db); empty: SQLite in the data dir") from None
+        if self.metadata_wait_ms < 0:
+            raise ValueError("metadata_wait_ms must be >= 0")
         if self.ha_transfer_bytes < 4096 or self.ha_window_bytes < self.ha_transfer_bytes:
             raise ValueError("ha_transfer_bytes must be >= 4096 and <= ha_window_bytes")
         try:  # the broker name becomes a directory, both names travel in registrations

@@ -1,6 +1,16 @@
 """Broker metadata through SQLAlchemy: topics, subscription groups, consumer offsets.
 
 SQLite in the data dir by default; any SQLAlchemy URL (PostgreSQL...) by flag.
+Several brokers may share one database: every row carries its owner in a `broker`
+column, first in each primary key, and a `Metadata` reads and writes only the rows
+of the owner it was made for. The owner is the broker name for a master and
+`<name>@<id>` for a slave (`owner()`): a slave keeps a mirror of its master's topics
+and groups plus offsets it advanced itself (ha_slave.py), and must not overwrite its
+master's rows when both share a PostgreSQL ('@' is not allowed in a broker name, so
+no master's name can equal a slave's owner).
+The schema is Alembic's (migrations/): at start the database is upgraded to the
+newest revision, after waiting up to `wait_s` for it to accept connections (a
+PostgreSQL that starts next to the broker).
 Offsets live in memory and are written in one transaction every few seconds
 (and on shutdown), as RocketMQ persists consumerOffset.json. An offset outside
 0..2^63-1 (what a BIGINT holds) is refused when it is set. A save that fails
@@ -21,14 +31,18 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
 from quiver.errors import InvalidParameterError, ServiceNotAvailableError
 
+from . import migrations
+
 log = logging.getLogger(__name__)
 
 MAX_OFFSET = 2 ** 63 - 1
 # the database itself is unusable (locked, gone, disk I/O): trying the next row would fail the same way
 _DB_DOWN = (OperationalError, InterfaceError, DisconnectionError)
 
+# the schema of the newest revision (migrations/versions/); tests/unit check they agree
 _meta = MetaData()
 topics_t = Table("topics", _meta,
+                 Column("broker", String(255), primary_key=True),
                  Column("name", String(255), primary_key=True),
                  Column("read_queues", Integer, nullable=False),
                  Column("write_queues", Integer, nullable=False),
@@ -36,21 +50,33 @@ topics_t = Table("topics", _meta,
                  Column("sysflag", Integer, nullable=False, default=0),
                  Column("order_topic", Integer, nullable=False, default=0))
 groups_t = Table("subscription_groups", _meta,
+                 Column("broker", String(255), primary_key=True),
                  Column("name", String(255), primary_key=True),
                  Column("retry_max_times", Integer, nullable=False, default=16),
                  Column("consume_enable", Integer, nullable=False, default=1))
 offsets_t = Table("consumer_offsets", _meta,
+                  Column("broker", String(255), primary_key=True),
                   Column("grp", String(255), primary_key=True),
                   Column("topic", String(255), primary_key=True),
-                  Column("queue_id", Integer, primary_key=True),
+                  Column("queue_id", Integer, primary_key=True, autoincrement=False),
                   Column("offset", BigInteger, nullable=False),
                   Column("updated_ms", BigInteger, nullable=False))
 
 
+def owner(broker_name: str, broker_id: int = 0) -> str:
+    """Whose rows a broker reads and writes: its name for a master, `<name>@<id>` for a slave."""
+    return broker_name if broker_id == 0 else f"{broker_name}@{broker_id}"
+
+
 class Metadata:
-    def __init__(self, url: str):
+    """The rows of `broker` (see `owner()`) in the database at `url`, upgraded to the newest
+    revision first; `wait_s`: how long a database that refuses connections is retried at start."""
+
+    def __init__(self, url: str, *, broker: str, wait_s: float = 0.0):
+        self.broker = broker
         self.engine = create_engine(url, future=True)
-        _meta.create_all(self.engine)
+        wait_until_reachable(self.engine, wait_s)
+        migrations.upgrade(self.engine, broker)
         self.topics: dict[str, dict] = {}
         self.groups: dict[str, dict] = {}
         self.offsets: dict[tuple[str, str, int], int] = {}
@@ -60,12 +86,12 @@ class Metadata:
 
     def _load(self) -> None:
         with self.engine.connect() as conn:
-            for r in conn.execute(select(topics_t)):
+            for r in conn.execute(select(topics_t).where(self._mine(topics_t))):
                 self.topics[r.name] = {"read": r.read_queues, "write": r.write_queues, "perm": r.perm,
                                        "sysflag": r.sysflag, "order": bool(r.order_topic)}
-            for r in conn.execute(select(groups_t)):
+            for r in conn.execute(select(groups_t).where(self._mine(groups_t))):
                 self.groups[r.name] = {"retry_max_times": r.retry_max_times, "consume_enable": bool(r.consume_enable)}
-            for r in conn.execute(select(offsets_t)):
+            for r in conn.execute(select(offsets_t).where(self._mine(offsets_t))):
                 self.offsets[(r.grp, r.topic, r.queue_id)] = r.offset
 
     # ---- topics ---------------------------------------------------------------
@@ -75,16 +101,17 @@ class Metadata:
         row = {"read_queues": read, "write_queues": write, "perm": perm, "sysflag": sysflag, "order_topic": int(bool(order))}
         with _saved(f"topic {name!r}"), self.engine.begin() as conn:
             if name in self.topics:
-                conn.execute(update(topics_t).where(topics_t.c.name == name).values(**row))
+                conn.execute(update(topics_t).where(self._mine(topics_t) & (topics_t.c.name == name))
+                             .values(**row))
             else:
-                conn.execute(insert(topics_t).values(name=name, **row))
+                conn.execute(insert(topics_t).values(broker=self.broker, name=name, **row))
         self.topics[name] = conf  # only once stored
         return conf
 
     def delete_topic(self, name: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(delete(topics_t).where(topics_t.c.name == name))
-            conn.execute(delete(offsets_t).where(offsets_t.c.topic == name))
+            conn.execute(delete(topics_t).where(self._mine(topics_t) & (topics_t.c.name == name)))
+            conn.execute(delete(offsets_t).where(self._mine(offsets_t) & (offsets_t.c.topic == name)))
         self.topics.pop(name, None)
         with self._lock:
             for key in [k for k in self.offsets if k[1] == name]:
@@ -96,9 +123,11 @@ class Metadata:
     def put_group(self, name: str, retry_max_times: int = 16) -> None:
         with _saved(f"group {name!r}"), self.engine.begin() as conn:
             if name in self.groups:
-                conn.execute(update(groups_t).where(groups_t.c.name == name).values(retry_max_times=retry_max_times))
+                conn.execute(update(groups_t).where(self._mine(groups_t) & (groups_t.c.name == name))
+                             .values(retry_max_times=retry_max_times))
             else:
-                conn.execute(insert(groups_t).values(name=name, retry_max_times=retry_max_times, consume_enable=1))
+                conn.execute(insert(groups_t).values(broker=self.broker, name=name, retry_max_times=retry_max_times,
+                                                     consume_enable=1))
         self.groups[name] = {"retry_max_times": retry_max_times, "consume_enable": True}
 
     # ---- offsets --------------------------------------------------------------------
@@ -160,10 +189,15 @@ class Metadata:
         with self.engine.begin() as conn:
             for (g, t, q), off in rows:
                 res = conn.execute(update(offsets_t).where(
-                    (offsets_t.c.grp == g) & (offsets_t.c.topic == t) & (offsets_t.c.queue_id == q)
+                    self._mine(offsets_t) & (offsets_t.c.grp == g) & (offsets_t.c.topic == t)
+                    & (offsets_t.c.queue_id == q)
                 ).values(offset=off, updated_ms=now))
                 if res.rowcount == 0:
-                    conn.execute(insert(offsets_t).values(grp=g, topic=t, queue_id=q, offset=off, updated_ms=now))
+                    conn.execute(insert(offsets_t).values(broker=self.broker, grp=g, topic=t, queue_id=q, offset=off,
+                                                          updated_ms=now))
+
+    def _mine(self, table):
+        return table.c.broker == self.broker
 
     def _retry_later(self, keys, exc: Exception) -> None:
         if not keys:
@@ -176,6 +210,34 @@ class Metadata:
     def close(self) -> None:
         self.persist_offsets()
         self.engine.dispose()
+
+
+def wait_until_reachable(engine, wait_s: float, sleep=time.sleep) -> None:
+    """Connect, retrying a database that refuses (not up yet, starting) for up to `wait_s` seconds;
+    then raise RuntimeError saying which database and why."""
+    deadline, delay, said = time.monotonic() + wait_s, 0.2, False
+    while True:
+        try:
+            with engine.connect():
+                break
+        except _DB_DOWN as exc:
+            why = " ".join(str(getattr(exc, "orig", None) or exc).split())
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"metadata database {_shown(engine)} not reachable"
+                                   f"{f' after {wait_s:g} s' if wait_s > 0 else ''}: {why}") from None
+            if not said:
+                log.warning("metadata database %s not reachable yet, retrying for up to %g s "
+                            "(--metadata-wait-ms): %s", _shown(engine), wait_s, why)
+                said = True
+            sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
+    if said:
+        log.info("metadata database %s reachable", _shown(engine))
+
+
+def _shown(engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
 
 
 def _check_offset(offset) -> None:

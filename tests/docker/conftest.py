@@ -6,6 +6,7 @@ answers `docker info`. Everything a test creates carries the compose project's l
 removed by that label at teardown: containers (also the client's), networks and volumes.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -140,7 +141,8 @@ class Project:
 
     def remove_everything(self) -> None:
         """`down -v`, then whatever still carries the project's label (client containers too)."""
-        self.compose("--profile", "dev", "down", "-v", "--remove-orphans", "--timeout", "5", timeout=180)
+        self.compose("--profile", "dev", "--profile", "postgres", "down", "-v", "--remove-orphans", "--timeout", "5",
+                     timeout=180)
         label = f"label={PROJECT_LABEL}={self.name}"
         for kind, ls in (("container", ["docker", "ps", "-aq"]), ("network", ["docker", "network", "ls", "-q"]),
                          ("volume", ["docker", "volume", "ls", "-q"])):
@@ -155,8 +157,9 @@ class Project:
                 + run("docker", "volume", "ls", "-q", "--filter", label).stdout.split())
 
 
-@pytest.fixture(scope="module")
-def project(image):
+@contextlib.contextmanager
+def new_project():
+    """A Project of its own name; everything it made is removed on exit, and checked gone."""
     volumes = set(run("docker", "volume", "ls", "-q").stdout.split())
     p = Project(f"quivertest{uuid.uuid4().hex[:8]}")
     try:
@@ -166,3 +169,26 @@ def project(image):
         assert p.leftovers() == [], f"project {p.name} left {p.leftovers()}"
         unlabelled = set(run("docker", "volume", "ls", "-q").stdout.split()) - volumes  # anonymous ones
         assert not unlabelled, f"project {p.name} left anonymous volumes {sorted(unlabelled)}"
+
+
+@pytest.fixture(scope="module")
+def project(image):
+    with new_project() as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def postgres_image(image) -> str:
+    """compose.yaml's postgres image: present, pulled, or the stand-in scripts/docker-postgres.sh builds."""
+    with open(os.path.join(ROOT, "compose.yaml")) as f:
+        name = next(line.split()[1] for line in f if line.strip().startswith("image: postgres"))
+    if run("docker", "image", "inspect", name, check=False).returncode != 0:
+        run("bash", "scripts/docker-postgres.sh", timeout=900)
+    return name
+
+
+@pytest.fixture
+def postgres_project(postgres_image):
+    """A project of its own for the postgres profile (the module's `project` keeps SQLite)."""
+    with new_project() as p:
+        yield p

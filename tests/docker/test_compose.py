@@ -12,6 +12,7 @@ import time
 import pytest
 
 from quiver import Admin, Message, Producer, PullConsumer
+from quiver_broker.migrations import head_revision
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -178,6 +179,72 @@ def test_dev_profile_serves_a_client_on_the_host(project):
         assert len(sent) == 10 and got == {f"dev-{i}" for i in range(10)}
     finally:
         project.compose("--profile", "dev", "rm", "-s", "-f", "broker-dev")
+
+
+PG_URL = "postgresql+psycopg://quiver:quiver@postgres/quiver"  # the README's postgres line
+PG_UP = ["--profile", "postgres", "up", "-d", "--no-build", "--scale", "broker-store=3"]
+PG_SCALED = {**ONE, "broker-store": 3, "postgres": 1}
+
+
+def psql(project, sql: str) -> list[tuple[str, ...]]:
+    """Rows of `sql` in the postgres container's quiver database, as text."""
+    pg = project.containers("postgres")[0]["id"]
+    out = project.docker("exec", pg, "psql", "-U", "quiver", "-d", "quiver", "-AtF", "\t", "-c", sql).stdout
+    return sorted(tuple(line.split("\t")) for line in out.splitlines() if line)
+
+
+def stored_offsets(project, group: str, want_total: int, timeout_s: float = 20) -> dict:
+    """(broker, queue) -> offset of `group` in PostgreSQL, once they add up to `want_total`
+    (brokers persist offsets every 5 s and when they stop)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = psql(project, f"SELECT broker, queue_id, \"offset\" FROM consumer_offsets WHERE grp = '{group}'")
+        got = {(b, int(q)): int(o) for b, q, o in rows}
+        if sum(got.values()) == want_total or time.monotonic() > deadline:
+            return got
+        time.sleep(0.5)
+
+
+def test_postgres_profile_three_brokers_share_one_database(postgres_project):
+    """Issue 16 item 3: `--profile postgres` with 3 brokers; every broker keeps its own rows in the
+    one database, and `down` + `up` finds them again."""
+    project = postgres_project
+    project.env["QUIVER_METADATA_URL"] = PG_URL
+    t0 = time.monotonic()
+    project.compose(*PG_UP)   # the brokers start next to postgres and wait for it
+    project.wait_healthy(PG_SCALED, timeout_s=180)
+    up_s = time.monotonic() - t0
+    assert broker_names(project) == SLOTS
+    brokers = project.containers("broker-store")
+    no_sqlite = project.docker("exec", brokers[0]["id"], "sh", "-c",
+                               "ls /data/broker/*/metadata.db 2>/dev/null | wc -l")
+    assert no_sqlite.stdout.strip() == "0", "brokers use SQLite: compose.yaml does not pass QUIVER_METADATA_URL"
+
+    assert project.client("create", topic="Shared", queues=4)["brokers"] == sorted(SLOTS)
+    sent = project.client("send", topic="Shared", count=300, prefix="pg")
+    assert len(sent["acked"]) == 300 and set(sent["per_broker"]) == SLOTS
+    got = project.client("consume", topic="Shared", group="pg-group", want=300)["bodies"]
+    assert got == sorted(sent["acked"])
+    assert psql(project, "SELECT broker FROM topics WHERE name = 'Shared'") == [(b,) for b in sorted(SLOTS)]
+    offsets = stored_offsets(project, "pg-group", 300)
+    assert {b for b, _ in offsets} == SLOTS and len(offsets) == 12, offsets  # queue 0..3 of each broker
+    assert {b: sum(o for (bb, _), o in offsets.items() if bb == b) for b in SLOTS} == sent["per_broker"]
+    assert psql(project, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
+
+    t0 = time.monotonic()
+    project.compose("--profile", "postgres", "down", "--timeout", "10")   # volumes stay
+    assert project.containers() == []
+    project.compose(*PG_UP)
+    project.wait_healthy(PG_SCALED, timeout_s=180)
+    again_s = time.monotonic() - t0
+    assert broker_names(project) == SLOTS
+    assert psql(project, "SELECT broker FROM topics WHERE name = 'Shared'") == [(b,) for b in sorted(SLOTS)]
+    assert stored_offsets(project, "pg-group", 300) == offsets
+    more = project.client("send", topic="Shared", count=30, prefix="after")
+    assert set(more["per_broker"]) == SLOTS
+    got = project.client("consume", topic="Shared", group="pg-group", want=30, timeout_s=30)["bodies"]
+    assert got == sorted(more["acked"])   # resumed at the stored offsets of all three brokers
+    print(f"\npostgres profile: up {up_s:.1f} s, down + up {again_s:.1f} s")
 
 
 def test_view_message_by_offset_msg_id(traffic, ledger):

@@ -1,22 +1,15 @@
 """examples/bank_transfer.py: 1,000 transfers with random producer crashes keep the money sum.
 
-Runs on SQLite and on a real PostgreSQL server started here (initdb + pg_ctl in
-a temp dir on a free port, as the postgres user when we are root; stopped by PID).
+Runs on SQLite and on a real PostgreSQL server started for the test
+(tests/support/postgres.py: initdb + pg_ctl in a temp dir, stopped by PID).
 """
 
-import glob
 import importlib.util
 import os
-import pwd
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 
 import pytest
 
-from quiver.tools.local import free_port
+from support.postgres import running_postgres
 
 pytestmark = pytest.mark.slow
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -51,54 +44,11 @@ def test_bank_transfer_sqlite(make_cluster, tmp_path):
     _check(out)
 
 
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None)
-    return found
-
-
 @pytest.fixture
 def postgres():
-    """A throwaway PostgreSQL server: yields a URL prefix 'postgresql+psycopg://postgres@127.0.0.1:PORT/'."""
-    pytest.importorskip("psycopg")
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("PostgreSQL is not installed (scripts/bootstrap.sh installs the Debian package)")
-    base = tempfile.mkdtemp(prefix="quiver-pg-")
-    data = os.path.join(base, "data")
-    as_user = []
-    if os.geteuid() == 0:  # postgres refuses to run as root
-        pw = pwd.getpwnam("postgres")
-        os.chown(base, pw.pw_uid, pw.pw_gid)
-        as_user = ["runuser", "-u", "postgres", "--"]
-    port = free_port()
-    subprocess.run([*as_user, initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-                   check=True, capture_output=True, timeout=120)
-    opts = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=50"
-    subprocess.run([*as_user, pg_ctl, "-D", data, "-o", opts, "-l", os.path.join(base, "log"), "-w", "-t", "60",
-                    "start"], check=True, capture_output=True, timeout=90)
-    with open(os.path.join(data, "postmaster.pid")) as f:
-        pid = int(f.readline())
-    try:
-        import sqlalchemy
-        eng = sqlalchemy.create_engine(f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres",
-                                       isolation_level="AUTOCOMMIT")
-        with eng.connect() as conn:
-            conn.exec_driver_sql("CREATE DATABASE bank_a")
-            conn.exec_driver_sql("CREATE DATABASE bank_b")
-        eng.dispose()
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/"
-    finally:
-        os.kill(pid, signal.SIGINT)  # fast shutdown
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(base, ignore_errors=True)
+    """A throwaway PostgreSQL server with databases bank_a and bank_b (tests/support/postgres.py)."""
+    with running_postgres("bank_a", "bank_b") as prefix:
+        yield prefix
 
 
 def test_bank_transfer_postgres(make_cluster, postgres, tmp_path):

@@ -10,6 +10,7 @@ are not started locally.
 
 import importlib.util
 import os
+import re
 from dataclasses import dataclass, field
 
 import yaml
@@ -46,7 +47,7 @@ def load(path: str) -> list[ServiceSpec]:
             cmd = cmd.split()
         if len(cmd) < 3 or cmd[1] != "-m":
             raise ValueError(f"compose service {name!r}: command must be 'python -m <package>', got {cmd!r}")
-        env = {str(k): str(v) for k, v in (svc.get("environment") or {}).items()}
+        env = {str(k): interpolate(v) for k, v in (svc.get("environment") or {}).items()}
         listen = env.get("QUIVER_LISTEN", "0.0.0.0:0")
         deps = svc.get("depends_on") or []
         specs[name] = ServiceSpec(name, cmd[2], env, int(listen.rsplit(":", 1)[1]),
@@ -63,6 +64,27 @@ def load(path: str) -> list[ServiceSpec]:
     for n in specs:
         visit(n)
     return ordered
+
+
+_VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def interpolate(value, env=None) -> str:
+    """A compose environment value as docker compose passes it: `${VAR}`, `$VAR`, `${VAR:-default}`
+    (unset or empty), `${VAR-default}` (unset) from this environment; `$$` is a `$`; null is ''."""
+    env = os.environ if env is None else env
+    if value is None:
+        return ""
+
+    def one(m):
+        if m.group(0) == "$$":
+            return "$"
+        name = m.group(1) or m.group(4)
+        got = env.get(name)
+        if m.group(2) == ":-" and not got or m.group(2) == "-" and got is None:
+            return m.group(3)
+        return got or ""
+    return _VAR.sub(one, str(value))
 
 
 def available(module: str) -> bool:

@@ -4,18 +4,19 @@ import sqlite3
 
 import pytest
 
-from quiver.errors import InvalidParameterError
+from quiver.errors import InvalidParameterError, ServiceNotAvailableError
 from quiver_broker.metadata import MAX_OFFSET, Metadata
 
 
 def _open(tmp_path, timeout_s=None) -> Metadata:
     url = f"sqlite:///{tmp_path / 'metadata.db'}"
-    return Metadata(url + (f"?timeout={timeout_s}" if timeout_s is not None else ""))
+    return Metadata(url + (f"?timeout={timeout_s}" if timeout_s is not None else ""), broker="broker-a")
 
 
 def _stored(tmp_path) -> dict:
     with sqlite3.connect(tmp_path / "metadata.db") as db:
-        return {(g, t, q): o for g, t, q, o in db.execute("SELECT grp, topic, queue_id, offset FROM consumer_offsets")}
+        return {(g, t, q): o for g, t, q, o in db.execute("SELECT grp, topic, queue_id, offset FROM consumer_offsets "
+                                                          "WHERE broker = 'broker-a'")}
 
 
 @pytest.mark.parametrize("bad", [2 ** 63, 2 ** 64, 10 ** 5000, -1, "5", 1.0, True, None, [[[]]]],
@@ -98,3 +99,24 @@ def test_deleted_topic_is_not_brought_back_by_a_retry(tmp_path):
     assert meta.persist_offsets() == 0
     meta.close()
     assert _stored(tmp_path) == {("a", "Kept", 0): 6}
+
+
+def test_a_topic_or_group_the_database_cannot_store_is_service_not_available(tmp_path):
+    meta = _open(tmp_path, timeout_s=0.05)
+    meta.put_topic("Kept", 4, 4)
+    locker = sqlite3.connect(tmp_path / "metadata.db", isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(ServiceNotAvailableError, match="topic 'New' not saved"):
+            meta.put_topic("New", 4, 4)
+        with pytest.raises(ServiceNotAvailableError, match="group 'g' not saved"):
+            meta.put_group("g")
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    assert set(meta.topics) == {"Kept"} and meta.groups == {}   # in memory only once stored
+    meta.put_topic("New", 4, 4)
+    meta.close()
+    again = _open(tmp_path)
+    assert set(again.topics) == {"Kept", "New"}
+    again.close()
