@@ -107,10 +107,15 @@ class Project:
         ids = run("docker", "ps", "-aq", "--filter", f"label={PROJECT_LABEL}={self.name}").stdout.split()
         if not ids:
             return []
-        fmt = ('{"id": "{{.Id}}", "name": "{{.Name}}", "service": "{{index .Config.Labels "%s"}}", '
-               '"state": "{{.State.Status}}", "started": "{{.State.StartedAt}}", '
-               '"health": "{{if .State.Health}}{{.State.Health.Status}}{{end}}"}') % SERVICE_LABEL
-        rows = [json.loads(line) for line in run("docker", "inspect", "-f", fmt, *ids).stdout.splitlines()]
+        # the whole State as JSON: a container without a healthcheck (a one-shot) has no Health key
+        fmt = '{"id": "{{.Id}}", "name": "{{.Name}}", "service": "{{index .Config.Labels "%s"}}", "s": {{json .State}}}' \
+            % SERVICE_LABEL
+        rows = []
+        for line in run("docker", "inspect", "-f", fmt, *ids).stdout.splitlines():
+            row = json.loads(line)
+            st = row.pop("s")
+            rows.append({**row, "state": st["Status"], "started": st["StartedAt"],
+                         "health": (st.get("Health") or {}).get("Status", "")})
         return [r for r in rows if r["service"] and (service is None or r["service"] == service)]
 
     def wait_healthy(self, expected: dict[str, int], timeout_s: float = 120) -> float:
