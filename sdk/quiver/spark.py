@@ -24,6 +24,7 @@ installed (`pip install quiver[spark]`); the rest of the SDK never imports it.
 import json
 import logging
 import math
+import os
 import re
 import sys
 import time
