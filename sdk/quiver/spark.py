@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -608,13 +609,18 @@ def run_ingest(args) -> int:
                  .trigger(**trigger).start(args.to))
         progress = StreamProgress()
         print(f"streaming {args.topic} -> {args.to} ({args.format}), checkpoint {ckpt}; Ctrl-C stops", flush=True)
+        # Ctrl-C sets a flag: a KeyboardInterrupt raised inside a py4j call breaks the gateway
+        stopping = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda *_: stopping.set())
         try:
-            while query.isActive:
-                query.awaitTermination(2)
+            while query.isActive and not stopping.is_set():
+                query.awaitTermination(0.5)
                 for line in progress.lines(query.recentProgress):
                     print(line, flush=True)
-        except KeyboardInterrupt:
-            query.stop()
+            if stopping.is_set():
+                query.stop()
+        finally:
+            signal.signal(signal.SIGINT, previous)
         for line in progress.lines(query.recentProgress):   # what ended the last wait (availableNow)
             print(line, flush=True)
         print(f"stopped: {progress.total} rows ingested", flush=True)
