@@ -25,6 +25,14 @@ String.hashCode as in RocketMQ, because crc32 is one C call where hashCode is a
 Python loop per character, and the file is ours alone. `key_hash(prefix_crc, k)`
 chains crc32 so "topic#" is hashed once per batch.
 
+Resident memory: pages written or read through the mapping count in the broker's
+RSS (file-backed) until they are unmapped, up to the whole file (420 MB at the
+defaults). Each flush pass drops the entry pages from this process
+(`madvise(MADV_DONTNEED)`; for a shared file mapping the data stays in the page
+cache and on disk, and a query faults a page back), and a full file its whole
+mapping: what stays resident is the header and slots of the file being written
+and what was read or written since the last pass.
+
 Threading: the main thread puts and queries; the flush thread calls `flush()`,
 and files are closed only under the store's flush lock.
 """
@@ -78,6 +86,8 @@ class IndexFile:
         self.mm = mmap.mmap(self.fd, size)
         self._entries_at = HEADER_SIZE + slots * 4
         self._size = size
+        # `release` drops entry pages from here: the first page holding entries only (not slots)
+        self._first_entry_page = -(-self._entries_at // mmap.PAGESIZE) * mmap.PAGESIZE
         # Bytes from the file start known to be allocated (`reserve`): a store through the
         # mapping into a hole the disk cannot fill is a SIGBUS, not an exception.
         self._allocated = 0
@@ -171,7 +181,9 @@ class IndexFile:
             steps += 1
 
     def flush(self) -> None:
+        """Sync what was written (if anything), then drop the synced pages from RSS (`release`)."""
         # No sync_header here: the flush thread would write a half-batch header.
+        count = self.count  # entries below it are whole and never written again
         if self.dirty:
             self.dirty = False
             # fdatasync writes the same dirty pages of the shared mapping, but releases the
@@ -181,6 +193,20 @@ class IndexFile:
             except OSError:
                 self.dirty = True
                 raise
+        self.release(count)
+
+    def release(self, count: int) -> None:
+        """Drop pages from this process's RSS: every whole page of entries below `count` (also
+        those a query read back since), or the whole mapping once the file is full. Only RSS
+        changes: a shared file mapping's pages stay in the page cache and on disk, and a read
+        faults them back (a page written meanwhile keeps its data: zapping carries its dirty
+        bit to the page cache). One madvise; the kernel skips what is not resident."""
+        if count >= self.max_entries:
+            self.mm.madvise(mmap.MADV_DONTNEED)
+            return
+        end = (self._entries_at + count * ENTRY_SIZE) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > self._first_entry_page:
+            self.mm.madvise(mmap.MADV_DONTNEED, self._first_entry_page, end - self._first_entry_page)
 
     def close(self) -> None:
         self.sync_header()

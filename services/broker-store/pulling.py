@@ -4,9 +4,19 @@ A pull that finds nothing new is held (up to its suspend time) per
 (topic, queue) and re-run the moment a put for that queue becomes visible —
 not on a timer tick. The reply body is the stored records, concatenated, in
 one frame; the SDK decodes them with one struct format.
+
+Memory: a held pull lives only in `held` until it is answered, woken or expired.
+Expiry is one sweep timer armed for the earliest deadline held, not a timer per
+pull: a timer per pull, cancelled when a put answers it early (the usual case
+under load), kept the request and its frames in the service's timer heap for the
+rest of its suspend time — at 2k msg/s some 10k dead requests and 20+ MB of
+heap, and the peaks never went back to the OS.
 """
 
+import itertools
 import logging
+import time
+from dataclasses import dataclass
 
 from quiver.client import tags
 from quiver.wire.codes import RequestCode, ResponseCode
@@ -17,17 +27,33 @@ from .status_codes import pull_code
 log = logging.getLogger(__name__)
 
 
+@dataclass(slots=True)
+class HeldPull:
+    req: object               # quiver.runtime.service.Request
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    hashes: object            # tag hashes of the subscription (None: every tag)
+    max_bytes: int
+    deadline: float = 0.0     # time.monotonic() when it is answered PULL_NOT_FOUND
+
+
 class Puller:
     """PULL_MESSAGE; `notify` is what a put (or a replicated chunk) calls for its queue."""
 
-    def __init__(self, store, topics, metadata, service, counters, max_suspend_ms: int):
+    def __init__(self, store, topics, metadata, service, counters, max_suspend_ms: int, clock=time.monotonic):
         self.store = store
         self.topics = topics
         self.metadata = metadata
-        self.service = service            # call_later / cancel: the hold timers
+        self.service = service            # call_later: the expiry sweep
         self.counters = counters
         self.max_suspend_ms = max_suspend_ms
-        self.held: dict[tuple[str, int], list] = {}
+        self.clock = clock
+        self.held: dict[tuple[str, int], list[HeldPull]] = {}
+        self._sweep_at: float | None = None   # deadline the live sweep timer is armed for
+        self._sweep_ids = itertools.count()
+        self._sweep_id = -1
 
     def handlers(self) -> dict:
         return {RequestCode.PULL_MESSAGE: self.handle}
@@ -46,26 +72,27 @@ class Puller:
             # forward only: a pull sent before its queue moved may arrive after the final commit
             self.metadata.advance_offset(a.group, topic, queue_id, a.commit_offset)
         suspend_ms = min(a.suspend_ms, self.max_suspend_ms)
-        key = (topic, queue_id)
-        task = [req, topic, queue_id, offset, min(a.max_msgs, 1024), tags.hashes(a.expression), a.max_bytes, None]
+        task = HeldPull(req, topic, queue_id, offset, min(a.max_msgs, 1024), tags.hashes(a.expression), a.max_bytes)
         if not self._try(task, final=suspend_ms <= 0):
-            task[7] = self.service.call_later(suspend_ms / 1000, self._expire, key, task)
-            self.held.setdefault(key, []).append(task)
+            task.deadline = self.clock() + suspend_ms / 1000
+            self.held.setdefault((topic, queue_id), []).append(task)
             self.counters["pulls_held"] += 1
+            if self._sweep_at is None or task.deadline < self._sweep_at:
+                self._arm(task.deadline)
 
-    def _try(self, task, final: bool) -> bool:
+    def _try(self, task: HeldPull, final: bool) -> bool:
         """Run the pull; answer unless it found nothing new and may wait. True if answered."""
-        req, topic, queue_id, offset, max_msgs, hashes, max_bytes, _ = task
-        res = self.store.get_messages(topic, queue_id, offset, max_msgs, hashes, max_bytes)
+        offset = task.offset
+        res = self.store.get_messages(task.topic, task.queue_id, offset, task.max_msgs, task.hashes, task.max_bytes)
         code, remark = pull_code(res.status, offset, res.min_offset, res.max_offset)
         if code == ResponseCode.PULL_NOT_FOUND and not final:
             return False  # nothing new yet (at the queue's end, an empty queue at 0, or not yet flushed)
         ext = {"next": res.next_offset, "min": res.min_offset, "max": res.max_offset}
         if code == ResponseCode.SUCCESS:
             self.counters["pulled_messages"] += res.count
-            req.reply(code, "", ext, (res.data,))
+            task.req.reply(code, "", ext, (res.data,))
         else:
-            req.reply(code, remark, ext)
+            task.req.reply(code, remark, ext)
         return True
 
     def notify(self, topic: str, queue_id: int) -> None:
@@ -73,27 +100,54 @@ class Puller:
         waiting = self.held.get(key)
         if not waiting:
             return
-        keep = []
-        for task in waiting:
-            if task[0].answered:
-                continue
-            if self._try(task, final=False):
-                self.service.cancel(task[7])
-            else:
-                keep.append(task)
+        keep = [task for task in waiting if not task.req.answered and not self._try(task, final=False)]
         if keep:
             self.held[key] = keep
         else:
             del self.held[key]
 
-    def _expire(self, key, task) -> None:
-        waiting = self.held.get(key)
-        if waiting and task in waiting:
-            waiting.remove(task)
-            if not waiting:
+    # ---- expiry ----------------------------------------------------------------------
+
+    def _arm(self, deadline: float) -> None:
+        """One live sweep timer, at the earliest deadline (an earlier hold re-arms it; the
+        superseded timer finds its id stale and does nothing)."""
+        self._sweep_at = deadline
+        self._sweep_id = sweep_id = next(self._sweep_ids)
+        self.service.call_later(max(0.0, deadline - self.clock()), self._sweep, sweep_id)
+
+    def _sweep(self, sweep_id: int) -> None:
+        if sweep_id != self._sweep_id:
+            return
+        self._sweep_at = None
+        nxt = self.expire_step()
+        if nxt is not None:
+            self._arm(nxt)
+
+    def expire_step(self, now: float | None = None) -> float | None:
+        """Answer every held pull past its deadline (PULL_NOT_FOUND, or what arrived meanwhile);
+        returns the earliest deadline still held (None: nothing held)."""
+        now = self.clock() if now is None else now
+        earliest = None
+        for key in list(self.held):
+            keep = []
+            for task in self.held[key]:
+                if task.req.answered:
+                    continue
+                if task.deadline <= now:
+                    try:
+                        self._try(task, final=True)
+                    except Exception:  # one failed read must not leave every other pull held forever
+                        log.exception("expiring a held pull of %s/%d failed", task.topic, task.queue_id)
+                        self.counters["pull_expiry_errors"] += 1
+                    continue
+                keep.append(task)
+                if earliest is None or task.deadline < earliest:
+                    earliest = task.deadline
+            if keep:
+                self.held[key] = keep
+            else:
                 del self.held[key]
-        if not task[0].answered:
-            self._try(task, final=True)
+        return earliest
 
     def held_count(self) -> int:
         return sum(len(v) for v in self.held.values())

@@ -18,7 +18,8 @@ TransactionProducer owns the local transaction.
   CHECK_IMMUNITY_TIME_IN_SECONDS window is ILLEGAL_OPERATION.
 - Op records (RMQ_SYS_TRANS_OP_HALF_TOPIC queue 0, tag "d", body "<half
   offset>,") also carry __transactionId__ and TRAN_STATE (C, R or D). A
-  transaction is resolved once per transaction id: `resolved` is rebuilt from
+  transaction is resolved once per transaction id: `resolved` (resolutions.py,
+  which forgets a transaction once retention deleted its half) is rebuilt from
   the op queue on first use after a restart, and a half stored before this
   process started is also looked up in the index of its real topic (a commit
   whose op record was lost is not committed twice).
@@ -57,6 +58,7 @@ from quiver.client.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as C
 from quiver.wire.transport import next_request_id
 
 from .status_codes import check_stored
+from .resolutions import Resolutions
 from .store import GetStatus
 
 log = logging.getLogger(__name__)
@@ -105,7 +107,7 @@ class Transactions:
         self.counters = counters
         self.push = push
         self.store_host = store_host
-        self.resolved: dict[str, str] = {}  # transaction id -> C / R / D
+        self.resolved = Resolutions(store)  # transaction id -> C / R / D, forgotten with their halves
         self.loaded = False
         self.started_ms = int(time.time() * 1000)
         self._rr = itertools.count()
@@ -147,7 +149,7 @@ class Transactions:
             for rec in record.decode_many(res.data):
                 txid = get_property(rec.props, TRANSACTION_ID)
                 if txid:
-                    self.resolved[txid] = get_property(rec.props, TX_STATE) or "C"
+                    self.resolved.add(txid, get_property(rec.props, TX_STATE) or "C")
                     n += 1
             off = res.next_offset
         if n:
@@ -225,7 +227,7 @@ class Transactions:
                 except QuiverError as exc:
                     log.warning("commit of %s impossible (%s): rolled back", txid, exc)
                     code = "R"
-        self.resolved[txid] = code
+        self.resolved.add(txid, code)
         ops.append((rec.queue_offset, txid, code))
         return result
 
@@ -297,7 +299,7 @@ class Transactions:
     def _resolve_if_committed(self, props, txid, rec) -> bool:
         if not self._already_committed(props.get(REAL_TOPIC, ""), txid):
             return False
-        self.resolved[txid] = "C"
+        self.resolved.add(txid, "C")
         self._write_ops([(rec.queue_offset, txid, "C")])
         return True
 
@@ -350,7 +352,7 @@ class Transactions:
                                        rec.born_host, 0, 0, [rec.body_crc])
             check_stored(res, "transaction writes")
             touched.append((CHECK_MAX_TOPIC, 0, res.end_offset))
-            self.resolved[txid] = "D"
+            self.resolved.add(txid, "D")
         return touched + self._write_ops([(rec.queue_offset, txid, "D") for rec, _, txid in discards])
 
     # ---- admin ------------------------------------------------------------------------
