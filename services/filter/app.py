@@ -10,7 +10,9 @@ reports it to the name servers, so routes carry it); on shutdown it
 unregisters. It serves pulls for any broker of its cluster (a pull names its
 broker): each round also refreshes the cluster's broker addresses
 (`known_brokers`), with or without `--broker`, and a pull for any other
-address is refused.
+address starts one look at the cluster at once (at most one a second) and
+waits for it: a broker that joined since the last round is served without
+waiting for the next one.
 """
 
 import hashlib
@@ -33,6 +35,7 @@ from .selectors import SelectorCache
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
+LOOK_EVERY_S = 1.0   # on-demand looks at the cluster (a pull for an unknown broker), at most this often
 
 
 def _rank(me: str, addr: str) -> bytes:
@@ -71,6 +74,8 @@ class App:
         # every broker address of the cluster: a pull for a broker with no filter server of its
         # own may come here (the pull names its broker: PullMessage.broker_addr)
         self.known_brokers: set[str] = set()
+        self._looking: list = []          # callbacks waiting for the look at the cluster in flight
+        self._looked_at = 0.0             # time.monotonic() of the last on-demand look
         self.registered_at: float | None = None
         self.namesrvs = split_addrs(config.namesrv)
         self.security = service_security(config, "filter")
@@ -95,8 +100,26 @@ class App:
         else:
             self._ask_cluster(list(self.namesrvs))
 
+    def look_for_broker(self, then) -> None:
+        """A pull named a broker we do not know: ask the name servers now (one look in flight, at
+        most one a second); `then()` runs on the service thread when the look is over."""
+        now = time.monotonic()
+        if not self._looking and now - self._looked_at < LOOK_EVERY_S:
+            then()
+            return
+        self._looking.append(then)
+        if len(self._looking) == 1:
+            self._looked_at = now
+            self._ask_cluster(list(self.namesrvs), attach=False)
+
+    def _looked(self) -> None:
+        waiting, self._looking = self._looking, []
+        for then in waiting:
+            then()
+
     def _ask_cluster(self, namesrvs: list[str], attach: bool = True) -> None:
         if not namesrvs:
+            self._looked()
             if attach:
                 log.warning("no name server answered; cannot pick a broker (retrying)")
                 self._next(RETRY_S)
@@ -120,6 +143,7 @@ class App:
             self._ask_cluster(rest, attach)
             return
         self.known_brokers = {a for b in cluster.brokers.values() for a in b.addrs.values()}
+        self._looked()
         if not attach:
             return
         chosen = pick_broker(cluster, self.advertised, self.broker)

@@ -5,15 +5,32 @@ PULL_MESSAGE for SQL92 subscriptions (tp=SQL92) and CHECK_CLIENT_CONFIG
 and the 0-based `position` in ext). PING and STATUS come from quiver.runtime.service.
 """
 
+import logging
+
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, ServiceNotAvailableError, SubscriptionParseError
+from quiver.errors import InvalidParameterError, QuiverError, ServiceNotAvailableError, SubscriptionParseError
 
 from .filtered_pull import FilteredPull
+
+log = logging.getLogger(__name__)
 
 
 def _parse_failed(req, exc: SubscriptionParseError) -> None:
     ext = {"position": exc.position} if getattr(exc, "position", None) is not None else None
     req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.remark, ext)
+
+
+def _answer(req, handler, **kw) -> None:
+    """Run a handler resumed outside the Service's dispatch: its errors become the reply."""
+    if req.answered:
+        return
+    try:
+        handler(req, **kw)
+    except QuiverError as exc:
+        req.reply(exc.code, exc.remark)
+    except Exception as exc:
+        log.exception("filtered pull failed")
+        req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 def make_handlers(app):
@@ -28,7 +45,16 @@ def make_handlers(app):
             raise ServiceNotAvailableError("this filter server is not attached to a broker yet")
         wanted = a.broker_addr
         if wanted is not None and wanted != app.broker and wanted not in app.known_brokers:
-            raise ServiceNotAvailableError(f"broker {wanted} is not a broker of this cluster (as of the last look)")
+            app.look_for_broker(lambda: _answer(req, serve, looked=True))
+            return
+        serve(req)
+
+    def serve(req, looked=False):
+        a = req.args
+        wanted = a.broker_addr
+        if looked and wanted not in app.known_brokers and wanted != app.broker:
+            raise ServiceNotAvailableError(f"broker {wanted} is not a broker of this cluster (the name servers "
+                                           "were just asked): pull from a broker of this filter server's cluster")
         source = wanted or app.broker
         group = a.group or ""
         try:

@@ -1,10 +1,11 @@
 """A filter server attached to one broker serves pulls for any broker of its cluster (issue 16):
 with or without --broker, each register round refreshes the cluster's broker addresses from the
-name servers; a pull naming another address is refused. No processes: a fake transport."""
+name servers; a pull naming an address not known starts a look at the cluster at once (a broker
+that just joined is served) and is refused only if the look does not find it. No processes: a
+fake transport."""
 
 import pytest
 
-from quiver.errors import ServiceNotAvailableError
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.wire.protocol import Envelope
@@ -59,9 +60,11 @@ class _Req:
         self.args = rq.PullMessage(topic="T", queue_id=0, offset=0, expression="a > 1", expression_type="SQL92",
                                    **fields)
         self.replies = []
+        self.answered = False
 
     def reply(self, *answer):
         self.replies.append(answer)
+        self.answered = True
 
 
 def _pulls(app) -> list[str]:
@@ -79,8 +82,28 @@ def test_a_filter_server_given_its_broker_learns_the_cluster_and_serves_every_br
     pull(_Req(broker_addr=BB))
     pull(_Req())                                          # no broker named: its own
     assert _pulls(app) == [BB, BA]
-    with pytest.raises(ServiceNotAvailableError, match="not a broker of this cluster"):
-        pull(_Req(broker_addr="127.0.0.1:1"))
+    stranger = _Req(broker_addr="127.0.0.1:1")
+    pull(stranger)                                        # looked for, not found: refused with why
+    assert stranger.replies and stranger.replies[0][0] == ResponseCode.SERVICE_NOT_AVAILABLE
+    assert "not a broker of this cluster" in stranger.replies[0][1]
+    assert _pulls(app) == [BB, BA]
+
+
+def test_a_broker_that_joined_since_the_last_round_is_served_after_one_look(make_app, monkeypatch):
+    app = make_app(broker=BA)
+    app.register_step()
+    bc = "127.0.0.1:30913"
+    brokers = dict(CLUSTER["brokers"], c={"cluster": "C", "broker_name": "c", "addrs": {"0": bc}})
+    monkeypatch.setitem(CLUSTER, "brokers", brokers)      # broker c registers after our round
+    looks = sum(isinstance(r, rq.GetClusterInfo) for _, r in app.transport.sent)
+    pull = app.service.handlers[RequestCode.PULL_MESSAGE]
+    req = _Req(broker_addr=bc)
+    pull(req)
+    assert _pulls(app) == [bc] and not req.replies
+    assert sum(isinstance(r, rq.GetClusterInfo) for _, r in app.transport.sent) == looks + 1
+    for _ in range(5):                                     # unknown addresses: at most one look a second
+        pull(_Req(broker_addr="127.0.0.1:2"))
+    assert sum(isinstance(r, rq.GetClusterInfo) for _, r in app.transport.sent) == looks + 1
 
 
 def test_with_no_name_server_a_given_broker_is_still_registered_and_served(make_app):
