@@ -4,7 +4,8 @@ import collections
 
 
 class DeliveryStats:
-    def __init__(self, keep: int = 100_000, remember_ids: int = 200_000):
+    # caps: ~3.6 MB of lag samples and ~9 MB of ids at most (a cancel older than the ids: "unknown")
+    def __init__(self, keep: int = 100_000, remember_ids: int = 50_000):
         self.lags = collections.deque(maxlen=keep)
         self.count = 0
         self.early = 0
