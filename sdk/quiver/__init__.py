@@ -3,14 +3,44 @@
 import importlib.abc
 import importlib.util
 import sys
+from typing import TYPE_CHECKING
 
-from quiver.errors import QuiverError
+from quiver.errors import (error_for, QuiverError, ProtocolError, FieldError, ClientError, RequestTimeoutError,
+                           BrokerSystemError, SystemBusyError, RequestCodeNotSupportedError,
+                           FlushDiskTimeoutError, SlaveNotAvailableError, FlushSlaveTimeoutError,
+                           MessageIllegalError, ServiceNotAvailableError, VersionNotSupportedError,
+                           NoPermissionError, TopicNotExistError, TopicExistAlreadyError, PullNotFoundError,
+                           PullRetryImmediatelyError, PullOffsetMovedError, QueryNotFoundError,
+                           SubscriptionParseError, SubscriptionNotExistError, SubscriptionNotLatestError,
+                           SubscriptionGroupNotExistError, FilterDataNotExistError, FilterDataNotLatestError,
+                           InvalidParameterError, TransactionShouldCommitError,
+                           TransactionShouldRollbackError, TransactionStateUnknownError,
+                           TransactionStateGroupWrongError, NoBuyerIdError, FlowControlError,
+                           PropertiesSizeExceededError, IllegalOperationError, GoAwayError, BadRequestError,
+                           DiskFullError)
 from quiver.client.message import (ConsumeResult, Message, MessageExt, MessageSelector, PullStatus, SendResult,
                                    SendStatus, TransactionState)
 
 __all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer",
            "Admin", "SendStatus", "SendResult", "ConsumeResult", "TransactionState", "MessageSelector",
-           "PullStatus", "QuiverError"]
+           "PullStatus", "error_for", "QuiverError", "ProtocolError", "FieldError", "ClientError",
+           "RequestTimeoutError", "BrokerSystemError", "SystemBusyError", "RequestCodeNotSupportedError",
+           "FlushDiskTimeoutError", "SlaveNotAvailableError", "FlushSlaveTimeoutError", "MessageIllegalError",
+           "ServiceNotAvailableError", "VersionNotSupportedError", "NoPermissionError", "TopicNotExistError",
+           "TopicExistAlreadyError", "PullNotFoundError", "PullRetryImmediatelyError", "PullOffsetMovedError",
+           "QueryNotFoundError", "SubscriptionParseError", "SubscriptionNotExistError",
+           "SubscriptionNotLatestError", "SubscriptionGroupNotExistError", "FilterDataNotExistError",
+           "FilterDataNotLatestError", "InvalidParameterError", "TransactionShouldCommitError",
+           "TransactionShouldRollbackError", "TransactionStateUnknownError", "TransactionStateGroupWrongError",
+           "NoBuyerIdError", "FlowControlError", "PropertiesSizeExceededError", "IllegalOperationError",
+           "GoAwayError", "BadRequestError", "DiskFullError"]
+
+if TYPE_CHECKING:  # what type checkers see; at run time the clients load on first use (below)
+    from quiver.client.admin import Admin
+    from quiver.client.consumer import PullConsumer
+    from quiver.client.producer import Producer
+    from quiver.client.push_consumer import PushConsumer
+    from quiver.client.transaction_producer import TransactionProducer
 
 
 def __getattr__(name):

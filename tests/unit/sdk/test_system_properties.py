@@ -200,7 +200,7 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
         req = _Req({"g": "pg", "e": e}, RequestCode.END_TRANSACTION)
         tx.end(req)                                          # a batch: one result per entry
         assert req.replies[0][2] == {"r": ["ok", "ok", "bad_real_queue", "bad_real_queue"]}
-        assert tx.resolved == {"ok": "C", "immune": "C", "evil": "R", "evil2": "R"}
+        assert tx.resolved.states == {"ok": "C", "immune": "C", "evil": "R", "evil2": "R"}
         assert store.max_offset("T", 1) == 2 and not (tmp_path / "outside").exists()
     finally:
         store.close()
