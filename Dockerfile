@@ -12,6 +12,13 @@ FROM python:3.11-slim AS deps
 ARG PIP_CERT=/etc/ssl/certs/ca-certificates.crt
 ARG REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 ENV PATH=/opt/quiver/bin:$PATH PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# A C compiler for quiver._speedups (setup.py), in the build stages only: the runtime stage
+# copies the venv, whose extension needs nothing but libc. python:3.11-slim has the Python
+# headers; the Debian stand-in needs python3-dev for them.
+RUN headers=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev $([ -f "$headers/Python.h" ] || echo python3-dev) \
+    && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/quiver
 WORKDIR /src
 # Dependencies in a layer of their own: rebuilt only when pyproject.toml changes.
@@ -21,10 +28,12 @@ RUN python scripts/requirements.py postgres > /tmp/requirements.txt \
     && pip install -q -r /tmp/requirements.txt "setuptools>=68" wheel
 
 FROM deps AS build
-COPY README.md ./
+COPY README.md setup.py ./
 COPY sdk ./sdk
 COPY services ./services
-RUN pip install -q --no-deps --no-build-isolation .
+# the compiled fast path must be in the image: fail the build rather than ship without it
+RUN pip install -q --no-deps --no-build-isolation . \
+    && cd / && python -c 'import sys; from quiver.wire import speedups; sys.exit(0 if speedups.ACTIVE else speedups.REASON)'
 
 # The service venv without the installers (nothing is pip-installed at run time).
 FROM build AS venv
@@ -47,7 +56,7 @@ CMD ["python", "-m", "quiver_namesrv"]
 # PySpark (~500 MB) goes in before the source, so a code edit does not download it again.
 FROM deps AS spark-venv
 RUN python scripts/requirements.py spark > /tmp/spark.txt && pip install -q -r /tmp/spark.txt
-COPY README.md ./
+COPY README.md setup.py ./
 COPY sdk ./sdk
 COPY services ./services
 # Quiver itself; then no installers, and none of the libraries' own test suites

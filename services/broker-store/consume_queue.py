@@ -32,6 +32,7 @@ import struct
 
 from quiver.wire import names
 from quiver.errors import MessageIllegalError, QuiverError
+from quiver.wire.speedups import fast
 
 from .commit_log import NAME_DIGITS
 
@@ -39,6 +40,12 @@ log = logging.getLogger(__name__)
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
+
+
+@fast
+def pack_entries(phys_offsets, sizes, codes) -> bytes:
+    """Entries for a run of records, ready for `append` (compiled twin: quiver.wire.speedups)."""
+    return b"".join(map(ENTRY.pack, phys_offsets, sizes, codes))
 
 
 def queue_dir(root: str, topic: str, queue_id: int | None = None) -> str:

@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from quiver.wire.speedups import fast
 from quiver.wire import record
 
 # Property names (RocketMQ's MessageConst)
@@ -240,6 +241,7 @@ class UniqueIdMaker:
 _tag_hash_cache: dict[str, int] = {}
 
 
+@fast
 def java_hash(s: str) -> int:
     """Java String.hashCode: 32-bit signed polynomial over UTF-16 code units."""
     h = 0

@@ -1,0 +1,849 @@
+/* quiver._speedups: compiled twins of the per-message hot functions.
+ *
+ * Each function here has a Python reference of the same name (record.py, message.py,
+ * the broker's store.py, consume_queue.py, index_file.py) and quiver.wire.speedups picks
+ * between them. The contract: a function either returns exactly what its reference
+ * returns, or returns NotImplemented and the reference runs instead. Anything unusual
+ * (a malformed record, a value out of struct range, an unexpected type or arity) is
+ * NotImplemented, so errors keep the reference's exception and message, and no input
+ * is read outside its buffer. The record layout is quiver.wire.record's; the tests
+ * check the constants below against it.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FIXED_SIZE 88
+#define MIN_RECORD 91
+#define MAGIC_V1 0xDAA320A7u
+#define MAGIC_V2 0xDAA320ABu
+#define MAGIC_BLANK 0xCBD43194u
+#define SYSFLAG_PROP_CRC (1u << 20)
+#define CRC_PROP_BYTES 20
+#define HASH_MASK 0x7FFFFFFFu
+#define CQ_ENTRY 20
+#define INDEX_HEADER 40
+#define INDEX_ENTRY 20
+
+/* field positions in the fixed part */
+#define AT_MAGIC 4
+#define AT_BODY_CRC 8
+#define AT_QUEUE_ID 12
+#define AT_FLAG 16
+#define AT_QOFF 20
+#define AT_PHYS 28
+#define AT_SYSFLAG 36
+#define AT_BORN_TS 40
+#define AT_BORN_HOST 48
+#define AT_STORE_TS 56
+#define AT_STORE_HOST 64
+#define AT_RECONSUME 72
+#define AT_PREPARED 76
+#define AT_BODY_LEN 84
+
+#define NOT_IMPLEMENTED Py_RETURN_NOTIMPLEMENTED
+
+/* ---- CRC-32 (the zlib polynomial), slicing by 16: as fast as zlib's, no zlib headers -- */
+
+static uint32_t crc_table[16][256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 16; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static inline uint32_t le32(const unsigned char *p)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+#else
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+#endif
+}
+
+#define T(t, x) crc_table[t][(x) & 0xFF]
+
+/* zlib.crc32(data, crc) */
+static uint32_t crc32_update(uint32_t crc, const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = ~crc;
+    while (n >= 16) {
+        uint32_t a = c ^ le32(p), b = le32(p + 4), d = le32(p + 8), e = le32(p + 12);
+        c = T(15, a) ^ T(14, a >> 8) ^ T(13, a >> 16) ^ T(12, a >> 24) ^ T(11, b) ^ T(10, b >> 8)
+            ^ T(9, b >> 16) ^ T(8, b >> 24) ^ T(7, d) ^ T(6, d >> 8) ^ T(5, d >> 16) ^ T(4, d >> 24)
+            ^ T(3, e) ^ T(2, e >> 8) ^ T(1, e >> 16) ^ T(0, e >> 24);
+        p += 16;
+        n -= 16;
+    }
+    while (n-- > 0)
+        c = T(0, c ^ *p++) ^ (c >> 8);
+    return ~c;
+}
+
+#undef T
+
+/* ---- big-endian fields ------------------------------------------------------------- */
+
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+}
+
+static inline void put64(unsigned char *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static inline uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+static inline int32_t get_i32(const unsigned char *p) { return (int32_t)get32(p); }
+static inline int64_t get_i64(const unsigned char *p) { return (int64_t)get64(p); }
+
+/* ---- argument helpers: 0 means "leave it to the reference" -------------------------- */
+
+/* an int within [lo, hi] (struct's 'i' / 'q' ranges) */
+static int as_int(PyObject *o, long long lo, long long hi, long long *out)
+{
+    if (!PyLong_Check(o))
+        return 0;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+#define I32(o, out) as_int((o), INT32_MIN, INT32_MAX, (out))
+#define I64(o, out) as_int((o), INT64_MIN, INT64_MAX, (out))
+
+/* A 1-D contiguous view of unsigned bytes, so that len() and indexing in the reference
+   count bytes as this code does. Bytes take the direct path. */
+static int byte_view(PyObject *o, Py_buffer *v)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_FULL_RO) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v->ndim != 1 || v->itemsize != 1 || v->suboffsets != NULL || !PyBuffer_IsContiguous(v, 'C')
+            || (v->format != NULL && strcmp(v->format, "B") != 0)) {
+        PyBuffer_Release(v);
+        return 0;
+    }
+    return 1;
+}
+
+/* a list or tuple of exactly n items (zip() in the reference stops at the shortest) */
+static int is_seq(PyObject *o, Py_ssize_t n)
+{
+    return (PyList_CheckExact(o) || PyTuple_CheckExact(o)) && (n < 0 || PySequence_Fast_GET_SIZE(o) == n);
+}
+
+/* ---- encode_run ---------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer view;
+    int held;  /* 1: a buffer to release, 2: a bytes object to let go of */
+} Held;
+
+static void release_all(Held *h, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (h[i].held == 1)
+            PyBuffer_Release(&h[i].view);
+        else if (h[i].held == 2)
+            Py_DECREF(h[i].view.obj);
+    }
+}
+
+/* A reference of our own to each input: the GIL is released while they are copied. */
+static int hold(PyObject *o, Held *h)
+{
+    if (PyBytes_CheckExact(o)) {
+        h->view.obj = Py_NewRef(o);
+        h->view.buf = PyBytes_AS_STRING(o);
+        h->view.len = PyBytes_GET_SIZE(o);
+        h->held = 2;
+        return 1;
+    }
+    h->held = byte_view(o, &h->view);
+    return h->held;
+}
+
+static void host8(unsigned char *dst, PyObject *host)
+{
+    /* struct '8s': cut or zero-padded to 8 bytes */
+    Py_ssize_t n = PyBytes_GET_SIZE(host);
+    memset(dst, 0, 8);
+    memcpy(dst, PyBytes_AS_STRING(host), n < 8 ? n : 8);
+}
+
+/* encode_run(bodies, topic, queue_id, flags, first_qoff, phys, sys_flag, born_ts, born_host,
+              store_ts, store_host, reconsume, prepared_offset, props, body_crcs=None,
+              prop_crc=False) -> (data, phys offsets, sizes); prop_crc runs in Python. */
+static PyObject *encode_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs < 14 || nargs > 16)
+        NOT_IMPLEMENTED;
+    PyObject *bodies = a[0], *topic = a[1], *flags = a[3], *first = a[4], *born_host = a[8];
+    PyObject *store_host = a[10], *props = a[13];
+    PyObject *crcs = nargs > 14 ? a[14] : Py_None, *prop_crc = nargs > 15 ? a[15] : Py_False;
+    long long queue_id, qoff = 0, phys, sys_flag, born_ts, store_ts, reconsume, prepared;
+    if (prop_crc != Py_False || !is_seq(bodies, -1) || !PyBytes_CheckExact(topic)
+            || !PyBytes_CheckExact(born_host) || !PyBytes_CheckExact(store_host))
+        NOT_IMPLEMENTED;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(bodies);
+    if (!is_seq(flags, n) || !is_seq(props, n) || (crcs != Py_None && !is_seq(crcs, n)))
+        NOT_IMPLEMENTED;
+    if (!I32(a[2], &queue_id) || (first != Py_None && !I64(first, &qoff)) || !I64(a[5], &phys)
+            || !I32(a[6], &sys_flag) || !I64(a[7], &born_ts) || !I64(a[9], &store_ts)
+            || !I32(a[11], &reconsume) || !I64(a[12], &prepared))
+        NOT_IMPLEMENTED;
+    Py_ssize_t tlen = PyBytes_GET_SIZE(topic);
+    if (tlen > 0xFFFF || (first != Py_None && n && qoff > INT64_MAX - (n - 1)))
+        NOT_IMPLEMENTED;
+    Py_ssize_t thead = tlen <= 127 ? 1 : 2;
+    uint32_t magic = tlen <= 127 ? MAGIC_V1 : MAGIC_V2;
+    long long fixed = FIXED_SIZE + thead + tlen + 2;
+
+    Held *held = PyMem_Calloc(2 * (size_t)n + 1, sizeof(Held));
+    int32_t *ints = PyMem_Malloc((2 * (size_t)n + 1) * sizeof(int32_t));  /* flags, then crcs */
+    PyObject *out = NULL, *offsets = NULL, *sizes = NULL, *data = NULL;
+    if (held == NULL || ints == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long long total = 0, end = phys;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long f, c = 0;
+        if (!hold(PySequence_Fast_GET_ITEM(bodies, i), &held[2 * i])
+                || !hold(PySequence_Fast_GET_ITEM(props, i), &held[2 * i + 1]))
+            goto not_mine;
+        long long size = fixed + held[2 * i].view.len + held[2 * i + 1].view.len;
+        if (held[2 * i + 1].view.len > 0xFFFF || size > INT32_MAX || end > INT64_MAX - size
+                || !I32(PySequence_Fast_GET_ITEM(flags, i), &f)
+                || (crcs != Py_None && !I32(PySequence_Fast_GET_ITEM(crcs, i), &c)))
+            goto not_mine;
+        ints[2 * i] = (int32_t)f;
+        ints[2 * i + 1] = (int32_t)c;
+        total += size;
+        end += size;
+    }
+    if (total > PY_SSIZE_T_MAX)
+        goto not_mine;
+    data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    offsets = PyList_New(n);
+    sizes = PyList_New(n);
+    if (data == NULL || offsets == NULL || sizes == NULL)
+        goto done;
+    long long at = phys;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long size = fixed + held[2 * i].view.len + held[2 * i + 1].view.len;
+        PyObject *o = PyLong_FromLongLong(at), *s = PyLong_FromLongLong(size);
+        if (o == NULL || s == NULL) {
+            Py_XDECREF(o);
+            Py_XDECREF(s);
+            goto done;
+        }
+        PyList_SET_ITEM(offsets, i, o);
+        PyList_SET_ITEM(sizes, i, s);
+        at += size;
+    }
+    unsigned char hosts[16];
+    host8(hosts, born_host);
+    host8(hosts + 8, store_host);
+    const unsigned char *tb = (const unsigned char *)PyBytes_AS_STRING(topic);
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS  /* the new bytes are ours alone; the flush thread may run meanwhile */
+    at = phys;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *body = held[2 * i].view.buf, *pb = held[2 * i + 1].view.buf;
+        Py_ssize_t blen = held[2 * i].view.len, plen = held[2 * i + 1].view.len;
+        uint32_t size = (uint32_t)(fixed + blen + plen);
+        uint32_t crc = crcs == Py_None ? crc32_update(0, body, blen) & HASH_MASK : (uint32_t)ints[2 * i + 1];
+        put32(w, size);
+        put32(w + AT_MAGIC, magic);
+        put32(w + AT_BODY_CRC, crc);
+        put32(w + AT_QUEUE_ID, (uint32_t)queue_id);
+        put32(w + AT_FLAG, (uint32_t)ints[2 * i]);
+        put64(w + AT_QOFF, first == Py_None ? 0 : (uint64_t)(qoff + i));
+        put64(w + AT_PHYS, (uint64_t)at);
+        put32(w + AT_SYSFLAG, (uint32_t)sys_flag);
+        put64(w + AT_BORN_TS, (uint64_t)born_ts);
+        memcpy(w + AT_BORN_HOST, hosts, 8);
+        put64(w + AT_STORE_TS, (uint64_t)store_ts);
+        memcpy(w + AT_STORE_HOST, hosts + 8, 8);
+        put32(w + AT_RECONSUME, (uint32_t)reconsume);
+        put64(w + AT_PREPARED, (uint64_t)prepared);
+        put32(w + AT_BODY_LEN, (uint32_t)blen);
+        w += FIXED_SIZE;
+        memcpy(w, body, blen);
+        w += blen;
+        if (thead == 1) {
+            *w++ = (unsigned char)tlen;
+        } else {
+            *w++ = (unsigned char)(tlen >> 8);
+            *w++ = (unsigned char)tlen;
+        }
+        memcpy(w, tb, tlen);
+        w += tlen;
+        *w++ = (unsigned char)(plen >> 8);
+        *w++ = (unsigned char)plen;
+        memcpy(w, pb, plen);
+        w += plen;
+        at += size;
+    }
+    Py_END_ALLOW_THREADS
+    out = PyTuple_Pack(3, data, offsets, sizes);
+    goto done;
+not_mine:
+    out = Py_NewRef(Py_NotImplemented);
+done:
+    if (held != NULL)
+        release_all(held, 2 * n);
+    PyMem_Free(held);
+    PyMem_Free(ints);
+    Py_XDECREF(data);
+    Py_XDECREF(offsets);
+    Py_XDECREF(sizes);
+    return out;
+}
+
+/* ---- decode_fields --------------------------------------------------------------------- */
+
+/* decode_fields(buf) -> [(topic, body, props, queue_id, flag, queue_offset, phys_offset,
+   sys_flag, born_ts, store_ts, store_host, reconsume, body_crc), ...] */
+static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_buffer v;
+    if (nargs != 1 || !byte_view(a[0], &v))
+        NOT_IMPLEMENTED;
+    const unsigned char *b = v.buf;
+    Py_ssize_t pos = 0, end = v.len;
+    PyObject *out = PyList_New(0), *topic = NULL;
+    const unsigned char *tprev = NULL;  /* the last topic's bytes: most replies have one topic */
+    Py_ssize_t tprev_len = 0;
+    if (out == NULL)
+        goto fail;
+    while (pos < end) {
+        if (end - pos < FIXED_SIZE)
+            goto not_mine;
+        const unsigned char *r = b + pos;
+        int32_t total = get_i32(r);
+        uint32_t magic = get32(r + AT_MAGIC);
+        if (magic == MAGIC_BLANK) {
+            if (total < 8)
+                goto not_mine;
+            pos += total;
+            continue;
+        }
+        int32_t blen = get_i32(r + AT_BODY_LEN);
+        if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD || total > end - pos || blen < 0)
+            goto not_mine;
+        Py_ssize_t rec_end = pos + total, p = pos + FIXED_SIZE;
+        if (blen > rec_end - p)
+            goto not_mine;
+        Py_ssize_t body_at = p;
+        p += blen;
+        Py_ssize_t tlen;
+        if (magic == MAGIC_V1) {
+            if (p + 1 > rec_end)
+                goto not_mine;
+            tlen = b[p];
+            p += 1;
+        } else {
+            if (p + 2 > rec_end)
+                goto not_mine;
+            tlen = b[p] << 8 | b[p + 1];
+            p += 2;
+        }
+        if (tlen > rec_end - p)
+            goto not_mine;
+        Py_ssize_t topic_at = p;
+        p += tlen;
+        if (p + 2 > rec_end)
+            goto not_mine;
+        Py_ssize_t plen = b[p] << 8 | b[p + 1];
+        p += 2;
+        if (p + plen != rec_end)
+            goto not_mine;
+        if (topic == NULL || tlen != tprev_len || memcmp(tprev, b + topic_at, tlen) != 0) {
+            PyObject *t = PyUnicode_DecodeUTF8((const char *)b + topic_at, tlen, "strict");
+            if (t == NULL) {
+                PyErr_Clear();
+                goto not_mine;
+            }
+            Py_XSETREF(topic, t);
+            tprev = b + topic_at;
+            tprev_len = tlen;
+        }
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + p, plen, "strict");
+        if (props == NULL) {
+            PyErr_Clear();
+            goto not_mine;
+        }
+        PyObject *body = PyBytes_FromStringAndSize((const char *)b + body_at, blen);
+        if (body == NULL) {
+            Py_DECREF(props);
+            goto fail;
+        }
+        PyObject *t = Py_BuildValue("(ONNiiLLiLLy#ii)", topic, body, props,
+                                    get_i32(r + AT_QUEUE_ID), get_i32(r + AT_FLAG),
+                                    (long long)get_i64(r + AT_QOFF), (long long)get_i64(r + AT_PHYS),
+                                    get_i32(r + AT_SYSFLAG), (long long)get_i64(r + AT_BORN_TS),
+                                    (long long)get_i64(r + AT_STORE_TS), (const char *)r + AT_STORE_HOST,
+                                    (Py_ssize_t)8, get_i32(r + AT_RECONSUME), get_i32(r + AT_BODY_CRC));
+        if (t == NULL)
+            goto fail;
+        int err = PyList_Append(out, t);
+        Py_DECREF(t);
+        if (err < 0)
+            goto fail;
+        pos = rec_end;
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&v);
+    return out;
+not_mine:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    PyBuffer_Release(&v);
+    NOT_IMPLEMENTED;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    PyBuffer_Release(&v);
+    return NULL;
+}
+
+/* ---- check_run ------------------------------------------------------------------------- */
+
+/* The __CRC32# property ending the record [p, end) matches its bytes (record._prop_crc_ok). */
+static int prop_crc_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t end)
+{
+    static const char head[] = "__CRC32#\x01";
+    if (end - p < MIN_RECORD + CRC_PROP_BYTES || memcmp(b + end - CRC_PROP_BYTES, head, 9) != 0)
+        return 0;
+    uint64_t want = 0;
+    for (Py_ssize_t i = end - 2; i >= end - 11; i--) {  /* ten digits, least significant first */
+        unsigned char d = b[i];
+        if (d < '0' || d > '9')
+            return 0;
+        want = want * 10 + (d - '0');
+    }
+    return want == (crc32_update(0, b + p, end - CRC_PROP_BYTES - p) & HASH_MASK);
+}
+
+/* check_run(buf, spans, base) -> [] when every record of spans is whole and intact;
+   NotImplemented otherwise (the reference then says which and why: the rare path). */
+static PyObject *check_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_buffer v;
+    long long base;
+    if (nargs != 3 || !is_seq(a[1], -1) || !I64(a[2], &base))
+        NOT_IMPLEMENTED;
+    if (!byte_view(a[0], &v))
+        NOT_IMPLEMENTED;
+    PyObject *spans = a[1];
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(spans);
+    long long *pairs = PyMem_Malloc((2 * (size_t)count + 1) * sizeof(long long));
+    int ok = pairs != NULL;
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
+        PyObject *s = PySequence_Fast_GET_ITEM(spans, i);
+        ok = PyTuple_CheckExact(s) && PyTuple_GET_SIZE(s) == 2 && I64(PyTuple_GET_ITEM(s, 0), &pairs[2 * i])
+             && I32(PyTuple_GET_ITEM(s, 1), &pairs[2 * i + 1]);
+    }
+    if (ok) {
+        const unsigned char *b = v.buf;
+        Py_ssize_t n = v.len;
+        Py_BEGIN_ALLOW_THREADS  /* CRCs of whole bodies: let the flush thread run */
+        for (Py_ssize_t i = 0; ok && i < count; i++) {
+            long long phys = pairs[2 * i], size = pairs[2 * i + 1];
+            if (phys < base || phys - base > n || size < MIN_RECORD || size > n - (phys - base)) {
+                ok = 0;
+                break;
+            }
+            Py_ssize_t pos = (Py_ssize_t)(phys - base), end = pos + (Py_ssize_t)size;
+            const unsigned char *r = b + pos;
+            uint32_t magic = get32(r + AT_MAGIC);
+            int32_t blen = get_i32(r + AT_BODY_LEN);
+            uint32_t sys_flag = get32(r + AT_SYSFLAG);
+            if (get_i32(r) != size || get_i64(r + AT_PHYS) != phys || (magic != MAGIC_V1 && magic != MAGIC_V2)
+                    || blen < 0 || blen > end - pos - FIXED_SIZE - 3) {
+                ok = 0;
+                break;
+            }
+            Py_ssize_t p = pos + FIXED_SIZE + blen;
+            if (sys_flag & SYSFLAG_PROP_CRC ? !prop_crc_ok(b, pos, end)
+                    : (crc32_update(0, b + p - blen, blen) & HASH_MASK) != (uint32_t)get_i32(r + AT_BODY_CRC)) {
+                ok = 0;
+                break;
+            }
+            p += magic == MAGIC_V1 ? 1 + b[p] : 2 + (b[p] << 8 | b[p + 1]);
+            if (p + 2 > end || p + 2 + (b[p] << 8 | b[p + 1]) != end)
+                ok = 0;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_Free(pairs);
+    PyBuffer_Release(&v);
+    if (!ok)
+        NOT_IMPLEMENTED;
+    return PyList_New(0);
+}
+
+/* ---- properties ------------------------------------------------------------------------ */
+
+/* parse_properties(s) -> {name: value} of "name\x01value\x02" items (record.parse_properties) */
+static PyObject *parse_properties(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyUnicode_CheckExact(a[0]))
+        NOT_IMPLEMENTED;
+    PyObject *s = a[0], *out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i = 0;
+    while (i < n) {
+        Py_ssize_t stop = PyUnicode_FindChar(s, 0x02, i, n, 1), sep;
+        if (stop == -2)
+            goto fail;
+        if (stop < 0)
+            stop = n;
+        if (stop > i) {  /* empty items are skipped */
+            if ((sep = PyUnicode_FindChar(s, 0x01, i, stop, 1)) == -2)
+                goto fail;
+            PyObject *k = PyUnicode_Substring(s, i, sep < 0 ? stop : sep);
+            PyObject *v = sep < 0 ? PyUnicode_New(0, 0) : PyUnicode_Substring(s, sep + 1, stop);
+            int err = k == NULL || v == NULL || PyDict_SetItem(out, k, v) < 0;
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            if (err)
+                goto fail;
+        }
+        i = stop + 1;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- index keys and tag codes ------------------------------------------------------ */
+
+/* Java String.hashCode over the UTF-16 code units of valid UTF-8 (from CPython's encoder). */
+static int32_t java_hash_utf8(const unsigned char *s, Py_ssize_t n)
+{
+    uint32_t h = 0;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint32_t c = s[i];
+        if (c < 0x80) {
+            i += 1;
+        } else if (c < 0xE0) {
+            c = (c & 0x1F) << 6 | (s[i + 1] & 0x3F);
+            i += 2;
+        } else if (c < 0xF0) {
+            c = (c & 0x0F) << 12 | (s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F);
+            i += 3;
+        } else {
+            c = (c & 0x07) << 18 | (s[i + 1] & 0x3F) << 12 | (s[i + 2] & 0x3F) << 6 | (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            c = 0xDC00 + (c & 0x3FF);
+        }
+        h = 31 * h + c;
+    }
+    return (int32_t)h;
+}
+
+/* java_hash(s): NotImplemented for a lone surrogate (the reference's UTF-16 encode refuses it). */
+static PyObject *java_hash(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyUnicode_CheckExact(a[0]))
+        NOT_IMPLEMENTED;
+    PyObject *s = a[0];
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+#endif
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF)
+            NOT_IMPLEMENTED;
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            c = 0xDC00 + (c & 0x3FF);
+        }
+        h = 31 * h + c;
+    }
+    return PyLong_FromLong((int32_t)h);
+}
+
+/* The value of property `name` (given as "\x02NAME\x01") in props as record.index_fields
+   finds it: the first match in "\x02" + props + "\x02", up to the next "\x02". */
+static int find_prop(const char *p, Py_ssize_t n, const char *pat, Py_ssize_t plen,
+                     const char **val, Py_ssize_t *vlen)
+{
+    const char *at = NULL;
+    if (n >= plen - 1 && memcmp(p, pat + 1, plen - 1) == 0) {
+        at = p + plen - 1;
+    } else if (n >= plen) {
+        const char *q = p, *last = p + n - plen;  /* memmem is not portable */
+        while (q <= last && (q = memchr(q, '\x02', last - q + 1)) != NULL) {
+            if (memcmp(q + 1, pat + 1, plen - 1) == 0) {
+                at = q + plen;
+                break;
+            }
+            q++;
+        }
+    }
+    if (at == NULL)
+        return 0;
+    const char *stop = memchr(at, '\x02', p + n - at);
+    *val = at;
+    *vlen = (stop != NULL ? stop : p + n) - at;
+    return 1;
+}
+
+static int add_key(PyObject *keyed, const char *k, Py_ssize_t n, uint32_t prefix, PyObject *phys)
+{
+    uint32_t h = crc32_update(prefix, (const unsigned char *)k, n) & HASH_MASK;
+    PyObject *t = Py_BuildValue("(kO)", (unsigned long)h, phys);
+    if (t == NULL)
+        return -1;
+    int err = PyList_Append(keyed, t);
+    Py_DECREF(t);
+    return err;
+}
+
+/* index_run(phys_offsets, props, prefix, want_tags, to_index) -> (tag codes, [(key hash, phys)]):
+   the per-record loop of the broker's dispatch (store.index_run). */
+static PyObject *index_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    static const char TAGS[] = "\x02TAGS\x01", UNIQ[] = "\x02UNIQ_KEY\x01", KEYS[] = "\x02KEYS\x01";
+    long long prefix;
+    if (nargs != 5 || !is_seq(a[0], -1) || !as_int(a[2], 0, 0xFFFFFFFFLL, &prefix)
+            || !PyBool_Check(a[3]) || !PyBool_Check(a[4]))
+        NOT_IMPLEMENTED;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a[0]);
+    if (!is_seq(a[1], n))
+        NOT_IMPLEMENTED;
+    int want_tags = a[3] == Py_True, to_index = a[4] == Py_True;
+    PyObject *codes = PyList_New(want_tags ? n : 0), *keyed = PyList_New(0);
+    if (codes == NULL || keyed == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PySequence_Fast_GET_ITEM(a[1], i), *phys = PySequence_Fast_GET_ITEM(a[0], i);
+        Py_ssize_t len, vlen;
+        const char *p, *val;
+        if (!PyUnicode_CheckExact(s))
+            goto not_mine;
+        if ((p = PyUnicode_AsUTF8AndSize(s, &len)) == NULL) {  /* a lone surrogate */
+            PyErr_Clear();
+            goto not_mine;
+        }
+        if (want_tags) {
+            int32_t code = find_prop(p, len, TAGS, sizeof TAGS - 1, &val, &vlen)
+                           ? java_hash_utf8((const unsigned char *)val, vlen) : 0;
+            PyObject *c = PyLong_FromLong(code);
+            if (c == NULL)
+                goto fail;
+            PyList_SET_ITEM(codes, i, c);
+        }
+        if (!to_index)
+            continue;
+        if (find_prop(p, len, UNIQ, sizeof UNIQ - 1, &val, &vlen)
+                && add_key(keyed, val, vlen, (uint32_t)prefix, phys) < 0)
+            goto fail;
+        if (find_prop(p, len, KEYS, sizeof KEYS - 1, &val, &vlen)) {
+            const char *k = val, *stop = val + vlen;
+            while (k < stop) {  /* split on " ", empty keys dropped */
+                const char *sp = memchr(k, ' ', stop - k);
+                const char *kend = sp != NULL ? sp : stop;
+                if (kend > k && add_key(keyed, k, kend - k, (uint32_t)prefix, phys) < 0)
+                    goto fail;
+                k = kend + 1;
+            }
+        }
+    }
+    PyObject *out = PyTuple_Pack(2, codes, keyed);
+    Py_DECREF(codes);
+    Py_DECREF(keyed);
+    return out;
+not_mine:
+    Py_DECREF(codes);
+    Py_DECREF(keyed);
+    NOT_IMPLEMENTED;
+fail:
+    Py_XDECREF(codes);
+    Py_XDECREF(keyed);
+    return NULL;
+}
+
+/* pack_entries(phys_offsets, sizes, codes) -> ConsumeQueue entries (">qiq" each) */
+static PyObject *pack_entries(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !is_seq(a[0], -1))
+        NOT_IMPLEMENTED;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a[0]);
+    if (!is_seq(a[1], n) || !is_seq(a[2], n) || n > PY_SSIZE_T_MAX / CQ_ENTRY)
+        NOT_IMPLEMENTED;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * CQ_ENTRY);
+    if (out == NULL)
+        return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++, w += CQ_ENTRY) {
+        long long phys, size, code;
+        if (!I64(PySequence_Fast_GET_ITEM(a[0], i), &phys) || !I32(PySequence_Fast_GET_ITEM(a[1], i), &size)
+                || !I64(PySequence_Fast_GET_ITEM(a[2], i), &code)) {
+            Py_DECREF(out);
+            NOT_IMPLEMENTED;
+        }
+        put64(w, (uint64_t)phys);
+        put32(w + 8, (uint32_t)size);
+        put64(w + 12, (uint64_t)code);
+    }
+    return out;
+}
+
+/* put_entries(mm, items, n, slots, entries_at, diff) -> (n, newly used slots): IndexFile
+   entries for (key hash, phys) items, chained through the slots. Every position is
+   checked before the first store, so a NotImplemented leaves the mapping untouched. */
+static PyObject *put_entries(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    long long n, slots, entries_at, diff;
+    if (nargs != 6 || !is_seq(a[1], -1) || !I32(a[2], &n) || !I64(a[3], &slots) || !I64(a[4], &entries_at)
+            || !I32(a[5], &diff) || slots <= 0)
+        NOT_IMPLEMENTED;
+    Py_buffer v;
+    if (PyObject_GetBuffer(a[0], &v, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    PyObject *items = a[1];
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    long long *todo = PyMem_Malloc((2 * (size_t)count + 1) * sizeof(long long));
+    int ok = todo != NULL && n >= 0 && n + count <= INT32_MAX && slots <= v.len && entries_at >= 0
+             && entries_at <= v.len;
+    for (Py_ssize_t i = 0; ok && i < count; i++) {
+        PyObject *t = PySequence_Fast_GET_ITEM(items, i);
+        ok = PyTuple_CheckExact(t) && PyTuple_GET_SIZE(t) == 2 && I32(PyTuple_GET_ITEM(t, 0), &todo[2 * i])
+             && I64(PyTuple_GET_ITEM(t, 1), &todo[2 * i + 1]);
+        if (ok) {
+            long long h = todo[2 * i], slot = h % slots;
+            if (slot < 0)
+                slot += slots;  /* Python's modulo */
+            long long slot_pos = INDEX_HEADER + slot * 4;
+            long long entry_pos = entries_at + (n + i) * INDEX_ENTRY;
+            ok = slot_pos + 4 <= v.len && entry_pos + INDEX_ENTRY <= v.len;
+        }
+    }
+    long long used = 0;
+    if (ok) {
+        unsigned char *m = v.buf;
+        for (Py_ssize_t i = 0; i < count; i++, n++) {
+            long long h = todo[2 * i], slot = h % slots;
+            if (slot < 0)
+                slot += slots;
+            unsigned char *sp = m + INDEX_HEADER + slot * 4;
+            int32_t prev = get_i32(sp);
+            if (prev <= 0 || prev >= n) {
+                prev = 0;
+                used++;
+            }
+            unsigned char *e = m + entries_at + n * INDEX_ENTRY;
+            put32(e, (uint32_t)h);
+            put64(e + 4, (uint64_t)todo[2 * i + 1]);
+            put32(e + 12, (uint32_t)diff);
+            put32(e + 16, (uint32_t)prev);
+            put32(sp, (uint32_t)n);
+        }
+    }
+    PyMem_Free(todo);
+    PyBuffer_Release(&v);
+    if (!ok)
+        NOT_IMPLEMENTED;
+    return Py_BuildValue("(LL)", n, used);
+}
+
+/* crc32(data, value=0): zlib.crc32, for the tests of the table above */
+static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_buffer v;
+    long long start = 0;
+    if (nargs < 1 || nargs > 2 || (nargs == 2 && !as_int(a[1], 0, 0xFFFFFFFFLL, &start)) || !byte_view(a[0], &v))
+        NOT_IMPLEMENTED;
+    uint32_t c = crc32_update((uint32_t)start, v.buf, v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {
+    {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
+    {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
+    {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},
+    {"parse_properties", (PyCFunction)(void (*)(void))parse_properties, METH_FASTCALL, "record.parse_properties"},
+    {"java_hash", (PyCFunction)(void (*)(void))java_hash, METH_FASTCALL, "message.java_hash"},
+    {"index_run", (PyCFunction)(void (*)(void))index_run, METH_FASTCALL, "the broker's store.index_run"},
+    {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
+    {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
+    {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "quiver._speedups",
+    "Compiled twins of Quiver's per-message functions (see quiver.wire.speedups).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void)
+{
+    crc_init();
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "FIXED_SIZE", FIXED_SIZE) < 0
+            || PyModule_AddIntConstant(m, "MIN_RECORD", MIN_RECORD) < 0
+            || PyModule_AddIntConstant(m, "CRC_PROP_BYTES", CRC_PROP_BYTES) < 0
+            || PyModule_AddIntConstant(m, "SYSFLAG_PROP_CRC", SYSFLAG_PROP_CRC) < 0
+            || PyModule_AddObject(m, "MAGICS", Py_BuildValue("(kkk)", (unsigned long)MAGIC_V1,
+                                                            (unsigned long)MAGIC_V2, (unsigned long)MAGIC_BLANK)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
