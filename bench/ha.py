@@ -44,23 +44,27 @@ def _cluster(tmp, role):
     return c, m, s, t
 
 
+def timed_sends(namesrv: str, topic: str, n: int, size: int) -> dict:
+    """n pipelined sends of `size` bytes after a 500-message warm-up: rate and statuses."""
+    body = b"x" * size
+    with Producer("bench", namesrv=namesrv) as p:
+        for f in [p.send_async(Message(topic, body)) for _ in range(500)]:  # warm-up
+            f.result(30)
+        t0 = time.monotonic()
+        futs = [p.send_async(Message(topic, body)) for _ in range(n)]
+        statuses: dict = {}
+        for f in futs:
+            st = f.result(60).status.value
+            statuses[st] = statuses.get(st, 0) + 1
+        dt = time.monotonic() - t0
+    return {"messages": n, "seconds": round(dt, 3), "msg_per_s": round(n / dt), "statuses": statuses}
+
+
 def throughput(role, n, size) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         c, m, s, t = _cluster(tmp, role)
         try:
-            body = b"x" * size
-            with Producer("bench", namesrv=c.namesrv) as p:
-                for f in [p.send_async(Message("HaBench", body)) for _ in range(500)]:  # warm-up
-                    f.result(30)
-                t0 = time.monotonic()
-                futs = [p.send_async(Message("HaBench", body)) for _ in range(n)]
-                statuses = {}
-                for f in futs:
-                    st = f.result(60).status.value
-                    statuses[st] = statuses.get(st, 0) + 1
-                dt = time.monotonic() - t0
-            return {"role": role, "messages": n, "seconds": round(dt, 3), "msg_per_s": round(n / dt),
-                    "statuses": statuses}
+            return {"role": role, **timed_sends(c.namesrv, "HaBench", n, size)}
         finally:
             t.close()
             c.stop()

@@ -10,6 +10,10 @@ callable.
 All store and metadata mutations happen on the service thread. APScheduler
 (one BackgroundScheduler, jobs registered in `_jobs`) only hands work to that
 thread, except offset persistence, which writes a snapshot on its own thread.
+
+With --auto-failover the role is the controller's (replicas.Replicas): the
+request table is rebuilt and the broker registers again each time it changes,
+and writes pass the Replicas guard (master, lease held, enough in sync).
 """
 
 import logging
@@ -34,6 +38,7 @@ from .disk_space import DiskSpace
 from .filter_servers import SCAN_INTERVAL_S, FilterServerRegistry, FilterServerRequests
 from .group_commit import GroupCommit
 from .ha_slave import ReplicationSlave
+from .replicas import Replicas
 from .locks import LockManager
 from .metadata import Metadata, owner as metadata_owner
 from .pulling import Puller
@@ -95,21 +100,56 @@ class App:
         self.puller = Puller(self.store, self.topics, self.metadata, self.service, self.counters, c.long_poll_max_ms)
         # replication: a master streams its CommitLog to slaves, a slave follows its master
         self.ha = self._replication()
-        self.wait_for_slave = self.ha.wait_for_slave if c.ha_role == "SYNC_MASTER" else None
+        self.wait_for_slave = self.ha.wait_for_slave if c.ha_role in ("SYNC_MASTER", "AUTO") else None
         self.group_commit = GroupCommit(self.store, c.flush == "sync", c.sync_flush_timeout_ms, self.puller.notify,
                                         self.wait_for_slave)
         self.watch = GroupWatch(self.clients, self.service.failures, self.notify_group_changed, c.client_expiry_ms)
-        self.service.handlers.update(handlers.table(self._request_parts(), c.is_slave))
+        self.parts = self._request_parts()
+        self.service.handlers.update(self._table())
         self.service.every("filter_server_scan", SCAN_INTERVAL_S, self.filter_servers.expire_step)
         self.service.every("group_watch", self.watch.period_s, self.watch.step)
 
     def _replication(self):
         c = self.config
+        if c.auto_failover:
+            return Replicas(c, self.store, self.service, self.transport, self._make_master, self._make_slave,
+                            self._role_changed)
         if c.is_slave:
             return ReplicationSlave(c, self.store, self.metadata, self.topics, self.service, self.transport,
                                     self.counters, self.puller.notify, self.register_all, self.acl)
         return ha_master.ReplicationMaster(c, self.store, self.metadata, self.topics,
                                            self.service.call_soon_threadsafe, self.security, self.acl)
+
+    def _make_master(self, terms):
+        return ha_master.ReplicationMaster(self.config, self.store, self.metadata, self.topics,
+                                           self.service.call_soon_threadsafe, self.security, self.acl, terms=terms)
+
+    def _make_slave(self, terms):
+        return ReplicationSlave(self.config, self.store, self.metadata, self.topics, self.service, self.transport,
+                                self.counters, self.puller.notify, self.register_all, self.acl, terms=terms)
+
+    @property
+    def is_slave(self) -> bool:
+        """Whether writes go elsewhere now: fixed by --role, or the controller's choice."""
+        return self.ha.is_slave if self.config.auto_failover else self.config.is_slave
+
+    def _table(self) -> dict:
+        table = handlers.table(self.parts, self.is_slave)
+        if self.config.auto_failover and not self.is_slave:
+            for code in handlers.SLAVE_REFUSES:
+                if code in table:
+                    table[code] = self._guarded(table[code])
+        return table
+
+    def _guarded(self, handler):
+        def guarded(req):
+            self.ha.writable()  # raises SERVICE_NOT_AVAILABLE: a producer refreshes its route and retries
+            handler(req)
+        return guarded
+
+    def _role_changed(self, role: str) -> None:
+        self.service.handlers.update(self._table())  # every part's code again; PING and STATUS stay
+        self.register_all()
 
     def _request_parts(self) -> list:
         """Every part that answers requests, each with its own collaborators."""
@@ -118,7 +158,8 @@ class App:
         txn = Transactions(store, topics, meta, clients, commit, self.counters, self.service.send_if_connected,
                            self.store_host)
         sender = Sender(c, store, topics, commit, self.counters, self.puller.notify, txn.prepare,
-                        note_put=None if c.is_slave else self.ha.note_put, wait_for_slave=self.wait_for_slave)
+                        note_put=None if self.is_slave and not c.auto_failover else self.ha.note_put,
+                        wait_for_slave=self.wait_for_slave)
         return [
             sender, self.puller, txn, self.ha,
             Retry(store, meta, topics, sender, self.counters),
@@ -139,14 +180,20 @@ class App:
 
     def register_all(self) -> None:
         c = self.config
-        perm_mask = ~2 if c.is_slave else ~0  # a slave is routed only while no master is: readable, not writable
+        broker_id = c.broker_id
+        if c.auto_failover:
+            if self.ha.role == "none" or (self.ha.role == "master" and not self.ha.lease_valid()):
+                return  # no role yet, or a master that may have been replaced: routes must not name it
+            broker_id = 0 if self.ha.role == "master" else self.ha.broker_id
+        is_slave = self.is_slave
+        perm_mask = ~2 if is_slave else ~0  # a slave is routed only while no master is: readable, not writable
         # a topic stored before names were checked would make the whole registration refused
         topics = {t: rq.TopicConfig(read=conf["read"], write=conf["write"], perm=conf["perm"] & perm_mask,
                                     sysflag=conf.get("sysflag", 0), order=conf.get("order", False))
                   for t, conf in self.topics.rows.items() if names.is_valid_topic(t)}
-        ha_addr = c.ha_advertised if not c.is_slave and self.ha.status()["ha_listen"] else None
+        ha_addr = c.ha_advertised if not is_slave and self.ha.status().get("ha_listen") else None
         req = rq.RegisterBroker(cluster=c.cluster, broker_name=c.name, broker_addr=c.advertised,
-                                broker_id=c.broker_id, data_version=rq.DataVersion(**self.topics.data_version),
+                                broker_id=broker_id, data_version=rq.DataVersion(**self.topics.data_version),
                                 topics=topics, filter_servers=self.filter_servers.addrs(), ha_addr=ha_addr)
         for addr in self.namesrvs:
             self.transport.send(addr, req, None, (), lambda r, a=addr: self._registered(a, r), timeout=5.0)
@@ -201,7 +248,9 @@ class App:
         return {"role": "broker", "broker_name": self.config.name, "addr": self.config.advertised,
                 "store_host": host_str(self.store_host),  # what its offset msgIds carry (an IPv4 under compose)
                 "cluster": self.config.cluster, "flush": self.config.flush, "topics": len(self.topics),
-                "broker_id": self.config.broker_id, "ha_role": self.config.ha_role, "ha": self.ha.status(),
+                "broker_id": self.config.broker_id,
+                "ha_role": self.config.ha_role if not self.config.auto_failover else f"AUTO ({self.ha.role})",
+                "ha": self.ha.status(),
                 "held_pulls": self.puller.held_count(), "store": self.store.stats()}
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -209,7 +258,7 @@ class App:
     def run(self) -> None:
         self.store.open()
         self.service.bind()
-        if not self.config.is_slave:
+        if not self.config.is_slave and not self.config.auto_failover:
             # before serving: offsets committed on a slave meanwhile
             ha_master.pull_slave_offsets(self.transport, self.namesrvs, self.config.name, self.config.advertised,
                                          self.metadata)
@@ -219,7 +268,7 @@ class App:
         self.scheduler.start()
         if self.config.flush == "sync":
             self.service.call_later(0.05, self._sync_flush_watch)
-        if self.config.ha_role == "SYNC_MASTER":
+        if self.config.ha_role in ("SYNC_MASTER", "AUTO"):
             self.service.call_later(0.05, self._sync_slave_watch)
         log.info("broker %s (id %d, %s) serving on %s (advertised %s, flush %s)", self.config.name,
                  self.config.broker_id, self.config.ha_role, self.config.listen, self.config.advertised,
@@ -236,7 +285,7 @@ class App:
             pass
         c = self.config
         req = rq.UnregisterBroker(cluster=c.cluster, broker_name=c.name, broker_addr=c.advertised,
-                                  broker_id=c.broker_id)
+                                  broker_id=None if c.auto_failover else c.broker_id)
         futs = [self.transport.call_future(a, req, timeout=1.0) for a in self.namesrvs]
         for f in futs:
             try:

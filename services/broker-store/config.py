@@ -90,6 +90,17 @@ class Config:
     ha_heartbeat_interval_ms: int = setting(5000, "replication heartbeat period (both ends)")
     ha_housekeeping_ms: int = setting(20_000, "a replication peer silent this long is dropped / reconnected")
     ha_sync_interval_ms: int = setting(10_000, "slave: topics and consumer offsets synced from the master this often")
+    auto_failover: bool = setting(False, "no fixed role: the controller (name servers started with --controller) "
+                                         "makes this broker master or slave, and replaces a silent master")
+    controller: str = setting("", "with --auto-failover: the controllers, 'h:p;h:p;h:p' (default: --namesrv)")
+    controller_heartbeat_interval_ms: int = setting(300, "with --auto-failover: heartbeat to the controllers "
+                                                         "this often")
+    min_in_sync_replicas: int = setting(1, "with --auto-failover and SYNC acks: refuse writes while the "
+                                           "SyncStateSet (master included) is smaller than this")
+    ha_max_time_not_caught_up_ms: int = setting(3000, "with --auto-failover: a replica behind the master this long "
+                                                      "leaves the SyncStateSet (it can no longer be elected)")
+    ha_acks: str = setting("sync", "with --auto-failover: sync = SEND_OK once every SyncStateSet member has the "
+                                   "message; async = at once")
     log_level: str = setting("INFO", "logging level")
     auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
                             "empty: auth off")
@@ -106,7 +117,14 @@ class Config:
             raise ValueError(f"role must be one of {', '.join(ROLES)}")
         if self.broker_id < 0:
             raise ValueError("broker_id must be >= 0")
-        if (self.broker_id == 0) == (self.ha_role == "SLAVE"):
+        if self.auto_failover:
+            if self.role:
+                raise ValueError("--auto-failover takes no --role: the controller assigns it")
+            if self.ha_acks not in ("sync", "async") or self.min_in_sync_replicas < 1:
+                raise ValueError("ha_acks must be 'sync' or 'async' and min_in_sync_replicas >= 1")
+            if self.controller_heartbeat_interval_ms < 20:
+                raise ValueError("controller_heartbeat_interval_ms must be >= 20")
+        elif (self.broker_id == 0) == (self.ha_role == "SLAVE"):
             raise ValueError("broker id 0 is the master (SYNC_MASTER or ASYNC_MASTER); ids >= 1 are slaves (SLAVE)")
         if self.auto_name and self.broker_id != 0:
             raise ValueError("--broker-name auto is for masters (id 0): a slave names its master's broker")
@@ -147,7 +165,14 @@ class Config:
 
     @property
     def ha_role(self) -> str:
+        """The role at start; with --auto-failover "AUTO" (replicas.Replicas has the current one)."""
+        if self.auto_failover:
+            return "AUTO"
         return self.role or ("ASYNC_MASTER" if self.broker_id == 0 else "SLAVE")
+
+    @property
+    def controllers(self) -> str:
+        return self.controller or self.namesrv
 
     @property
     def is_slave(self) -> bool:

@@ -29,6 +29,15 @@ master whatever the answer. Replies wait on the service thread in one
 GroupAck list, completed when the best acked offset passes their end
 (RocketMQ 4.x GroupTransferService).
 
+--auto-failover (`terms` given: replicas.Replicas): links start with a
+handshake (the slave asks, the master answers its epoch list and end, the
+slave cuts its log to the shared history and reports again with reset);
+every chunk carries its epoch and never spans two (epochs.epoch_at caps it);
+a SYNC write is acknowledged once every other SyncStateSet member acked it
+(`terms.required`, kept on the service thread) and only while the master's
+controller lease holds; a report naming a newer epoch tells `terms` this
+master was deposed.
+
 Metadata: a slave calls HA_SYNC_METADATA every --ha-sync-interval-ms with the
 consumer offsets it advanced itself while it served reads; the master keeps
 max(master, slave) per (group, topic, queue) and answers its topics, groups
@@ -51,7 +60,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
 from quiver.wire.transport import next_request_id
 
-from . import recovery
+from . import epochs, recovery
 from .ha_stream import REPORT_MAX_FRAME_BYTES, GroupAck, LagTracker, frame_prefix
 
 DAMAGE_LOGGED_MAX = 10_000  # damaged spans logged (and their ends remembered), up to this many
@@ -60,21 +69,27 @@ log = logging.getLogger(__name__)
 
 
 class _Link:
-    __slots__ = ("identity", "addr", "broker_id", "acked", "sent", "seen", "sent_at", "diverged", "since")
+    __slots__ = ("identity", "addr", "broker_id", "acked", "sent", "seen", "sent_at", "diverged", "since",
+                 "handshake", "caught_at", "caught_target")
 
     def __init__(self, identity: bytes, addr: str, broker_id: int, offset: int, now: float):
         self.identity, self.addr, self.broker_id = identity, addr, broker_id
         self.acked = self.sent = offset
         self.seen = self.sent_at = self.since = now
         self.diverged = False
+        self.handshake = False      # --auto-failover: epoch lists not compared yet, nothing streamed
+        self.caught_at = 0.0        # when it last acked what was this master's end at its previous report
+        self.caught_target = 0
 
 
 class ReplicationMaster:
     """The HA thread of a master broker, and HA_SYNC_METADATA. `post` hands work to the
     service thread (Service.call_soon_threadsafe)."""
 
-    def __init__(self, config, store, metadata, topics, post, security=None, acl=None):
+    def __init__(self, config, store, metadata, topics, post, security=None, acl=None, terms=None):
         c = self.config = config
+        self.terms = terms  # --auto-failover: epoch, epoch list, SyncStateSet and lease (replicas.Replicas)
+        self.link_acks: dict[str, tuple[int, float]] = {}  # service thread: addr -> (acked, caught up at)
         self.acl = acl  # AclStore: its snapshot goes to the slaves with the metadata
         self.security = security  # auth on: CURVE on the HA socket, and only replicas may report
         self.refused_reports = 0
@@ -155,6 +170,8 @@ class ReplicationMaster:
 
     def check_slave(self, end: int) -> ResponseCode | None:
         """SYNC_MASTER, before waiting: SLAVE_NOT_AVAILABLE when no slave is connected and in sync."""
+        if self.terms is not None:
+            return None  # the SyncStateSet decides; replicas.Replicas refused the write if it is too small
         if self.connected == 0 or end - self.best_acked > self.max_gap:
             return ResponseCode.SLAVE_NOT_AVAILABLE
         return None
@@ -164,13 +181,43 @@ class ReplicationMaster:
         refused = self.check_slave(end)
         if refused is not None:
             req.reply(refused, "stored on the master; no slave is connected and in sync", out)
+        elif self.terms is not None:
+            self.pending.add(end, req, out)
+            self.recheck()
         elif self.best_acked >= end:
             req.reply(ResponseCode.SUCCESS, "", out)
         else:
             self.pending.add(end, req, out)
 
+    def _may_ack(self) -> bool:
+        return self.terms is None or self.terms.lease_valid()
+
+    def on_link_acks(self, acks: dict) -> None:
+        """--auto-failover, posted by the HA thread: addr -> (acked, caught up at) of the handshaken links."""
+        self.link_acks = acks
+        self.recheck()
+
+    def recheck(self) -> None:
+        """The SyncStateSet, the acks or the lease changed: answer what every member now has."""
+        if self.terms is None:
+            return
+        required = self.terms.required
+        acks = self.link_acks
+        best = min((acks[a][0] if a in acks else 0 for a in required), default=self.store.max_phys_offset)
+        self.best_acked, self.connected = best, len(acks)
+        if self._may_ack():
+            for w in self.pending.acked(best):
+                w.req.reply(ResponseCode.SUCCESS, "", w.reply_ext)
+
+    def fail_pending(self, why: str) -> None:
+        """Deposed: what waits for replicas is stored here but not acknowledged."""
+        for w in self.pending.expired(float("inf")):
+            w.req.reply(ResponseCode.FLUSH_SLAVE_TIMEOUT, why, w.reply_ext)
+
     def on_acks(self, best: int, connected: int) -> None:
         """Posted by the HA thread (service thread)."""
+        if self.terms is not None:
+            return  # on_link_acks: acks per member
         self.best_acked, self.connected = best, connected
         for w in self.pending.acked(best):
             w.req.reply(ResponseCode.SUCCESS, "", w.reply_ext)
@@ -235,6 +282,10 @@ class ReplicationMaster:
                 log.warning("slave %s silent for %.0f s: dropped", link.addr, now - link.seen)
                 del self.links[link.identity]
                 continue
+            if link.handshake:
+                if now - link.sent_at >= self.hb_s:
+                    self._answer_handshake(link)
+                continue
             if not link.diverged:
                 self._pump(link, end, now)
             if now - link.sent_at >= self.hb_s:
@@ -263,6 +314,8 @@ class ReplicationMaster:
             except QuiverError as exc:
                 log.warning("bad HA frame: %s", exc.remark)
                 continue
+            if self.terms is not None and self._auto_report(frames[0], r):
+                continue
             self._report(frames[0], r.offset, r.addr, r.broker_id, r.reset)
 
     def _from_replica(self, frame) -> bool:
@@ -278,6 +331,40 @@ class ReplicationMaster:
             log.warning("HA socket: a report from %s refused (%d so far): only a replica's service key may "
                         "replicate", self.security.who(who) if who else "an unauthenticated peer", self.refused_reports)
         return False
+
+    def _auto_report(self, identity: bytes, r) -> bool:
+        """--auto-failover's part of a report; True when it is handled (no streaming on it)."""
+        epoch = self.terms.epoch
+        if r.epoch > epoch:
+            # the replica follows a newer master: this one was deposed
+            self.post(self.terms.note_newer_epoch, r.epoch)
+            return True
+        link = self.links.get(identity)
+        now = time.monotonic()
+        if link is None or r.handshake:
+            if link is None:
+                link = self.links[identity] = _Link(identity, r.addr, r.broker_id, r.offset, now)
+                log.info("replica %s (id %d) connected at offset %d: handshake", r.addr, r.broker_id, r.offset)
+            link.handshake, link.seen = True, now
+            self._answer_handshake(link)
+            return True
+        if link.handshake:
+            link.seen = now
+            if not r.reset:
+                return True  # a report sent before it took the answer
+            link.handshake = False
+            link.caught_at, link.caught_target = 0.0, self.store.max_phys_offset
+        return False
+
+    def _answer_handshake(self, link: _Link) -> None:
+        end = self.store.max_phys_offset
+        head = rq.HaTransfer(offset=end, segment_bytes=self.store.segment_bytes, master_end=end,
+                             epoch=self.terms.epoch, epochs=list(self.terms.epoch_list()))
+        try:
+            self._sock.send_multipart([link.identity, *protocol.request(head, next_request_id())], zmq.NOBLOCK)
+            link.sent_at = time.monotonic()
+        except zmq.ZMQError as exc:
+            log.debug("handshake answer to %s dropped: %s", link.addr, exc)
 
     def _report(self, identity: bytes, offset: int, addr: str, broker_id: int, reset: bool) -> None:
         now = time.monotonic()
@@ -300,6 +387,8 @@ class ReplicationMaster:
         if offset > link.acked:
             self.lag.acked(link.acked, offset, now)
             link.acked = offset
+        if offset >= link.caught_target:
+            link.caught_at, link.caught_target = now, end
         if reset:
             link.acked = link.sent = offset
         elif offset > link.sent:
@@ -307,11 +396,16 @@ class ReplicationMaster:
         self._pump(link, end, now)
 
     def _pump(self, link: _Link, end: int, now: float) -> None:
+        entries = self.terms.epoch_list() if self.terms is not None else None
+        epoch = start = 0
         while link.sent < end and link.sent - link.acked < self.window:
-            data = self._read(link.sent, end)
+            stop = end
+            if entries:  # a chunk never spans two epochs: the slave records each epoch's start
+                epoch, start, stop = epochs.epoch_at(entries, link.sent, end)
+            data = self._read(link.sent, stop)
             if not data:
                 break
-            self._send(link, link.sent, data, end)
+            self._send(link, link.sent, data, end, epoch, start)
             link.sent += len(data)
             link.sent_at = now
 
@@ -365,8 +459,11 @@ class ReplicationMaster:
                           "replicated intact", offset, nxt, offset)
         return self.store.commit_log.read(offset, nxt - offset)
 
-    def _send(self, link: _Link, offset: int, data: bytes, end: int) -> None:
-        head = rq.HaTransfer(offset=offset, segment_bytes=self.store.segment_bytes, master_end=end)
+    def _send(self, link: _Link, offset: int, data: bytes, end: int, epoch: int = 0, start: int = 0) -> None:
+        if self.terms is not None and not data:
+            epoch = self.terms.epoch  # a heartbeat names the current epoch
+        head = rq.HaTransfer(offset=offset, segment_bytes=self.store.segment_bytes, master_end=end, epoch=epoch,
+                             epoch_start=start)
         frames = protocol.request(head, next_request_id(), None, (data,) if data else ())
         try:
             self._sock.send_multipart([link.identity, *frames], zmq.NOBLOCK, copy=len(data) < 65536)
@@ -376,6 +473,12 @@ class ReplicationMaster:
             link.sent = link.acked  # resend from the ack once it talks again
 
     def _post(self) -> None:
+        if self.terms is not None:
+            acks = {l.addr: (l.acked, l.caught_at) for l in self.links.values() if not l.diverged and not l.handshake}
+            if acks != self._posted:
+                self._posted = acks
+                self.post(self.on_link_acks, acks)
+            return
         live = [l for l in self.links.values() if not l.diverged]
         state = (max((l.acked for l in live), default=0), len(live))
         if state != self._posted:
@@ -385,7 +488,7 @@ class ReplicationMaster:
     def _publish(self, now: float) -> None:
         end = self.store.max_phys_offset
         lat = self.lag.percentiles()
-        self.snapshot = [{"addr": l.addr, "broker_id": l.broker_id, "acked_offset": l.acked,
+        self.snapshot = [{"addr": l.addr, "broker_id": l.broker_id, "acked_offset": l.acked, "handshake": l.handshake,
                           "lag_bytes": max(0, end - l.acked), "lag_ms": round(self.lag.lag_ms(l.acked, now), 1),
                           "diverged": l.diverged, "connected_s": round(now - l.since, 1),
                           "ack_latency": lat} for l in self.links.values()]

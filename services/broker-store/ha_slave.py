@@ -28,6 +28,15 @@ registration reply (which also names the master's broker address, used for
 HA_SYNC_METADATA every --ha-sync-interval-ms, at once after (re)connecting and
 when a replicated record names a topic the slave does not know).
 
+--auto-failover (`terms` given: replicas.Replicas names the master): each
+connection starts with a handshake. The first report asks for the master's
+epoch list; its answer cuts this log to the history both share
+(epochs.truncate_point, replica_append.truncate) before a byte is taken;
+then a report with reset starts the stream. A chunk of a newer epoch adds
+that epoch to the epoch file before its bytes are written; a chunk (or
+heartbeat) of an epoch older than the controller's is a deposed master's and
+is dropped, never acked, so it cannot complete a write there.
+
 Offsets while the master is away: consumers pull from the slave and commit
 there. Those offsets are "slave-advanced" (above the last value synced from
 the master); the slave sends them with every sync and the master keeps
@@ -51,7 +60,7 @@ from quiver.errors import ProtocolError, QuiverError
 from quiver.wire.curve import process_credentials, secure_client
 from quiver.wire.transport import next_request_id
 
-from . import replica_append
+from . import epochs, replica_append
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +76,11 @@ class ReplicationSlave:
     name servers again while the master is not known yet."""
 
     def __init__(self, config, store, metadata, topics, service, transport, counters, notify, register_all,
-                 acl=None):
+                 acl=None, terms=None):
         c = self.config = config
+        self.terms = terms                 # --auto-failover: the epochs (replicas.Replicas)
+        self.handshaken = terms is None    # --auto-failover: the log is cut to the master's history
+        self.stale_frames = 0
         self.acl = acl  # AclStore: replaced by the master's with each metadata sync
         self.store = store
         self.metadata = metadata
@@ -162,6 +174,8 @@ class ReplicationSlave:
                     sock.connect(f"tcp://{self.target}")
                     poller.register(sock, zmq.POLLIN)
                     connected_to, self.last_frame, sent_ack, fresh = self.target, now, -1, True
+                    if self.terms is not None:
+                        self.handshaken = False
                     self.state = f"connecting to {connected_to}"
                     self._reset = True
                 for s, _ in poller.poll(100 if sock is not None else 200):
@@ -181,7 +195,9 @@ class ReplicationSlave:
                 if self.acked != sent_ack or self._reset or now - last_report >= self.hb_s:
                     sent_ack, last_report = self.acked, now
                     report = rq.HaReport(offset=sent_ack, addr=self.config.advertised,
-                                         broker_id=self.config.broker_id, reset=self._reset)
+                                         broker_id=self.config.broker_id, reset=self._reset,
+                                         handshake=not self.handshaken,
+                                         epoch=self.terms.epoch if self.terms is not None else 0)
                     self._reset = False
                     try:
                         sock.send_multipart(protocol.request(report, next_request_id()), zmq.NOBLOCK)
@@ -208,17 +224,47 @@ class ReplicationSlave:
             except QuiverError as exc:
                 log.warning("bad HA frame from the master: %s", exc.remark)
                 continue
+            if self.terms is not None:
+                if t.epoch and t.epoch < self.terms.epoch:
+                    self.stale_frames += 1  # a deposed master's: nothing of it is written or acked
+                    continue
+                if t.epochs is not None:
+                    self.service.call_soon_threadsafe(self.handshake, t.epochs, t.master_end)
+                elif not self.handshaken:
+                    continue
             got = True
             self.last_frame = time.monotonic()
             self.master_max = t.master_end
             if env.bodies and env.bodies[0]:
-                self.service.call_soon_threadsafe(self.apply, t.offset, env.bodies[0], t.segment_bytes)
+                self.service.call_soon_threadsafe(self.apply, t.offset, env.bodies[0], t.segment_bytes, t.epoch,
+                                                  t.epoch_start)
         return got
 
     # ---- service thread -------------------------------------------------------------
 
-    def apply(self, offset: int, data: bytes, segment_bytes: int) -> None:
+    def handshake(self, master_epochs: list, master_end: int) -> None:
+        """--auto-failover: cut this log to the history it shares with the master, then stream."""
+        if self._stop.is_set():
+            return
+        store, file = self.store, self.terms.epochs
+        end = store.max_phys_offset
+        point = epochs.truncate_point(file.entries, end, master_epochs, master_end)
+        if point < end:
+            log.warning("handshake with %s: epochs %s end %d here, %s end %d there: cutting to %d", self.target,
+                        file.entries, end, master_epochs, master_end, point)
+            replica_append.truncate(store, point)
+            file.truncate(point)
+            self.counters["truncated_bytes"] += end - point
+        self.acked = store.max_phys_offset
+        self.handshaken = True
+        self.state = f"replicating from {self.target} (epoch {self.terms.epoch})"
+        self._reset = True
+        self._wake()
+
+    def apply(self, offset: int, data: bytes, segment_bytes: int, epoch: int = 0, epoch_start: int = 0) -> None:
         store = self.store
+        if self._stop.is_set():
+            return  # posted before a role change stopped this part: its master may be a deposed one
         if self.paused:
             self.dropped_chunks += 1  # asked again from the last ack once the disk has room
             return
@@ -231,6 +277,8 @@ class ReplicationSlave:
             self._reset = True  # a resend after a reconnect: we have it already
             self._wake()
             return
+        if self.terms is not None and epoch > self.terms.epochs.epoch and offset == store.max_phys_offset:
+            self.terms.epochs.append(epoch, epoch_start)  # before its first byte is written here
         try:
             end, touched = replica_append.append(store, offset, data, self.replica)
         except replica_append.DiskRefused as exc:
@@ -239,6 +287,8 @@ class ReplicationSlave:
         except ValueError as exc:
             self.error = str(exc)
             log.warning("replicated chunk at %d refused: %s", offset, exc)
+            # ask again from where this log really ends (an ack sent earlier may name more)
+            self.acked = min(store.max_phys_offset, store.commit_log.write_end)
             self._reset = True
             self._wake()
             return
@@ -374,7 +424,7 @@ class ReplicationSlave:
         return {"master_ha": self.target, "master_addr": self.master_addr, "state": state, "error": self.error,
                 "paused": bool(self.paused), "disk_pauses": self.disk_pauses, "dropped_chunks": self.dropped_chunks,
                 "retry_backoff_s": self.backoff_s if self.paused else 0.0,
-                "max_offset": end, "master_max_offset": self.master_max,
+                "max_offset": end, "master_max_offset": self.master_max, "stale_frames": self.stale_frames,
                 "lag_bytes": max(0, self.master_max - end),
                 "last_frame_ms_ago": round((now - self.last_frame) * 1000) if self.last_frame else None,
                 **self.replica.stats()}

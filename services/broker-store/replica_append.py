@@ -191,3 +191,24 @@ def _damaged(store, d: ha_stream.Damage, marks: dict, state: ReplicaState) -> No
     if not (queued and d.framed):
         # a span of broken framing may hold more records than the one whose header was read
         state.unattributed.append((d.offset, d.size))
+
+
+def truncate(store, end: int) -> int:
+    """Cut a slave's log back to `end` (a record boundary its master shares) before it replicates:
+    the CommitLog, every queue entry pointing at or past it, the index's view. Returns the bytes cut.
+    recovery.py applies the same queue rule after a crash."""
+    cl = store.commit_log
+    cut = cl.write_end - end
+    if cut <= 0:
+        return 0
+    with store._flush_lock:
+        for cq in store.cqs.values():
+            last = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
+            if last is not None and last[0] + last[1] > end:
+                cq.truncate_to(cq.first_offset_where(lambda e: e[0] + e[1] > end))
+        cl.truncate(end)
+        cl.flushed = min(cl.flushed, end)
+        store._dispatched = end
+        store.index.clamp_end(end)
+    log.warning("CommitLog cut from %d back to %d (%d bytes its new master does not have)", end + cut, end, cut)
+    return cut

@@ -19,6 +19,11 @@ class App:
         self.table = RouteTable()
         self.security = service_security(config, "namesrv")
         self.service = Service(config.listen, make_handlers(self.table), "namesrv", self.status, security=self.security)
+        self.controller = None
+        if config.controller:  # imported here: a plain name server needs no Raft library
+            from .controller import Controller
+            self.controller = Controller(config, self.service)
+            self.service.handlers.update(self.controller.handlers())
         self.acl = None
         if self.security is not None:  # users and rules come from the registered brokers
             self.acl = AclFollower(self.security, Transport("namesrv-acl"), brokers=lambda: list(self.table.live))
@@ -36,14 +41,19 @@ class App:
 
     def status(self) -> dict:
         return {"role": "namesrv", "brokers": len(self.table.live), "topics": len(self.table.topics),
-                "clusters": sorted(self.table.clusters), **(self.acl.status() if self.acl else {})}
+                "clusters": sorted(self.table.clusters), **(self.acl.status() if self.acl else {}),
+                **(self.controller.status() if self.controller else {})}
 
     def run(self) -> None:
         self.service.bind()
         self.service.call_later(self.config.scan_interval_ms / 1000, self._scan)
+        if self.controller is not None:
+            self.controller.start()
         try:
             self.service.run()
         finally:
+            if self.controller is not None:
+                self.controller.stop()
             self.service.close()
 
     def shutdown(self) -> None:

@@ -117,6 +117,11 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.ACL_GRANT: ({"user": "fuzz-user", "res": f"topic:{t}", "act": ["PUB"], "deny": False, "src": ""}, []),
         R.ACL_REVOKE: ({"user": "fuzz-user", "res": f"topic:{t}", "act": ["PUB"], "deny": False, "src": ""}, []),
         R.ACL_SNAPSHOT: ({"v": ""}, []),
+        R.CONTROLLER_HEARTBEAT: ({"cluster": "FuzzC", "broker_name": "fuzz-b", "addr": ctx.dead_addr,
+                                  "ha_addr": ctx.dead_addr, "o": 0, "ep": 0}, []),
+        R.CONTROLLER_ALTER_SYNC_STATE_SET: ({"cluster": "FuzzC", "broker_name": "fuzz-b", "master": ctx.dead_addr,
+                                             "ep": 1, "sss": [ctx.dead_addr]}, []),
+        R.CONTROLLER_REPLICA_INFO: ({}, []),
     }
     return {int(k): v for k, v in table.items()}
 

@@ -313,7 +313,36 @@ def cmd_ha(args) -> int:
         lag_ms = "" if r.get("lag_ms") is None else r["lag_ms"]
         print(f"{r['broker']:<14} {r['id']:>3} {r['addr']:<22} {r['role']:<13} {r['max_offset']:>14} "
               f"{lag_b:>11} {lag_ms:>9}")
+    groups = _failover_groups(args)
+    if groups:
+        print("\nautomatic failover (the controller leader's view):")
+        for g in groups:
+            print(f"{g['group']}: epoch {g['epoch']}, master {g['master'] or '-'}, "
+                  f"SyncStateSet {', '.join(g['sync_state_set']) or '-'}")
+            for m in g["members"]:
+                state = ("master" if m["master"] else "in sync" if m["in_sync"] else "not in sync")
+                lag = "" if m.get("lag_bytes") is None else m["lag_bytes"]
+                print(f"  {m['id']:>3} {m['addr']:<22} {state:<12} {'alive' if m['alive'] else 'SILENT':<7} "
+                      f"max_offset {m.get('max_offset')}  lag_bytes {lag}")
     return 1 if bad else 0
+
+
+def _failover_groups(args) -> list:
+    """The controller leader's groups, from name servers started with --controller ([] if none is)."""
+    from quiver.errors import QuiverError
+    from quiver.wire import requests as rq
+    t = _transport(args, "cli-ha")
+    try:
+        for ns in [a.strip() for a in (args.namesrv or "").split(";") if a.strip()]:
+            try:
+                r = rq.ReplicaInfoReply.decode(t.call(ns, rq.ReplicaInfo(), timeout=2.0).ext)
+            except QuiverError:
+                continue
+            if r.leader:
+                return r.groups
+    finally:
+        t.close()
+    return []
 
 
 def cmd_txn(args) -> int:
@@ -416,7 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser("cluster", help="brokers and clusters known to the name server")
     cl.set_defaults(fn=cmd_cluster)
 
-    hp = sub.add_parser("ha", help="master/slave replication: roles, offsets, lag per slave")
+    hp = sub.add_parser("ha", help="master/slave replication: roles, offsets, lag per slave; with controllers "
+                                   "also epoch, master and SyncStateSet per group")
     hp.add_argument("action", choices=["status"])
     hp.set_defaults(fn=cmd_ha)
 

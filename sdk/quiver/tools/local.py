@@ -130,14 +130,33 @@ class LocalCluster:
         self.services.append(self.start_service(svc))
         return svc
 
-    def add_broker(self, port: int | None = None, name: str | None = None, *extra: str) -> ServiceProcess:
+    def add_controller(self, raft: str, peers: list[str], *extra: str, port: int | None = None) -> ServiceProcess:
+        """A name server that also runs the failover controller: Raft on `raft`, one of `peers`."""
+        n = sum(s.role == "namesrv" for s in self.services)
+        return self.add_namesrv(port, "--controller", "--controller-peers", ";".join(peers), "--controller-raft",
+                                raft, "--data-dir", os.path.join(self.data_dir, f"controller-{n}"), *extra)
+
+    def add_controllers(self, count: int = 3, *extra: str) -> list[ServiceProcess]:
+        """`count` name servers forming one controller Raft group (3 tolerate one failure)."""
+        peers = [self._addr(None) for _ in range(count)]
+        return [self.add_controller(raft, peers, *extra) for raft in peers]
+
+    def add_auto_broker(self, name: str, member: int, *extra: str, port: int | None = None) -> ServiceProcess:
+        """A broker of group `name` with --auto-failover: the controllers (the name servers) pick its role.
+        `member` (>= 1) keeps its data directory apart from the group's other members."""
+        return self.add_broker(port, name, "--auto-failover", "--broker-id", str(member),
+                               "--ha-listen", self._addr(None), *extra, svc_name=f"{name}-m{member}")
+
+    def add_broker(self, port: int | None = None, name: str | None = None, *extra: str,
+                   svc_name: str | None = None) -> ServiceProcess:
         n = sum(s.role == "broker" for s in self.services)
         name = name or f"broker-{chr(ord('a') + n)}"
         addr = self._addr(port)
         args = ["--namesrv", self.namesrv, "--broker-name", name, "--advertise", addr,
                 "--data-dir", os.path.join(self.data_dir, "broker"), *extra]
-        svc = ServiceProcess(name, "quiver_broker", addr, args, os.path.join(self.data_dir, "logs", f"{name}.log"),
-                             "broker")
+        svc_name = svc_name or name
+        svc = ServiceProcess(svc_name, "quiver_broker", addr, args,
+                             os.path.join(self.data_dir, "logs", f"{svc_name}.log"), "broker")
         self.services.append(self.start_service(svc))
         return svc
 

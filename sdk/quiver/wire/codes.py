@@ -64,6 +64,10 @@ class RequestCode(IntEnum):
     ACL_GRANT = 9402          # add (or widen) a rule
     ACL_REVOKE = 9403         # remove a rule, or some of its actions
     ACL_SNAPSHOT = 9404       # users and rules, with a content version (unchanged: no body)
+    # automatic failover (issue 21): broker -> controller (embedded in the name servers), admin -> controller
+    CONTROLLER_HEARTBEAT = 9500    # a broker's liveness and max offset; the reply is its role, epoch and master
+    CONTROLLER_ALTER_SYNC_STATE_SET = 9501  # the master of an epoch shrinks or expands its SyncStateSet
+    CONTROLLER_REPLICA_INFO = 9502  # every broker group's master, epoch, SyncStateSet and members
 
 
 class ResponseCode(IntEnum):

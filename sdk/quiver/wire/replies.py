@@ -268,3 +268,27 @@ from quiver.wire.schema import OneOf  # noqa: E402
 class ScheduleCancelReply(Schema):
     """SCHEDULE_CANCEL: "cancelled", "too_late" (delivered or being delivered) or "unknown" (kept as a tombstone)."""
     result: str = wire("result", OneOf("cancelled", "too_late", "unknown"))
+
+
+# ---- replies of the controller (automatic failover) ----
+
+@schema
+class ControllerAssignment(Schema):
+    """CONTROLLER_HEARTBEAT from the controller leader: what the broker is now. `broker_id` is the
+    id it registers with the name servers as a slave (a master registers as 0); `lease_ms` is how
+    long after sending a heartbeat a master may keep acknowledging writes without a newer answer."""
+    role: str = wire("role", OneOf("master", "slave", "none"))
+    epoch: int = wire("ep", U31, 0)
+    master_addr: str | None = wire("master", Opt(ADDR, blank=True), None)
+    master_ha_addr: str | None = wire("master_ha", Opt(ADDR, blank=True), None)
+    broker_id: int = wire("id", U31, 0)
+    sync_state_set: list = wire("sss", ListOf(ADDR, 64, skip_bad=True), [])
+    lease_ms: int = wire("lease_ms", U31, 0)
+
+
+@schema
+class ReplicaInfoReply(Schema):
+    """CONTROLLER_REPLICA_INFO: per broker group its master, epoch, SyncStateSet and members."""
+    leader: bool = wire("leader", Bool(), False)
+    groups: list = wire("groups", ListOf(MapOf(Str(64), Json(), 64), 100_000, skip_bad=True), [])
+    raft: dict = wire("raft", MapOf(Str(64), Json(), 64), {})

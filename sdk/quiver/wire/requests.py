@@ -399,11 +399,19 @@ class HaSlaveOffsets(Schema):
     pass
 
 
+EPOCH_ROW = Row(U31, OFFSET)  # [master epoch, its start offset in the CommitLog]
+
+
 @request(RequestCode.HA_TRANSFER, service("broker"))
 class HaTransfer(Schema):
     offset: int = wire("o", OFFSET)
     segment_bytes: int = wire("sb", Int(0, MAX_OFFSET), 0)
     master_end: int = wire("me", OFFSET, 0)
+    # --auto-failover: the epoch the chunk belongs to (a chunk never spans two), its start, and in a
+    # handshake answer (no body) the master's whole epoch list [[epoch, start offset], ...]
+    epoch: int = wire("ep", U31, 0)
+    epoch_start: int = wire("es", OFFSET, 0)
+    epochs: list | None = wire("el", Opt(ListOf(EPOCH_ROW, 1 << 16)), None)
 
 
 @request(RequestCode.HA_REPORT, service("replica"))
@@ -412,6 +420,38 @@ class HaReport(Schema):
     addr: str = wire("addr", Str(255), "?")
     broker_id: int = wire("id", U31, 1)
     reset: bool = wire("reset", Bool(), False)
+    # --auto-failover: "hs" asks for the master's epoch list before any bytes (the log is not cut yet);
+    # "ep" is the newest epoch the replica knows, so a deposed master learns it is one
+    handshake: bool = wire("hs", Bool(), False)
+    epoch: int = wire("ep", U31, 0)
+
+
+# ---- requests: controller (automatic failover, in the name servers started with --controller) -----------------
+
+@request(RequestCode.CONTROLLER_HEARTBEAT, service("broker"))
+class ControllerHeartbeat(Schema):
+    """A broker with --auto-failover, every --controller-heartbeat-interval-ms to each controller."""
+    cluster: str = wire("cluster", CLUSTER)
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    addr: str = wire("addr", ADDR)
+    ha_addr: str = wire("ha_addr", ADDR)
+    max_offset: int = wire("o", OFFSET, 0)
+    epoch: int = wire("ep", U31, 0)         # the newest epoch in the broker's epoch file
+
+
+@request(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, service("broker"))
+class AlterSyncStateSet(Schema):
+    """The master of `epoch` asks to replace its group's SyncStateSet (refused when stale)."""
+    cluster: str = wire("cluster", CLUSTER)
+    broker_name: str = wire("broker_name", BROKER_NAME)
+    master_addr: str = wire("master", ADDR)
+    epoch: int = wire("ep", U31)
+    sync_state_set: list = wire("sss", ListOf(ADDR, 64, 1))
+
+
+@request(RequestCode.CONTROLLER_REPLICA_INFO, needs(cluster(GET)))
+class ReplicaInfo(Schema):
+    pass
 
 
 # ---- requests: auth (SUPER users; services read the snapshot) ------------------------------------------------

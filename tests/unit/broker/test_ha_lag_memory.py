@@ -28,7 +28,7 @@ def test_without_a_slave_the_put_ends_are_not_kept():
 
 def test_a_slave_keeps_what_it_lacks_and_no_more():
     m = _master(0)
-    link = types.SimpleNamespace(acked=5_000, seen=0.0, diverged=True, sent_at=0.0)
+    link = types.SimpleNamespace(acked=5_000, seen=0.0, diverged=True, handshake=False, sent_at=0.0)
     m.links = {b"s": link}
     m.expiry_s, m.hb_s = 1e9, 1e9
     for i in range(1, 101):
