@@ -78,13 +78,14 @@ _ERRORS = {"not_found": (ResponseCode.SYSTEM_ERROR, "half message not found at t
            "no_permission": (ResponseCode.NO_PERMISSION, "this user lacks PUB on the half message's topic")}
 
 
-def _may_publish(req, topic) -> bool:
-    """Auth on: the sender may PUB on the half message's real topic (END_TRANSACTION is declared so)."""
+def _denied(req, topic) -> str | None:
+    """Auth on: why the sender may not PUB on the half message's real topic (END_TRANSACTION is
+    declared so), or None if it may."""
     try:
         req.authorize(topic_resource(topic) if isinstance(topic, str) and topic else "topic:?", PUB)
-        return True
-    except NoPermissionError:
-        return False
+        return None
+    except NoPermissionError as exc:
+        return exc.remark
 
 
 def born_ms(rec, props: dict) -> int:
@@ -177,19 +178,20 @@ class Transactions:
         a = req.args  # quiver.wire.requests.EndTransaction: entries are (phys, qoff, state, txid)
         group, entries, from_check = a.group, a.entries, a.from_check
         now = int(time.time() * 1000)
-        results, commits, ops = [], [], []
+        results, commits, ops, denials = [], [], [], []
         for phys, qoff, state, txid in entries:
-            results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops, req))
+            results.append(self._end_one(group, phys, qoff, state, txid, from_check, now, commits, ops, req, denials))
         touched = self._commit(commits) + self._write_ops(ops)
         c = self.counters
         c["txn_commit"] += len(commits)
         c["txn_end"] += len(entries)
         if len(entries) == 1 and results[0] in _ERRORS:
             code, remark = _ERRORS[results[0]]
-            raise error_for(code, remark)
+            raise error_for(code, denials[0] if denials else remark)
         self.commit.answer(req, {"r": results}, touched)
 
-    def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops, req=None) -> str:
+    def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops, req=None,
+                 denials=None) -> str:
         if state == NOT:
             return "unknown"
         if state not in (COMMIT, ROLLBACK):
@@ -204,7 +206,10 @@ class Transactions:
             return "group_wrong"
         if props.get(TRANSACTION_ID) != txid:
             return "txid_mismatch"
-        if req is not None and not _may_publish(req, props.get(REAL_TOPIC)):
+        denied = None if req is None else _denied(req, props.get(REAL_TOPIC))
+        if denied is not None:
+            if denials is not None:
+                denials.append(denied)   # names the user, the action and the topic
             return "no_permission"
         immunity_s = read_int(props, CHECK_IMMUNITY, 0, self._bad_property)
         if not from_check and immunity_s and now - born_ms(rec, props) > immunity_s * 1000:

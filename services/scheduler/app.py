@@ -28,6 +28,7 @@ from quiver.wire.validation import SCHEDULE_TOPIC
 from . import db as dbm
 from . import reput
 from .allocation import LEVEL
+from .cancels import Cancels, topic_of
 from .db import TimerDB
 from .handlers import make_handlers
 from .levels import Levels
@@ -45,7 +46,7 @@ class App:
         if not config.db_url:
             os.makedirs(config.data_dir, exist_ok=True)
         self.db = TimerDB(config.url)
-        self.cancelled: set[str] = self.db.tombstones()
+        self.cancelled = Cancels(self.db.tombstones())
         self.stats = DeliveryStats()
         self.client = SchedulerClient(config, self.request_rebalance)
         self.service = Service(config.listen, make_handlers(self), "scheduler", self.status, security=self.security)
@@ -150,13 +151,16 @@ class App:
 
     # ---- cancel -------------------------------------------------------------------------------
 
-    def cancel(self, msg_id: str) -> str:
-        """'cancelled', 'too_late' (delivered or being delivered) or 'unknown' (remembered as a tombstone)."""
-        r = self.levels.cancel(msg_id)
+    def cancel(self, msg_id: str, topic: str) -> str:
+        """'cancelled', 'too_late' (delivered or being delivered) or 'unknown' (remembered as a
+        tombstone). Only a message whose real topic is `topic` is cancelled: the sender was
+        authorized for PUB on that topic, not on the message's."""
+        r = self.levels.cancel(msg_id, topic)
         if r == "delivered" or msg_id in self.timers.in_flight_ids():
             return "too_late"
         if r is None:
-            state = self.db.state_of(msg_id)
+            found = self.db.state_of(msg_id)
+            state = found[0] if found is not None and topic_of(found[1]) == topic else None
             if state == dbm.DELIVERED:
                 return "too_late"
             if state == dbm.CANCELLED:
@@ -164,10 +168,10 @@ class App:
             if state == dbm.PENDING:
                 self.db.cancel(msg_id)
                 r = "cancelled"
-            elif msg_id in self.stats.recent:
+            elif found is None and msg_id in self.stats.recent:
                 return "too_late"
-        self.cancelled.add(msg_id)
-        self.db.add_tombstone(msg_id)
+        self.cancelled.add(msg_id, topic)
+        self.db.add_tombstone(msg_id, topic)
         return r or "unknown"
 
     # ---- status and jobs ---------------------------------------------------------------------------

@@ -9,7 +9,9 @@ Owns three tables and nothing else:
   `delivered_keep_ms` so a late cancel can answer "too late".
 - `progress`: per broker, the timer-topic offset ingested into `timers`
   (written in the same transaction as the rows).
-- `tombstones`: msgIds cancelled before their message was seen here.
+- `cancels`: (msgId, topic) pairs cancelled before their message was seen
+  here; `tombstones`, the same without a topic (written by older versions,
+  read and purged, never written).
 
 Level-queue progress is not here: it is the group's consumer offsets on the broker.
 """
@@ -44,6 +46,10 @@ progress_t = Table("progress", _meta,
 tombstones_t = Table("tombstones", _meta,
                      Column("id", String(64), primary_key=True),
                      Column("created_ms", BigInteger, nullable=False))
+cancels_t = Table("cancels", _meta,
+                  Column("id", String(64), primary_key=True),
+                  Column("topic", String(255), primary_key=True),
+                  Column("created_ms", BigInteger, nullable=False))
 
 _COLS = ("id", "broker", "due_ms", "queue_offset", "stored_ms", "flag", "sys_flag", "born_ts", "reconsume",
          "props", "body")
@@ -147,23 +153,27 @@ class TimerDB:
 
     # ---- cancel ---------------------------------------------------------------------
 
-    def state_of(self, msg_id: str) -> int | None:
+    def state_of(self, msg_id: str) -> tuple[int, str] | None:
+        """(state, properties) of the timer `msg_id`, or None if it was never ingested here."""
         with self.engine.connect() as conn:
-            return conn.execute(select(timers_t.c.state).where(timers_t.c.id == msg_id)).scalar()
+            row = conn.execute(select(timers_t.c.state, timers_t.c.props).where(timers_t.c.id == msg_id)).first()
+            return None if row is None else (row.state, row.props)
 
     def cancel(self, msg_id: str) -> bool:
         with self.engine.begin() as conn:
             return conn.execute(update(timers_t).where(timers_t.c.id == msg_id, timers_t.c.state == PENDING)
                                 .values(state=CANCELLED, body=None, done_ms=_now())).rowcount > 0
 
-    def add_tombstone(self, msg_id: str) -> None:
+    def add_tombstone(self, msg_id: str, topic: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(sqlite_insert(tombstones_t).values(id=msg_id, created_ms=_now())
+            conn.execute(sqlite_insert(cancels_t).values(id=msg_id, topic=topic, created_ms=_now())
                          .on_conflict_do_nothing())
 
-    def tombstones(self) -> set[str]:
+    def tombstones(self) -> list[tuple[str, str | None]]:
+        """Every (msg id, topic) cancelled before its message was seen; topic None: any topic."""
         with self.engine.connect() as conn:
-            return {r[0] for r in conn.execute(select(tombstones_t.c.id))}
+            old = [(r[0], None) for r in conn.execute(select(tombstones_t.c.id))]
+            return old + [(r[0], r[1]) for r in conn.execute(select(cancels_t.c.id, cancels_t.c.topic))]
 
     # ---- housekeeping ---------------------------------------------------------------------
 
@@ -172,6 +182,7 @@ class TimerDB:
             n = conn.execute(delete(timers_t).where(timers_t.c.state != PENDING,
                                                     timers_t.c.done_ms < done_before_ms)).rowcount
             conn.execute(delete(tombstones_t).where(tombstones_t.c.created_ms < tombstones_before_ms))
+            conn.execute(delete(cancels_t).where(cancels_t.c.created_ms < tombstones_before_ms))
             return n
 
 

@@ -15,6 +15,6 @@ def make_handlers(app):
         req.reply(ResponseCode.SUCCESS, "pong", me.ext())
 
     def cancel(req):
-        req.reply(ResponseCode.SUCCESS, "", {"result": app.cancel(req.args.msg_id)})
+        req.reply(ResponseCode.SUCCESS, "", {"result": app.cancel(req.args.msg_id, req.args.topic)})
 
     return {RequestCode.PING: ping, RequestCode.SCHEDULE_CANCEL: cancel}

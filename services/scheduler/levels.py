@@ -31,6 +31,7 @@ from quiver.client.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
 from quiver.wire.validation import SCHEDULE_TOPIC
 
 from . import reput
+from .cancels import topic_of
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class Levels:
         while buf and buf[0][0] <= now:
             item = buf[0]
             _, qoff, mid, rec = item
-            if mid in cancelled:
+            if cancelled.hits(mid, rec.props):
                 self.app.stats.cancelled_skipped += 1
                 skipped_to = qoff + 1
             elif (problem := poison_of(rec.props)) is not None:
@@ -282,10 +283,13 @@ class Levels:
 
     # ---- cancel and status -----------------------------------------------------------------
 
-    def cancel(self, msg_id: str) -> str | None:
+    def cancel(self, msg_id: str, topic: str) -> str | None:
+        """'delivered', 'cancelled' (buffered here: the next delivery skips it) or None (not here,
+        or here for another topic)."""
         if msg_id in self.in_flight_ids:
             return "delivered"
-        if msg_id in self.buffered:
+        q = self.buffered.get(msg_id)
+        if q is not None and any(item[2] == msg_id and topic_of(item[3].props) == topic for item in q.buffer):
             return "cancelled"
         return None
 

@@ -157,7 +157,7 @@ class Timers:
             if rec.queue_offset < q.rebuild_until and due <= q.wm:
                 continue  # delivered by the previous owner
             q.rolled.discard(mid)
-            if mid in cancelled:
+            if cancelled.hits(mid, rec.props):
                 continue
             rows.append(row_dict(broker, mid, due, rec))
         self.db.add(broker, rows, nxt)
@@ -201,7 +201,8 @@ class Timers:
             _, mid = heapq.heappop(heap)
             q.in_heap.discard(mid)
             ids.append(mid)
-        rows = [r for r in self.db.fetch_pending(ids) if r.id not in self.app.cancelled] if ids else []
+        hits = self.app.cancelled.hits
+        rows = [r for r in self.db.fetch_pending(ids) if not hits(r.id, r.props)] if ids else []
         if not rows:
             self._arm(q)
             return

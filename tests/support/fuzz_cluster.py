@@ -32,6 +32,7 @@ from quiver import Admin
 from quiver.wire.codes import RequestCode
 from quiver.errors import QuiverError
 from quiver.tools.local import LocalCluster, ServiceProcess, wait_healthy
+from quiver.wire.curve import init_auth_dir
 from quiver.wire.transport import Transport
 
 MIN_FRAMES = 20_000                       # issue 13: per service per CI run
@@ -147,12 +148,14 @@ def _nested(base: Path, prefix: str, depth: int) -> Path:
 class FuzzEnv:
     """The five services and the directories around them."""
 
-    def __init__(self, tmp_path: Path):
+    def __init__(self, tmp_path: Path, auth: bool = False):
         self.tmp = tmp_path
         self.data_dir = _nested(tmp_path / "sandbox", "s", SANDBOX_DEPTH) / "cluster"
         self.cwd = _nested(tmp_path / "cwd", "c", CWD_DEPTH)
         self.victim = tmp_path / "victim"
-        self.cluster = LocalCluster(str(self.data_dir))
+        # auth on: the keys live inside the data dir's parent (outside it nothing may change)
+        self.credentials = init_auth_dir(str(self.data_dir.parent / "auth")) if auth else None
+        self.cluster = LocalCluster(str(self.data_dir), auth_dir=str(self.data_dir.parent / "auth") if auth else None)
         self.snapshot_root = tmp_path.parent
         self.namesrv = self.broker = self.filter = self.scheduler = self.txn = None
 
@@ -178,7 +181,7 @@ class FuzzEnv:
                                    "--offset-persist-interval-ms", "500", *broker_args)
         c.wait()
         c.wait_registered(1)
-        admin = Admin(namesrv=self.ns)
+        admin = Admin(namesrv=self.ns, credentials=self.credentials)
         try:
             for topic, queues in TOPICS.items():
                 admin.create_topic(topic, queues=queues)
@@ -223,7 +226,7 @@ class FuzzEnv:
     def restart(self, svc: ServiceProcess) -> None:
         svc.stop()
         svc.start()
-        wait_healthy([svc])
+        wait_healthy([svc], credentials=self.credentials)
         if svc is self.broker:
             self.cluster.wait_registered(1)
 
@@ -238,8 +241,8 @@ def fuzz_env(tmp_path, monkeypatch):
     """make(namesrv_args=(), broker_args=()) -> a started FuzzEnv; every process killed by PID at teardown."""
     made = []
 
-    def make(namesrv_args=(), broker_args=()) -> FuzzEnv:
-        env = FuzzEnv(tmp_path)
+    def make(namesrv_args=(), broker_args=(), auth: bool = False) -> FuzzEnv:
+        env = FuzzEnv(tmp_path, auth)
         made.append(env)
         env.make_dirs()
         monkeypatch.chdir(env.cwd)  # the services inherit it: a relative path they build lands in the sandbox

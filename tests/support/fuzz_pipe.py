@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from quiver.wire import protocol
+from quiver.wire.curve import secure_client
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ProtocolError
 
@@ -93,7 +94,8 @@ class FuzzStats:
 class Pipe:
     """A DEALER connected to one service; `send` never blocks on a reply for long."""
 
-    def __init__(self, addr: str, window: int = 256, quiet_s: float = 1.0, keep_accepted: bool = False):
+    def __init__(self, addr: str, window: int = 256, quiet_s: float = 1.0, keep_accepted: bool = False,
+                 credentials=None):
         self.addr = addr
         self.keep_accepted = keep_accepted
         self.window = window
@@ -102,6 +104,8 @@ class Pipe:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
+        if credentials is not None:   # auth on: the fuzz speaks as this user
+            secure_client(self.sock, credentials)
         self.sock.connect(f"tcp://{addr}")
         self.stats = FuzzStats()
         self.labels: dict[int, str] = {}
@@ -183,9 +187,9 @@ class Pipe:
 
 
 def run_frames(addr: str, frames_iter, budget: int, deadline_s: float, window: int = 256,
-               keep_accepted: bool = False) -> FuzzStats:
+               keep_accepted: bool = False, credentials=None) -> FuzzStats:
     """Send up to `budget` frames from frames_iter within deadline_s; read the replies; return the counts."""
-    pipe = Pipe(addr, window=window, keep_accepted=keep_accepted)
+    pipe = Pipe(addr, window=window, keep_accepted=keep_accepted, credentials=credentials)
     end = time.monotonic() + deadline_s
     try:
         for frames, label, rid in frames_iter:

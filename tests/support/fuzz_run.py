@@ -46,7 +46,7 @@ class _Tracked:
 
 def fuzz_context(env, rng) -> Context:
     """Base values pointing at real things: a FuzzT message's CommitLog offset and an open half message."""
-    t = Transport("fuzz-ctx")
+    t = Transport("fuzz-ctx", credentials=env.credentials)
     try:
         now = int(time.time() * 1000)
         props = "UNIQ_KEY\x01" + "A" * 32 + "\x02KEYS\x01fuzz-key\x02"

@@ -13,13 +13,15 @@ import threading
 import time
 from concurrent.futures import Future
 
+from quiver.wire import record
 from quiver.wire import requests as rq
+from quiver.client import system_properties
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
-from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message,
-                                   SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
+from quiver.client.message import (DELAY, KEYS, REAL_TOPIC, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY,
+                                   Message, SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
 from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
 
 log = logging.getLogger(__name__)
@@ -370,29 +372,44 @@ class Producer(ClientBase):
             elif not fut.done():
                 fut.set_exception(exc)
 
-    def cancel_scheduled(self, msg_id: str, group: str = "SCHEDULE_CONSUMER", timeout: float = 3.0) -> bool:
+    def cancel_scheduled(self, msg_id: str, topic: str | None = None, *, group: str = "SCHEDULE_CONSUMER",
+                         timeout: float = 3.0) -> bool:
         """Cancel a delayed/timer message not yet delivered: True if cancelled, False if too late.
+
+        `topic` is the message's topic (what `send` was given): a scheduler
+        cancels only a message of that topic, and with auth on PUB on it is
+        the right to cancel (plus GET on `group:SCHEDULE_CONSUMER`, to find
+        the schedulers). Left out, it is read from the parked message in the
+        brokers' schedule and timer topics (with auth on, a SUPER user's
+        right: pass `topic`).
 
         The cancel goes to every live scheduler (their addresses are in the
         client ids of the scheduler group, listed by any broker); each answers
-        cancelled / too_late / unknown and remembers the id as a tombstone, so
-        a message not yet read by its owner is skipped when it is. "unknown"
-        everywhere is checked against the brokers' index of the schedule and
-        timer topics: still parked -> True, nowhere -> QueryNotFoundError.
+        cancelled / too_late / unknown and remembers the (id, topic) as a
+        tombstone, so a message not yet read by its owner is skipped when it
+        is. "unknown" everywhere is checked against the brokers' index of the
+        schedule and timer topics: still parked -> True, nowhere ->
+        QueryNotFoundError.
         """
-        from quiver.errors import QueryNotFoundError, ServiceNotAvailableError
-        from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+        from quiver.errors import NoPermissionError, QueryNotFoundError, ServiceNotAvailableError
         self._need_started()
         brokers = self.all_broker_addrs()
-        ids = set()
+        parked = None
+        if topic is None:
+            parked = topic = self._parked_topic(brokers, msg_id)
+        ids, refused = set(), None
         for addr in brokers.values():
             try:
                 env = self.call_broker(addr, rq.GetConsumerList(group=group))
                 ids.update(rq.ConsumerListReply.decode(env.ext).ids)
+            except NoPermissionError as exc:
+                refused = exc   # finding the schedulers needs GET on group:<group>
             except QuiverError as exc:
                 log.warning("scheduler list from %s: %s", addr, exc)
         addrs = {p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"}
-        futs = [self.transport.call_future(a, rq.ScheduleCancel(msg_id=msg_id), timeout=timeout)
+        if not addrs and refused is not None:
+            raise refused
+        futs = [self.transport.call_future(a, rq.ScheduleCancel(msg_id=msg_id, topic=topic), timeout=timeout)
                 for a in sorted(addrs)]
         answers = []
         for f in futs:
@@ -408,16 +425,31 @@ class Producer(ClientBase):
             return True
         if "too_late" in answers:
             return False
+        if parked is None:
+            parked = self._parked_topic(brokers, msg_id)
+        if parked != topic:
+            raise QueryNotFoundError(f"no scheduled message {msg_id!r} of topic {topic!r}")
+        return True   # parked, not yet read by a scheduler: the tombstones stop it
+
+    def _parked_topic(self, brokers: dict, msg_id: str) -> str:
+        """The real topic of the message `msg_id` parked in a schedule or timer topic."""
+        from quiver.errors import QueryNotFoundError
+        from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
         for name, addr in brokers.items():
-            for topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
+            for parking in (SCHEDULE_TOPIC, TIMER_TOPIC):
                 try:
-                    self.call_broker(addr, rq.QueryMessage(topic=topic, key=msg_id, max_msgs=1))
-                    return True   # parked, not yet read by a scheduler: the tombstones stop it
+                    env = self.call_broker(addr, rq.QueryMessage(topic=parking, key=msg_id, max_msgs=1))
                 except QueryNotFoundError:
                     continue
                 except QuiverError as exc:
                     log.warning("lookup of %s on %s: %s", msg_id, name, exc)
-        raise QueryNotFoundError(f"no scheduled message {msg_id!r}: wrong id, or delivered long ago")
+                    continue
+                for body in env.bodies:
+                    topic = system_properties.read_topic(record.decode_at(body).props, REAL_TOPIC)
+                    if topic is not None:
+                        return topic
+        raise QueryNotFoundError(f"no scheduled message {msg_id!r}: wrong id, or delivered long ago "
+                                 "(with auth on, pass its topic)")
 
     def shutdown(self) -> None:
         """Waits (bounded) for in-flight async sends before closing."""

@@ -11,6 +11,7 @@ next one; the snapshot in use stays until a newer one comes.
 """
 
 import logging
+import threading
 import time
 
 from quiver.errors import QuiverError
@@ -41,26 +42,39 @@ class AclFollower:
     def brokers(self) -> list[str]:
         return sorted(self._brokers_fn()) if self._brokers_fn is not None else self._known
 
-    def soon(self) -> None:
-        """A key ZAP did not know: fetch now unless fetched in the last half second (any thread)."""
-        if self._clock() - self._last >= 0.5:
-            self.step()
+    def soon(self) -> threading.Event | None:
+        """A key ZAP did not know: fetch now unless fetched in the last half second (any thread).
+        Returns an event set once that fetch is answered (or failed), None if none was started."""
+        if self._clock() - self._last < 0.5:
+            return None
+        answered = threading.Event()
+        self.step(answered)
+        return answered
 
-    def step(self) -> None:
+    def step(self, answered: threading.Event | None = None) -> None:
+        done = answered or threading.Event()
         self._last = self._clock()
         if self._brokers_fn is None and (not self._known or self._last - self._asked_cluster > 30):
             self._ask_cluster()
         addrs = self.brokers()
         if not addrs:
+            done.set()
             return
         addr = addrs[self._turn % len(addrs)]
         try:
             self.transport.send(addr, rq.AclSnapshot(known=self.security.acl.version or None), None, (),
-                                lambda result: self._got(addr, result), 3.0)
+                                lambda result: self._got(addr, result, done), 3.0)
         except QuiverError as exc:
             self._failed(addr, exc)
+            done.set()
 
-    def _got(self, addr, result) -> None:
+    def _got(self, addr, result, done: threading.Event) -> None:
+        try:
+            self._take(addr, result)
+        finally:
+            done.set()
+
+    def _take(self, addr, result) -> None:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
             self._failed(addr, result if isinstance(result, Exception) else result.remark)
             return

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_PREFIX = "s:"
 ZAP_DOMAIN = "quiver"
+UNKNOWN_KEY_WAIT_S = 1.0   # a follower service's wait for the ACL when a key is new to it
 
 
 class _Gate(ThreadAuthenticator):
@@ -44,12 +45,18 @@ class _Keys:
         self._security = security
 
     def callback(self, domain, key: bytes) -> bool:
-        known = self._security.name_of(key.decode("ascii")) is not None
+        name = key.decode("ascii")
+        known = self._security.name_of(name) is not None
         if not known and self._security.on_unknown_key is not None:
             try:
-                self._security.on_unknown_key()  # a user added a moment ago: fetch the ACL now
+                fetched = self._security.on_unknown_key()  # a user added a moment ago: fetch the ACL now
             except Exception:
                 log.exception("fetching the ACL for an unknown key failed")
+                return False
+            # wait (briefly) for that fetch, so a new user's first connection is not refused;
+            # at most two fetches a second start, so unknown keys cannot hold this thread long
+            if fetched is not None and fetched.wait(UNKNOWN_KEY_WAIT_S):
+                known = self._security.name_of(name) is not None
         return known
 
 

@@ -200,7 +200,7 @@ def cmd_msg(args) -> int:
             return 2
         from quiver.client.producer import Producer
         with Producer("CLI_PRODUCER", namesrv=args.namesrv) as p:
-            ok = p.cancel_scheduled(args.id)
+            ok = p.cancel_scheduled(args.id, args.topic)
         _print({"msg_id": args.id, "topic": args.topic, "cancelled": ok,
                 "detail": "will not be delivered" if ok else "too late: already delivered"})
         return 0 if ok else 1

@@ -344,9 +344,12 @@ class ScheduleReput(Schema):
         return unpack_bodies(self._what(), frames, self.lengths, len(self.metas))
 
 
-@request(RequestCode.SCHEDULE_CANCEL, SUPER_ONLY)  # TODO(issue 17): PUB on the delayed message's topic
+@request(RequestCode.SCHEDULE_CANCEL, needs(topic("topic", PUB)))
 class ScheduleCancel(Schema):
+    """Cancel the delayed message `msg_id` of `topic` (its real topic): the scheduler cancels
+    only a message of that topic, so PUB on it is the right to cancel."""
     msg_id: str = wire("id", MSG_ID)
+    topic: str = wire("t", TOPIC)
 
 
 # ---- requests: transactions --------------------------------------------------------------------------------

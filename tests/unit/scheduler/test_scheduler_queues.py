@@ -11,6 +11,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import QueryNotFoundError
 from quiver_scheduler import reput
 from quiver_scheduler.allocation import Unit
+from quiver_scheduler.cancels import Cancels
 from quiver_scheduler.config import Config
 from quiver_scheduler.db import TimerDB
 from quiver_scheduler.levels import LevelQueue, Levels, poison_of
@@ -27,7 +28,7 @@ class _SchedApp:
     requests (recorded here, answered by the test), stats, cancellations, the timer index."""
 
     def __init__(self, db=None, **config):
-        self.config, self.db, self.stats, self.cancelled = Config(**config), db, DeliveryStats(), set()
+        self.config, self.db, self.stats, self.cancelled = Config(**config), db, DeliveryStats(), Cancels()
         self.service = types.SimpleNamespace(counters=collections.Counter(), call_later=lambda *a: object(),
                                              cancel=lambda t: None)
         self.requests = []
@@ -199,6 +200,25 @@ def test_level_queue_goes_on_past_poison():
     done(_env(ResponseCode.SUCCESS, ts=1, n=2))
     assert q.delivered == 5 and not q.in_flight and app.stats.count == 2
     assert app.service.counters["poisoned_skipped"] == 3 and not levels.in_flight_ids
+
+
+def test_a_cancel_stops_only_the_message_of_its_topic():
+    """PUB on the topic named is the right to cancel: a cancel naming another topic stops nothing."""
+    app = _SchedApp()
+    levels, q = _level(app)
+    recs = _parked([({"REAL_TOPIC": "Mine"}, 0), ({"REAL_TOPIC": "Theirs"}, 1), ({"REAL_TOPIC": "Theirs"}, 2)])
+    for r in recs:
+        q.buffer.append((0, r.queue_offset, f"M{r.queue_offset}", r))
+        levels.buffered[f"M{r.queue_offset}"] = q
+    q.next_pull = q.max_offset = 3
+    assert levels.cancel("M1", "Mine") is None and levels.cancel("M0", "Mine") == "cancelled"
+    app.cancelled.add("M0", "Mine")
+    app.cancelled.add("M1", "Mine")        # an id of Theirs with the wrong topic: no effect
+    app.cancelled.add("M2", None)          # a tombstone from before cancels carried a topic: any topic
+    levels._deliver(q)
+    (req, _, _), = app.reputs()
+    assert [m[1] for m in req.metas] == [recs[1].props]
+    assert app.stats.cancelled_skipped == 2
 
 
 # ---- timer queues ---------------------------------------------------------------------------------

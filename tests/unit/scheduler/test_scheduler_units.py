@@ -53,13 +53,15 @@ def test_timer_db_ingest_deliver_cancel_rebuild(tmp_path):
     assert db.fetch_pending(["id0"])[0].body == b"\x00body"
     assert db.to_roll(["b"], 2000, 0) and all(r.id != "id0" for r in db.to_roll(["b"], 2000, 0))
     db.mark_delivered(["id0", "id1"])
-    assert db.state_of("id0") == dbm.DELIVERED and db.min_pending_due("b") == 102
-    assert db.cancel("id2") and not db.cancel("id2") and db.state_of("id2") == dbm.CANCELLED
+    assert db.state_of("id0") == (dbm.DELIVERED, "UNIQ_KEY\x01x\x02") and db.min_pending_due("b") == 102
+    assert db.cancel("id2") and not db.cancel("id2") and db.state_of("id2")[0] == dbm.CANCELLED
+    assert db.state_of("never") is None
     assert db.drop_delivered_by_others("b", 104) == 2                     # id3, id4
     assert db.pending_count(["b"]) == 5
-    db.add_tombstone("gone")
-    db.add_tombstone("gone")
-    assert db.tombstones() == {"gone"}
+    db.add_tombstone("gone", "Orders")
+    db.add_tombstone("gone", "Orders")
+    db.add_tombstone("gone", "Other")        # another topic's cancel of the same id: a pair of its own
+    assert sorted(db.tombstones()) == [("gone", "Orders"), ("gone", "Other")]
     db.reset_broker("b")
     assert db.pending_count() == 0 and db.progress("b") is None
     db.close()

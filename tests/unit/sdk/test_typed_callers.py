@@ -45,6 +45,8 @@ class FakeTransport:
         ans = ans(req) if callable(ans) and not isinstance(ans, rq.Schema) else ans
         if isinstance(ans, Exception):
             raise ans
+        if isinstance(ans, protocol.Envelope):
+            return ans
         code = ResponseCode.SUCCESS
         if isinstance(ans, tuple):
             code, ans = ans
@@ -214,19 +216,30 @@ def test_cancel_scheduled_asks_typed_and_reads_typed_answers():
         rq.GetConsumerList: rq.ConsumerListReply(ids=["scheduler|127.0.0.1:7000|x", "other|h:1|y"]),
         rq.ScheduleCancel: rq.ScheduleCancelReply(result="cancelled")})
     p.all_broker_addrs = lambda: {"a": ADDR}
-    assert p.cancel_scheduled("MSGID") is True
-    assert p.transport.requests() == [rq.GetConsumerList(group="SCHEDULE_CONSUMER"), rq.ScheduleCancel(msg_id="MSGID")]
+    assert p.cancel_scheduled("MSGID", "Orders") is True
+    assert p.transport.requests() == [rq.GetConsumerList(group="SCHEDULE_CONSUMER"),
+                                      rq.ScheduleCancel(msg_id="MSGID", topic="Orders")]
+
+
+def _parked(real_topic: str) -> protocol.Envelope:
+    """A QUERY_MESSAGE answer: one message parked in the timer topic for `real_topic`."""
+    props = f"REAL_TOPIC{record.NAME_SEP}{real_topic}{record.PROP_SEP}REAL_QID{record.NAME_SEP}0".encode()
+    rec = record.encode(b"x", TIMER_TOPIC.encode(), 0, 0, 0, 0, 0, 0, b"\0" * 8, 0, b"\0" * 8, 0, 0, props)
+    return protocol.Envelope(ResponseCode.SUCCESS, 1, {}, [rec], "")
 
 
 def test_cancel_scheduled_unknown_everywhere_looks_the_id_up():
     p = _started(Producer("PG", namesrv=NS), {
         rq.GetConsumerList: rq.ConsumerListReply(ids=["scheduler|127.0.0.1:7000|x"]),
         rq.ScheduleCancel: rq.ScheduleCancelReply(result="unknown"),
-        rq.QueryMessage: lambda req: rq.Ping() if req.topic == TIMER_TOPIC else QueryNotFoundError("no")})
+        rq.QueryMessage: lambda req: _parked("Orders") if req.topic == TIMER_TOPIC else QueryNotFoundError("no")})
     p.all_broker_addrs = lambda: {"a": ADDR}
-    assert p.cancel_scheduled("MSGID") is True  # still parked in the timer topic
+    assert p.cancel_scheduled("MSGID", "Orders") is True  # still parked in the timer topic
     lookups = [r for r in p.transport.requests() if isinstance(r, rq.QueryMessage)]
     assert lookups == [rq.QueryMessage(topic=t, key="MSGID", max_msgs=1) for t in (SCHEDULE_TOPIC, TIMER_TOPIC)]
+    with pytest.raises(QueryNotFoundError):
+        p.cancel_scheduled("MSGID", "Other")  # parked, but for another topic: not this caller's to cancel
+    assert p.cancel_scheduled("MSGID") is True  # no topic: read off the parked message
 
 
 # ---- pull consumer ------------------------------------------------------------------------------
