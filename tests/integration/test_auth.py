@@ -138,6 +138,22 @@ def test_a_deleted_user_is_refused_on_its_open_connection(secure):
         p.shutdown()
 
 
+def test_users_added_a_moment_ago_are_served_at_once_by_a_follower_service(secure):
+    """The name server follows the brokers' ACL: it fetches it during a new key's handshake, and
+    a request refused because two users came within its fetch interval is retried (on the IO
+    thread, as a blocking call does on its own socket) until the key is known."""
+    c, admin, _ = secure
+    transports = []
+    try:
+        for i in range(3):   # each added after the previous one's fetch: the later ones within its interval
+            t = Transport(f"newcomer-{i}", credentials=_user(admin, f"newcomer-{i}", ("topic:Orders", ["PUB"])))
+            transports.append(t)
+            assert t.call_future(c.namesrv, rq.GetRouteInfo(topic="Orders"), timeout=5).result(6).code == 0
+    finally:
+        for t in transports:
+            t.close()
+
+
 @pytest.mark.parametrize("req", [
     rq.RegisterBroker(cluster="DefaultCluster", broker_name="broker-a", broker_addr="10.9.9.9:10911", broker_id=0,
                       data_version=rq.DataVersion(ts=2 ** 40, counter=2 ** 30)),

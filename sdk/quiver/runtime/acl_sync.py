@@ -34,6 +34,7 @@ class AclFollower:
         self.interval_s = interval_s
         self._clock = clock
         self._last = 0.0
+        self._last_soon = float("-inf")
         self._asked_cluster = 0.0
         self.fetched = 0
         self.failures = 0
@@ -45,8 +46,10 @@ class AclFollower:
     def soon(self) -> threading.Event | None:
         """A key ZAP did not know: fetch now unless fetched in the last half second (any thread).
         Returns an event set once that fetch is answered (or failed), None if none was started."""
-        if self._clock() - self._last < 0.5:
+        now = self._clock()
+        if now - self._last_soon < 0.5:   # its own clock: a periodic fetch a moment ago predates the user
             return None
+        self._last_soon = now
         answered = threading.Event()
         self.step(answered)
         return answered
@@ -104,7 +107,9 @@ class AclFollower:
                     return
                 try:
                     cluster = rq.ClusterReply.decode(result.ext).cluster
-                    self._known = sorted(a for b in cluster.brokers.values() for a in b.addrs.values())
+                    # masters hold the newest ACL (a slave's lags by a sync round); slaves only without one
+                    masters = sorted(b.addrs[0] for b in cluster.brokers.values() if 0 in b.addrs)
+                    self._known = masters or sorted(a for b in cluster.brokers.values() for a in b.addrs.values())
                 except QuiverError as exc:
                     log.debug("cluster info from %s unreadable: %s", ns, exc)
             try:

@@ -283,14 +283,17 @@ class Transport:
                 self._refused_at[addr] = time.monotonic()
                 continue
             lost = event == zmq.EVENT_DISCONNECTED
-            if lost:
+            if lost and addr not in self._refused:
                 self._down.add(addr)
-            else:
+            elif not lost:
                 self._down.discard(addr)
                 self._refused.pop(addr, None)
         if lost:
-            # the peer went away: whatever it had not answered will never be answered
-            gone = [rid for rid, entry in list(self._pending.items()) if entry[2] == addr]
+            # the peer went away: whatever it had not answered will never be answered; after a
+            # refused handshake, requests still waiting to go retry it (a user added a moment ago)
+            # until CONNECT_WAIT_S, as calls on the caller's own socket do (direct.py)
+            waiting = {rid for a, _, rid, _ in self._backlog if a == addr} if addr in self._refused else ()
+            gone = [rid for rid, entry in list(self._pending.items()) if entry[2] == addr and rid not in waiting]
             why = self._refused.get(addr) or f"connection to {addr} lost before it replied"
             for rid in gone:
                 self._fail(rid, ClientError(why))

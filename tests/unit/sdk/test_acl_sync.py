@@ -54,6 +54,15 @@ def test_unknown_keys_start_at_most_two_fetches_a_second(tmp_path):
     assert keys.callback("quiver", stranger) is False and transport.asked == 2
 
 
+def test_a_periodic_fetch_just_before_does_not_stop_the_handshakes_fetch(tmp_path):
+    now = [100.0]
+    key = KeyPair.generate().public_key
+    security, follower, transport = _follower(tmp_path, Acl([User("newcomer", key)], version="v2").snapshot(),
+                                              clock=lambda: now[0])
+    follower.step()                            # the periodic fetch, before the user was added
+    assert _Keys(security).callback("quiver", key.encode()) is True and transport.asked == 2
+
+
 def test_no_broker_known_yet_does_not_hold_the_handshake(tmp_path):
     init_auth_dir(str(tmp_path / "auth"))
     security = Security(str(tmp_path / "auth"), "scheduler")
