@@ -32,7 +32,8 @@ GroupAck list, completed when the best acked offset passes their end
 --auto-failover (`terms` given: replicas.Replicas): links start with a
 handshake (the slave asks, the master answers its epoch list and end, the
 slave cuts its log to the shared history and reports again with reset);
-every chunk carries its epoch and never spans two (epochs.epoch_at caps it);
+every chunk carries the epoch its bytes were written in and never spans two
+(epochs.epoch_at caps it), and every frame the epoch this master leads;
 a SYNC write is acknowledged once every other SyncStateSet member acked it
 (`terms.required`, kept on the service thread) and only while the master's
 controller lease holds; a report naming a newer epoch tells `terms` this
@@ -359,7 +360,8 @@ class ReplicationMaster:
     def _answer_handshake(self, link: _Link) -> None:
         end = self.store.max_phys_offset
         head = rq.HaTransfer(offset=end, segment_bytes=self.store.segment_bytes, master_end=end,
-                             epoch=self.terms.epoch, epochs=list(self.terms.epoch_list()))
+                             epoch=self.terms.epoch, epochs=list(self.terms.epoch_list()),
+                             master_epoch=self.terms.epoch)
         try:
             self._sock.send_multipart([link.identity, *protocol.request(head, next_request_id())], zmq.NOBLOCK)
             link.sent_at = time.monotonic()
@@ -460,10 +462,13 @@ class ReplicationMaster:
         return self.store.commit_log.read(offset, nxt - offset)
 
     def _send(self, link: _Link, offset: int, data: bytes, end: int, epoch: int = 0, start: int = 0) -> None:
-        if self.terms is not None and not data:
-            epoch = self.terms.epoch  # a heartbeat names the current epoch
+        master_epoch = 0
+        if self.terms is not None:
+            master_epoch = self.terms.epoch  # fencing: a replica drops frames of a deposed master
+            if not data:
+                epoch = master_epoch  # a heartbeat names the current epoch
         head = rq.HaTransfer(offset=offset, segment_bytes=self.store.segment_bytes, master_end=end, epoch=epoch,
-                             epoch_start=start)
+                             epoch_start=start, master_epoch=master_epoch)
         frames = protocol.request(head, next_request_id(), None, (data,) if data else ())
         try:
             self._sock.send_multipart([link.identity, *frames], zmq.NOBLOCK, copy=len(data) < 65536)

@@ -33,9 +33,10 @@ connection starts with a handshake. The first report asks for the master's
 epoch list; its answer cuts this log to the history both share
 (epochs.truncate_point, replica_append.truncate) before a byte is taken;
 then a report with reset starts the stream. A chunk of a newer epoch adds
-that epoch to the epoch file before its bytes are written; a chunk (or
-heartbeat) of an epoch older than the controller's is a deposed master's and
-is dropped, never acked, so it cannot complete a write there.
+that epoch to the epoch file before its bytes are written; a frame whose
+sender leads an epoch older than the controller's is a deposed master's and
+is dropped, never acked, so it cannot complete a write there (the chunk's own
+epoch may be older: a replica catching up takes old epochs' bytes).
 
 Offsets while the master is away: consumers pull from the slave and commit
 there. Those offsets are "slave-advanced" (above the last value synced from
@@ -225,7 +226,9 @@ class ReplicationSlave:
                 log.warning("bad HA frame from the master: %s", exc.remark)
                 continue
             if self.terms is not None:
-                if t.epoch and t.epoch < self.terms.epoch:
+                # Fence on the sender's epoch, not the chunk's: a replica catching up takes bytes of
+                # older epochs from the current master (dropping them kept it behind for good).
+                if sender_epoch(t) < self.terms.epoch:
                     self.stale_frames += 1  # a deposed master's: nothing of it is written or acked
                     continue
                 if t.epochs is not None:
@@ -253,8 +256,10 @@ class ReplicationSlave:
             log.warning("handshake with %s: epochs %s end %d here, %s end %d there: cutting to %d", self.target,
                         file.entries, end, master_epochs, master_end, point)
             replica_append.truncate(store, point)
-            file.truncate(point)
             self.counters["truncated_bytes"] += end - point
+        # also when nothing is cut: an epoch this broker led without writing a byte is not the
+        # master's, and the bytes that follow come labelled with the master's epochs
+        file.truncate(point)
         self.acked = store.max_phys_offset
         self.handshaken = True
         self.state = f"replicating from {self.target} (epoch {self.terms.epoch})"
@@ -285,8 +290,9 @@ class ReplicationSlave:
             self._pause(offset, str(exc))
             return
         except ValueError as exc:
+            # once per run of refusals: a window of chunks in flight is refused the same way
+            (log.debug if self.error else log.warning)("replicated chunk at %d refused: %s", offset, exc)
             self.error = str(exc)
-            log.warning("replicated chunk at %d refused: %s", offset, exc)
             # ask again from where this log really ends (an ack sent earlier may name more)
             self.acked = min(store.max_phys_offset, store.commit_log.write_end)
             self._reset = True
@@ -428,6 +434,11 @@ class ReplicationSlave:
                 "lag_bytes": max(0, self.master_max - end),
                 "last_frame_ms_ago": round((now - self.last_frame) * 1000) if self.last_frame else None,
                 **self.replica.stats()}
+
+
+def sender_epoch(t) -> int:
+    """The epoch the master that sent HaTransfer `t` leads (a master of before "mep": the frame's)."""
+    return t.master_epoch or t.epoch
 
 
 def _is_a_slave(req) -> None:

@@ -67,7 +67,8 @@ class ReplicatedGroups(SyncObjConsumer):
 
 def raft_node(self_addr: str, peers: list[str], data_dir: str, consumer) -> SyncObj:
     os.makedirs(data_dir, exist_ok=True)
-    conf = SyncObjConf(autoTick=False, useFork=False, dynamicMembershipChange=False,
+    # bindAddress: pysyncobj binds 0.0.0.0 without it; the Raft port belongs on the peers' network only
+    conf = SyncObjConf(autoTick=False, useFork=False, dynamicMembershipChange=False, bindAddress=self_addr,
                        journalFile=os.path.join(data_dir, "raft.journal"),
                        fullDumpFile=os.path.join(data_dir, "raft.snapshot"),
                        raftMinTimeout=0.4, raftMaxTimeout=1.0, appendEntriesPeriod=0.05,
@@ -90,7 +91,7 @@ class Controller:
         self.live = Liveness(self.timeout_s)
         self.started = time.monotonic()
         self.proposing: set[str] = set()   # group keys with an election in flight
-        self.elections = 0
+        self.elections = 0                 # masters this controller elected as leader (STATUS, metrics)
 
     def start(self) -> None:
         self.service.every("raft_tick", TICK_S, self._tick, first_delay_s=0)
@@ -228,4 +229,6 @@ class Controller:
                      "stale epoch" if error == FAIL_REASON.SUCCESS else f"Raft: {error}")
 
     def status(self) -> dict:
-        return {"controller": {"leader": self.is_leader, "groups": len(self.state.data), **self.raft_status()}}
+        """STATUS's "controller": `elections` counts per process (sum it over the controllers)."""
+        return {"controller": {"leader": self.is_leader, "groups": len(self.state.data), **self.raft_status(),
+                               "elections": self.elections}}

@@ -24,7 +24,7 @@ def test_docker_compose_config_accepts_the_file():
     exe = shutil.which("docker-compose")
     if exe is None:
         pytest.skip("docker-compose is not installed (.ci/run installs Debian's package)")
-    for args in ([], ["--profile", "postgres"], ["--profile", "spark"], ["--profile", "ha"]):
+    for args in ([], ["--profile", "postgres"], ["--profile", "spark"], ["--profile", "ha"], ["--profile", "failover"]):
         out = subprocess.run([exe, "-f", COMPOSE, *args, "config"], capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 0, out.stderr
 

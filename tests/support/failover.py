@@ -1,7 +1,10 @@
 """A broker group of 3 with --auto-failover under 3 controllers, loaded by producers, for
-tests/faults/test_failover.py and bench/failover.py: kill the master, time the first SEND_OK
-on the new one, check every acknowledged message on it."""
+tests/faults/test_failover*.py and bench/failover.py: kill or pause members, time the first
+SEND_OK on the new master, check every acknowledged message on it and compare the members'
+CommitLogs byte for byte."""
 
+import os
+import signal
 import threading
 import time
 
@@ -10,6 +13,7 @@ from quiver.client.message import host_bytes
 from quiver.errors import QuiverError
 from quiver.tools.local import LocalCluster
 from quiver.wire import requests as rq
+from quiver.wire.codes import RequestCode
 from quiver.wire.transport import Transport
 
 GROUP = "fo"
@@ -46,12 +50,106 @@ class Rig:
             time.sleep(0.1)
         raise AssertionError(f"group not in sync ({in_sync}) within {timeout} s: {self.info()}")
 
+    def wait_info(self, check, what: str, timeout: float = 30.0) -> dict:
+        """The controller's view of the group once `check(view)` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            g = self.info()
+            if g and check(g):
+                return g
+            time.sleep(0.1)
+        raise AssertionError(f"not within {timeout} s: {what}: {self.info()}")
+
     def broker_at(self, addr: str):
         return next(b for b in self.brokers if b.addr == addr)
 
+    def status(self, svc) -> dict:
+        return self.t.call(svc.addr, RequestCode.STATUS, timeout=5.0).ext["status"]
+
+    def wait_topics(self, timeout: float = 30.0) -> None:
+        """Every member knows the master's topics (a slave learns them with the metadata sync: a
+        topic a new master does not know would come back auto-created, with the default queues)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            counts = {b.addr: self.status(b)["topics"] for b in self.brokers if b.alive()}
+            if len(set(counts.values())) == 1:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"members' topic counts differ after {timeout} s: {counts}")
+            time.sleep(0.1)
+
+    def controller_leader(self, timeout: float = 30.0):
+        """The name server whose controller is the Raft leader now."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for ns in (s for s in self.c.services if s.role == "namesrv" and s.alive()):
+                try:
+                    if rq.ReplicaInfoReply.decode(self.t.call(ns.addr, rq.ReplicaInfo(), timeout=0.5).ext).leader:
+                        return ns
+                except QuiverError:
+                    pass
+            time.sleep(0.1)
+        raise AssertionError(f"no controller leader within {timeout} s")
+
+    def log_bytes(self, svc) -> bytes:
+        """A member's whole CommitLog as its segment files hold it (names are start offsets)."""
+        d = os.path.join(self.c.data_dir, "broker", f"{GROUP}-{self.brokers.index(svc) + 1}", "commitlog")
+        out = []
+        for name in sorted(os.listdir(d)):
+            with open(os.path.join(d, name), "rb") as f:
+                out.append(f.read())
+        return b"".join(out)
+
+    def wait_converged(self, timeout: float = 60.0) -> bytes:
+        """Every member's CommitLog equals the master's byte for byte (no writes under way)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            g = self.info()
+            if g and g["master"]:
+                want = self.log_bytes(self.broker_at(g["master"]))
+                logs = {b.addr: self.log_bytes(b) for b in self.brokers}
+                if all(v == want for v in logs.values()):
+                    return want
+            if time.monotonic() > deadline:
+                sizes = {a: len(v) for a, v in logs.items()} if g and g["master"] else None
+                raise AssertionError(f"CommitLogs differ after {timeout} s: master {g and g['master']}, "
+                                     f"sizes {sizes}")
+            time.sleep(0.2)
+
     def stop(self) -> None:
+        for svc in self.c.services:
+            if svc.alive():
+                os.kill(svc.pid, signal.SIGCONT)  # a paused process would sit out SIGTERM
         self.t.close()
         self.c.stop()
+
+
+def pause(svc) -> None:
+    os.kill(svc.pid, signal.SIGSTOP)
+
+
+def resume(svc) -> None:
+    os.kill(svc.pid, signal.SIGCONT)
+
+
+def send_acked(namesrv: str, topic: str, count: int, tag: str) -> dict[str, tuple]:
+    """`count` sends (retried until acknowledged or 30 s passed); msg id -> (body, queue id, queue offset)."""
+    acked = {}
+    deadline = time.monotonic() + 30
+    with Producer(f"fo-{tag}", namesrv=namesrv, send_timeout=3.0, retries=3) as p:
+        p.route_refresh_s = 0.5
+        for i in range(count):
+            body = f"{tag}-{i}-".encode() + bytes([i % 251]) * (i % 200)
+            while time.monotonic() < deadline:
+                try:
+                    r = p.send(Message(topic, body))
+                except QuiverError:
+                    time.sleep(0.05)
+                    continue
+                if r.status is SendStatus.SEND_OK:
+                    acked[r.msg_id] = (body, r.queue_id, r.queue_offset)
+                    break
+    return acked
 
 
 class Load:
