@@ -16,11 +16,13 @@ deliver delayed messages.
 """
 
 import logging
+import time
 
 from quiver.wire import names, record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, QueryNotFoundError
-from quiver.client.message import DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, UNIQ_KEY, host_str
+from quiver.client.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY,
+                                   host_str)
 from quiver.wire.access import SUB, topic_resource
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 from quiver.wire.requests import SendMessage
@@ -96,7 +98,7 @@ class Retry:
             topic, queue_id, prop = self._to_dlq(group, props, origin, origin_id, reconsume)
         else:
             reconsume += 1
-            topic, queue_id, prop = self._to_retry(group, props, a.delay_level, reconsume, limit)
+            topic, queue_id, prop = self._to_retry(group, props, a.delay_level, reconsume, limit, a.delay_ms)
         put = SendMessage(topic=topic, queue_id=queue_id, metas=([rec.flag], [prop]), born_ts=rec.born_ts,
                           born_host=host_str(rec.born_host), reconsume=reconsume)
         self.sender.put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put)
@@ -111,14 +113,22 @@ class Retry:
         log.info("message %a of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
         return topic, 0, record.format_properties(props)
 
-    def _to_retry(self, group: str, props: dict, delay: int, reconsume: int, limit: int):
-        """Parked in the schedule topic for its delay level, bound for %RETRY%<group>."""
-        level = min(delay if delay > 0 else 3 + reconsume - 1, INT32_MAX)  # DELAY's range
+    def _to_retry(self, group: str, props: dict, delay: int, reconsume: int, limit: int, delay_ms: int | None = None):
+        """Parked in the schedule topic for its delay level (or, with `delay_ms`, in the timer
+        topic until then: the listener chose the delay), bound for %RETRY%<group>."""
         props[RECONSUME_TIME] = str(reconsume)
         props[MAX_RECONSUME_TIMES] = str(limit)
-        props[DELAY] = str(level)
         topic = f"{RETRY_PREFIX}{group}"
         self.topics.config(topic, create=True, system=True, queues=1)
+        if delay_ms:
+            props.pop(DELAY, None)
+            due = int(time.time() * 1000) + delay_ms
+            props[TIMER_DELIVER_MS] = str(due)
+            parked = self.sender.park(topic, 0, record.format_properties(props), None, due)
+            self.counters["retry_messages"] += 1
+            return parked
+        level = min(delay if delay > 0 else 3 + reconsume - 1, INT32_MAX)  # DELAY's range
+        props[DELAY] = str(level)
         parked = self.sender.park(topic, 0, record.format_properties(props), str(level), None)
         self.counters["retry_messages"] += 1
         return parked

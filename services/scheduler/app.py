@@ -94,10 +94,15 @@ class App:
         self.service.call_soon_threadsafe(self.apply_allocation, mine, brokers)
 
     def apply_allocation(self, mine, brokers) -> None:
-        """Service thread: release what is no longer mine, start (after a delay) what is new."""
+        """Service thread: release what is no longer mine, start (after a delay) what is new. A
+        broker name now at another address (a new master after a failover) starts its units over
+        there, from the offsets that master has."""
+        moved = {n for n, info in brokers.items() if n in self.brokers and self.brokers[n].addr != info.addr}
+        if moved:
+            log.info("brokers %s moved (a new master): their queues restart there", sorted(moved))
         self.brokers = brokers
         mine = set(mine)
-        for unit in [u for u in self.owned if u not in mine]:
+        for unit in [u for u in self.owned if u not in mine or u.broker in moved]:
             self._release(unit)
         for unit in sorted(mine - set(self.owned)):
             self.owned[unit] = "starting"

@@ -16,7 +16,7 @@ import time
 
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
-from quiver.client.message import ORIGIN_MESSAGE_ID, ConsumeResult, MessageExt
+from quiver.client.message import ORIGIN_MESSAGE_ID, RECONSUME_DEFAULT, ConsumeResult, MessageExt, ReconsumeLater
 from quiver.client.process_queue import ProcessQueue
 
 log = logging.getLogger(__name__)
@@ -65,12 +65,16 @@ class ConsumeService:
                 if self._active == 0:
                     self._active_cond.notify_all()
 
-    def _call_listener(self, msgs: list[MessageExt]) -> bool:
+    def _call_listener(self, msgs: list[MessageExt]) -> ReconsumeLater | None:
+        """None when consumed, else how to retry (raising, or any other result: the default delay)."""
         try:
-            return self._listener(msgs) is ConsumeResult.SUCCESS
+            out = self._listener(msgs)
         except Exception:
             log.exception("listener of %s raised: consuming %d message(s) later", self.group, len(msgs))
-            return False
+            return RECONSUME_DEFAULT
+        if out is ConsumeResult.SUCCESS:
+            return None
+        return out if isinstance(out, ReconsumeLater) else RECONSUME_DEFAULT
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         bs = self.options.consume_batch_size
@@ -83,15 +87,15 @@ class ConsumeService:
                     return
                 batch = msgs[i:i + bs]
                 t0 = clock()
-                ok = self._call_listener(batch)
+                later = self._call_listener(batch)
                 listening += clock() - t0
-                if ok:
+                if later is None:
                     finished += batch
                 elif self.broadcast:
                     log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
                     finished += batch
                 else:
-                    failed = [m for m in batch if not self._send_back(pq, m)]
+                    failed = [m for m in batch if not self._send_back(pq, m, later.delay_level, later.delay_ms)]
                     if failed:  # broker unreachable: retry here later, keep the offset behind them
                         self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
                     finished += [m for m in batch if m not in failed]
@@ -110,9 +114,9 @@ class ConsumeService:
             if not pq.dropped:
                 self.offsets.update(pq.mq, offset)
 
-    def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0) -> bool:
+    def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0, delay_ms: int | None = None) -> bool:
         origin_id = m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id or None
-        req = rq.ConsumerSendMsgBack(group=self.group, offset=m.commit_log_offset, delay_level=delay,
+        req = rq.ConsumerSendMsgBack(group=self.group, offset=m.commit_log_offset, delay_level=delay, delay_ms=delay_ms,
                                      origin_topic=m.topic, origin_msg_id=origin_id,
                                      max_reconsume=self.options.max_reconsume_times, reconsume=m.reconsume_times)
         try:
@@ -148,10 +152,13 @@ class ConsumeService:
                 batch = pq.head(self.options.consume_batch_size)
                 if not batch:
                     break
-                if self._call_listener(batch) or self._give_up(pq, batch):
+                later = self._call_listener(batch)
+                if later is None or self._give_up(pq, batch):
                     self._consumed(pq, pq.remove(batch))
                     continue
-                retry_in = self.options.suspend_current_queue_ms / 1000
+                # retried in place: a delay in seconds is honoured, a delay level is the broker's (not here)
+                retry_in = (later.delay_ms / 1000 if later.delay_ms is not None
+                            else self.options.suspend_current_queue_ms / 1000)
                 break
         with pq.lock:
             pq.scheduled = False

@@ -17,6 +17,9 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from quiver.wire.speedups import fast
 from quiver.wire import record
@@ -52,8 +55,39 @@ class SendStatus(enum.Enum):
 
 
 class ConsumeResult(enum.Enum):
+    """What a listener returns: SUCCESS, RECONSUME_LATER (the broker's next delay level), or
+    `ConsumeResult.later(delay_level=N)` / `later(seconds=S)` to choose this failure's retry
+    delay (RocketMQ's delayLevelWhenNextConsume)."""
     SUCCESS = "SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
+
+    @staticmethod
+    def later(delay_level: int | None = None, seconds: float | None = None) -> "ReconsumeLater":
+        """Retry this batch after delay level `delay_level` (1-based, the broker's table) or after
+        `seconds` (a timer; orderly consumers retry in place after that long). ValueError unless
+        exactly one is given and positive."""
+        if (delay_level is None) == (seconds is None):
+            raise ValueError("ConsumeResult.later needs delay_level or seconds, exactly one of them")
+        if delay_level is not None:
+            if isinstance(delay_level, bool) or not isinstance(delay_level, int) or delay_level < 1:
+                raise ValueError(f"delay_level is a level number >= 1, not {delay_level!r}")
+            return ReconsumeLater(delay_level=delay_level)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_RETRY_DELAY_S:
+            raise ValueError(f"seconds is a number in (0, {MAX_RETRY_DELAY_S}], not {seconds!r}")
+        return ReconsumeLater(delay_ms=max(1, round(seconds * 1000)))
+
+
+MAX_RETRY_DELAY_S = 7 * 86_400   # a per-failure retry delay; the scheduler's timer horizon is longer
+
+
+@dataclass(frozen=True, slots=True)
+class ReconsumeLater:
+    """A failed consume with its retry delay (from `ConsumeResult.later`); 0 / None: the broker's default."""
+    delay_level: int = 0
+    delay_ms: int | None = None
+
+
+RECONSUME_DEFAULT = ReconsumeLater()
 
 
 class TransactionState(enum.Enum):
@@ -84,6 +118,24 @@ class MessageSelector:
         return cls("SQL92", expression)
 
 
+class _Json:
+    """`Message.json(topic, obj, **fields)`: a Message whose body is `obj` as JSON (orjson: dicts,
+    lists, dataclasses, datetimes ...); `msg.json()`: the body of a Message or MessageExt decoded
+    (orjson.JSONDecodeError, a ValueError, if it is not JSON).
+
+        p.send(Message.json("Orders", {"id": "o-1", "qty": 2}, keys=["o-1"]))
+        order = msg.json()
+    """
+
+    def __get__(self, obj: Any, cls: type) -> Any:
+        if obj is None:
+            def build(topic: str, value: Any, **fields: Any) -> Any:
+                return cls(topic, orjson.dumps(value), **fields)
+            build.__doc__ = _Json.__doc__
+            return build
+        return lambda: orjson.loads(obj.body)
+
+
 @dataclass(slots=True)
 class Message:
     topic: str
@@ -95,6 +147,8 @@ class Message:
     deliver_at: int | None = None
     delay_ms: int | None = None
     flag: int = 0
+
+    json = _Json()
 
     def key_list(self) -> list[str]:
         if not self.keys:
@@ -124,6 +178,8 @@ class MessageExt:
     sys_flag: int = 0
     body_crc: int = 0
     store_host: bytes = b""
+
+    json = _Json()
 
     @property
     def offset_msg_id(self) -> str:

@@ -11,20 +11,22 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 
-from quiver.wire import record
 from quiver.wire import requests as rq
-from quiver.client import system_properties
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
-from quiver.client.message import (DELAY, KEYS, REAL_TOPIC, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY,
-                                   Message, SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
+from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message,
+                                   SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
 from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
 
 log = logging.getLogger(__name__)
+
+# RocketMQ's MessageQueueSelector: fn(writable queues of the topic, message, arg) -> the queue to use
+QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
 RETRYABLE = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
              ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.GO_AWAY}
@@ -170,8 +172,19 @@ class Producer(ClientBase):
 
     # ---- sync --------------------------------------------------------------------------------
 
-    def send(self, msg: Message, timeout: float | None = None) -> SendResult:
+    def send(self, msg: Message, timeout: float | None = None, *, queue: MessageQueue | None = None,
+             selector: QueueSelector | None = None, arg: object = None) -> SendResult:
+        """Send one message and wait for the broker's answer; retried on another broker while
+        the error is retryable. `queue=MessageQueue(...)` sends to that queue, `selector=fn`
+        to the queue `fn(write_queues, msg, arg)` returns (RocketMQ's MessageQueueSelector);
+        a chosen queue is never retried elsewhere.
+
+            p.send(Message("Orders", b"o-1"), selector=lambda mqs, msg, arg: mqs[arg % len(mqs)], arg=42)
+        """
         self._need_started()
+        if queue is not None or selector is not None:
+            mq, addr = self.chosen_queue(msg, queue, selector, arg)
+            return self._send_to(mq, addr, msg, timeout)
         msg_id, props = self._encode(msg)
         return self._send_sync(msg.topic, [msg_id], [props], [msg.body], [msg.flag],
                                RequestCode.SEND_MESSAGE, timeout)[0]
@@ -180,11 +193,31 @@ class Producer(ClientBase):
         """Same key -> same queue (no retry on another queue: that would break order).
         The key is required: without one there is no order to keep (MessageIllegalError)."""
         self._need_started()
+        mq, addr = self.orderly_queue(msg, sharding_key)
+        return self._send_to(mq, addr, msg, timeout)
+
+    def orderly_queue(self, msg: Message, sharding_key: str) -> tuple[MessageQueue, str]:
+        """(queue, broker address) of `sharding_key`: the same key, the same queue."""
         if sharding_key is None or not str(sharding_key).strip():
             raise MessageIllegalError(f"send_orderly needs a sharding key (got {sharding_key!r}): messages with the "
                                       "same key go to the same queue, in order; use send() for unordered messages")
+        return self._pick(msg.topic, key=str(sharding_key))
+
+    def chosen_queue(self, msg: Message, queue: MessageQueue | None = None, selector: QueueSelector | None = None,
+                     arg: object = None) -> tuple[MessageQueue, str]:
+        """(queue, broker address) given by `queue` or by `selector(write_queues, msg, arg)`;
+        MessageIllegalError if it is not a writable queue of the message's topic."""
+        if (queue is None) == (selector is None):
+            raise ClientError("give queue= or selector=, not both")
+        route = self.route(msg.topic)
+        if selector is not None:
+            queue = selector(list(route.write_queues), msg, arg)
+        if not isinstance(queue, MessageQueue) or queue not in route.write_queues:
+            raise MessageIllegalError(f"{queue!r} is not a writable queue of topic {msg.topic!r}")
+        return queue, route.addrs[queue.broker]
+
+    def _send_to(self, mq: MessageQueue, addr: str, msg: Message, timeout: float | None) -> SendResult:
         msg_id, props = self._encode(msg)
-        mq, addr = self._pick(msg.topic, key=str(sharding_key))
         req, frames = self._request(mq, [props], [msg.flag], [msg.body])
         env = self.call_broker(addr, req, None, frames, timeout or self.send_timeout, ok=tuple(_STATUS))
         return self._result(env, mq, addr, [msg_id])[0]
@@ -199,34 +232,41 @@ class Producer(ClientBase):
         self._need_started()
         topic, ids, props, bodies, flags = self._encode_batch(msgs)
         fut = LightFuture()
-        self._batch_attempt(fut, topic, ids, props, bodies, flags, None, 0)
+        self.call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE,
+                        lambda env, mq, addr: self._result(env, mq, addr, ids))
         return fut
 
-    def _batch_attempt(self, fut, topic, ids, props, bodies, flags, avoid, attempt) -> None:
+    def call_async(self, fut: Future, topic: str, props: list[str], bodies: list, flags: list[int], code: int,
+                   build, sys_flag: int = 0, avoid: str | None = None, attempt: int = 0) -> None:
+        """The non-blocking twin of `_call_with_retry`: completes `fut` with `build(reply, queue,
+        broker address)`, retried on another broker while the error is retryable. Callbacks
+        run on the IO thread."""
         try:
             mq, addr = self._pick(topic, avoid)
         except QuiverError as exc:
             fut.set_exception(exc)
             return
-        req, frames = self._request(mq, props, flags, bodies)
+        req, frames = self._request(mq, props, flags, bodies, sys_flag=sys_flag)
         t0 = time.monotonic()
 
         def done(env):
             try:
                 if isinstance(env, Exception):
                     raise env
-                results = self._result(env, mq, addr, ids)
+                if env.code not in _STATUS:
+                    raise error_for(env.code, env.remark or "")
+                result = build(env, mq, addr)
             except QuiverError as exc:
                 self.note_latency(mq.broker, 0, failed=True)
                 if attempt < self.retries and _retryable(exc):
-                    self._batch_attempt(fut, topic, ids, props, bodies, flags, mq.broker, attempt + 1)
+                    self.call_async(fut, topic, props, bodies, flags, code, build, sys_flag, mq.broker, attempt + 1)
                 else:
                     fut.set_exception(exc)
                 return
             self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
-            fut.set_result(results)
+            fut.set_result(result)
         try:
-            self.transport.send(addr, RequestCode.SEND_BATCH_MESSAGE, req.ext(), frames, done, self.send_timeout)
+            self.transport.send(addr, code, req.ext(), frames, done, self.send_timeout)
         except QuiverError as exc:
             done(exc)
 
@@ -296,11 +336,18 @@ class Producer(ClientBase):
 
     # ---- async, auto-batched -------------------------------------------------------------------------
 
-    def send_async(self, msg: Message, callback=None) -> Future:
+    def send_async(self, msg: Message, callback=None, *, queue: MessageQueue | None = None,
+                   selector: QueueSelector | None = None, arg: object = None) -> Future:
+        """Future[SendResult] without waiting; `callback(future)` runs on the IO thread when it
+        completes. `queue` / `selector` / `arg` as in `send` (a chosen queue is not batched)."""
         self._need_started()
+        chosen = self.chosen_queue(msg, queue, selector, arg) if queue is not None or selector is not None else None
         msg_id, props = self._encode(msg)
         fut = LightFuture(callback)
-        self._enqueue(msg.topic, (msg_id, props, msg.body, msg.flag, fut, 0), None)
+        if chosen is None:
+            self._enqueue(msg.topic, (msg_id, props, msg.body, msg.flag, fut, 0), None)
+        else:  # starts at the last attempt: a chosen queue is never retried on another
+            self._dispatch(*chosen, [(msg_id, props, msg.body, msg.flag, fut, self.retries)])
         return fut
 
     def _enqueue(self, topic: str, item, avoid) -> None:
@@ -374,82 +421,12 @@ class Producer(ClientBase):
 
     def cancel_scheduled(self, msg_id: str, topic: str | None = None, *, group: str = "SCHEDULE_CONSUMER",
                          timeout: float = 3.0) -> bool:
-        """Cancel a delayed/timer message not yet delivered: True if cancelled, False if too late.
-
-        `topic` is the message's topic (what `send` was given): a scheduler
-        cancels only a message of that topic, and with auth on PUB on it is
-        the right to cancel (plus GET on `group:SCHEDULE_CONSUMER`, to find
-        the schedulers). Left out, it is read from the parked message in the
-        brokers' schedule and timer topics (with auth on, a SUPER user's
-        right: pass `topic`).
-
-        The cancel goes to every live scheduler (their addresses are in the
-        client ids of the scheduler group, listed by any broker); each answers
-        cancelled / too_late / unknown and remembers the (id, topic) as a
-        tombstone, so a message not yet read by its owner is skipped when it
-        is. "unknown" everywhere is checked against the brokers' index of the
-        schedule and timer topics: still parked -> True, nowhere ->
-        QueryNotFoundError.
-        """
-        from quiver.errors import NoPermissionError, QueryNotFoundError, ServiceNotAvailableError
+        """Cancel a delayed/timer message not yet delivered: True if cancelled, False if too late
+        (QueryNotFoundError: no such message). `topic`: the message's topic; with auth on PUB on
+        it is the right to cancel. See `quiver.client.scheduled.cancel`."""
+        from quiver.client import scheduled
         self._need_started()
-        brokers = self.all_broker_addrs()
-        parked = None
-        if topic is None:
-            parked = topic = self._parked_topic(brokers, msg_id)
-        ids, refused = set(), None
-        for addr in brokers.values():
-            try:
-                env = self.call_broker(addr, rq.GetConsumerList(group=group))
-                ids.update(rq.ConsumerListReply.decode(env.ext).ids)
-            except NoPermissionError as exc:
-                refused = exc   # finding the schedulers needs GET on group:<group>
-            except QuiverError as exc:
-                log.warning("scheduler list from %s: %s", addr, exc)
-        addrs = {p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"}
-        if not addrs and refused is not None:
-            raise refused
-        futs = [self.transport.call_future(a, rq.ScheduleCancel(msg_id=msg_id, topic=topic), timeout=timeout)
-                for a in sorted(addrs)]
-        answers = []
-        for f in futs:
-            try:
-                env = f.result(timeout + 1)
-                if env.code == ResponseCode.SUCCESS:
-                    answers.append(rq.ScheduleCancelReply.decode(env.ext).result)
-            except QuiverError:
-                pass
-        if not answers:
-            raise ServiceNotAvailableError(f"no scheduler of group {group!r} answered: cannot cancel {msg_id}")
-        if "cancelled" in answers:
-            return True
-        if "too_late" in answers:
-            return False
-        if parked is None:
-            parked = self._parked_topic(brokers, msg_id)
-        if parked != topic:
-            raise QueryNotFoundError(f"no scheduled message {msg_id!r} of topic {topic!r}")
-        return True   # parked, not yet read by a scheduler: the tombstones stop it
-
-    def _parked_topic(self, brokers: dict, msg_id: str) -> str:
-        """The real topic of the message `msg_id` parked in a schedule or timer topic."""
-        from quiver.errors import QueryNotFoundError
-        from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
-        for name, addr in brokers.items():
-            for parking in (SCHEDULE_TOPIC, TIMER_TOPIC):
-                try:
-                    env = self.call_broker(addr, rq.QueryMessage(topic=parking, key=msg_id, max_msgs=1))
-                except QueryNotFoundError:
-                    continue
-                except QuiverError as exc:
-                    log.warning("lookup of %s on %s: %s", msg_id, name, exc)
-                    continue
-                for body in env.bodies:
-                    topic = system_properties.read_topic(record.decode_at(body).props, REAL_TOPIC)
-                    if topic is not None:
-                        return topic
-        raise QueryNotFoundError(f"no scheduled message {msg_id!r}: wrong id, or delivered long ago "
-                                 "(with auth on, pass its topic)")
+        return scheduled.cancel(self, msg_id, topic, group, timeout)
 
     def shutdown(self) -> None:
         """Waits (bounded) for in-flight async sends before closing."""

@@ -26,7 +26,7 @@ from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
 from quiver.errors import ClientError, FieldError, MessageIllegalError, QuiverError
 from quiver.client.message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult,
-                                   SendStatus, offset_msg_id)
+                                   SendStatus, TransactionState, offset_msg_id)
 from quiver.client.producer import _STATUS, Producer
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,23 @@ class TransactionProducer(Producer):
                             timeout: float | None = None) -> TransactionSendResult:
         """Half message -> execute(msg, arg) -> END_TRANSACTION. Returns the half's SendResult with
         transaction_id and local_state set."""
-        from quiver.client.message import TransactionState
+        msg_id, props = self.half_properties(msg, execute, check_immunity_ms)
+        env, mq, addr = self._call_with_retry(msg.topic, [props], [msg.body], [msg.flag], RequestCode.SEND_MESSAGE,
+                                              timeout, sys_flag=record.TX_PREPARED)
+        res, half = self.half_sent(env, mq, addr, msg_id)
+        state = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back
+        if res.status is SendStatus.SEND_OK:
+            try:
+                state = execute(self.local_view(msg, msg_id), arg)
+            except Exception:
+                log.exception("local transaction %s failed: its state is UNKNOWN (the checker will ask)", msg_id)
+                state = TransactionState.UNKNOWN
+        return self.end_transaction(res, half, msg_id, state)
+
+    # the steps of send_in_transaction, shared with quiver.aio (which awaits execute)
+
+    def half_properties(self, msg: Message, execute, check_immunity_ms: int | None) -> tuple[str, str]:
+        """(msg id, properties) of the half message, after checking it can be one."""
         self._need_started()
         if isinstance(msg, (list, tuple)):
             raise MessageIllegalError("transactional messages cannot be batched: send them one by one")
@@ -76,31 +92,29 @@ class TransactionProducer(Producer):
         props += f"{TRAN_MSG}\x01true\x02{PGROUP}\x01{self.group}\x02"
         if check_immunity_ms is not None:
             props += f"{CHECK_IMMUNITY}\x01{max(1, round(check_immunity_ms / 1000))}\x02"
-        res, half = self._send_half(msg.topic, msg_id, props, msg, timeout)
-        if res.status is not SendStatus.SEND_OK:
-            state = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back
-        else:
-            view = dataclasses.replace(msg, properties={**msg.properties, UNIQ_KEY: msg_id, TRANSACTION_ID: msg_id})
-            try:
-                state = execute(view, arg)
-            except Exception:
-                log.exception("local transaction %s failed: its state is UNKNOWN (the checker will ask)", msg_id)
-                state = TransactionState.UNKNOWN
-            if not isinstance(state, TransactionState):
-                log.warning("execute returned %r, not a TransactionState: treated as UNKNOWN", state)
-                state = TransactionState.UNKNOWN
+        return msg_id, props
+
+    def half_sent(self, env, mq, addr: str, msg_id: str) -> tuple[TransactionSendResult, tuple]:
+        """The half's SendResult and (broker address, phys offset, queue offset) from its reply."""
+        sent = rq.SendReply.decode(env.ext)
+        phys, qoff = sent.phys_offsets[0], sent.queue_offset
+        res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, mq.topic,
+                                    self._store_host(addr), phys, msg_id)
+        return res, (addr, phys, qoff)
+
+    @staticmethod
+    def local_view(msg: Message, msg_id: str) -> Message:
+        """The copy `execute` receives: it carries the transaction id (`transaction_id(view)`)."""
+        return dataclasses.replace(msg, properties={**msg.properties, UNIQ_KEY: msg_id, TRANSACTION_ID: msg_id})
+
+    def end_transaction(self, res: TransactionSendResult, half: tuple, msg_id: str, state) -> TransactionSendResult:
+        """END_TRANSACTION with the local state (anything but a TransactionState counts as UNKNOWN)."""
+        if not isinstance(state, TransactionState):
+            log.warning("execute returned %r, not a TransactionState: treated as UNKNOWN", state)
+            state = TransactionState.UNKNOWN
         self._end(half[0], [(half[1], half[2], _WIRE[state.value], msg_id)], from_check=False)
         res.local_state = state
         return res
-
-    def _send_half(self, topic, msg_id, props, msg, timeout):
-        env, mq, addr = self._call_with_retry(topic, [props], [msg.body], [msg.flag], RequestCode.SEND_MESSAGE,
-                                              timeout, sys_flag=record.TX_PREPARED)
-        sent = rq.SendReply.decode(env.ext)
-        phys, qoff = sent.phys_offsets[0], sent.queue_offset
-        res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, topic,
-                                    self._store_host(addr), phys, msg_id)
-        return res, (addr, phys, qoff)
 
     def _end(self, addr: str, entries: list, from_check: bool) -> None:
         """`entries`: (half phys offset, half queue offset, TX_* state, transaction id) tuples."""

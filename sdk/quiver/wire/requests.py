@@ -166,6 +166,7 @@ class ConsumerSendMsgBack(Schema):
     origin_msg_id: str | None = wire("omid", Opt(MSG_ID), None)
     reconsume: int | None = wire("rc", Opt(U31), None)
     max_reconsume: int | None = wire("max", Opt(Int(-1, 2 ** 31 - 1)), None)
+    delay_ms: int | None = wire("dms", Opt(Int(1, 2 ** 40)), None)  # retry after this long (a timer), not a level
 
 
 # ---- requests: broker, offsets and queues -----------------------------------------------------------
@@ -410,11 +411,13 @@ class HaTransfer(Schema):
     offset: int = wire("o", OFFSET)
     segment_bytes: int = wire("sb", Int(0, MAX_OFFSET), 0)
     master_end: int = wire("me", OFFSET, 0)
-    # --auto-failover: the epoch the chunk belongs to (a chunk never spans two), its start, and in a
-    # handshake answer (no body) the master's whole epoch list [[epoch, start offset], ...]
+    # --auto-failover: the epoch the chunk's bytes belong to (a chunk never spans two; an older one
+    # while a replica catches up), its start, and in a handshake answer (no body) the master's whole
+    # epoch list [[epoch, start offset], ...]; "mep" is the epoch the sender is master of (fencing)
     epoch: int = wire("ep", U31, 0)
     epoch_start: int = wire("es", OFFSET, 0)
     epochs: list | None = wire("el", Opt(ListOf(EPOCH_ROW, 1 << 16)), None)
+    master_epoch: int = wire("mep", U31, 0)
 
 
 @request(RequestCode.HA_REPORT, service("replica"))

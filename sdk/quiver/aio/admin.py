@@ -1,0 +1,110 @@
+"""AsyncAdmin: every Admin call awaited, run on the client's control thread (bridge.py).
+
+Admin calls are few and multi-step (a topic on every broker, then waiting for
+its route), so they reuse Admin as is, one at a time, off the loop. Does not
+own any admin logic (quiver.client.admin).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quiver.aio.bridge import AsyncClient
+from quiver.client.admin import Admin, OffsetReset
+from quiver.client.base import MessageQueue
+from quiver.client.message import MessageExt, SendResult
+
+
+class AsyncAdmin(AsyncClient[Admin]):
+    """Admin for asyncio: the same methods, awaited. Needs no start (as Admin); `async with`
+    shuts it down.
+
+        async with AsyncAdmin(namesrv="127.0.0.1:9876") as admin:
+            await admin.create_topic("Orders", queues=4)
+            rows = await admin.consumer_progress("cg")
+    """
+
+    def __init__(self, namesrv: str | list[str] | None = None, timeout: float = 5.0,
+                 credentials: Any = None) -> None:
+        super().__init__()
+        self._sync = self._make(Admin, namesrv, timeout, credentials)
+        self._started = True  # Admin starts in its constructor
+
+    async def call(self, method: str, *args: Any, **kw: Any) -> Any:
+        """Any other Admin method by name, e.g. `await admin.call("acl_list")`."""
+        return await self._blocking(getattr(self._sync, method), *args, **kw)
+
+    # ---- topics -----------------------------------------------------------------------------
+
+    async def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
+                           brokers: list[str] | None = None, wait_s: float = 5.0) -> dict:
+        """Create (or update) a topic on every broker (or the named ones); returns once routed."""
+        return await self._blocking(self._sync.create_topic, topic, queues, perm, order, brokers, wait_s)
+
+    async def delete_topic(self, topic: str) -> None:
+        await self._blocking(self._sync.delete_topic, topic)
+
+    async def topic_route(self, topic: str) -> dict:
+        return await self._blocking(self._sync.topic_route, topic)
+
+    async def topic_list(self) -> list[str]:
+        return await self._blocking(self._sync.topic_list)
+
+    async def queues(self, topic: str) -> list[MessageQueue]:
+        return await self._blocking(self._sync.queues, topic)
+
+    async def cluster_info(self) -> dict:
+        return await self._blocking(self._sync.cluster_info)
+
+    # ---- messages -------------------------------------------------------------------------
+
+    async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                           end_ms: int = 2 ** 62) -> list[MessageExt]:
+        return await self._blocking(self._sync.query_by_key, topic, key, max_num, begin_ms, end_ms)
+
+    async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        return await self._blocking(self._sync.view_message, msg_id, topic)
+
+    # ---- offsets and groups ------------------------------------------------------------------
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return await self._blocking(self._sync.max_offset, mq)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self._blocking(self._sync.min_offset, mq)
+
+    async def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
+        return await self._blocking(self._sync.search_offset, mq, ts_ms)
+
+    async def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        return await self._blocking(self._sync.consumer_offset, group, mq)
+
+    async def reset_offset(self, group: str, topic: str, ts_ms: int | None = None, *,
+                           offset: int | None = None) -> OffsetReset:
+        return await self._blocking(self._sync.reset_offset, group, topic, ts_ms, offset=offset)
+
+    async def consumer_stats(self, group: str) -> dict:
+        return await self._blocking(self._sync.consumer_stats, group)
+
+    async def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict]:
+        return await self._blocking(self._sync.consumer_progress, group, topics)
+
+    async def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
+        await self._blocking(self._sync.set_group_config, group, retry_max_times)
+
+    async def dlq_messages(self, group: str, max_num: int = 64) -> list[MessageExt]:
+        return await self._blocking(self._sync.dlq_messages, group, max_num)
+
+    async def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[SendResult]:
+        return await self._blocking(self._sync.resend_dlq, group, msg_ids)
+
+    # ---- cluster --------------------------------------------------------------------------
+
+    async def status(self, addr: str) -> dict:
+        return await self._blocking(self._sync.status, addr)
+
+    async def ping(self, addr: str, timeout: float = 1.0) -> dict:
+        return await self._blocking(self._sync.ping, addr, timeout)
+
+    async def open_transactions(self, limit: int = 1000) -> dict[str, list[dict]]:
+        return await self._blocking(self._sync.open_transactions, limit)

@@ -1,0 +1,159 @@
+"""AsyncPullConsumer: the PullConsumer's buffer, awaited and iterated.
+
+The sync PullConsumer keeps pulling on its IO thread into its buffer; here a
+pull answer that buffered messages also sets an asyncio.Event on the loop
+(call_soon_threadsafe), and `poll` takes what is buffered without blocking
+(`PullConsumer.poll(0)`), waiting on the event in between. Commits, seeks by
+time and start/shutdown run on the control thread (bridge.py). Does not own
+pulling, rebalancing or offsets (quiver.client.consumer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from quiver.aio.bridge import AsyncClient
+from quiver.client.base import MessageQueue
+from quiver.client.consumer import PullConsumer
+from quiver.client.message import MessageExt, MessageSelector
+from quiver.errors import ClientError, TopicNotExistError
+
+ITERATE_WAIT_S = 1.0   # `async for` polls in waits this long (it ends once the consumer is shut down)
+
+
+class _WakingPullConsumer(PullConsumer):
+    """A PullConsumer that calls `wake()` (IO thread) whenever a pull buffered messages."""
+
+    wake: Any = None
+
+    def _apply(self, st: Any, gen: int, offset: int, single: bool, pulled: Any) -> bool:
+        took = super()._apply(st, gen, offset, single, pulled)
+        if self._buffer and self.wake is not None:
+            self.wake()
+        return took
+
+
+class AsyncPullConsumer(AsyncClient[PullConsumer]):
+    """A PullConsumer for asyncio: `async for msg in consumer`, `await consumer.poll()`,
+    `await consumer.commit()`. Options are PullConsumer's (`consume_from`, `auto_commit`,
+    `options=ConsumerOptions(...)`, `credentials=` ...). Subscribe before starting:
+
+        c = AsyncPullConsumer("cg", namesrv=ns, consume_from="first", auto_commit=False)
+        c.subscribe("Orders", "*")
+        async with c:
+            async for msg in c:
+                await handle(msg)
+                await c.commit()               # at-least-once: commit after handling
+    """
+
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, **options: Any) -> None:
+        super().__init__()
+        self._sync = self._make(_WakingPullConsumer, group, namesrv, **options)
+        self._arrived: asyncio.Event | None = None
+
+    @property
+    def group(self) -> str:
+        return self._sync.group
+
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """A tag expression ("TagA || TagB", "*") or MessageSelector.sql(...); before start()."""
+        if self._started:
+            raise ClientError("subscribe before start(): AsyncPullConsumer subscriptions are fixed once started")
+        self._sync.subscribe(topic, expression)
+
+    async def start(self) -> AsyncPullConsumer:
+        if self._started:
+            return self
+        loop = asyncio.get_running_loop()
+        arrived = self._arrived = asyncio.Event()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(arrived.set)
+            except RuntimeError:  # the loop is closed
+                pass
+        self._sync.wake = wake
+        return await super().start()
+
+    async def shutdown(self) -> None:
+        """Commit (with auto_commit) and stop; an `async for` under way ends."""
+        await super().shutdown()
+        if self._arrived is not None:
+            self._arrived.set()
+
+    # ---- messages ----------------------------------------------------------------------------
+
+    async def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
+        """Messages pulled so far, waiting up to `timeout` s for the first (never blocking the loop).
+        Polled messages count as consumed (committed by `commit()` or auto_commit). Raises
+        TopicNotExistError as `PullConsumer.poll` does: only when there is nothing to return."""
+        loop = self._need_started()
+        assert self._arrived is not None
+        deadline = loop.time() + timeout
+        while self._started:
+            self._arrived.clear()  # before looking: a pull answered after the look sets it again
+            try:
+                msgs = self._take(max_messages)
+            except TopicNotExistError:
+                if loop.time() >= deadline or self._sync._missing_topics(every=True):
+                    raise
+                msgs = []
+            left = deadline - loop.time()
+            if msgs or left <= 0:
+                return msgs
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                return self._take(max_messages)
+        return []
+
+    def _take(self, max_messages: int | None) -> list[MessageExt]:
+        if not self._started:
+            return []
+        try:
+            return self._sync.poll(0, max_messages)
+        except ClientError:
+            if self._sync._started:
+                raise
+            return []  # shut down meanwhile (its event woke us): nothing more to hand out
+
+    def __aiter__(self) -> AsyncIterator[MessageExt]:
+        return self
+
+    async def __anext__(self) -> MessageExt:
+        """The next message, one at a time (each counts as consumed when it is handed out)."""
+        while self._started:
+            msgs = await self.poll(ITERATE_WAIT_S, max_messages=1)
+            if msgs:
+                return msgs[0]
+        raise StopAsyncIteration
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    async def commit(self) -> None:
+        """Store the consumed position of every queue on its broker (control thread)."""
+        self._need_started()
+        await self._blocking(self._sync.commit)
+
+    def assignment(self) -> list[MessageQueue]:
+        return self._sync.assignment()
+
+    def committed(self, mq: MessageQueue) -> int | None:
+        return self._sync.committed(mq)
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Pull `mq` again from `offset` (what is buffered of it is dropped); no broker call."""
+        self._sync.seek(mq, offset)
+
+    async def seek_to_timestamp(self, ts_ms: int) -> None:
+        self._need_started()
+        await self._blocking(self._sync.seek_to_timestamp, ts_ms)
+
+    async def seek_to_begin(self) -> None:
+        self._need_started()
+        await self._blocking(self._sync.seek_to_begin)
+
+    def stats(self) -> dict:
+        return self._sync.stats()

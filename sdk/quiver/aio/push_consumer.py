@@ -1,0 +1,105 @@
+"""AsyncPushConsumer: PushConsumer's semantics with a coroutine listener.
+
+Everything PushConsumer does is kept as is: rebalancing, flow control, the
+consume pool, send-back and `%RETRY%` redelivery, orderly queues under broker
+locks, offsets. Only the listener call differs: the pool thread that would
+call `fn(msgs)` submits the coroutine to the loop
+(`run_coroutine_threadsafe`) and waits for its ConsumeResult, so the loop
+never blocks and `consume_threads` bounds how many listener coroutines run at
+once (orderly: one per queue, in order). Start and shutdown run on the
+control thread (bridge.py). Does not own any consume logic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from quiver.aio.bridge import AsyncClient
+from quiver.client.base import MessageQueue
+from quiver.client.message import ConsumeResult, MessageExt, MessageSelector
+from quiver.client.push_consumer import PushConsumer
+from quiver.errors import ClientError
+
+# listener(msgs) -> ConsumeResult: a coroutine function (or a plain one, which then runs on the loop)
+AsyncListener = Callable[[list[MessageExt]], "Awaitable[ConsumeResult] | ConsumeResult"]
+_LOOP_CHECK_S = 1.0   # a waiting pool thread looks this often whether the loop is gone
+
+
+class AsyncPushConsumer(AsyncClient[PushConsumer]):
+    """A PushConsumer whose listener is a coroutine; same options and results
+    (`ConsumeResult.SUCCESS`, `RECONSUME_LATER`, raising counts as the latter).
+
+        async def handle(msgs):
+            for m in msgs:
+                await db.save(m.body)
+            return ConsumeResult.SUCCESS
+
+        c = AsyncPushConsumer("cg", namesrv=ns, consume_from="first")
+        c.subscribe("Orders", "*")
+        c.register(handle)                     # orderly=True: one queue's messages in order
+        async with c:
+            await stop.wait()
+    """
+
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, **options: Any) -> None:
+        super().__init__()
+        self._sync = self._make(PushConsumer, group, namesrv, **options)
+        self._listener: AsyncListener | None = None
+
+    @property
+    def group(self) -> str:
+        return self._sync.group
+
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """A tag expression or MessageSelector.sql(...); before start()."""
+        if self._started:
+            raise ClientError("subscribe before start(): AsyncPushConsumer subscriptions are fixed once started")
+        self._sync.subscribe(topic, expression)
+
+    def register(self, fn: AsyncListener, orderly: bool = False) -> None:
+        """`async def fn(msgs: list[MessageExt]) -> ConsumeResult`; before start()."""
+        self._listener = fn
+        self._sync.register(self._call, orderly)
+
+    async def __aenter__(self) -> AsyncPushConsumer:
+        # as PushConsumer's `with`: starts only once subscribed and registered
+        if self._listener is not None and self._sync.subscriptions:
+            return await self.start()
+        return self
+
+    async def start(self) -> AsyncPushConsumer:
+        if self._started:
+            return self
+        self._loop = asyncio.get_running_loop()   # the listener runs here from the first message on
+        return await super().start()
+
+    def _call(self, msgs: list[MessageExt]) -> ConsumeResult:
+        # a consume pool thread: the listener runs on the loop, this thread waits for its result
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise ClientError("the event loop of this consumer is closed")
+        fut = asyncio.run_coroutine_threadsafe(self._listen(msgs), loop)
+        while True:
+            try:
+                return fut.result(_LOOP_CHECK_S)
+            except FutureTimeout:
+                if loop.is_closed():
+                    fut.cancel()
+                    raise ClientError("the event loop of this consumer closed under a listener call") from None
+
+    async def _listen(self, msgs: list[MessageExt]) -> ConsumeResult:
+        assert self._listener is not None
+        out = self._listener(msgs)
+        if inspect.isawaitable(out):
+            out = await out
+        return out
+
+    def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
+        return self._sync.assignment(include_retry)
+
+    def stats(self) -> dict:
+        return self._sync.stats()
