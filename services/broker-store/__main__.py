@@ -6,6 +6,7 @@ from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config
+from .metrics import collector
 from .identity import claim_slot
 
 
@@ -18,7 +19,7 @@ def make_app(config: Config) -> App:
 
 
 def main(argv=None) -> None:
-    run_service(Config, make_app, "quiver_broker", argv)
+    run_service(Config, make_app, "quiver_broker", argv, collector)
 
 
 if __name__ == "__main__":

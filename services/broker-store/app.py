@@ -47,6 +47,7 @@ from .schedule import Schedule
 from .sending import Sender
 from .store import MessageStore
 from .topics import Topics
+from .traffic import Traffic
 from .transaction import Transactions
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,9 @@ class App:
                              c.default_topic_queues)
         self.clients = ClientRegistry(expiry_s=c.client_expiry_ms / 1000)
         self.filter_servers = FilterServerRegistry(self.register_all)
-        self.puller = Puller(self.store, self.topics, self.metadata, self.service, self.counters, c.long_poll_max_ms)
+        self.traffic = Traffic()  # messages and bytes in and out, for /metrics (metrics.py)
+        self.puller = Puller(self.store, self.topics, self.metadata, self.service, self.counters, c.long_poll_max_ms,
+                             traffic=self.traffic)
         # replication: a master streams its CommitLog to slaves, a slave follows its master
         self.ha = self._replication()
         self.wait_for_slave = self.ha.wait_for_slave if c.ha_role in ("SYNC_MASTER", "AUTO") else None
@@ -159,7 +162,7 @@ class App:
                            self.store_host)
         sender = Sender(c, store, topics, commit, self.counters, self.puller.notify, txn.prepare,
                         note_put=None if self.is_slave and not c.auto_failover else self.ha.note_put,
-                        wait_for_slave=self.wait_for_slave)
+                        wait_for_slave=self.wait_for_slave, traffic=self.traffic)
         return [
             sender, self.puller, txn, self.ha,
             Retry(store, meta, topics, sender, self.counters),

@@ -102,6 +102,9 @@ class Config:
     ha_acks: str = setting("sync", "with --auto-failover: sync = SEND_OK once every SyncStateSet member has the "
                                    "message; async = at once")
     log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
                             "empty: auth off")
 

@@ -23,6 +23,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, TopicNotExistError
 
 from .status_codes import pull_code
+from .traffic import Traffic
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ class HeldPull:
 class Puller:
     """PULL_MESSAGE; `notify` is what a put (or a replicated chunk) calls for its queue."""
 
-    def __init__(self, store, topics, metadata, service, counters, max_suspend_ms: int, clock=time.monotonic):
+    def __init__(self, store, topics, metadata, service, counters, max_suspend_ms: int, clock=time.monotonic,
+                 traffic=None):
         self.store = store
         self.topics = topics
         self.metadata = metadata
@@ -50,6 +52,7 @@ class Puller:
         self.counters = counters
         self.max_suspend_ms = max_suspend_ms
         self.clock = clock
+        self.traffic = traffic if traffic is not None else Traffic()  # messages and bytes out: /metrics
         self.held: dict[tuple[str, int], list[HeldPull]] = {}
         self._sweep_at: float | None = None   # deadline the live sweep timer is armed for
         self._sweep_ids = itertools.count()
@@ -90,6 +93,7 @@ class Puller:
         ext = {"next": res.next_offset, "min": res.min_offset, "max": res.max_offset}
         if code == ResponseCode.SUCCESS:
             self.counters["pulled_messages"] += res.count
+            self.traffic.pulled(task.topic, task.req.args.group, res.count, len(res.data))
             task.req.reply(code, "", ext, (res.data,))
         else:
             task.req.reply(code, remark, ext)

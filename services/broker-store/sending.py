@@ -26,6 +26,7 @@ from quiver.wire.requests import SendMessage
 from quiver.client.system_properties import check_put
 
 from .status_codes import check_stored
+from .traffic import Traffic
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Sender:
     (ReplicationMaster.note_put, None on a slave); `wait_for_slave` is set on a SYNC_MASTER."""
 
     def __init__(self, config, store, topics, commit, counters, notify, prepare_half, note_put=None,
-                 wait_for_slave=None):
+                 wait_for_slave=None, traffic=None):
         self.config = config
         self.store = store
         self.topics = topics
@@ -70,6 +71,7 @@ class Sender:
         self.prepare_half = prepare_half
         self.note_put = note_put
         self.wait_for_slave = wait_for_slave
+        self.traffic = traffic if traffic is not None else Traffic()  # messages and bytes in: /metrics
         self.levels_ms = config.delay_levels_ms
         self.max_bytes = config.max_message_bytes
 
@@ -166,6 +168,7 @@ class Sender:
             raise MessageIllegalError(f"message does not fit a CommitLog segment: {exc}") from None
         check_stored(res, "writes")
         self.counters["put_messages"] += len(bodies)
+        self.traffic.put(topic, len(bodies), sum(map(len, bodies)))
         out = {"t": topic, "q": queue_id, "o": res.first_queue_offset, "p": res.phys_offsets}
         if self.note_put is not None:
             self.note_put(res.end_offset)

@@ -44,6 +44,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from quiver.runtime.histogram import Histogram
 from quiver.wire import record
 from quiver.errors import QuiverError
 from quiver.client.message import TIMER_DELIVER_MS, tag_hash
@@ -124,6 +125,7 @@ class MessageStore:
         self._last_logic_flush = 0.0
         self._dispatched = 0   # CommitLog end whose CQ/index entries are written
         self._counts = collections.Counter()
+        self.flush_seconds = Histogram()  # CommitLog fsync time, on the flush thread: /metrics
         self.bad_logged: set[int] = set()  # CommitLog offsets of corrupt records already logged
         self._logic_error = ""  # the last ConsumeQueue/index/checkpoint sync error, "" once one succeeds
 
@@ -361,8 +363,11 @@ class MessageStore:
         next pass."""
         with self._flush_lock:
             dispatched = self._dispatched  # before the CommitLog sync: its entries exist
+            before, began = self.commit_log.flushed, time.monotonic()
             flushed = self.commit_log.flush()
             now = time.monotonic()
+            if flushed > before:  # a pass with nothing new to sync is no flush latency
+                self.flush_seconds.observe(now - began)
             if (force or now - self._last_logic_flush >= self.logic_flush_interval_s) \
                     and self._cp_file is not None:
                 self._last_logic_flush = now

@@ -184,6 +184,7 @@ class Transactions:
         touched = self._commit(commits) + self._write_ops(ops)
         c = self.counters
         c["txn_commit"] += len(commits)
+        c["txn_rollback"] += sum(op[2] == "R" for op in ops)
         c["txn_end"] += len(entries)
         if len(entries) == 1 and results[0] in _ERRORS:
             code, remark = _ERRORS[results[0]]
@@ -233,6 +234,7 @@ class Transactions:
                     log.warning("commit of %s impossible (%s): rolled back", txid, exc)
                     code = "R"
         self.resolved.add(txid, code)
+        self.counters["txn_resolved"] += 1  # open half messages (/metrics): txn_half - txn_resolved
         ops.append((rec.queue_offset, txid, code))
         return result
 
@@ -305,6 +307,7 @@ class Transactions:
         if not self._already_committed(props.get(REAL_TOPIC, ""), txid):
             return False
         self.resolved.add(txid, "C")
+        self.counters["txn_resolved"] += 1
         self._write_ops([(rec.queue_offset, txid, "C")])
         return True
 
@@ -358,6 +361,7 @@ class Transactions:
             check_stored(res, "transaction writes")
             touched.append((CHECK_MAX_TOPIC, 0, res.end_offset))
             self.resolved.add(txid, "D")
+            self.counters["txn_resolved"] += 1
         return touched + self._write_ops([(rec.queue_offset, txid, "D") for rec, _, txid in discards])
 
     # ---- admin ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config
+from .metrics import collector
 
 
 def main(argv=None) -> None:
@@ -13,7 +14,7 @@ def main(argv=None) -> None:
     if argv[:1] == ["check"]:
         from .check import main as check
         sys.exit(check(argv[1:]))
-    run_service(Config, App, "quiver_filter", argv)
+    run_service(Config, App, "quiver_filter", argv, collector)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ class Config:
     broker_timeout_ms: int = setting(5_000, "deadline of a broker call beyond its suspend time")
     selector_cache: int = setting(1024, "compiled selectors kept, per (group, topic, expression)")
     log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
                             "empty: auth off")
 

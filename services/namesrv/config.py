@@ -13,6 +13,9 @@ class Config:
     scan_interval_ms: int = setting(10_000, "how often silent brokers are looked for")
     broker_expiry_ms: int = setting(120_000, "a broker silent this long is dropped")
     log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
                             "empty: auth off")
     data_dir: str = setting("", "with --controller: where its Raft log and snapshot live (required); "

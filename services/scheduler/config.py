@@ -29,6 +29,9 @@ class Config:
     heartbeat_interval_ms: int = setting(5000, "heartbeats to brokers as a member of --group")
     delivered_keep_ms: int = setting(86_400_000, "delivered timers are remembered this long (cancel says too late)")
     log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
                             "empty: auth off")
 

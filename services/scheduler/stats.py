@@ -2,6 +2,8 @@
 
 import collections
 
+from quiver.runtime.histogram import LATENESS_BOUNDS_S, Histogram
+
 
 class DeliveryStats:
     # caps: ~3.6 MB of lag samples and ~9 MB of ids at most (a cancel older than the ids: "unknown")
@@ -12,6 +14,7 @@ class DeliveryStats:
         self.cancelled_skipped = 0
         self.recent: collections.OrderedDict = collections.OrderedDict()   # delivered msg ids (cancel: too late)
         self.remember_ids = remember_ids
+        self.lateness = Histogram(LATENESS_BOUNDS_S)   # seconds past due (early: 0): /metrics
 
     def delivered(self, store_ts: int, dues, ids) -> None:
         lags = self.lags
@@ -20,6 +23,7 @@ class DeliveryStats:
             if lag < 0:
                 self.early += 1
             lags.append(lag)
+            self.lateness.observe(max(0, lag) / 1000)
         self.count += len(dues)
         recent = self.recent
         for mid in ids:

@@ -64,11 +64,12 @@ class CheckerClient(ClientBase):
 
 
 class _BrokerState:
-    __slots__ = ("half", "op", "resolved")
+    __slots__ = ("half", "op", "resolved", "behind")
 
     def __init__(self):
         self.half: int | None = None
         self.op: int | None = None
+        self.behind = 0   # half messages past where the last round stopped (/metrics)
         self.resolved: collections.OrderedDict = collections.OrderedDict()
 
     def resolve(self, txid: str) -> None:
@@ -103,8 +104,9 @@ class Checker:
         live = sorted(cid for cid in set(cids) | {me} if cid == me or self._alive(cid))
         mqs = allocate_averagely(me, sorted(mq for mq in route.read_queues if mq.queue_id == 0), live)
         owned = {mq.broker: route.addrs[mq.broker] for mq in mqs}
-        for gone in set(self.brokers) - set(owned):
-            self.brokers.pop(gone, None)  # re-read its committed offsets if it comes back
+        for gone in [b for b in self.brokers if owned.get(b) != self.owned.get(b)]:
+            # gone, or a new master after a failover: re-read the committed offsets where it is now
+            self.brokers.pop(gone, None)
         if owned != self.owned:
             log.info("checking brokers %s", sorted(owned))
         self.owned = owned
@@ -184,6 +186,7 @@ class Checker:
                 off = max(off, nxt)
         self._send_checks(addr, st, batch, counts)
         st.half = off
+        st.behind = max(0, max_off - off)
         self._commit(addr, HALF_TOPIC, st.half)
         self._commit(addr, OP_HALF_TOPIC, st.op)
         return counts

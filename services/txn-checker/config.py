@@ -21,6 +21,9 @@ class Config:
     round_budget_ms: int = setting(60_000, "time one round may spend on one broker (RocketMQ: 60 s per queue)")
     heartbeat_interval_ms: int = setting(10_000, "heartbeats to brokers as a member of --group")
     log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
                             "empty: auth off")
 

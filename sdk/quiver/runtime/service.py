@@ -25,6 +25,7 @@ import zmq
 from quiver.wire import protocol
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
+from quiver.runtime.histogram import RequestStats
 from quiver.runtime.loops import Failures
 from quiver.wire.requests import SCHEMAS
 
@@ -65,6 +66,7 @@ class Request:
         if self.answered:
             return
         self.answered = True
+        self.service.request_stats.replied(self.env.code, code, self.received)
         self.service.send_frames(self.identity, protocol.reply(code, self.env.id, remark, ext, bodies))
 
 
@@ -86,6 +88,8 @@ class Service:
         self.status_fn = status_fn
         self.counters = collections.Counter()
         self.failures = Failures(self.counters)  # loops and per-item steps count into STATUS
+        self.request_stats = RequestStats(RequestCode, time.monotonic)  # latency and errors: /metrics
+        self.metrics_addr = ""  # where /metrics is served (quiver.runtime.settings), shown in STATUS
         self._ctx = zmq.Context.instance()
         self._sock = None
         self._inbox = collections.deque()
@@ -272,6 +276,7 @@ class Service:
             self.counters["malformed_frames"] += 1
             code = ResponseCode.VERSION_NOT_SUPPORTED if getattr(exc, "version_mismatch", False) \
                 else ResponseCode.BAD_REQUEST
+            self.request_stats.replied(-1, code, 0.0)
             self.send_frames(identity, protocol.reply(code, protocol.request_id_of(exc), exc.remark))
             return
         if env.is_reply:
@@ -310,6 +315,7 @@ class Service:
             return
         if out is not None and not req.answered:
             req.answered = True
+            self.request_stats.replied(env.code, ResponseCode.SUCCESS, req.received)  # only PING returns frames
             self.send_frames(identity, out)
 
     def on_client_reply(self, identity: bytes, env: protocol.Envelope) -> None:
@@ -321,6 +327,8 @@ class Service:
     def _status(self, req: Request):
         status = {"service": self.name, "listen": self.listen, "pid": os.getpid(),
                   "uptime_s": round(time.time() - self.started_at, 1), "counters": dict(self.counters)}
+        if self.metrics_addr:
+            status["metrics"] = self.metrics_addr
         if self.status_fn is not None:
             status.update(self.status_fn())
         req.reply(ResponseCode.SUCCESS, "", {"status": status})

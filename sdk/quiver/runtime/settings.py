@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 
+from quiver.runtime import log_format
 from quiver.wire.names import split_addrs  # noqa: F401  (services read address lists from settings)
 
 
@@ -62,9 +63,21 @@ def load(cls, argv=None, env=None, prog: str | None = None):
         except ValueError as exc:
             parser.error(f"--{f.name.replace('_', '-')}: {exc}")
     try:
-        return cls(**values)
+        config = cls(**values)
+        _check_shared(config)
+        return config
     except ValueError as exc:
         parser.error(str(exc))
+
+
+def _check_shared(config) -> None:
+    """The settings every service has, checked in one place (ValueError names the flag)."""
+    fmt = getattr(config, "log_format", "text")
+    if fmt not in log_format.FORMATS:
+        raise ValueError(f"--log-format {fmt!r}: use one of {', '.join(log_format.FORMATS)}")
+    if getattr(config, "metrics_listen", ""):
+        from quiver.runtime.metrics import parse_listen  # prometheus_client: only with metrics on
+        parse_listen(config.metrics_listen)
 
 
 def describe(cls):
@@ -75,9 +88,11 @@ def describe(cls):
         yield ("--" + f.name.replace("_", "-"), f"QUIVER_{f.name.upper()}", default, f.metadata.get("help", ""))
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def setup_logging(level: str, fmt: str = "text") -> None:
+    """Root logging to stderr: `fmt` "text" or "json" (quiver.runtime.log_format)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(log_format.formatter(fmt))
+    logging.basicConfig(level=getattr(logging, str(level).upper(), logging.INFO), handlers=[handler])
 
 
 def log_config(log, config) -> None:
@@ -93,19 +108,40 @@ def setting(default, help: str = ""):
     return dataclasses.field(default=default, metadata={"help": help})
 
 
-def run_service(config_cls, app_cls, prog: str, argv=None) -> None:
-    """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops."""
+def run_service(config_cls, app_cls, prog: str, argv=None, collector=None) -> None:
+    """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops.
+
+    With --metrics-listen, `collector(app)` (the service's metrics.collector) is served on
+    it while the app runs."""
     import signal
     config = load(config_cls, argv, prog=prog)
-    setup_logging(config.log_level)
+    setup_logging(config.log_level, getattr(config, "log_format", "text"))
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    log_config(logging.getLogger(prog), config)
+    log = logging.getLogger(prog)
+    log_config(log, config)
     app = app_cls(config)
+    server = _serve_metrics(log, app, getattr(config, "metrics_listen", ""), collector)
     signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
     try:
         app.run()
     except KeyboardInterrupt:
         pass
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _serve_metrics(log, app, listen: str, collector):
+    if not listen or collector is None:
+        return None
+    from quiver.runtime.metrics import MetricsServer  # prometheus_client: only with metrics on
+    server = MetricsServer(listen, collector(app))
+    try:
+        app.service.metrics_addr = server.start()
+    except OSError as exc:
+        raise SystemExit(f"--metrics-listen {listen}: {exc}") from None
+    log.info("metrics on http://%s/metrics", app.service.metrics_addr)
+    return server
 
 
 def advertised_addr(listen: str, advertise: str = "") -> str:

@@ -62,7 +62,8 @@ def cmd_up(args) -> int:
     cluster.write_state(state)
     print(f"Quiver is up (data in {cluster.data_dir}):")
     for svc in cluster.describe():
-        print(f"  {svc['role']:<12} {svc['name']:<16} {svc['addr']:<22} pid {svc['pid']}")
+        metrics = f"  metrics http://{svc['metrics']}/metrics" if svc["metrics"] else ""
+        print(f"  {svc['role']:<12} {svc['name']:<16} {svc['addr']:<22} pid {svc['pid']}{metrics}")
     print(f"  namesrv for clients: {cluster.namesrv}")
     if auth_dir:
         key = os.path.join(auth_dir, "admin.key")
@@ -131,30 +132,8 @@ def cmd_down(args) -> int:
 
 
 def cmd_status(args) -> int:
-    from quiver.wire import requests as rq
-    from quiver.errors import QuiverError
-    state = _state(args)
-    addrs = [(s["name"], s["role"], s["addr"]) for s in state["services"]] if state else []
-    if not addrs:
-        admin = _admin(args)
-        addrs = [("namesrv", "namesrv", a) for a in admin.namesrvs]
-        try:
-            addrs += [(n, "broker", a) for n, a in admin.all_broker_addrs().items()]
-        except QuiverError as exc:
-            print(f"name server unreachable: {exc}")
-        admin.shutdown()
-    t = _transport(args, "status")
-    bad = 0
-    for name, role, addr in addrs:
-        try:
-            st = rq.StatusReply.decode(t.call(addr, rq.Status(), timeout=2.0).ext).status
-            ha = f" {st['ha_role']} id {st.get('broker_id')}" if st.get("ha_role") else ""
-            print(f"{name:<16} {role:<12} {addr:<22} UP   pid {st.get('pid')} uptime {st.get('uptime_s')}s{ha}")
-        except QuiverError as exc:
-            bad += 1
-            print(f"{name:<16} {role:<12} {addr:<22} DOWN {exc}")
-    t.close()
-    return 1 if bad else 0
+    from quiver.tools.cli_status import cmd_status as status
+    return status(args, _state(args))
 
 
 def cmd_ping(args) -> int:
@@ -395,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=text)
         sp.add_argument("--data-dir", default="./data")
         sp.set_defaults(fn=fn)
+        if name == "status":
+            sp.add_argument("-v", "--verbose", action="store_true", help="each service's whole STATUS")
+            sp.add_argument("--json", action="store_true", help="every STATUS as one JSON document")
     pg = sub.add_parser("ping", help="PING a service")
     pg.add_argument("addr")
     pg.add_argument("--timeout", type=float, default=1.0)

@@ -3,7 +3,7 @@
 Each compose service built from this repo becomes N local processes
 (`--scale svc=N`): same module, same QUIVER_* environment, with compose
 hostnames mapped to 127.0.0.1, each replica on its own port (the compose port
-+ 1000 per replica, or a free port), its own data sub-directory and, for
++ 1000 per replica, or a free port; its metrics port likewise), its own data sub-directory and, for
 brokers, its own name. Services with an `image:` only (postgres) or a profile
 are not started locally.
 """
@@ -112,6 +112,8 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
             env.update(QUIVER_LISTEN=addr, QUIVER_ADVERTISE=addr, QUIVER_NAMESRV=namesrv)
             if "QUIVER_DATA_DIR" in env:
                 env["QUIVER_DATA_DIR"] = os.path.join(cluster.data_dir, spec.name, replica)
+            if env.get("QUIVER_METRICS_LISTEN"):
+                env["QUIVER_METRICS_LISTEN"] = _metrics_addr(env["QUIVER_METRICS_LISTEN"], cluster.host, i, free_ports)
             if spec.role == "broker":
                 env["QUIVER_BROKER_NAME"] = f"broker-{chr(ord('a') + i)}" if i < 26 else f"broker-{i}"
             env.update((overrides or {}).get(spec.name, {}))
@@ -122,6 +124,16 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
         cluster.wait()
         if spec.role == "broker":
             cluster.wait_registered(len(started))
+
+
+def _metrics_addr(value: str, host: str, replica: int, free_ports: bool) -> str:
+    """compose's metrics port (+ 1000 per replica, like the service port) on `host`, or a free one."""
+    port = value.rsplit(":", 1)[-1]
+    if free_ports:
+        return f"{host}:{free_port()}"
+    if not (port.isascii() and port.isdigit()):
+        return value  # the service refuses it, naming the setting
+    return f"{host}:{int(port) + 1000 * replica}"
 
 
 def _local_value(value: str, hostnames: set[str], host: str) -> str:

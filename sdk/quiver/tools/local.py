@@ -223,8 +223,8 @@ class LocalCluster:
             svc.stop()
 
     def describe(self) -> list[dict]:
-        return [{"name": s.name, "role": s.role, "addr": s.addr, "pid": s.pid, "log": s.log_path}
-                for s in self.services]
+        return [{"name": s.name, "role": s.role, "addr": s.addr, "pid": s.pid, "log": s.log_path,
+                 "metrics": s.env.get("QUIVER_METRICS_LISTEN", "")} for s in self.services]
 
     def write_state(self, path: str) -> None:
         with open(path, "w") as f:

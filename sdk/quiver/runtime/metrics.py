@@ -1,0 +1,138 @@
+"""A service's Prometheus endpoint: `GET /metrics` on --metrics-listen, and the metrics every
+service shares (requests, errors by response code, latency by request code, its counters).
+
+Each service's metrics.py subclasses ServiceCollector with its own sections. A
+scrape runs on prometheus_client's HTTP thread and only reads what the service
+thread already keeps (the Service's counters and RequestStats, the app's own
+state), copying dicts first (quiver.runtime.histogram.snapshot): it never calls
+into the service loop nor takes a lock that loop takes. A section that fails
+is logged and left out of that scrape; the others are served.
+"""
+
+import logging
+import time
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from quiver.wire.codes import RequestCode, ResponseCode
+
+from .histogram import snapshot
+
+log = logging.getLogger(__name__)
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """'HOST:PORT' (host may be '[::1]' or empty: every interface) -> (host, port); ValueError if not."""
+    host, sep, port = str(text).strip().rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit()) or int(port) > 65535 or len(host) > 255:
+        raise ValueError(f"metrics listen address {text!r} is not HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+# ---- families from rows ------------------------------------------------------------------
+
+def _labels(key) -> list[str]:
+    return [str(k) for k in (key if isinstance(key, tuple) else (key,))]
+
+
+def counter(name: str, doc: str, labels=(), rows=()) -> CounterMetricFamily:
+    """`rows`: (label values, value) pairs; no labels: ((), value)."""
+    fam = CounterMetricFamily(name, doc, labels=list(labels))
+    for key, value in rows:
+        fam.add_metric(_labels(key), value)
+    return fam
+
+
+def gauge(name: str, doc: str, labels=(), rows=()) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, doc, labels=list(labels))
+    for key, value in rows:
+        fam.add_metric(_labels(key), value)
+    return fam
+
+
+def histogram(name: str, doc: str, labels=(), rows=()) -> HistogramMetricFamily:
+    """`rows`: (label values, quiver.runtime.histogram.Histogram) pairs."""
+    fam = HistogramMetricFamily(name, doc, labels=list(labels))
+    for key, h in rows:
+        buckets = h.buckets()
+        fam.add_metric(_labels(key), buckets, h.sum)
+    return fam
+
+
+def code_name(enum, code: int) -> str:
+    try:
+        return enum(code).name
+    except ValueError:
+        return str(code)
+
+
+# ---- the collector every service extends ---------------------------------------------------
+
+class ServiceCollector(Collector):
+    """The families of quiver.runtime.service.Service, then `sections()` of the subclass."""
+
+    def __init__(self, service):
+        self.service = service
+        self.failed_sections = 0
+
+    def sections(self) -> list:
+        """Callables yielding metric families (the service's own)."""
+        return []
+
+    def collect(self):
+        for section in [self._service_section, *self.sections()]:
+            try:
+                families = list(section())
+            except Exception:  # a scrape must not die on one part's state
+                self.failed_sections += 1
+                log.exception("metrics section %s failed", getattr(section, "__name__", section))
+                continue
+            yield from families
+
+    def _service_section(self):
+        svc = self.service
+        stats = svc.request_stats
+        yield gauge("quiver_service_info", "1, labelled with the service and its listen address",
+                    ("service", "listen"), [((svc.name, svc.listen), 1)])
+        yield gauge("quiver_service_uptime_seconds", "seconds since the service started",
+                    rows=[((), round(time.time() - svc.started_at, 3))])
+        counts = snapshot(svc.counters)
+        yield counter("quiver_requests_total", "requests handled (known request codes)",
+                      rows=[((), counts.get("requests", 0))])
+        yield counter("quiver_service_events_total", "the service's STATUS counters, by name", ("event",),
+                      sorted(counts.items()))
+        yield counter("quiver_request_errors_total", "replies with a response code other than SUCCESS",
+                      ("response_code",),
+                      sorted((code_name(ResponseCode, c), n) for c, n in snapshot(stats.errors).items()))
+        yield histogram("quiver_rpc_latency_seconds", "request received -> reply sent (a held pull counts "
+                        "its wait)", ("request_code",),
+                        sorted((code_name(RequestCode, c), h) for c, h in snapshot(stats.latency).items()))
+
+
+# ---- the endpoint ---------------------------------------------------------------------------
+
+class MetricsServer:
+    """prometheus_client's HTTP server on a daemon thread, serving `collector` plus the
+    process, platform and GC collectors from a registry of its own (no global one)."""
+
+    def __init__(self, listen: str, collector: Collector):
+        self.host, self.port = parse_listen(listen)
+        self.registry = CollectorRegistry()
+        for extra in (ProcessCollector, PlatformCollector, GCCollector):
+            extra(registry=self.registry)
+        self.registry.register(collector)
+        self._server = None
+
+    def start(self) -> str:
+        """Bind and serve; returns the bound HOST:PORT (port 0 picks a free one)."""
+        self._server, _thread = start_http_server(self.port, self.host, self.registry)
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -1,0 +1,146 @@
+"""Every service's /metrics over HTTP after a known workload, `quiver status --json/-v`, and
+`--log-format json`: real processes on loopback, metrics on free ports.
+
+Workload: 30 messages to Obs, all consumed by group obs-g (committed), then 7 more
+that nobody consumes; a SQL92 group reads the 37 through the filter server; one
+delayed message goes through the scheduler. Counters must equal what was sent
+and consumed; lag must equal what Admin.consumer_progress says.
+"""
+
+import json
+import time
+import urllib.request
+
+import pytest
+from support.scrape import parse, value
+
+from quiver import Admin, Message, MessageSelector, Producer, PullConsumer
+from quiver.tools import cli
+from quiver.tools.local import free_port, wait_healthy
+
+TOPIC, GROUP = "Obs", "obs-g"
+
+
+def scrape(addr: str) -> dict:
+    """name of each sample -> [(labels, value)], over HTTP."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as r:
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/plain")
+        return parse(r.read().decode())
+
+
+def wait_for(fn, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = fn()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def observed(make_cluster):
+    """(cluster, {service name: metrics address}) with every service's metrics on."""
+    ports = {name: f"127.0.0.1:{free_port()}" for name in ("namesrv", "broker", "scheduler", "txn", "filter")}
+    c = make_cluster(namesrv_args=("--metrics-listen", ports["namesrv"], "--log-format", "json"),
+                     broker_args=("--metrics-listen", ports["broker"]))
+    extra = [c.add_service("scheduler", "quiver_scheduler", "--metrics-listen", ports["scheduler"]),
+             c.add_service("txn-checker", "quiver_txn", "--metrics-listen", ports["txn"], "--check-interval-ms", "300"),
+             c.add_service("filter", "quiver_filter", "--metrics-listen", ports["filter"], "--register-interval-ms",
+                           "500", data=False)]
+    wait_healthy(extra)
+    return c, ports
+
+
+def _drain(consumer, want: int, timeout: float = 30.0) -> list:
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        got.extend(consumer.poll(0.3))
+    return got
+
+
+def test_every_service_counts_the_workload(observed, capsys):
+    c, ports = observed
+    admin = Admin(namesrv=c.namesrv)
+    admin.create_topic(TOPIC, queues=2)
+    bodies = [f"body-{i}-é".encode() for i in range(37)]
+    with Producer("obs-p", namesrv=c.namesrv) as p:
+        for i, body in enumerate(bodies[:30]):
+            p.send(Message(TOPIC, body, properties={"n": str(i)}))
+        with PullConsumer(GROUP, namesrv=c.namesrv, consume_from="first", suspend_ms=200) as consumer:
+            consumer.subscribe(TOPIC)
+            assert len(_drain(consumer, 30)) == 30
+            consumer.commit()
+        # no pull of obs-g may still be held when the rest arrive: it would take them
+        wait_for(lambda: value(scrape(ports["broker"]), "quiver_held_pulls") == 0, "held pulls drained")
+        for i, body in enumerate(bodies[30:], 30):
+            p.send(Message(TOPIC, body, properties={"n": str(i)}))
+        p.send(Message("ObsDelay", b"later", delay_level=1))
+
+    broker = scrape(ports["broker"])
+    assert value(broker, "quiver_messages_in_total", topic=TOPIC) == 37
+    assert value(broker, "quiver_throughput_in_bytes_total", topic=TOPIC) == sum(map(len, bodies))
+    assert value(broker, "quiver_messages_out_total", topic=TOPIC, consumer_group=GROUP) == 30
+    assert value(broker, "quiver_send_latency_seconds_count") >= 38
+    assert value(broker, "quiver_pull_latency_seconds_count") >= 1
+
+    # lag: the broker's sample every 2 s, compared with what Admin says now (nothing moves)
+    progress = {(r["topic"], r["queue_id"]): r["lag"] for r in admin.consumer_progress(GROUP, [TOPIC])}
+    assert sum(progress.values()) == 7
+
+    def lag_matches():
+        got = scrape(ports["broker"])
+        lag = {(l["topic"], int(l["queue_id"])): v for l, v in got.get("quiver_consumer_lag_messages", [])
+               if l["consumer_group"] == GROUP}
+        return got if lag == progress else None
+    broker = wait_for(lag_matches, "lag equal to consumer_progress")
+    assert value(broker, "quiver_commitlog_max_offset") > 0 and value(broker, "quiver_topics") >= 1
+    for (topic, qid), lag in progress.items():
+        age = value(broker, "quiver_consumer_lag_seconds", consumer_group=GROUP, topic=topic, queue_id=qid)
+        assert age is not None and (age > 0) == (lag > 0)
+
+    # SQL92 through the filter server: scanned every message, matched what the group got
+    with PullConsumer("obs-sql", namesrv=c.namesrv, consume_from="first", suspend_ms=200) as sql:
+        sql.subscribe(TOPIC, MessageSelector.sql("n < 10"))
+        got = _drain(sql, 10)
+    assert len(got) == 10
+    filt = wait_for(lambda: (lambda s: s if value(s, "quiver_filter_matched_messages_total") == 10 else None)(
+        scrape(ports["filter"])), "filter matched 10")
+    assert value(filt, "quiver_filter_scanned_messages_total") >= 37
+
+    sched = wait_for(lambda: (lambda s: s if value(s, "quiver_scheduler_delivered_total") == 1 else None)(
+        scrape(ports["scheduler"])), "scheduler delivery")
+    assert value(sched, "quiver_scheduler_delivery_lateness_seconds_count") == 1
+    txn = wait_for(lambda: (lambda s: s if value(s, "quiver_transaction_check_rounds_total") >= 1 else None)(
+        scrape(ports["txn"])), "a check round")
+    ns = scrape(ports["namesrv"])
+    assert value(ns, "quiver_namesrv_brokers") == 1
+
+    for samples in (broker, filt, sched, txn, ns):
+        assert value(samples, "quiver_service_info") == 1
+        assert value(samples, "process_cpu_seconds_total") is not None   # the default process metrics
+        assert all("client" not in label for name in samples for labels, _ in samples[name] for label in labels)
+
+    # quiver status --json / -v (no `quiver up` state here: the name server's view)
+    assert cli.main(["--namesrv", c.namesrv, "status", "--json", "--data-dir", str(c.data_dir)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_role = {r["role"]: r for r in doc["services"]}
+    assert by_role["broker"]["up"] and by_role["broker"]["status"]["metrics"] == ports["broker"]
+    assert by_role["namesrv"]["status"]["metrics"] == ports["namesrv"]
+    assert cli.main(["--namesrv", c.namesrv, "status", "-v", "--data-dir", str(c.data_dir)]) == 0
+    text = capsys.readouterr().out
+    assert f"metrics http://{ports['broker']}/metrics" in text and "  counters:" in text
+    admin.shutdown()
+
+
+def test_log_format_json_is_one_object_a_line(observed):
+    c, _ = observed
+    namesrv = next(s for s in c.services if s.role == "namesrv")
+    c.restart(namesrv)  # a second start: more lines, and the first run's shutdown lines too
+    with open(namesrv.log_path) as f:
+        lines = [line for line in f.read().splitlines() if line]
+    assert len(lines) >= 4
+    for line in lines:
+        obj = json.loads(line)
+        assert {"time", "level", "logger", "message"} <= set(obj) and obj["time"].endswith("Z")
+    assert any("metrics on http://" in json.loads(line)["message"] for line in lines)

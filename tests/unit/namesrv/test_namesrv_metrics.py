@@ -1,0 +1,25 @@
+"""The name server's collector: route table sizes plus the service's shared metrics."""
+
+from support.scrape import samples, value
+
+from quiver.wire import protocol
+from quiver.wire.codes import RequestCode
+from quiver_namesrv.app import App
+from quiver_namesrv.config import Config
+from quiver_namesrv.metrics import collector
+
+
+class Sink:
+    def send_multipart(self, frames, flags=0, copy=True):
+        pass
+
+
+def test_namesrv_collector_reads_the_route_table():
+    app = App(Config(listen="127.0.0.1:1"))
+    app.service.use_socket(Sink())
+    app.service.handle([b"peer", *protocol.request(RequestCode.GET_BROKER_CLUSTER_INFO, 1)])
+    got = samples(collector(app))
+    assert value(got, "quiver_namesrv_brokers") == 0 and value(got, "quiver_namesrv_topics") == 0
+    assert value(got, "quiver_rpc_latency_seconds_count", request_code="GET_BROKER_CLUSTER_INFO") == 1
+    app.table.live["127.0.0.1:2"] = object()   # what register() leaves behind, as far as counting goes
+    assert value(samples(collector(app)), "quiver_namesrv_brokers") == 1
