@@ -2,11 +2,13 @@
 
 Owns: the workload table (which method, which counts, which metric names), the
 counts of a full and a smoke run, repeats and their median/spread, and keeping
-going past one failed measurement (recorded as an error). Servers start and
-stop inside each system's `with` block, so Ctrl-C and exceptions stop them too.
+going past one failed measurement (recorded as an error). Every system's servers
+start first and stop together (one ExitStack), also on Ctrl-C and exceptions; the
+repeats are interleaved across systems.
 Does not own output files (bench/peers/report.py).
 """
 
+import contextlib
 import statistics
 import sys
 import time
@@ -107,45 +109,55 @@ class Progress:
 
 
 def run(systems: list[str], workloads: list[str] | None, repeat: int, counts: Counts, log=print) -> dict:
+    """Every system is started first; then each repeat runs every workload on every system in
+    turn, so drift on a shared machine (another tenant, page cache, thermal) spreads over all
+    of them instead of landing on whichever ran last."""
     todo = plan(systems, workloads)
     bar = Progress(sum(1 + len(wls) * repeat for _, wls in todo))
-    results = {}
+    results, live = {}, []
     try:
-        for name, wls in todo:
-            cls = registry.system_class(name)
-            entry = results[name] = {"durability": cls.durability, "notes": dict(cls.notes), "metrics": {},
-                                     "errors": {}, "seconds": {}}
-            bar.show(f"{name} starting")
-            try:
-                with cls() as system:
+        with contextlib.ExitStack() as stack:
+            for name, wls in todo:
+                cls = registry.system_class(name)
+                entry = results[name] = {"durability": cls.durability, "notes": dict(cls.notes), "metrics": {},
+                                         "errors": {}, "seconds": {}}
+                bar.show(f"{name} starting")
+                try:
+                    system = stack.enter_context(cls())
                     if name != "ceilings":      # connections, routes, first segment files: not timed
                         system.produce(min(1000, counts.n), 1024)
                     bar.step(f"{name} up")
-                    for wl in wls:
-                        _measure(name, system, wl, repeat, counts, entry, bar)
-            except Exception as exc:  # a server that would not start: record it, go on with the others
-                entry["errors"]["start"] = f"{type(exc).__name__}: {exc}"
-                log(f"\n{name}: {entry['errors']['start']}")
+                    live.append((name, system, wls, entry, {wl: {} for wl in wls}))
+                except Exception as exc:  # a server that would not start: record it, go on with the others
+                    entry["errors"]["start"] = f"{type(exc).__name__}: {exc}"
+                    log(f"\n{name}: {entry['errors']['start']}")
+                    bar.done += len(wls) * repeat
+            order = list(dict.fromkeys(wl for _, _, wls, _, _ in live for wl in wls))
+            for r in range(repeat):
+                for wl in order:
+                    for name, system, wls, entry, samples in live:
+                        if wl in wls and wl not in entry["errors"]:
+                            _measure_once(name, system, wl, r, repeat, counts, entry, samples[wl], bar)
+            for name, _, wls, entry, samples in live:
+                for wl in wls:
+                    for k, vals in samples[wl].items():
+                        entry["metrics"][k] = summarize(vals)
     finally:
         bar.close()
     return results
 
 
-def _measure(name, system, wl, repeat, counts, entry, bar) -> None:
-    samples: dict[str, list[float]] = {}
+def _measure_once(name, system, wl, r, repeat, counts, entry, samples, bar) -> None:
+    bar.show(f"{name} {wl} {r + 1}/{repeat}")
     t0 = time.monotonic()
-    for r in range(repeat):
-        bar.show(f"{name} {wl} {r + 1}/{repeat}")
-        try:
-            out = WORKLOADS[wl](name, system, counts)
-        except Exception as exc:
-            entry["errors"][wl] = f"{type(exc).__name__}: {exc}"
-            traceback.print_exc(file=sys.stderr)
-            bar.done += repeat - r
-            break
-        for k, v in (out or {}).items():
-            samples.setdefault(k, []).append(v)
-        bar.step(f"{name} {wl} {r + 1}/{repeat}")
-    entry["seconds"][wl] = round(time.monotonic() - t0, 1)
-    for k, vals in samples.items():
-        entry["metrics"][k] = summarize(vals)
+    try:
+        out = WORKLOADS[wl](name, system, counts)
+    except Exception as exc:
+        entry["errors"][wl] = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc(file=sys.stderr)
+        bar.done += repeat - r
+        return
+    for k, v in (out or {}).items():
+        samples.setdefault(k, []).append(v)
+    entry["seconds"][wl] = round(entry["seconds"].get(wl, 0.0) + time.monotonic() - t0, 1)
+    bar.step(f"{name} {wl} {r + 1}/{repeat}")

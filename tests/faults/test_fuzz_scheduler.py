@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 def _cancel_answers(addr: str):
     t = Transport("fuzz-cancel")
     try:
-        env = t.call(addr, RequestCode.SCHEDULE_CANCEL, {"id": "0" * 32}, ok=(0, 22))
+        env = t.call(addr, RequestCode.SCHEDULE_CANCEL, {"id": "0" * 32, "t": "FuzzT"}, ok=(0, 22))
         return True, f"code {env.code} {env.remark!r} {env.ext}"
     finally:
         t.close()

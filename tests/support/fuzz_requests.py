@@ -105,7 +105,7 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.SCHEDULE_REPUT: ({"m": [[0, props_string(ctx, REAL_TOPIC=t, REAL_QID="0"), now, 0, 0, now]], "roll": False,
                             "bh": "127.0.0.1:1"}, [b"fuzz-body"]),
         R.SCHEDULE_INIT: ({}, []),
-        R.SCHEDULE_CANCEL: ({"id": "F" * 32}, []),
+        R.SCHEDULE_CANCEL: ({"id": "F" * 32, "t": t}, []),
         R.TRANSACTION_CHECK: ({"e": [[half_phys, half_qoff, "r"]]}, []),
         R.TRANSACTION_LIST_OPEN: ({"limit": 10}, []),
         R.HA_TRANSFER: ({"o": 0, "sb": 1 << 30, "me": 0}, []),
