@@ -14,14 +14,18 @@ import traceback
 
 from quiver import Admin, Message, MessageSelector, Producer, PullConsumer, TransactionState
 from quiver.client.transaction_producer import TransactionProducer
+from quiver.errors import QuiverError
+from quiver.wire import requests as rq
+from quiver.wire.transport import Transport
 
 NAMESRV = "namesrv:9876"
+FAILOVER_NAMESRV = "ctl-1:9876;ctl-2:9876;ctl-3:9876"   # the failover profile's controllers
 
 
-def drain(topic: str, group: str, want: int, timeout_s: float, expression="*") -> list[str]:
+def drain(topic: str, group: str, want: int, timeout_s: float, expression="*", namesrv=NAMESRV) -> list[str]:
     """Bodies from the first offset of every queue; stops at `want` distinct bodies or the deadline."""
     seen, deadline = set(), time.monotonic() + timeout_s
-    with PullConsumer(group, namesrv=NAMESRV, consume_from="first") as c:
+    with PullConsumer(group, namesrv=namesrv, consume_from="first") as c:
         c.subscribe(topic, expression)
         while len(seen) < want and time.monotonic() < deadline:
             seen.update(m.body.decode() for m in c.poll(0.3))
@@ -119,7 +123,71 @@ def transaction(topic: str) -> dict:
         tp.shutdown()
 
 
-STEPS = {"brokers": brokers, "create": create, "send": send, "consume": consume, "traffic": traffic}
+# ---- the failover profile ---------------------------------------------------------------------------
+
+
+def fo_view(_args) -> dict:
+    """The controller leader's view of every auto-failover group (none: no leader answered)."""
+    t = Transport("compose-fo-view")
+    try:
+        for ns in FAILOVER_NAMESRV.split(";"):
+            try:
+                r = rq.ReplicaInfoReply.decode(t.call(ns, rq.ReplicaInfo(), timeout=2.0).ext)
+            except QuiverError:
+                continue
+            if r.leader:
+                return {"groups": r.groups}
+    finally:
+        t.close()
+    return {"groups": []}
+
+
+def fo_create(args) -> dict:
+    """Create the topic on the group's master; report which members already know it."""
+    with Admin(namesrv=FAILOVER_NAMESRV) as admin:
+        if args.get("create", True):
+            admin.create_topic(args["topic"], queues=args.get("queues", 4))
+    t = Transport("compose-fo-topics")
+    known = {}
+    try:
+        for addr in args["members"]:
+            try:
+                topics = t.call(addr, rq.GetAllTopicConfig(), timeout=2.0).ext.get("topics") or {}
+                known[addr] = args["topic"] in topics
+            except QuiverError as exc:
+                known[addr] = str(exc)
+    finally:
+        t.close()
+    return {"known": known}
+
+
+def fo_send(args) -> dict:
+    """Sync sends until `count` are acknowledged or the deadline passes; seconds to the first SEND_OK."""
+    acked, t0, first_ok = [], time.monotonic(), None
+    deadline = t0 + args.get("timeout_s", 60)
+    with Producer("compose-fo", namesrv=FAILOVER_NAMESRV) as p:
+        i = 0
+        while len(acked) < args["count"] and time.monotonic() < deadline:
+            body = f"{args['prefix']}-{i}"
+            i += 1
+            try:
+                r = p.send(Message(args["topic"], body.encode(), keys=[body]))
+            except QuiverError:
+                time.sleep(0.05)   # no master yet: the election is under way
+                continue
+            if r.status.value == "SEND_OK":
+                acked.append(body)
+                first_ok = first_ok if first_ok is not None else round(time.monotonic() - t0, 2)
+    return {"acked": acked, "first_ok_s": first_ok}
+
+
+def fo_consume(args) -> dict:
+    return {"bodies": drain(args["topic"], args["group"], args["want"], args.get("timeout_s", 30),
+                            namesrv=FAILOVER_NAMESRV)}
+
+
+STEPS = {"brokers": brokers, "create": create, "send": send, "consume": consume, "traffic": traffic,
+         "fo_view": fo_view, "fo_create": fo_create, "fo_send": fo_send, "fo_consume": fo_consume}
 
 if __name__ == "__main__":
     print(json.dumps(STEPS[sys.argv[1]](json.loads(sys.argv[2]) if len(sys.argv) > 2 else {})))

@@ -146,7 +146,8 @@ class Project:
 
     def remove_everything(self) -> None:
         """`down -v`, then whatever still carries the project's label (client containers too)."""
-        self.compose("--profile", "dev", "--profile", "postgres", "down", "-v", "--remove-orphans", "--timeout", "5",
+        self.compose("--profile", "dev", "--profile", "postgres", "--profile", "failover", "down", "-v",
+                     "--remove-orphans", "--timeout", "5",
                      timeout=180)
         label = f"label={PROJECT_LABEL}={self.name}"
         for kind, ls in (("container", ["docker", "ps", "-aq"]), ("network", ["docker", "network", "ls", "-q"]),
