@@ -24,6 +24,8 @@ heartbeat, which is before this controller may elect another (timeout after
 it received that heartbeat), so two masters never acknowledge at once.
 """
 
+import hashlib
+import hmac
 import logging
 import os
 import time
@@ -31,6 +33,7 @@ import time
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
 from quiver.errors import ServiceNotAvailableError
+from quiver.wire.curve import AuthDir
 from quiver.wire.codes import RequestCode, ResponseCode
 
 from .controller_state import Groups, Liveness, group_key, pick_master
@@ -65,10 +68,22 @@ class ReplicatedGroups(SyncObjConsumer):
         return self.groups.alter(key, master, epoch, sss)
 
 
-def raft_node(self_addr: str, peers: list[str], data_dir: str, consumer) -> SyncObj:
+def raft_password(auth_dir: str) -> str | None:
+    """Auth on: the Raft traffic's key, derived from the cluster's server secret (shared by every
+    service of the cluster, readable only by its owner); pysyncobj encrypts and authenticates
+    every message with it (Fernet), so a peer without the auth dir can neither read the
+    controller's state nor take part in it. None (auth off): plain Raft."""
+    if not auth_dir:
+        return None
+    secret = AuthDir(auth_dir).server.secret_key.encode()
+    return hmac.new(secret, b"quiver controller raft", hashlib.sha256).hexdigest()
+
+
+def raft_node(self_addr: str, peers: list[str], data_dir: str, consumer, password: str | None = None) -> SyncObj:
     os.makedirs(data_dir, exist_ok=True)
     # bindAddress: pysyncobj binds 0.0.0.0 without it; the Raft port belongs on the peers' network only
     conf = SyncObjConf(autoTick=False, useFork=False, dynamicMembershipChange=False, bindAddress=self_addr,
+                       password=password,
                        journalFile=os.path.join(data_dir, "raft.journal"),
                        fullDumpFile=os.path.join(data_dir, "raft.snapshot"),
                        raftMinTimeout=0.4, raftMaxTimeout=1.0, appendEntriesPeriod=0.05,
@@ -87,7 +102,7 @@ class Controller:
         self.state = ReplicatedGroups()
         self.raft_self = config.raft_self
         self.node = node_factory(self.raft_self, config.raft_peers, os.path.join(config.data_dir, "controller"),
-                                 self.state)
+                                 self.state, raft_password(config.auth_dir))
         self.live = Liveness(self.timeout_s)
         self.started = time.monotonic()
         self.proposing: set[str] = set()   # group keys with an election in flight

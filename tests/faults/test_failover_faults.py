@@ -186,3 +186,28 @@ def test_replica_behind_leaves_the_sync_state_set_and_is_never_elected(rig):
 def _alive(rig: Rig, addr: str) -> bool:
     g = rig.info()
     return bool(g) and any(m["addr"] == addr and m["alive"] for m in g["members"])
+
+
+def test_with_auth_on_the_group_fails_over_and_keeps_every_acked_message(tmp_path, monkeypatch):
+    """Auth on: CURVE on every socket (brokers <-> controllers, HA), the controllers' Raft
+    encrypted with the cluster's key; a kill -9 of the master still fails over."""
+    import os
+    from quiver.wire.curve import init_auth_dir
+    auth = str(tmp_path / "auth")
+    init_auth_dir(auth)
+    monkeypatch.setenv("QUIVER_CREDENTIALS", os.path.join(auth, "admin.key"))  # this test's clients
+    r = Rig(str(tmp_path / "cluster"), members=2, auth_dir=auth)
+    try:
+        g = r.wait_group(2)
+        Admin(namesrv=r.c.namesrv).create_topic(TOPIC, queues=QUEUES)
+        send_acked(r.c.namesrv, TOPIC, 1, "warm")
+        r.wait_topics()
+        acked = send_acked(r.c.namesrv, TOPIC, 40, "a")
+        r.broker_at(g["master"]).kill()
+        g2 = r.wait_group(1, not_master=g["master"])
+        assert g2["epoch"] > g["epoch"]
+        acked.update(send_acked(r.c.namesrv, TOPIC, 40, "b"))
+        check_acked(r, acked)
+    finally:
+        r.stop()
+

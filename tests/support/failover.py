@@ -21,9 +21,9 @@ CLUSTER = "FoCluster"
 
 
 class Rig:
-    def __init__(self, data_dir: str, broker_args=(), members: int = 3):
-        self.c = LocalCluster(data_dir)
-        self.t = Transport("failover-rig")
+    def __init__(self, data_dir: str, broker_args=(), members: int = 3, auth_dir: str | None = None):
+        self.c = LocalCluster(data_dir, auth_dir=auth_dir)   # auth on: CURVE everywhere, Raft encrypted
+        self.t = Transport("failover-rig", credentials=self.c.credentials)
         self.c.add_controllers(3)
         self.c.wait()
         self.brokers = [self.c.add_auto_broker(GROUP, i, "--cluster", CLUSTER, "--flush", "sync", *broker_args)

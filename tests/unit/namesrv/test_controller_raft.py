@@ -55,3 +55,33 @@ def test_three_nodes_agree_and_state_survives_a_restart(tmp_path):
         for n in nodes:
             if n is not None:
                 n.destroy()
+
+
+def test_with_auth_on_raft_is_encrypted_and_a_node_without_the_key_learns_nothing(tmp_path):
+    """The Raft key comes from the auth dir's server secret: two nodes of the cluster agree; a
+    third with another cluster's auth dir never joins, never leads, and never sees the groups."""
+    from quiver.wire.curve import init_auth_dir
+    from quiver_namesrv.controller import raft_password
+    init_auth_dir(str(tmp_path / "ours"))
+    init_auth_dir(str(tmp_path / "theirs"))
+    ours, theirs = raft_password(str(tmp_path / "ours")), raft_password(str(tmp_path / "theirs"))
+    assert ours and theirs and ours != theirs and raft_password("") is None
+    peers = _ports(3)
+    states = [ReplicatedGroups() for _ in peers]
+    keys = [ours, ours, theirs]
+    nodes = [raft_node(p, peers, str(tmp_path / str(i)), s, k) for i, (p, s, k) in enumerate(zip(peers, states, keys))]
+    try:
+        _tick_until(nodes[:2], lambda: any(n._isLeader() and n.isReady() for n in nodes[:2]))
+        lead = next(i for i in range(2) if nodes[i]._isLeader())
+        done = []
+        states[lead].register("C", "b", "h:1", "h:2", callback=lambda r, e: done.append(r))
+        _tick_until(nodes, lambda: done and all(s.data.get("C/b") for s in states[:2]))
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:   # the outsider keeps ticking: still nothing
+            for n in nodes:
+                n.doTick(0)
+            time.sleep(0.002)
+        assert states[2].data == {} and not nodes[2]._isLeader()
+    finally:
+        for n in nodes:
+            n.destroy()
