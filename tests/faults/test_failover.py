@@ -1,16 +1,21 @@
 """Automatic failover: kill -9 the master of a group of 3 (--auto-failover, SYNC flush, SYNC acks)
 under load, cycle after cycle; a new master takes writes within the goal and has every
 acknowledged message byte for byte, none corrupt, and the restarted old master rejoins the
-SyncStateSet every cycle. QUIVER_FAILOVER_CYCLES sets the cycles (3)."""
+SyncStateSet every cycle; a consumer reading all along ends with every acknowledged message
+(duplicates counted: at least once). QUIVER_FAILOVER_CYCLES sets the cycles (3)."""
 
+import collections
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from faults.store_checks import read_topic
-from quiver import Admin
+from quiver import Admin, PullConsumer
+from quiver.errors import QuiverError
 from support.failover import Load, Rig, kill_cycle
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -29,7 +34,8 @@ def rig(tmp_path):
 def test_kill_master_cycles_lose_nothing_acknowledged(rig):
     rig.wait_group(3)
     Admin(namesrv=rig.c.namesrv).create_topic("FoT", queues=4)
-    load = Load(rig.c.namesrv, "FoT").start()
+    load = Load(rig.c.namesrv, "FoT", workers=3).start()
+    consumer = Reader(rig.c.namesrv, "FoT").start()
     took, stuck = [], None
     try:
         for _ in range(CYCLES):
@@ -39,6 +45,13 @@ def test_kill_master_cycles_lose_nothing_acknowledged(rig):
                 break
     finally:
         load.stop()
+    try:
+        unseen = consumer.wait_for(set(load.acked), timeout_s=90)
+    finally:
+        consumer.stop()
+    dups = sum(n - 1 for n in consumer.seen.values() if n > 1)
+    print(f"consumer: {len(consumer.seen)} distinct messages, {dups} delivered more than once (at least once)")
+    assert not unseen, f"the consumer never got {len(unseen)} acknowledged messages"
     print(f"failover times (kill -> first SEND_OK on the new master): {[round(t, 2) for t in took]}")
     assert max(took) <= GOAL_MAX_S, took
     g = rig.wait_group(1 if stuck else 3)  # when stuck, the data is still checked before failing
@@ -57,3 +70,43 @@ def test_kill_master_cycles_lose_nothing_acknowledged(rig):
     assert f"epoch {g['epoch']}, master {g['master']}" in out and "SyncStateSet" in out, out
     assert not stuck, f"cycle {len(took)}: a restarted replica did not rejoin the SyncStateSet: {stuck}"
     assert g["epoch"] == 1 + CYCLES
+
+
+class Reader:
+    """A pull consumer reading the topic all along (committing as it goes): how often each
+    msg id was delivered."""
+
+    def __init__(self, namesrv: str, topic: str):
+        self.c = PullConsumer("fo-reader", namesrv=namesrv, consume_from="first")
+        self.c.subscribe(topic)
+        self.seen: collections.Counter = collections.Counter()
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Reader":
+        self.c.start()
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop_ev.is_set():
+            try:
+                for m in self.c.poll(0.3):
+                    self.seen[m.msg_id] += 1
+            except QuiverError:
+                time.sleep(0.1)   # a broker of the group is down: the next poll goes on
+
+    def wait_for(self, ids: set, timeout_s: float) -> set:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            unseen = ids - set(self.seen)
+            if not unseen:
+                return unseen
+            time.sleep(0.2)
+        return ids - set(self.seen)
+
+    def stop(self) -> None:
+        self.stop_ev.set()
+        self.thread.join(10)
+        self.c.shutdown()
+
