@@ -4,16 +4,25 @@ Read at scrape time (quiver.runtime.metrics) from the route table's sizes; the
 table itself is only written on the service thread.
 """
 
-from quiver.runtime.metrics import ServiceCollector, gauge
+from quiver.runtime.metrics import ServiceCollector, counter, gauge
 
 
 class NamesrvMetrics(ServiceCollector):
-    def __init__(self, service, table):
+    def __init__(self, service, table, controller=None):
         super().__init__(service)
         self.table = table   # route_table.RouteTable
+        self.controller = controller   # controller.Controller with --controller, else None
 
     def sections(self) -> list:
-        return [self._routes]
+        return [self._routes] + ([self._controller] if self.controller is not None else [])
+
+    def _controller(self):
+        c = self.controller
+        yield counter("quiver_controller_elections", "masters this controller elected as Raft leader "
+                      "(sum over the controllers)", rows=[((), c.elections)])
+        yield gauge("quiver_controller_leader", "1 if this controller is the Raft leader",
+                    rows=[((), 1 if c.is_leader else 0)])
+        yield gauge("quiver_controller_groups", "broker groups the controller keeps", rows=[((), len(c.state.data))])
 
     def _routes(self):
         t = self.table
@@ -24,4 +33,4 @@ class NamesrvMetrics(ServiceCollector):
 
 def collector(app) -> NamesrvMetrics:
     """What `python -m quiver_namesrv --metrics-listen` serves."""
-    return NamesrvMetrics(app.service, app.table)
+    return NamesrvMetrics(app.service, app.table, app.controller)

@@ -23,3 +23,14 @@ def test_namesrv_collector_reads_the_route_table():
     assert value(got, "quiver_rpc_latency_seconds_count", request_code="GET_BROKER_CLUSTER_INFO") == 1
     app.table.live["127.0.0.1:2"] = object()   # what register() leaves behind, as far as counting goes
     assert value(samples(collector(app)), "quiver_namesrv_brokers") == 1
+
+
+def test_a_controller_exports_its_elections_and_leadership():
+    import types
+    from quiver_namesrv.metrics import NamesrvMetrics
+    app = App(Config(listen="127.0.0.1:1"))
+    ctl = types.SimpleNamespace(elections=3, is_leader=True, state=types.SimpleNamespace(data={"C/fo": {}}))
+    got = samples(NamesrvMetrics(app.service, app.table, ctl))
+    assert value(got, "quiver_controller_elections_total") == 3
+    assert value(got, "quiver_controller_leader") == 1 and value(got, "quiver_controller_groups") == 1
+    assert value(samples(collector(app)), "quiver_controller_leader") is None   # a plain name server: none
