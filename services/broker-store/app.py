@@ -16,6 +16,7 @@ request table is rebuilt and the broker registers again each time it changes,
 and writes pass the Replicas guard (master, lease held, enough in sync).
 """
 
+import dataclasses
 import logging
 import os
 
@@ -254,7 +255,8 @@ class App:
                 "broker_id": self.config.broker_id,
                 "ha_role": self.config.ha_role if not self.config.auto_failover else f"AUTO ({self.ha.role})",
                 "ha": self.ha.status(),
-                "held_pulls": self.puller.held_count(), "store": self.store.stats()}
+                "held_pulls": self.puller.held_count(), "store": self.store.stats(),
+                "groups": group_inventory(self.metadata, self.clients), "config": shown_config(self.config)}
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -303,3 +305,29 @@ class App:
         self.store.close()
         self.metadata.close()
         self.service.close()
+
+
+def group_inventory(metadata, clients) -> dict:
+    """Every consumer group this broker knows (`quiver consumer list`): its stored config (None:
+    never configured, the broker's defaults apply), queues with an offset, online members."""
+    out: dict = {}
+    for name, conf in list(metadata.groups.items()):
+        out[name] = {"config": dict(conf), "offsets": 0, "online": 0}
+    for grp, _, _ in list(metadata.offsets):
+        out.setdefault(grp, {"config": None, "offsets": 0, "online": 0})["offsets"] += 1
+    for grp, members in list(clients.consumers.items()):
+        if members:
+            out.setdefault(grp, {"config": None, "offsets": 0, "online": 0})["online"] = len(members)
+    return dict(sorted(out.items()))
+
+
+def shown_config(config) -> dict:
+    """The effective settings (`quiver broker config`), a database password hidden."""
+    from sqlalchemy.engine import make_url
+    out = dataclasses.asdict(config)
+    if out.get("metadata_url"):
+        try:
+            out["metadata_url"] = make_url(out["metadata_url"]).render_as_string(hide_password=True)
+        except Exception:   # not a URL SQLAlchemy reads: show nothing rather than a secret
+            out["metadata_url"] = "(set)"
+    return out

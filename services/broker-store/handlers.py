@@ -24,7 +24,7 @@ SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestC
                  RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.SCHEDULE_REPUT,
                  RequestCode.SCHEDULE_INIT, RequestCode.TRANSACTION_CHECK, RequestCode.UPDATE_AND_CREATE_TOPIC,
                  RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.ACL_UPDATE_USER, RequestCode.ACL_DELETE_USER,
-                 RequestCode.ACL_GRANT, RequestCode.ACL_REVOKE)
+                 RequestCode.ACL_GRANT, RequestCode.ACL_REVOKE, RequestCode.DELETE_SUBSCRIPTIONGROUP)
 
 
 def table(parts, is_slave: bool) -> dict:

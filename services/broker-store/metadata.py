@@ -130,6 +130,21 @@ class Metadata:
                                                      consume_enable=1))
         self.groups[name] = {"retry_max_times": retry_max_times, "consume_enable": True}
 
+    def delete_group(self, name: str, clean_offset: bool = True) -> bool:
+        """Drop a group's config (and its offsets); False if this broker knew neither."""
+        known = name in self.groups or any(k[0] == name for k in self.offsets)
+        with self.engine.begin() as conn:
+            conn.execute(delete(groups_t).where(self._mine(groups_t) & (groups_t.c.name == name)))
+            if clean_offset:
+                conn.execute(delete(offsets_t).where(self._mine(offsets_t) & (offsets_t.c.grp == name)))
+        self.groups.pop(name, None)
+        if clean_offset:
+            with self._lock:
+                for key in [k for k in self.offsets if k[0] == name]:
+                    self.offsets.pop(key, None)
+                    self._dirty.discard(key)
+        return known
+
     # ---- offsets --------------------------------------------------------------------
 
     def get_offset(self, group: str, topic: str, queue_id: int) -> int | None:

@@ -20,7 +20,7 @@ import time
 
 from quiver.wire import names, record
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import MessageIllegalError, QueryNotFoundError
+from quiver.errors import MessageIllegalError, QueryNotFoundError, SubscriptionGroupNotExistError
 from quiver.client.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY,
                                    host_str)
 from quiver.wire.access import SUB, topic_resource
@@ -60,7 +60,7 @@ def _origin(rec, props: dict, origin_topic: str | None) -> str:
 
 
 class Retry:
-    """CONSUMER_SEND_MSG_BACK and UPDATE_AND_CREATE_SUBSCRIPTIONGROUP; the copy goes out
+    """CONSUMER_SEND_MSG_BACK, UPDATE_AND_CREATE_ / DELETE_SUBSCRIPTIONGROUP; the copy goes out
     through the send path (`sender`: sending.Sender's park and put)."""
 
     def __init__(self, store, metadata, topics, sender, counters):
@@ -72,7 +72,8 @@ class Retry:
 
     def handlers(self) -> dict:
         return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
-                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group}
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group,
+                RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group}
 
     def send_back(self, req) -> None:
         a = req.args   # quiver.wire.requests.ConsumerSendMsgBack
@@ -138,3 +139,10 @@ class Retry:
         group = a.group
         self.metadata.put_group(group, a.retry_max_times)
         req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": self.metadata.groups[group]})
+
+    def delete_group(self, req) -> None:
+        a = req.args   # quiver.wire.requests.DeleteSubscriptionGroup
+        if not self.metadata.delete_group(a.group, a.clean_offset):
+            raise SubscriptionGroupNotExistError(f"group {a.group!r} has no config or offsets on this broker")
+        log.info("group %s deleted (offsets %s)", a.group, "too" if a.clean_offset else "kept")
+        req.reply(ResponseCode.SUCCESS)

@@ -93,6 +93,7 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.GET_ROUTEINFO_BY_TOPIC: ({"topic": t}, []),
         R.GET_BROKER_CLUSTER_INFO: ({}, []),
         R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ({"g": g, "retry_max_times": 16}, []),
+        R.DELETE_SUBSCRIPTIONGROUP: ({"g": g, "clean_offset": True}, []),
         R.GET_CONSUME_STATS: ({"g": g}, []),
         R.DELETE_TOPIC_IN_BROKER: ({"topic": ctx.deletable_topic}, []),
         R.INVOKE_BROKER_TO_RESET_OFFSET: ({"g": g, "t": t, "ts": now}, []),

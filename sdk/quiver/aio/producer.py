@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -173,8 +174,9 @@ class AsyncTransactionProducer(AsyncProducer):
         msg_id, props = tp.half_properties(msg, execute, check_immunity_ms)
         await self._route(msg.topic)
         afut: asyncio.Future = loop.create_future()
+        t0 = time.monotonic()
         tp.call_async(LightFuture(resolver(loop, afut)), msg.topic, [props], [msg.body], [msg.flag],
-                      RequestCode.SEND_MESSAGE, lambda env, mq, addr: tp.half_sent(env, mq, addr, msg_id),
+                      RequestCode.SEND_MESSAGE, lambda env, mq, addr: tp.half_sent(env, mq, addr, msg_id, props, t0),
                       sys_flag=record.TX_PREPARED)
         res, half = await afut
         state: object = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back

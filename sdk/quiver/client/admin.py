@@ -9,6 +9,7 @@ from quiver.client import queue_puller
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.client.acl_admin import AclCommands
+from quiver.client.admin_inspect import InspectCommands
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
@@ -32,7 +33,7 @@ class OffsetReset:
         return self.members > 0
 
 
-class Admin(AclCommands, ClientBase):
+class Admin(InspectCommands, AclCommands, ClientBase):
     def __init__(self, namesrv=None, timeout: float = 5.0, credentials=None):
         super().__init__(namesrv, timeout, credentials)
         self._store_hosts: dict[str, str] = {}  # store host -> advertised address (see _by_store_host)
@@ -333,3 +334,23 @@ class Admin(AclCommands, ClientBase):
 
     def clean_expired(self, broker_addr: str) -> int:
         return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments
+
+    def messages_between(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 32) -> list[MessageExt]:
+        """Messages of `topic` stored in [begin_ms, end_ms), oldest first, at most `max_num`: each
+        queue is read from its first offset stored at or after `begin_ms` (the web console's
+        search by time)."""
+        route = self.route(topic, refresh=True)
+        out = []
+        for mq in route.read_queues:
+            off, found = self.search_offset(mq, begin_ms), []
+            while len(found) < max_num:
+                req = queue_puller.request(topic, mq.queue_id, off, max_msgs=min(32, max_num))
+                pulled = queue_puller.fetch(self, route.addrs[mq.broker], req)
+                batch = pulled.messages(mq.broker) if pulled.status is queue_puller.FOUND else []
+                found.extend(m for m in batch if begin_ms <= m.store_timestamp < end_ms)
+                if not batch or batch[-1].store_timestamp >= end_ms:
+                    break
+                off = pulled.next
+            out.extend(found[:max_num])
+        out.sort(key=lambda m: m.store_timestamp)
+        return out[:max_num]

@@ -25,6 +25,7 @@ from quiver.wire.names import is_valid_addr
 from quiver.wire.names import split_addrs
 from quiver.wire.curve import credentials_from
 from quiver.wire.transport import Transport
+from quiver.client.trace_dispatcher import ClientTrace, TraceDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,8 @@ class ClientBase:
     # ---- lifecycle ------------------------------------------------------------
 
     heartbeat_interval_s = 30.0
+    traced = False   # trace=True: a ClientTrace (`tracer`) records this client's events while it runs
+    tracer: ClientTrace | None = None
     transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
 
     def start(self):
@@ -201,6 +204,9 @@ class ClientBase:
             self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
                                                     credentials=self.credentials)
             self._started = True
+            if self.traced and self.tracer is None:
+                self.tracer = ClientTrace(TraceDispatcher(self.namesrvs, self.credentials),
+                                          getattr(self, "group", None), self.client_id)
             self._hb_stop = threading.Event()
             if self.heartbeat_payload() is not None:
                 self.send_heartbeats()
@@ -212,6 +218,9 @@ class ClientBase:
             self._hb_stop.set()
             self.before_close()
             self._started = False
+            tracer, self.tracer = self.tracer, None
+            if tracer is not None:
+                tracer.dispatcher.close()   # what is queued is sent, bounded by its timeout
             self.transport.close()
 
     # ---- heartbeats and pushed requests ----------------------------------------------

@@ -19,6 +19,7 @@ from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
+from quiver.client.trace_dispatcher import TRACE_ON_PROPERTY, enabled as trace_enabled
 from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message,
                                    SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
 from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
@@ -57,8 +58,9 @@ class _Batcher:
 class Producer(ClientBase):
     def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv=None, send_timeout: float = 3.0, retries: int = 2,
                  auto_batch: bool = True, batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials=None):
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials=None, trace: bool | None = None):
         super().__init__(namesrv, send_timeout, credentials)
+        self.traced = trace_enabled(trace)   # None: QUIVER_TRACE=1 turns it on
         self.group = group
         self.send_timeout = send_timeout
         self.retries = retries
@@ -101,6 +103,8 @@ class Producer(ClientBase):
             if not k or "\x01" in k or "\x02" in k or "\x01" in str(v) or "\x02" in str(v):
                 raise MessageIllegalError(f"property {k!r} has an empty name or a control character")
             parts.append(f"{k}\x01{v}\x02")
+        if self.traced:  # services add their events only for messages marked so
+            parts.append(TRACE_ON_PROPERTY)
         props = "".join(parts)
         if len(props) > 8000:
             check_properties_size(len(props.encode()))
@@ -219,8 +223,13 @@ class Producer(ClientBase):
     def _send_to(self, mq: MessageQueue, addr: str, msg: Message, timeout: float | None) -> SendResult:
         msg_id, props = self._encode(msg)
         req, frames = self._request(mq, [props], [msg.flag], [msg.body])
+        t0 = time.monotonic()
         env = self.call_broker(addr, req, None, frames, timeout or self.send_timeout, ok=tuple(_STATUS))
-        return self._result(env, mq, addr, [msg_id])[0]
+        results = self._result(env, mq, addr, [msg_id])
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.pub(results, [props], t0)
+        return results[0]
 
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
         self._need_started()
@@ -232,8 +241,14 @@ class Producer(ClientBase):
         self._need_started()
         topic, ids, props, bodies, flags = self._encode_batch(msgs)
         fut = LightFuture()
-        self.call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE,
-                        lambda env, mq, addr: self._result(env, mq, addr, ids))
+        tracer, t0 = self.tracer, time.monotonic()
+
+        def build(env, mq, addr):
+            results = self._result(env, mq, addr, ids)
+            if tracer is not None:
+                tracer.pub(results, props, t0)
+            return results
+        self.call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, build)
         return fut
 
     def call_async(self, fut: Future, topic: str, props: list[str], bodies: list, flags: list[int], code: int,
@@ -296,8 +311,13 @@ class Producer(ClientBase):
                               wait=wait), frames
 
     def _send_sync(self, topic, ids, props, bodies, flags, code, timeout) -> list[SendResult]:
+        t0 = time.monotonic()
         env, mq, addr = self._call_with_retry(topic, props, bodies, flags, code, timeout)
-        return self._result(env, mq, addr, ids)
+        results = self._result(env, mq, addr, ids)
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.pub(results, props, t0)
+        return results
 
     def _call_with_retry(self, topic, props, bodies, flags, code, timeout, sys_flag: int = 0):
         """(reply, queue, broker address) of a blocking send, retried on another broker while the
@@ -409,6 +429,9 @@ class Producer(ClientBase):
                 exc = e
             else:
                 self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                tracer = self.tracer
+                if tracer is not None:   # one tuple queued per batch: the encoding is the dispatcher's
+                    tracer.pub(results, [i[1] for i in items], t0)
                 for item, res in zip(items, results):
                     item[4].set_result(res)
                 return

@@ -19,6 +19,7 @@ and inside `checker` (the same id): key your local record by it.
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 
 from quiver.wire import record
@@ -65,9 +66,10 @@ class TransactionProducer(Producer):
         """Half message -> execute(msg, arg) -> END_TRANSACTION. Returns the half's SendResult with
         transaction_id and local_state set."""
         msg_id, props = self.half_properties(msg, execute, check_immunity_ms)
+        t0 = time.monotonic()
         env, mq, addr = self._call_with_retry(msg.topic, [props], [msg.body], [msg.flag], RequestCode.SEND_MESSAGE,
                                               timeout, sys_flag=record.TX_PREPARED)
-        res, half = self.half_sent(env, mq, addr, msg_id)
+        res, half = self.half_sent(env, mq, addr, msg_id, props, t0)
         state = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back
         if res.status is SendStatus.SEND_OK:
             try:
@@ -94,12 +96,17 @@ class TransactionProducer(Producer):
             props += f"{CHECK_IMMUNITY}\x01{max(1, round(check_immunity_ms / 1000))}\x02"
         return msg_id, props
 
-    def half_sent(self, env, mq, addr: str, msg_id: str) -> tuple[TransactionSendResult, tuple]:
-        """The half's SendResult and (broker address, phys offset, queue offset) from its reply."""
+    def half_sent(self, env, mq, addr: str, msg_id: str, props: str = "",
+                  started: float | None = None) -> tuple[TransactionSendResult, tuple]:
+        """The half's SendResult and (broker address, phys offset, queue offset) from its reply;
+        traced as a Pub of a half message (`props`, `started`: its properties, monotonic send time)."""
         sent = rq.SendReply.decode(env.ext)
         phys, qoff = sent.phys_offsets[0], sent.queue_offset
         res = TransactionSendResult(_STATUS[env.code], msg_id, mq.broker, mq.queue_id, qoff, mq.topic,
                                     self._store_host(addr), phys, msg_id)
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.pub([res], [props], started if started is not None else time.monotonic(), {"transaction": "half"})
         return res, (addr, phys, qoff)
 
     @staticmethod
@@ -113,6 +120,9 @@ class TransactionProducer(Producer):
             log.warning("execute returned %r, not a TransactionState: treated as UNKNOWN", state)
             state = TransactionState.UNKNOWN
         self._end(half[0], [(half[1], half[2], _WIRE[state.value], msg_id)], from_check=False)
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.end_transaction(res.topic, res.broker, [(msg_id, state.value)], from_check=False)
         res.local_state = state
         return res
 
@@ -139,7 +149,7 @@ class TransactionProducer(Producer):
         except FieldError as exc:  # the broker asks again at its next check round
             log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", addr, exc)
             return None
-        answers = []
+        answers, traced = [], []
         for e, body in zip(entries, env.bodies):
             phys, qoff, txid, topic, qid, born, stored, flag, props_s = e
             try:
@@ -158,9 +168,14 @@ class TransactionProducer(Producer):
                 if not isinstance(state, TransactionState):
                     state = TransactionState.UNKNOWN
             answers.append((phys, qoff, _WIRE[state.value], txid))
+            traced.append((msg.topic, msg.msg_id, state.value))
         self.checks_answered += len(answers)
         if answers and self._started:
             self._end(addr, answers, from_check=True)
+            tracer = self.tracer
+            if tracer is not None:
+                for topic, mid, state in traced:
+                    tracer.end_transaction(topic, addr, [(mid, state)], from_check=True)
         return None
 
     push_handlers = {RequestCode.CHECK_TRANSACTION_STATE: _on_check}

@@ -13,13 +13,13 @@ import sys
 MAX_DEPTH = 8
 
 
-def targets(args, state: dict | None) -> list[tuple[str, str, str]]:
-    """(name, role, address) of each service to ask."""
+def targets(obj, state: dict | None) -> list[tuple[str, str, str]]:
+    """(name, role, address) of each service to ask (`obj`: cli_common.Ctx)."""
     from quiver.client.admin import Admin
     from quiver.errors import QuiverError
     if state and state.get("services"):
         return [(str(s.get("name")), str(s.get("role")), str(s.get("addr"))) for s in state["services"]]
-    admin = Admin(namesrv=args.namesrv, credentials=args.credentials)
+    admin = obj.client(Admin)
     addrs = [("namesrv", "namesrv", a) for a in admin.namesrvs]
     try:
         addrs += [(n, "broker", a) for n, a in admin.all_broker_addrs().items()]
@@ -30,12 +30,11 @@ def targets(args, state: dict | None) -> list[tuple[str, str, str]]:
     return addrs
 
 
-def ask(args, addrs) -> list[dict]:
+def ask(obj, addrs) -> list[dict]:
     """One row per service: name, role, addr, up, and status (up) or error (down)."""
     from quiver.errors import QuiverError
     from quiver.wire import requests as rq
-    from quiver.wire.transport import Transport
-    t = Transport("status", credentials=args.credentials)
+    t = obj.transport("status")
     rows = []
     try:
         for name, role, addr in addrs:
@@ -51,14 +50,14 @@ def ask(args, addrs) -> list[dict]:
     return rows
 
 
-def cmd_status(args, state: dict | None) -> int:
-    rows = ask(args, targets(args, state))
-    if args.json:
+def cmd_status(obj, state: dict | None, verbose: bool = False, as_json: bool = False) -> int:
+    rows = ask(obj, targets(obj, state))
+    if as_json:
         print(json.dumps({"services": rows}, indent=2, default=str, sort_keys=True))
     else:
         for row in rows:
             print(summary(row))
-            if args.verbose and row["up"]:
+            if verbose and row["up"]:
                 for line in pretty(row["status"], 1):
                     print(line)
     return 0 if all(r["up"] for r in rows) else 1

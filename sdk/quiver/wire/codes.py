@@ -31,6 +31,7 @@ class RequestCode(IntEnum):
     CHECK_CLIENT_CONFIG = 46
     REGISTER_BROKER = 103
     UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    DELETE_SUBSCRIPTIONGROUP = 207        # a group's config and (clean_offset) its offsets
     GET_CONSUME_STATS = 208
     UNREGISTER_BROKER = 104
     GET_ROUTEINFO_BY_TOPIC = 105

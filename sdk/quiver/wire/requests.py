@@ -253,6 +253,12 @@ class UpdateSubscriptionGroup(Schema):
     retry_max_times: int = wire("retry_max_times", Int(0, 1_000_000), 16)
 
 
+@request(RequestCode.DELETE_SUBSCRIPTIONGROUP, needs(group("group", DELETE)))
+class DeleteSubscriptionGroup(Schema):
+    group: str = wire("g", GROUP)
+    clean_offset: bool = wire("clean_offset", Bool(), True)   # RocketMQ's removeOffset
+
+
 @request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, service("broker"))
 class NotifyConsumerIdsChanged(Schema):
     group: str | None = wire("g", Opt(GROUP), None)
