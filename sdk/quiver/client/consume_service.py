@@ -66,7 +66,16 @@ class ConsumeService:
                     self._active_cond.notify_all()
 
     def _call_listener(self, msgs: list[MessageExt]) -> ReconsumeLater | None:
-        """None when consumed, else how to retry (raising, or any other result: the default delay)."""
+        """None when consumed, else how to retry (raising, or any other result: the default delay).
+        A traced consumer records SubBefore and SubAfter around the call."""
+        tracer = self.tracer
+        started = tracer.sub_before(msgs) if tracer is not None else 0.0
+        later = self._listen(msgs)
+        if tracer is not None:
+            tracer.sub_after(msgs, started, later is None)
+        return later
+
+    def _listen(self, msgs: list[MessageExt]) -> ReconsumeLater | None:
         try:
             out = self._listener(msgs)
         except Exception:

@@ -40,6 +40,7 @@ from quiver.client.options import ConsumerOptions, from_arguments
 from quiver.client.process_queue import DelayedCalls
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
+from quiver.client.trace_dispatcher import enabled as trace_enabled
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,9 @@ class PullConsumer(ClientBase):
     allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once."""
 
     def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
-                 **settings):
+                 trace: bool | None = None, **settings):
         super().__init__(namesrv, credentials=credentials)
+        self.traced = trace_enabled(trace)   # SubBefore / SubAfter when poll() hands messages over
         check_group(group)
         self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
         if opts.broadcast:
@@ -380,6 +382,9 @@ class PullConsumer(ClientBase):
                     resume.append(st)
         for st in resume:
             self._pull(st)
+        tracer = self.tracer
+        if out and tracer is not None:   # as RocketMQ's lite pull consumer: handed over counts as consumed
+            tracer.sub_after(out, tracer.sub_before(out), True)
         if not out:
             missing = self._missing_topics()
             if missing:

@@ -52,6 +52,7 @@ from quiver.client.options import ConsumerOptions, from_arguments
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
+from quiver.client.trace_dispatcher import enabled as trace_enabled
 from quiver.wire.validation import RETRY_PREFIX, check_group
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,9 @@ class PushConsumer(ConsumeService, ClientBase):
     `options=ConsumerOptions(...)` gives them at once."""
 
     def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
-                 **settings):
+                 trace: bool | None = None, **settings):
         super().__init__(namesrv, credentials=credentials)
+        self.traced = trace_enabled(trace)   # SubBefore / SubAfter around each listener call
         check_group(group)
         self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
         self.group = group
