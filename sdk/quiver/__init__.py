@@ -77,6 +77,7 @@ _MOVED = {
     "quiver.direct": "quiver.wire.direct",
     "quiver.filter_route": "quiver.client.filter_route",
     "quiver.futures": "quiver.wire.futures",
+    "quiver.idempotent": "quiver.client.idempotent",
     "quiver.local": "quiver.tools.local",
     "quiver.loops": "quiver.runtime.loops",
     "quiver.message": "quiver.client.message",
