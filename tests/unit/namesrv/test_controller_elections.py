@@ -24,7 +24,7 @@ def _tick_until(ctl, cond, timeout=10.0):
 
 def test_each_election_is_counted_in_status(tmp_path):
     me = _addr()
-    config = SimpleNamespace(controller_heartbeat_timeout_ms=1500, raft_self=me, raft_peers=[me],
+    config = SimpleNamespace(controller_heartbeat_timeout_ms=1500, raft_self=me, raft_peers=[me], auth_dir="",
                              data_dir=str(tmp_path), controller_scan_interval_ms=100)
     ctl = Controller(config, service=None)
     now = [1000.0]
