@@ -12,7 +12,7 @@ import sys
 from quiver.runtime.settings import describe
 
 SERVICES = [("namesrv", "quiver_namesrv"), ("broker-store", "quiver_broker"), ("filter", "quiver_filter"),
-            ("scheduler", "quiver_scheduler"), ("txn-checker", "quiver_txn")]
+            ("scheduler", "quiver_scheduler"), ("txn-checker", "quiver_txn"), ("console", "quiver_console")]
 BEGIN, END = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
 
 

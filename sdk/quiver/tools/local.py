@@ -36,6 +36,7 @@ class ServiceProcess:
     role: str = ""
     proc: subprocess.Popen | None = None
     env: dict = field(default_factory=dict)
+    url: str = ""   # a service with web pages (the console): where a browser opens them
 
     def start(self) -> "ServiceProcess":
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
@@ -191,6 +192,18 @@ class LocalCluster:
         self.services.append(self.start_service(svc))
         return svc
 
+    def add_console(self, *extra: str, http_port: int | None = None, env: dict | None = None) -> ServiceProcess:
+        """The web console (quiver_console) over this cluster's name servers; its pages at `svc.url`.
+        `env` for what should not show in `ps` (QUIVER_ADMIN_TOKEN)."""
+        n = sum(s.role == "console" for s in self.services)
+        http = self._addr(http_port)
+        svc = ServiceProcess(f"console-{n}", "quiver_console", self._addr(None),
+                             ["--namesrv", self.namesrv, "--http-listen", http, *extra],
+                             os.path.join(self.data_dir, "logs", f"console-{n}.log"), "console",
+                             env=dict(env or {}), url=f"http://{http}/")
+        self.services.append(self.start_service(svc))
+        return svc
+
     def restart(self, svc: ServiceProcess) -> ServiceProcess:
         svc.stop()
         svc.start()
@@ -224,7 +237,7 @@ class LocalCluster:
 
     def describe(self) -> list[dict]:
         return [{"name": s.name, "role": s.role, "addr": s.addr, "pid": s.pid, "log": s.log_path,
-                 "metrics": s.env.get("QUIVER_METRICS_LISTEN", "")} for s in self.services]
+                 "metrics": s.env.get("QUIVER_METRICS_LISTEN", ""), "url": s.url} for s in self.services]
 
     def write_state(self, path: str) -> None:
         with open(path, "w") as f:

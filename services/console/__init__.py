@@ -1,0 +1,1 @@
+"""The web console: server-rendered pages over the SDK's Admin (`python -m quiver_console`)."""

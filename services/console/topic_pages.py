@@ -1,0 +1,105 @@
+"""What the topics and consumer-groups pages show, read through `quiver.Admin` only.
+
+Topics: every queue's min and max offset, and rates from successive page loads (`Rates`):
+in = growth of the summed max offsets, out = growth of the summed consumer offsets of the
+groups the console knows. Groups are known from the settings and from their retry and
+dead-letter topics (`%RETRY%G`, `%DLQ%G`): the cluster keeps no list of groups a client
+could ask for. A broker that fails once is skipped for the rest of the page (one timeout,
+not one per queue). Not owned: HTML, input checks (inputs.py)."""
+
+from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX, is_system_topic
+
+from .cluster_pages import attempt
+
+MAX_GROUPS = 64     # groups asked for their offsets on one topics page
+
+
+def known_groups(topics: list[str], configured: list[str]) -> list[str]:
+    found = {t[len(p):] for t in topics for p in (RETRY_PREFIX, DLQ_PREFIX) if t.startswith(p)}
+    return sorted(found | set(configured))
+
+
+def queue_rows(admin, topic: str, down: set[str]) -> tuple[list[dict], str | None]:
+    """One row per read queue: broker, queue id, min and max offset (None where the broker failed)."""
+    queues, error = attempt(admin.queues, topic)
+    if error:
+        return [], error
+    rows = []
+    for mq in queues:
+        row = {"broker": mq.broker, "queue_id": mq.queue_id, "min": None, "max": None, "error": None}
+        if mq.broker in down:
+            row["error"] = "broker unreachable"
+        else:
+            row["min"], row["error"] = attempt(admin.min_offset, mq)
+            if row["error"] is None:
+                row["max"], row["error"] = attempt(admin.max_offset, mq)
+            if row["error"] is not None:
+                down.add(mq.broker)
+        rows.append(row)
+    return rows, None
+
+
+def group_offsets(admin, groups: list[str], down_errors: list[str]) -> dict[str, dict]:
+    """group -> consumer_stats rows (only groups that answered)."""
+    out = {}
+    for g in groups[:MAX_GROUPS]:
+        stats, error = attempt(admin.consumer_stats, g)
+        if error:
+            down_errors.append(f"group {g}: {error}")
+            continue
+        out[g] = stats["rows"]
+    return out
+
+
+def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dict:
+    names, error = attempt(admin.topic_list)
+    if error:
+        return {"topics": [], "error": error, "groups": [], "problems": []}
+    problems: list[str] = []
+    groups = known_groups(names, configured_groups)
+    consumed = group_offsets(admin, groups, problems)
+    down: set[str] = set()
+    rows = []
+    for name in sorted(names):
+        if is_system_topic(name) and not show_system:
+            continue
+        queues, qerror = queue_rows(admin, name, down)
+        ok = [q for q in queues if q["error"] is None]
+        total_max = sum(q["max"] for q in ok)
+        out_total = sum(r["consumer_offset"] or 0 for rows_ in consumed.values() for r in rows_ if r["topic"] == name)
+        rows.append({"name": name, "queues": len(queues), "error": qerror,
+                     "broken": len(queues) - len(ok), "min": sum(q["min"] for q in ok), "max": total_max,
+                     "messages": sum(q["max"] - q["min"] for q in ok),
+                     "in_rate": rates.sample(("in", name), total_max) if not qerror else None,
+                     "out_rate": rates.sample(("out", name), out_total) if consumed else None,
+                     "brokers": sorted({q["broker"] for q in queues})})
+    return {"topics": rows, "error": None, "groups": groups, "problems": problems}
+
+
+def topic(admin, rates, name: str, configured_groups: list[str]) -> dict:
+    queues, error = queue_rows(admin, name, set())
+    names, _ = attempt(admin.topic_list)
+    problems: list[str] = []
+    consumed = group_offsets(admin, known_groups(names or [], configured_groups), problems)
+    by_group = []
+    for g, rows in sorted(consumed.items()):
+        mine = [r for r in rows if r["topic"] == name]
+        if mine:
+            total = sum(r["consumer_offset"] or 0 for r in mine)
+            by_group.append({"group": g, "consumer_offset": total, "lag": sum(r["lag"] or 0 for r in mine),
+                             "out_rate": rates.sample(("out", name, g), total)})
+    for q in queues:
+        q["in_rate"] = rates.sample(("in", name, q["broker"], q["queue_id"]), q["max"]) if q["max"] is not None else None
+    route, route_error = attempt(admin.topic_route, name)
+    return {"name": name, "queues": queues, "error": error or route_error, "groups": by_group,
+            "problems": problems, "route": route}
+
+
+def group(admin, name: str) -> dict:
+    """Members, lag per queue and subscription conflicts of one group (every broker's view)."""
+    stats, error = attempt(admin.consumer_stats, name)
+    if error:
+        return {"name": name, "error": error, "rows": [], "clients": [], "conflicts": {}, "topics": [], "lag": 0}
+    rows = stats["rows"]
+    return {"name": name, "error": None, "rows": rows, "clients": stats["clients"], "conflicts": stats["conflicts"],
+            "topics": sorted({r["topic"] for r in rows}), "lag": sum(r["lag"] or 0 for r in rows)}

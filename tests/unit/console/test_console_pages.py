@@ -1,0 +1,170 @@
+"""The console's pages over an in-process cluster (quiver.testing): what they show equals what
+Admin returns, input is checked and escaped, actions need CSRF, the rules of the settings and
+(where the rules allow) a login."""
+
+import re
+
+import pytest
+
+from quiver import Message, Producer, PullConsumer, PushConsumer
+from quiver.testing import stub_cluster, wait_until
+
+from quiver_console.app import create_app
+from quiver_console.config import Config
+from quiver_console.rates import Rates
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with stub_cluster(brokers=2) as c:
+        admin = c.admin()
+        admin.create_topic("Orders", queues=2)
+        with c.client(Producer, "pg") as p:
+            for i in range(5):
+                p.send(Message("Orders", f"order <b>{i}</b> é".encode(), keys=f"k{i}", tags="paid"))
+            p.send(Message("Orders", bytes(range(256)) * 20, keys="binary"))
+        with c.client(PullConsumer, "billing", consume_from="first") as consumer:
+            consumer.subscribe("Orders")
+            got = []
+            assert wait_until(lambda: got.extend(consumer.poll(0.1)) or len(got) >= 6)
+        yield c
+
+
+def client(cluster, **settings):
+    app = create_app(Config(**settings), cluster.admin())
+    app.testing = True
+    return app.test_client()
+
+
+def test_every_page_renders(cluster):
+    c = client(cluster)
+    for url in ("/cluster", "/topics", "/topics?system=1", "/topics/Orders", "/groups", "/groups?group=billing",
+                "/messages", "/messages?topic=Orders&key=k1", "/dlq", "/dlq?group=billing", "/scheduler",
+                "/transactions", "/healthz"):
+        resp = c.get(url)
+        assert resp.status_code == 200, (url, resp.text[-500:])
+        assert resp.headers["Content-Security-Policy"].startswith("default-src 'none'")
+
+
+def test_topic_offsets_equal_admin(cluster):
+    admin = cluster.admin()
+    page = client(cluster).get("/topics/Orders").text
+    for mq in admin.queues("Orders"):
+        row = re.search(rf'data-queue="{mq.broker}/{mq.queue_id}">.*?class="n min">(\d+)<.*?class="n max">(\d+)<',
+                        page, re.S)
+        assert row and (int(row[1]), int(row[2])) == (admin.min_offset(mq), admin.max_offset(mq))
+
+
+def test_group_lag_equals_admin(cluster):
+    rows = cluster.admin().consumer_progress("billing")
+    page = client(cluster).get("/groups?group=billing").text
+    for r in rows:
+        cell = re.search(rf'data-queue="{r["topic"]}/{r["broker"]}/{r["queue_id"]}">.*?class="n lag">(\d+)<', page, re.S)
+        assert cell and int(cell[1]) == r["lag"]
+
+
+def test_message_by_key_is_escaped_with_trace_section(cluster):
+    page = client(cluster).get("/messages?topic=Orders&key=k3").text
+    assert "order &lt;b&gt;3&lt;/b&gt; é" in page and "<b>3" not in page
+    assert "tracing not available" in page or "<h4>Trace</h4>" in page
+
+
+def test_binary_body_is_hex_and_capped(cluster):
+    page = client(cluster, preview_bytes=64).get("/messages?topic=Orders&key=binary").text
+    assert "5120 bytes, binary (hex), first part shown" in page
+    assert "00 01 02 03" in page and "40 41" not in page
+
+
+def test_bad_input_is_refused_and_escaped(cluster):
+    c = client(cluster)
+    resp = c.get("/messages?topic=%3Cscript%3Ealert(1)%3C/script%3E&key=x")
+    assert resp.status_code == 400 and "<script>" not in resp.text and "&lt;script&gt;" in resp.text
+    assert c.get("/groups?group=../../etc").status_code == 400
+    assert c.get("/messages?msg_id=zz").status_code == 400
+    assert c.get("/messages?topic=Orders&begin=yesterday").status_code == 400
+    assert c.get("/transactions?max=99999999").status_code == 400
+
+
+def test_read_only_without_allow_actions(cluster):
+    c = client(cluster)
+    page = c.get("/topics").text
+    assert "Create a topic" not in page
+    token = CSRF.search(c.get("/cluster").text)
+    resp = c.post("/topics", data={"topic": "Nope", "csrf_token": token[1] if token else ""})
+    assert resp.status_code == 403 and "read-only" in resp.text
+    assert "Nope" not in cluster.admin().topic_list()
+
+
+def test_action_needs_csrf_and_login_when_a_token_is_set(cluster):
+    c = client(cluster, allow_actions=True, admin_token="s3cret")
+    assert c.post("/topics", data={"topic": "Made"}).status_code == 403            # no CSRF token
+    csrf = CSRF.search(c.get("/login").text)[1]
+    resp = c.post("/topics", data={"topic": "Made", "csrf_token": csrf})
+    assert resp.status_code == 403 and "log in" in resp.text                      # not logged in
+    assert c.post("/login", data={"token": "wrong", "csrf_token": csrf}).status_code == 403
+    assert c.post("/login", data={"token": "s3cret", "csrf_token": csrf}).status_code == 303
+    csrf = CSRF.search(c.get("/topics").text)[1]                                   # a new session
+    resp = c.post("/topics", data={"topic": "Made", "queues": "2", "csrf_token": csrf}, follow_redirects=True)
+    assert resp.status_code == 200 and "done: topic Made created" in resp.text
+    assert "Made" in cluster.admin().topic_list()
+
+
+def test_auth_on_without_token_is_read_only():
+    cfg = Config(credentials="/nonexistent.key")
+    assert cfg.auth_on and not cfg.actions_enabled
+    assert Config(credentials="/k", admin_token="t").actions_enabled
+    assert not Config(allow_actions=False).actions_enabled and Config(allow_actions=True).actions_enabled
+
+
+def _fail(msgs):
+    raise RuntimeError("poison")
+
+
+def test_dlq_page_lists_dead_letters_and_flashes_a_failed_resend(cluster):
+    """The resend itself runs tests/browser (Admin.resend_dlq opens a real Producer, which the
+    in-process network does not carry): here its failure is shown, not raised."""
+    admin = cluster.admin()
+    admin.create_topic("Pay", queues=1)
+    admin.set_group_config("payer", retry_max_times=0)
+    with cluster.client(Producer, "pg2") as p:
+        p.send(Message("Pay", b"poison", keys="p1"))
+    c = cluster.client(PushConsumer, "payer", consume_from="first")
+    c.subscribe("Pay")
+    c.register(_fail)
+    with c:
+        assert wait_until(lambda: admin.dlq_messages("payer"), timeout=15)
+    web = client(cluster, allow_actions=True)
+    page = web.get("/dlq?group=payer").text
+    assert "poison" in page and "resend to Pay" in page
+    csrf = CSRF.search(page)[1]
+    msg_id = admin.dlq_messages("payer")[0].msg_id
+    resp = web.post("/dlq/resend", data={"group": "payer", "msg_id": msg_id, "csrf_token": csrf},
+                    follow_redirects=True)
+    assert resp.status_code == 200 and "DLQ of payer" in resp.text, re.findall(r"<p class=\"flash[^<]*", resp.text)
+
+
+def test_down_broker_still_renders(cluster):
+    admin = cluster.admin()
+    addr = admin.all_broker_addrs()["broker-b"]
+    cluster.network.disconnect(addr)
+    try:
+        c = client(cluster, request_timeout_ms=200)
+        for url in ("/cluster", "/topics", "/topics/Orders", "/groups?group=billing", "/transactions"):
+            resp = c.get(url)
+            assert resp.status_code == 200 and 'class="error"' in resp.text, url
+    finally:
+        cluster.network.reconnect(addr)
+
+
+def test_rates_come_from_successive_samples():
+    now = [0.0]
+    r = Rates(clock=lambda: now[0])
+    assert r.sample("t", 100) is None
+    now[0] = 0.1
+    assert r.sample("t", 150) is None          # too close: the first sample stays
+    now[0] = 2.0
+    assert r.sample("t", 300) == 100.0
+    now[0] = 3.0
+    assert r.sample("t", 10) is None           # went back (a reset)
