@@ -531,8 +531,9 @@ def _progress_bar(done: int, total: int, width: int = 30) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
-def _watch_tasks(spark, stop) -> None:
-    """Plain-text progress of the running stages (tasks done / tasks), until `stop` is set."""
+def _watch_tasks(spark, stop, meter=None) -> None:
+    """Progress of the running stages (tasks done / tasks) until `stop` is set: plain-text lines,
+    or told to `meter.tasks(done, total)` (the CLI's progress bar on a terminal)."""
     tracker = spark.sparkContext.statusTracker()
     last = ""
     while not stop.wait(1.0):
@@ -543,7 +544,10 @@ def _watch_tasks(spark, stop) -> None:
                 done, total = done + info.numCompletedTasks, total + info.numTasks
         line = f"tasks {_progress_bar(done, total)}" if total else ""
         if line and line != last:
-            print(line, flush=True)
+            if meter is not None:
+                meter.tasks(done, total)
+            else:
+                print(line, flush=True)
             last = line
 
 
@@ -573,8 +577,11 @@ class StreamProgress:
         return out
 
 
-def run_ingest(args) -> int:
-    """`quiver ingest`: topics -> Parquet/Delta partitioned by topic and store date, batch or streaming."""
+def run_ingest(args, meter=None) -> int:
+    """`quiver ingest`: topics -> Parquet/Delta partitioned by topic and store date, batch or streaming.
+
+    `meter` (quiver.tools.cli_ingest.RowMeter, on a terminal) is told of tasks and rows as they go;
+    the plain progress lines are printed either way, but for the tasks lines it replaces."""
     import threading
 
     from pyspark.sql import functions as F
@@ -593,7 +600,7 @@ def run_ingest(args) -> int:
         df = reader.load().withColumn("dt", F.to_date("store_timestamp"))
         if not args.stream:
             stop = threading.Event()
-            threading.Thread(target=_watch_tasks, args=(spark, stop), daemon=True).start()
+            threading.Thread(target=_watch_tasks, args=(spark, stop, meter), daemon=True).start()
             t0 = time.monotonic()
             try:
                 df.write.format(args.format).mode(args.mode).partitionBy("topic", "dt").save(args.to)
@@ -617,6 +624,8 @@ def run_ingest(args) -> int:
                 query.awaitTermination(0.5)
                 for line in progress.lines(query.recentProgress):
                     print(line, flush=True)
+                if meter is not None:
+                    meter.rows(progress.total)
             if stopping.is_set():
                 query.stop()
         finally:

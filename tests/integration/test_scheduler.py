@@ -72,7 +72,8 @@ def test_cancel_before_delivery_prevents_it_after_delivery_says_too_late(make_cl
             time.sleep(0.05)
         assert p.cancel_scheduled(timer.msg_id) is True
         assert p.cancel_scheduled(level.msg_id) is True
-        assert cli_main(["--namesrv", c.namesrv, "msg", "cancel", "--id", cli_timer.msg_id, "--topic", "Cancel"]) == 0
+        assert cli_main(["--namesrv", c.namesrv, "msg", "cancel", "--id", cli_timer.msg_id, "--topic", "Cancel",
+                         "-o", "json"]) == 0
         assert '"cancelled": true' in capsys.readouterr().out
         assert p.cancel_scheduled(quick.msg_id) is False                 # delivered already
         assert cli_main(["--namesrv", c.namesrv, "msg", "cancel", "--id", quick.msg_id]) == 1

@@ -62,6 +62,10 @@ class AsyncAdmin(AsyncClient[Admin]):
                            end_ms: int = 2 ** 62) -> list[MessageExt]:
         return await self._blocking(self._sync.query_by_key, topic, key, max_num, begin_ms, end_ms)
 
+    async def trace(self, msg_id: str, max_records: int = 256) -> list[dict]:
+        """The message's trace timeline (`Admin.trace`)."""
+        return await self._blocking(self._sync.trace, msg_id, max_records)
+
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         return await self._blocking(self._sync.view_message, msg_id, topic)
 

@@ -5,7 +5,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from quiver.client import queue_puller
+from quiver.client import queue_puller, trace as msg_trace
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.client.acl_admin import AclCommands
@@ -119,6 +119,27 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             out.extend(MessageExt.from_record(record.decode_at(b), broker) for b in env.bodies)
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
+
+    def trace(self, msg_id: str, max_records: int = 256) -> list[dict]:
+        """The message's trace timeline, oldest first: one dict per event and message with at least
+        type (Pub, SubBefore, SubAfter, EndTransaction, Delayed, Retry, DLQ), time_ms, cost_ms
+        (or None), status, topic, broker, group, client, msg_id, keys, tags, queue_id,
+        queue_offset, plus the type's extras (quiver.client.trace). Asks every broker for the
+        trace messages keyed by `msg_id` (IndexFile); [] when nothing traced it. With auth on the
+        trace topic is a system topic: a SUPER user's key reads it."""
+        rows: list[dict] = []
+        for broker, addr in sorted(self.all_broker_addrs().items()):
+            req = rq.QueryMessage(topic=msg_trace.TRACE_TOPIC, key=msg_id, max_msgs=max_records)
+            try:
+                env = self.call_broker(addr, req)
+            except (QueryNotFoundError, TopicNotExistError):
+                continue
+            for raw in env.bodies:
+                try:
+                    rows.extend(msg_trace.decode(record.decode_at(raw).body))
+                except (msg_trace.TraceFormatError, record.BadRecord) as exc:  # anyone may write the topic
+                    log.warning("trace record on %s skipped: %s", broker, exc)
+        return msg_trace.timeline(rows, msg_id)
 
     def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         """By offset msgId (broker address + commitlog offset), or by unique id within `topic`."""
@@ -260,7 +281,9 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         if not chosen:
             return []
         results = []
-        with Producer("QUIVER_DLQ_RESEND", namesrv=";".join(self.namesrvs)) as p:
+        p = Producer("QUIVER_DLQ_RESEND", namesrv=";".join(self.namesrvs), credentials=self.credentials)
+        p.transport_factory = self.transport_factory   # the admin's network (quiver.testing's too)
+        with p:
             for m in chosen:
                 topic = m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC")
                 if not topic:

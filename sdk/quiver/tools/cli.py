@@ -13,7 +13,7 @@ import sys
 import click
 
 from quiver.tools import cli_auth, cli_cluster, cli_consumer, cli_local, cli_msg, cli_topic
-from quiver.tools.cli_common import EXIT_USAGE, FORMATS, Ctx, exit_code_for
+from quiver.tools.cli_common import FORMATS, Ctx, exit_code_for
 
 STATE_FILE = cli_local.STATE_FILE
 

@@ -1,109 +1,197 @@
-"""`quiver auth init` and `quiver acl ...`: turning auth on, and users and rules."""
+"""`quiver auth init` and `quiver acl ...`: turning auth on, and users and rules (mqadmin
+updateAclConfig, deleteAccessConfig, getAclConfig). A change some broker did not take exits 1."""
 
 import os
-import sys
+
+import click
+
+from quiver.tools.cli_common import EXIT_NOT_FOUND, finish, output_option, print_json, say
 
 
-def cmd_auth(args) -> int:
+@click.group()
+def auth():
+    """Turn auth on: an auth dir with the server, service and admin keys.
+
+    \b
+    Examples:
+      quiver auth init ./auth
+    """
+
+
+@auth.command("init")
+@click.argument("dir")
+def auth_init(dir):
+    """Create DIR with the server key, service keys and a SUPER user's key file (admin.key).
+
+    \b
+    Examples:
+      quiver auth init ./auth && export QUIVER_CREDENTIALS=./auth/admin.key
+    """
     from quiver.wire.curve import init_auth_dir
-    admin = init_auth_dir(args.dir)
-    key = os.path.join(os.path.abspath(args.dir), "admin.key")
-    print(f"auth dir {os.path.abspath(args.dir)}: server key, service keys, and the SUPER user "
-          f"{admin.user!r} in {key}")
-    print(f"  every service: --auth-dir {os.path.abspath(args.dir)}  (or QUIVER_AUTH_DIR)")
-    print(f"  the CLI:       --credentials {key}  (or QUIVER_CREDENTIALS)")
-    return 0
+    admin = init_auth_dir(dir)
+    key = os.path.join(os.path.abspath(dir), "admin.key")
+    say(f"auth dir {os.path.abspath(dir)}: server key, service keys, and the SUPER user {admin.user!r} in {key}")
+    say(f"  every service: --auth-dir {os.path.abspath(dir)}  (or QUIVER_AUTH_DIR)")
+    say(f"  the CLI:       --credentials {key}  (or QUIVER_CREDENTIALS)")
 
 
-def cmd_acl(args) -> int:
-    from quiver.tools.cli import _admin
+@click.group()
+def acl():
+    """Users and rules (needs --credentials of a SUPER user).
+
+    \b
+    Examples:
+      quiver acl user add frank --out frank.key
+      quiver acl grant frank --resource topic:Orders --actions PUB
+      quiver acl list
+    """
+
+
+@acl.group()
+def user():
+    """Users: add (writes the user's key file), list, delete.
+
+    \b
+    Examples:
+      quiver acl user add frank --out frank.key
+      quiver acl user list
+      quiver acl user delete frank
+    """
+
+
+@user.command("add")
+@click.argument("name")
+@click.option("--out", required=True, help="where to write the new key file")
+@click.option("--super", "super_user", is_flag=True, help="a SUPER user (every right)")
+@click.option("--force", is_flag=True, help="replace an existing key file (re-key: the old key stops working)")
+@click.pass_obj
+def user_add(obj, name, out, super_user, force):
+    """Add a user (or re-key one) and write its key file.
+
+    \b
+    Examples:
+      quiver acl user add frank --out frank.key
+      quiver acl user add ops --out ops.key --super
+    """
     from quiver.wire.curve import write_credentials
-    a = _admin(args)
-    try:
-        if args.action == "user":
-            return _user(a, args, write_credentials)
-        if args.action in ("grant", "revoke"):
-            if not args.name or not args.resource:
-                raise SystemExit(f"quiver acl {args.action} NAME --resource RES --actions A,B")
-            actions = [x for x in (args.actions or "").split(",") if x]
-            if args.action == "grant":
-                if not actions:
-                    raise SystemExit("quiver acl grant: --actions PUB,SUB,... (or ALL) is required")
-                change = a.acl_grant(args.name, args.resource, actions, deny=args.deny, source=args.source)
-            else:
-                change = a.acl_revoke(args.name, args.resource, actions or None, deny=args.deny, source=args.source)
-            return _report(change)
-        if args.action == "list":
-            for broker, acl in a.acl_list().items():
-                if "error" in acl:
-                    print(f"{broker}: {acl['error']}")
-                    continue
-                print(f"{broker}: version {acl.get('version')}")
-                for name, key, kind in sorted(acl.get("users", [])):
-                    print(f"  user {name:<20} {kind:<6} {key}")
-                for user, res, acts, decision, src in sorted(acl.get("rules", []), key=str):
-                    print(f"  rule {user:<20} {decision:<5} {','.join(acts):<24} {res}"
-                          f"{'  from ' + src if src else ''}")
-            return 0
-    finally:
-        a.shutdown()
-    return 2
+    if os.path.exists(out) and not force:
+        raise click.UsageError(f"{out} exists: pass --force to replace it (the user's old key stops working)")
+    with obj.admin() as a:
+        creds = a.acl_add_user(name, super_user=super_user)
+    write_credentials(out, creds)
+    say(f"user {name!r}{' (SUPER)' if super_user else ''}: key file {out} (give it to the user; it holds their "
+        f"secret key)")
 
 
-def _user(a, args, write_credentials) -> int:
-    if args.sub == "list":
-        for broker, acl in a.acl_list().items():
-            users = acl.get("users", [])
-            print(f"{broker}: " + (", ".join(f"{n} ({k})" for n, _, k in sorted(users)) or acl.get("error", "-")))
-        return 0
-    if not args.name:
-        raise SystemExit(f"quiver acl user {args.sub} NAME")
-    if args.sub == "delete":
-        return _report(a.acl_delete_user(args.name))
-    if not args.out:
-        raise SystemExit("quiver acl user add NAME --out FILE: where to write the user's key file")
-    if os.path.exists(args.out) and not args.force:
-        raise SystemExit(f"{args.out} exists: pass --force to replace it (the user's old key stops working)")
-    creds = a.acl_add_user(args.name, super_user=args.super)
-    write_credentials(args.out, creds)
-    print(f"user {args.name!r}{' (SUPER)' if args.super else ''}: key file {args.out} (give it to the user; "
-          f"it holds their secret key)")
-    return 0
+@user.command("list")
+@output_option
+@click.pass_obj
+def user_list(obj, output):
+    """Users per broker.
+
+    \b
+    Examples:
+      quiver acl user list -o json
+    """
+    with obj.admin() as a:
+        acls = a.acl_list()
+    if obj.fmt(output) == "json":
+        print_json({b: {"users": x.get("users", []), "error": x.get("error")} for b, x in acls.items()})
+        return
+    for broker, x in acls.items():
+        users = x.get("users", [])
+        say(f"{broker}: " + (", ".join(f"{n} ({k})" for n, _, k in sorted(users)) or x.get("error", "-")))
 
 
-def _report(change) -> int:
+@user.command("delete")
+@click.argument("name")
+@click.pass_obj
+def user_delete(obj, name):
+    """Delete a user and its rules.
+
+    \b
+    Examples:
+      quiver acl user delete frank
+    """
+    with obj.admin() as a:
+        _report(a.acl_delete_user(name))
+
+
+def _rule_options(f):
+    f = click.option("--source", help="only from this CIDR, e.g. 10.0.0.0/8")(f)
+    f = click.option("--deny", is_flag=True, help="a DENY rule (deny wins)")(f)
+    f = click.option("--actions", default="", help="comma list of PUB,SUB,CREATE,UPDATE,DELETE,GET,LIST or ALL")(f)
+    f = click.option("--resource", required=True, help="cluster | topic:NAME | group:NAME, '*' suffix for a prefix")(f)
+    return click.argument("name")(f)
+
+
+@acl.command()
+@_rule_options
+@click.pass_obj
+def grant(obj, name, resource, actions, deny, source):
+    """Add (or widen) a rule for a user.
+
+    \b
+    Examples:
+      quiver acl grant frank --resource topic:Orders --actions PUB
+      quiver acl grant frank --resource 'group:billing-*' --actions SUB --source 10.0.0.0/8
+    """
+    acts = [x for x in actions.split(",") if x]
+    if not acts:
+        raise click.UsageError("quiver acl grant: --actions PUB,SUB,... (or ALL) is required")
+    with obj.admin() as a:
+        _report(a.acl_grant(name, resource, acts, deny=deny, source=source))
+
+
+@acl.command()
+@_rule_options
+@click.pass_obj
+def revoke(obj, name, resource, actions, deny, source):
+    """Remove a rule, or some of its actions.
+
+    \b
+    Examples:
+      quiver acl revoke frank --resource topic:Orders --actions PUB
+    """
+    acts = [x for x in actions.split(",") if x]
+    with obj.admin() as a:
+        _report(a.acl_revoke(name, resource, acts or None, deny=deny, source=source))
+
+
+@acl.command("list")
+@output_option
+@click.pass_obj
+def acl_list(obj, output):
+    """Users and rules as every broker holds them.
+
+    \b
+    Examples:
+      quiver acl list
+      quiver acl list -o json
+    """
+    with obj.admin() as a:
+        acls = a.acl_list()
+    if obj.fmt(output) == "json":
+        print_json(acls)
+        return
+    for broker, x in acls.items():
+        if "error" in x:
+            say(f"{broker}: {x['error']}")
+            continue
+        say(f"{broker}: version {x.get('version')}")
+        for name, key, kind in sorted(x.get("users", [])):
+            say(f"  user {name:<20} {kind:<6} {key}")
+        for who, res, acts, decision, src in sorted(x.get("rules", []), key=str):
+            say(f"  rule {who:<20} {decision:<5} {','.join(acts):<24} {res}{'  from ' + src if src else ''}")
+
+
+def _report(change) -> None:
     for broker, result in sorted(change.results.items()):
-        print(f"{broker}: {result}")
+        say(f"{broker}: {result}")
     if not change.ok:
-        print("some brokers did not take the change: run the command again once they are up", file=sys.stderr)
-        return 1
-    return 0
+        finish(EXIT_NOT_FOUND, "some brokers did not take the change: run the command again once they are up")
 
 
-def add_commands(sub) -> None:
-    au = sub.add_parser("auth", help="turn auth on: create an auth dir (server, service and admin keys)")
-    au.add_argument("action", choices=["init"])
-    au.add_argument("dir")
-    au.set_defaults(fn=cmd_auth)
-
-    ac = sub.add_parser("acl", help="users and rules (needs --credentials of a SUPER user)")
-    ac.add_argument("action", choices=["user", "grant", "revoke", "list"])
-    ac.add_argument("sub", nargs="?", help="user: add | list | delete; grant/revoke: the user name")
-    ac.add_argument("name", nargs="?")
-    ac.add_argument("--out", help="user add: where to write the new key file")
-    ac.add_argument("--super", action="store_true", help="user add: a SUPER user (every right)")
-    ac.add_argument("--force", action="store_true", help="user add: replace an existing key file (re-key)")
-    ac.add_argument("--resource", help="cluster | topic:NAME | group:NAME, '*' suffix for a prefix")
-    ac.add_argument("--actions", help="comma list of PUB,SUB,CREATE,UPDATE,DELETE,GET,LIST or ALL")
-    ac.add_argument("--deny", action="store_true", help="a DENY rule (deny wins)")
-    ac.add_argument("--source", help="only from this CIDR, e.g. 10.0.0.0/8")
-    ac.set_defaults(fn=_normalized)
-
-
-def _normalized(args) -> int:
-    # `quiver acl grant NAME ...`: the name arrives in `sub`
-    if args.action in ("grant", "revoke") and args.name is None:
-        args.name = args.sub
-    if args.action == "user" and args.sub not in ("add", "list", "delete"):
-        raise SystemExit("quiver acl user add|list|delete [NAME]")
-    return cmd_acl(args)
+def register(cli) -> None:
+    cli.add_command(auth)
+    cli.add_command(acl)

@@ -1,0 +1,118 @@
+"""Admin's inspection and housekeeping commands (mixed into `Admin`): a topic's queues with their
+bounds and last store time, one message by queue position, consumer groups (list, stored config,
+delete), a topic purge, each broker's STATUS and effective config, expired-file cleaning.
+
+Owns no socket and no wire format: it goes through ClientBase's calls and the schemas of
+quiver.wire.requests, like the rest of Admin. Does not own the topic and offset basics
+(admin.py) nor the ACL commands (acl_admin.py).
+"""
+
+from quiver.client import queue_puller
+from quiver.client.base import MessageQueue
+from quiver.errors import QuiverError, SubscriptionGroupNotExistError, TopicNotExistError
+from quiver.wire import requests as rq
+from quiver.wire.validation import check_group, check_topic
+
+
+class InspectCommands:
+    """Needs ClientBase (call_broker, route, all_broker_addrs) and Admin's offset calls."""
+
+    # ---- topics ----------------------------------------------------------------------
+
+    def topic_status(self, topic: str) -> list[dict]:
+        """One row per queue: broker, queue_id, min/max offset, last store time (epoch ms, None for
+        an empty queue) - RocketMQ's topicStatus. Raises TopicNotExistError."""
+        route = self.route(topic, refresh=True)
+        rows = []
+        for mq in sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id)):
+            lo, hi = self.min_offset(mq), self.max_offset(mq)
+            last = self.message_at(mq, hi - 1) if hi > lo else None
+            rows.append({"broker": mq.broker, "queue_id": mq.queue_id, "min_offset": lo, "max_offset": hi,
+                         "last_store_time": last.store_timestamp if last else None})
+        return rows
+
+    def message_at(self, mq: MessageQueue, offset: int):
+        """The message at a queue offset (RocketMQ queryMsgByOffset), None when there is none."""
+        addr = self.broker_addr(mq.broker, mq.topic)
+        pulled = queue_puller.fetch(self, addr, queue_puller.request(mq.topic, mq.queue_id, offset, max_msgs=1))
+        if pulled.status is not queue_puller.FOUND:
+            return None
+        msgs = [m for m in pulled.messages(mq.broker) if m.queue_offset == offset]
+        return msgs[0] if msgs else None
+
+    def topic_configs(self) -> dict[str, dict]:
+        """broker name -> {topic: {read, write, perm, order, ...}} as each broker stores them."""
+        out = {}
+        for name, addr in sorted(self.all_broker_addrs().items()):
+            out[name] = self.call_broker(addr, rq.GetAllTopicConfig()).ext.get("topics", {})
+        return out
+
+    def purge_topic(self, topic: str) -> dict[str, dict]:
+        """Drop every message of `topic`: each broker that has it deletes it (config, ConsumeQueue
+        files, offsets) and creates it again with the same queues, perm and order. Sends in
+        between fail (or, with auto-create on, make the topic with default queues). Returns the
+        config re-created per broker; raises TopicNotExistError when no broker has the topic."""
+        check_topic(topic, for_create=True)
+        had = {b: topics[topic] for b, topics in self.topic_configs().items() if topic in topics}
+        if not had:
+            raise TopicNotExistError(f"topic {topic!r} is on no broker")
+        self.delete_topic(topic)
+        out = {}
+        for broker, conf in had.items():
+            out.update(self.create_topic(topic, queues=conf["read"], perm=conf["perm"],
+                                         order=bool(conf.get("order")), brokers=[broker]))
+        return out
+
+    # ---- groups ------------------------------------------------------------------------
+
+    def group_list(self) -> dict[str, dict]:
+        """Every consumer group some broker knows: {group: {brokers, config, offsets, online}}
+        (config: the stored one, None where the broker's defaults apply)."""
+        out: dict[str, dict] = {}
+        for broker, st in sorted(self.broker_statuses().items()):
+            for group, info in (st.get("groups") or {}).items():
+                row = out.setdefault(group, {"brokers": [], "config": None, "offsets": 0, "online": 0})
+                row["brokers"].append(broker)
+                row["config"] = row["config"] or info.get("config")
+                row["offsets"] += info.get("offsets", 0)
+                row["online"] = max(row["online"], info.get("online", 0))
+        return dict(sorted(out.items()))
+
+    def group_config(self, group: str) -> dict[str, dict | None]:
+        """broker name -> the group's stored config on it (None: not configured there)."""
+        check_group(group)
+        return {broker: ((st.get("groups") or {}).get(group) or {}).get("config")
+                for broker, st in sorted(self.broker_statuses().items())}
+
+    def delete_group(self, group: str, clean_offset: bool = True) -> list[str]:
+        """Delete a group's config (and offsets) on every broker (RocketMQ deleteSubGroup); the
+        brokers that knew it. Raises SubscriptionGroupNotExistError when none did."""
+        check_group(group)
+        done = []
+        for name, addr in sorted(self.all_broker_addrs().items()):
+            try:
+                self.call_broker(addr, rq.DeleteSubscriptionGroup(group=group, clean_offset=clean_offset))
+                done.append(name)
+            except SubscriptionGroupNotExistError:
+                continue
+        if not done:
+            raise SubscriptionGroupNotExistError(f"no broker knows group {group!r}")
+        return done
+
+    # ---- brokers ------------------------------------------------------------------------
+
+    def broker_statuses(self) -> dict[str, dict]:
+        """broker name -> its master's STATUS (groups, effective config, store ...)."""
+        return {name: self.status(addr) for name, addr in sorted(self.all_broker_addrs().items())}
+
+    def clean_expired_all(self) -> dict[str, int | str]:
+        """Delete expired CommitLog segments now on every broker (RocketMQ cleanExpiredCQ /
+        deleteExpiredCommitLog): deleted segment count, or the error, per broker."""
+        out: dict[str, int | str] = {}
+        for name, addr in sorted(self.all_broker_addrs().items()):
+            try:
+                out[name] = self.clean_expired(addr)
+            except QuiverError as exc:
+                out[name] = f"error: {exc}"
+        return out
+

@@ -1,0 +1,181 @@
+"""What every `quiver` verb shares: the context (name servers, credentials, how clients are made),
+output (`-o table|json`), exit codes and the mapping of QuiverError classes onto them.
+
+Exit codes: 0 ok, 1 nothing found or a check failed, 2 usage (click's own), 3 a server or
+connection error. Tables are rich tables: coloured only on a terminal (and never with NO_COLOR,
+which rich honours); piped, they are plain text at full width so scripts can grep whole ids.
+`-o json` prints one JSON document with stable keys (sorted), never a table.
+
+Does not own any verb (cli_*.py) nor the wire (the SDK's clients do the calls).
+"""
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import click
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_SERVER = 0, 1, 2, 3
+PIPE_WIDTH = 10_000   # piped output is never wrapped or cut: a script greps whole ids
+FORMATS = ("table", "json")
+
+
+def exit_code_for(exc: Exception) -> int:
+    """1 for "nothing there" answers, 3 for every other server or connection error."""
+    from quiver.errors import (QueryNotFoundError, SubscriptionGroupNotExistError, SubscriptionNotExistError,
+                               TopicNotExistError)
+    if isinstance(exc, (QueryNotFoundError, TopicNotExistError, SubscriptionGroupNotExistError,
+                        SubscriptionNotExistError)):
+        return EXIT_NOT_FOUND
+    return EXIT_SERVER
+
+
+@dataclass
+class Ctx:
+    """The root options, handed to every verb as click's `ctx.obj`.
+
+    `connect(cls, *args, **kw)` makes an SDK client; tests pass a stub cluster's `client`
+    (quiver.testing) so the verbs run against in-process services."""
+    namesrv: str = "127.0.0.1:9876"
+    credentials: str | None = None
+    output: str | None = None
+    connect: Callable | None = None
+    transport_factory: Callable | None = None
+    extra: dict = field(default_factory=dict)
+
+    def client(self, cls, *args, **kw):
+        kw.setdefault("credentials", self.credentials)
+        if self.connect is not None:
+            return self.connect(cls, *args, **kw)
+        return cls(*args, namesrv=self.namesrv, **kw)
+
+    @contextlib.contextmanager
+    def admin(self):
+        from quiver.client.admin import Admin
+        a = self.client(Admin)
+        try:
+            yield a
+        finally:
+            a.shutdown()
+
+    @contextlib.contextmanager
+    def producer(self, group: str = "CLI_PRODUCER"):
+        from quiver.client.producer import Producer
+        with self.client(Producer, group) as p:
+            yield p
+
+    def transport(self, name: str):
+        if self.transport_factory is not None:
+            return self.transport_factory(name)
+        from quiver.wire.transport import Transport
+        return Transport(name, credentials=self.credentials)
+
+    def fmt(self, given: str | None) -> str:
+        return given or self.output or "table"
+
+
+def output_option(f):
+    """`-o table|json` on a verb that prints data."""
+    return click.option("-o", "--output", "output", type=click.Choice(FORMATS), default=None,
+                        help="table (default; colour on a terminal) or json (one document, stable keys)")(f)
+
+
+def finish(code: int, message: str | None = None):
+    """End the verb with an exit code (and a line on stderr)."""
+    if message:
+        click.echo(message, err=True)
+    raise click.exceptions.Exit(code)
+
+
+# ---- printing -------------------------------------------------------------------------------
+
+def console(stderr: bool = False):
+    from rich.console import Console
+    c = Console(stderr=stderr, highlight=False)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, highlight=False, width=PIPE_WIDTH, no_color=True)
+    return c
+
+
+def print_json(doc) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+
+
+def say(text: str = "", err: bool = False) -> None:
+    """A plain line (no markup: peer strings may hold brackets)."""
+    click.echo(text, err=err)
+
+
+def cell(value) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, sort_keys=True)
+    return str(value)
+
+
+def print_table(rows: list[dict], columns: list, title: str | None = None, align: bool = True) -> None:
+    """`columns`: keys, or (key, header) pairs; numbers right-aligned (`align`); long cells fold,
+    never cut. The title is a line of its own (a table-wide title would wrap)."""
+    from rich import box
+    from rich.table import Table
+    cols = [(c, c) if isinstance(c, str) else c for c in columns]
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for key, header in cols:
+        numeric = align and any(isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)
+                                for r in rows)
+        t.add_column(header, justify="right" if numeric else "left", overflow="fold")
+    for r in rows:
+        t.add_row(*(cell(r.get(key)) for key, _ in cols))
+    if title:
+        say(title)
+    console().print(t)
+
+
+def print_record(doc: dict, title: str | None = None) -> None:
+    """One object as a two-column field/value table."""
+    print_table([{"field": k, "value": v} for k, v in doc.items()], ["field", "value"], title, align=False)
+
+
+def show(ctx_obj: Ctx, output: str | None, doc, rows: list[dict] | None = None, columns: list | None = None,
+         title: str | None = None) -> None:
+    """`doc` as JSON, or `rows` (default: doc itself) as a table of `columns` (default: a record)."""
+    if ctx_obj.fmt(output) == "json":
+        print_json(doc)
+    elif columns is None:
+        print_record(doc, title)
+    else:
+        print_table(doc if rows is None else rows, columns, title)
+
+
+# ---- values ----------------------------------------------------------------------------------
+
+def ms_text(ts) -> str | None:
+    """Epoch ms as local 'YYYY-mm-dd HH:MM:SS.mmm' (None stays None)."""
+    if not ts:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000)) + f".{int(ts) % 1000:03d}"
+
+
+def parse_when(text: str) -> int:
+    """An ISO-8601 datetime (local time unless it has an offset) or epoch ms -> epoch ms."""
+    if text.isdigit():
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: use an ISO datetime (2024-05-01T12:00:00[+02:00]) or epoch ms")
+    return int(dt.timestamp() * 1000)
+
+
+def parse_props(items) -> dict[str, str]:
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: use KEY=VALUE", param_hint="--props")
+        out[key] = value
+    return out

@@ -1,0 +1,148 @@
+"""`quiver topic create | delete | list | route | status | purge` (mqadmin updateTopic,
+deleteTopic, topicList, topicRoute, topicStatus). Does not own the calls (Admin does)."""
+
+import click
+
+from quiver.tools.cli_common import EXIT_NOT_FOUND, finish, ms_text, output_option, say, show
+
+
+@click.group()
+def topic():
+    """Topics: create, delete, list, route, status (offsets per queue), purge.
+
+    \b
+    Examples:
+      quiver topic create Orders --queues 8
+      quiver topic status Orders
+      quiver topic list -o json
+    """
+
+
+def _configs(per_broker: dict) -> list[dict]:
+    return [{"broker": b, **{k: c.get(k) for k in ("read", "write", "perm", "order")}}
+            for b, c in sorted(per_broker.items())]
+
+
+@topic.command()
+@click.argument("name")
+@click.option("--queues", type=click.IntRange(1, 1024), default=4, show_default=True, help="read and write queues")
+@click.option("--order", is_flag=True, help="an ordered topic (one queue per sharding key, locked consumption)")
+@click.option("--broker", "brokers", multiple=True, help="only on this broker (repeatable; default: every broker)")
+@output_option
+@click.pass_obj
+def create(obj, name, queues, order, brokers, output):
+    """Create a topic on every broker, or update its queue count (mqadmin updateTopic).
+
+    \b
+    Examples:
+      quiver topic create Orders --queues 8
+      quiver topic create Payments --order --broker broker-a
+    """
+    with obj.admin() as a:
+        done = a.create_topic(name, queues=queues, order=order, brokers=list(brokers) or None)
+    show(obj, output, done, _configs(done), ["broker", "read", "write", "perm", "order"], f"topic {name}")
+
+
+@topic.command()
+@click.argument("name")
+@click.pass_obj
+def delete(obj, name):
+    """Delete a topic on every broker (its messages, queues and offsets); exit 1 if no broker has it.
+
+    \b
+    Examples:
+      quiver topic delete Orders
+    """
+    with obj.admin() as a:
+        had = [b for b, topics in a.topic_configs().items() if name in topics]
+        if not had:
+            finish(EXIT_NOT_FOUND, f"topic {name} does not exist on any broker: nothing deleted")
+        a.delete_topic(name)
+    say(f"deleted {name} on {', '.join(had)}")
+
+
+@topic.command("list")
+@click.option("--all", "show_all", is_flag=True, help="system topics too (%RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX ...)")
+@output_option
+@click.pass_obj
+def list_(obj, show_all, output):
+    """Topics the name servers route (mqadmin topicList).
+
+    \b
+    Examples:
+      quiver topic list
+      quiver topic list --all -o json
+    """
+    from quiver.wire.names import is_system_topic
+    with obj.admin() as a:
+        names = sorted(t for t in a.topic_list() if show_all or not is_system_topic(t))
+    show(obj, output, {"topics": names}, [{"topic": t} for t in names], ["topic"])
+
+
+@topic.command()
+@click.argument("name")
+@output_option
+@click.pass_obj
+def route(obj, name, output):
+    """The name server's route of a topic: queues per broker and broker addresses (mqadmin topicRoute).
+
+    \b
+    Examples:
+      quiver topic route Orders
+      quiver topic route Orders -o json
+    """
+    with obj.admin() as a:
+        r = a.topic_route(name)
+    addrs = {b["broker_name"]: b.get("addrs", {}) for b in r.get("brokers", [])}
+    rows = [{"broker": q["broker_name"], "read": q["read"], "write": q["write"], "perm": q["perm"],
+             "order": q.get("order", False), "addrs": " ".join(f"{i}={x}" for i, x in sorted(addrs.get(
+                 q["broker_name"], {}).items()))} for q in r.get("queues", [])]
+    show(obj, output, r, rows, ["broker", "read", "write", "perm", "order", "addrs"], f"topic {name}")
+
+
+@topic.command()
+@click.argument("name")
+@output_option
+@click.pass_obj
+def status(obj, name, output):
+    """Min and max offset and last store time of every queue of a topic (mqadmin topicStatus).
+
+    \b
+    Examples:
+      quiver topic status Orders
+      quiver topic status Orders -o json | jq '[.queues[].max_offset] | add'
+    """
+    with obj.admin() as a:
+        rows = a.topic_status(name)
+    doc = {"topic": name, "queues": rows, "messages": sum(r["max_offset"] - r["min_offset"] for r in rows)}
+    table = [{**r, "last_store_time": ms_text(r["last_store_time"])} for r in rows]
+    show(obj, output, doc, table, ["broker", "queue_id", "min_offset", "max_offset", "last_store_time"],
+         f"topic {name}: {doc['messages']} message(s) held")
+
+
+@topic.command()
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="do not ask")
+@output_option
+@click.pass_obj
+def purge(obj, name, yes, output):
+    """Drop every message of a topic, keeping the topic: each broker deletes it and creates it again
+    with the same queues, perm and order; consumer offsets of the topic go too.
+
+    Sends during the purge fail (or auto-create the topic with default queues). Exit 1 if no
+    broker has the topic.
+
+    \b
+    Examples:
+      quiver topic purge Scratch --yes
+    """
+    if not yes:
+        click.confirm(f"drop every message of topic {name}?", abort=True)
+    with obj.admin() as a:
+        done = a.purge_topic(name)
+    show(obj, output, done, _configs(done), ["broker", "read", "write", "perm", "order"], f"purged {name}")
+
+
+def register(cli) -> None:
+    cli.add_command(topic)
+
