@@ -5,8 +5,9 @@
     python -m bench --only quiver --repeat 1 --smoke  # tiny counts, no peers
 
     python -m bench --only quiver-async --auth --workloads produce,consume   # auth on vs off
+    python -m bench --only quiver-async --trace --workloads produce           # message trace on vs off
 
-Systems: ceilings (raw pyzmq + disk), quiver-async, quiver-sync, quiver-auth, redis,
+Systems: ceilings (raw pyzmq + disk), quiver-async, quiver-sync, quiver-auth, quiver-trace, redis,
 jetstream, rabbitmq (aliases: quiver, nats, rabbit, raw, peers). Workloads:
 produce, batch, consume, sync, e2e, produce_64, produce_16k, procs, raw, disk.
 Peers are installed with apt-get when absent, started on 127.0.0.1 with data
@@ -63,11 +64,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-install", action="store_true", help="do not apt-get missing peer servers")
     ap.add_argument("--auth", action="store_true",
                     help="also quiver-auth (auth on) next to quiver-async: what CURVE + ACL cost, same run")
+    ap.add_argument("--trace", action="store_true",
+                    help="also quiver-trace (message trace on) next to quiver-async: what tracing costs, same run")
     args = ap.parse_args(argv)
 
     systems = registry.resolve(args.only)
     if args.auth:
         systems = registry.resolve(",".join(dict.fromkeys([*systems, "quiver-async", "quiver-auth"])))
+    if args.trace:
+        systems = registry.resolve(",".join(dict.fromkeys([*systems, "quiver-async", "quiver-trace"])))
     workloads = [w.strip() for w in args.workloads.split(",")] if args.workloads else None
     for w in workloads or []:
         if w not in runner.WORKLOADS:

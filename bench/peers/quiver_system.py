@@ -26,7 +26,8 @@ from bench.peers import base
 
 class Client:
     def __init__(self, conn: dict):
-        self.p = Producer(base.unique("bench-p"), namesrv=conn["namesrv"], credentials=conn.get("credentials")).start()
+        self.p = Producer(base.unique("bench-p"), namesrv=conn["namesrv"], credentials=conn.get("credentials"),
+                          trace=conn.get("trace", False)).start()
 
     def produce(self, topic: str, n: int, size: int, window: int = base.WINDOW) -> int:
         sem, done, lock = threading.Semaphore(window), threading.Event(), threading.Lock()
@@ -61,6 +62,7 @@ class QuiverAsync(base.System):
     notes = {"batch": "send_batch_async of 100, 10 batches in flight"}
 
     auth = False
+    trace = False
 
     def __enter__(self):
         self.dir = tempfile.TemporaryDirectory(prefix=f"quiver-bench-{self.name}-")
@@ -90,7 +92,7 @@ class QuiverAsync(base.System):
             self.dir.cleanup()
 
     def conn(self) -> dict:
-        return {"namesrv": self.cluster.namesrv, "credentials": self.creds}
+        return {"namesrv": self.cluster.namesrv, "credentials": self.creds, "trace": self.trace}
 
     def new_topic(self) -> str:
         topic = base.unique("T")
@@ -168,3 +170,11 @@ class QuiverAuth(QuiverAsync):
     name = "quiver-auth"
     auth = True
     durability = "flush ASYNC, auth on (CURVE + ACL)"
+
+
+class QuiverTrace(QuiverAsync):
+    """quiver-async with message trace on in the producer (trace=True): every send also queues a
+    Pub event, sent in batches to RMQ_SYS_TRACE_TOPIC on the same broker."""
+    name = "quiver-trace"
+    trace = True
+    durability = "flush ASYNC, message trace on"

@@ -11,13 +11,14 @@ SYSTEMS = {
     "quiver-async": ("bench.peers.quiver_system", "QuiverAsync"),
     "quiver-sync": ("bench.peers.quiver_system", "QuiverSync"),
     "quiver-auth": ("bench.peers.quiver_system", "QuiverAuth"),
+    "quiver-trace": ("bench.peers.quiver_system", "QuiverTrace"),
     "redis": ("bench.peers.redis_streams", "RedisStreams"),
     "jetstream": ("bench.peers.jetstream", "JetStream"),
     "rabbitmq": ("bench.peers.rabbitmq", "RabbitMQ"),
 }
 ALIASES = {"quiver": ["quiver-async", "quiver-sync"], "nats": ["jetstream"], "rabbit": ["rabbitmq"],
            "raw": ["ceilings"], "peers": ["redis", "jetstream", "rabbitmq"]}
-OPT_IN = {"quiver-auth"}  # only by name or with --auth
+OPT_IN = {"quiver-auth", "quiver-trace"}  # only by name or with --auth / --trace
 PACKAGES = {"redis": "redis-server", "jetstream": "nats-server", "rabbitmq": "rabbitmq-server"}
 
 

@@ -43,6 +43,8 @@ TARGETS = [
     ("auth on: pipelined produce >= 0.85x auth off", "quiver-auth", "produce_msgs_s", "quiver-async", "produce_msgs_s",
      ">=", 0.85),
     ("auth on: consume >= 0.85x auth off", "quiver-auth", "consume_msgs_s", "quiver-async", "consume_msgs_s", ">=", 0.85),
+    ("trace on: pipelined produce >= 0.9x trace off", "quiver-trace", "produce_msgs_s", "quiver-async",
+     "produce_msgs_s", ">=", 0.9),
 ]
 
 
@@ -137,7 +139,7 @@ def plot(doc: dict, path: str) -> None:
     plt.close(fig)
 
 
-COLORS = {"quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "quiver-auth": "#17becf", "redis": "#d62728", "jetstream": "#2ca02c",
+COLORS = {"quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "quiver-auth": "#17becf", "quiver-trace": "#9467bd", "redis": "#d62728", "jetstream": "#2ca02c",
           "rabbitmq": "#ff7f0e"}
 
 

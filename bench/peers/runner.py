@@ -61,6 +61,7 @@ PER_SYSTEM = {
     # reading does not depend on the flush mode: consume and e2e run once, on quiver-async
     "quiver-sync": ["produce", "batch", "sync", "produce_64", "produce_16k", "procs"],
     "quiver-auth": ["produce", "batch", "consume", "sync"],   # next to quiver-async: what auth costs
+    "quiver-trace": ["produce", "batch"],                     # next to quiver-async: what tracing costs
 }
 DEFAULT = ["produce", "batch", "consume", "sync", "e2e", "produce_64", "produce_16k", "procs"]
 

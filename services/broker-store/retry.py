@@ -28,6 +28,8 @@ from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 from quiver.wire.requests import SendMessage
 from quiver.client.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
 
+from .tracing import is_traced
+
 log = logging.getLogger(__name__)
 
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
@@ -63,7 +65,8 @@ class Retry:
     """CONSUMER_SEND_MSG_BACK, UPDATE_AND_CREATE_ / DELETE_SUBSCRIPTIONGROUP; the copy goes out
     through the send path (`sender`: sending.Sender's park and put)."""
 
-    def __init__(self, store, metadata, topics, sender, counters):
+    def __init__(self, store, metadata, topics, sender, counters, trace=None):
+        self.trace = trace   # tracing.BrokerTrace: Retry and DLQ events of traced messages
         self.store = store
         self.metadata = metadata
         self.topics = topics
@@ -97,9 +100,15 @@ class Retry:
         props[ORIGIN_MESSAGE_ID] = origin_id
         if a.delay_level < 0 or reconsume >= limit:
             topic, queue_id, prop = self._to_dlq(group, props, origin, origin_id, reconsume)
+            if self.trace is not None and is_traced(props):
+                self.trace.sent_back("DLQ", props, origin_id, origin, group, reconsume, {"dlq_topic": DLQ_PREFIX + group})
         else:
             reconsume += 1
             topic, queue_id, prop = self._to_retry(group, props, a.delay_level, reconsume, limit, a.delay_ms)
+            if self.trace is not None and is_traced(props):
+                how = {"delay_ms": a.delay_ms} if a.delay_ms else {"delay_level": int(props.get(DELAY) or 0)}
+                self.trace.sent_back("Retry", props, origin_id, origin, group, reconsume,
+                                     {"retry_topic": RETRY_PREFIX + group, **how})
         put = SendMessage(topic=topic, queue_id=queue_id, metas=([rec.flag], [prop]), born_ts=rec.born_ts,
                           born_host=host_str(rec.born_host), reconsume=reconsume)
         self.sender.put(req, topic, queue_id, [rec.body], [prop], [rec.flag], rec.sys_flag & ~record.TX_MASK, put)

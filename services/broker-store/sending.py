@@ -20,12 +20,13 @@ from quiver.wire import record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
 from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
-from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, check_topic
+from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
 from quiver.wire.record import get_property as get_props_value
 from quiver.wire.requests import SendMessage
 from quiver.client.system_properties import check_put
 
 from .status_codes import check_stored
+from .tracing import trace_topic
 from .traffic import Traffic
 
 log = logging.getLogger(__name__)
@@ -124,7 +125,7 @@ class Sender:
     def _check_writable(self, topic: str, queue_id: int) -> None:
         if topic not in self.topics.rows and self.store.disk.full:
             raise ServiceNotAvailableError(f"writes refused: {self.store.disk.remark}")  # not even the topic row
-        conf = self.topics.config(topic, create=True)
+        conf = self.topics.config(topic, create=True) if topic != TRACE_TOPIC else trace_topic(self.topics)
         if queue_id >= conf["write"]:
             raise InvalidParameterError(
                 f"queue {queue_id!r} is not a write queue of {topic!r} (it has {conf['write']})")

@@ -35,6 +35,7 @@ from .levels import Levels
 from .membership import Membership, SchedulerClient
 from .stats import DeliveryStats
 from .timers import Timers, plan_start
+from .tracing import DeliveryTrace
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class App:
         self.cancelled = Cancels(self.db.tombstones())
         self.stats = DeliveryStats()
         self.client = SchedulerClient(config, self.request_rebalance)
+        self.trace = DeliveryTrace(config.namesrv, config.group, config.advertised)  # Delayed events
         self.service = Service(config.listen, make_handlers(self), "scheduler", self.status, security=self.security)
         self.acl = None
         if self.security is not None:  # users and rules come from the brokers
@@ -234,6 +236,7 @@ class App:
             self.service._run_inbox()
             time.sleep(0.01)
         self.control.shutdown(wait=False, cancel_futures=True)
+        self.trace.close()
         self.client.shutdown()
         self.db.close()
         self.service.close()

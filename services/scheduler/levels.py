@@ -258,7 +258,9 @@ class Levels:
             return
         entry[1] = True
         if batch:
-            self.app.stats.delivered(reput.stored_ms(env), [i[0] for i in batch], [i[2] for i in batch])
+            stored = reput.stored_ms(env)
+            self.app.stats.delivered(stored, [i[0] for i in batch], [i[2] for i in batch])
+            self.app.trace.delivered(stored, q.unit.broker, [(i[2], i[0], i[3].props) for i in batch])
         # progress moves only over the finished prefix: never past a re-put still under way
         while q.in_flight and q.in_flight[0][1]:
             q.delivered = q.in_flight.popleft()[2]

@@ -235,7 +235,9 @@ class Timers:
             return
         ids = [r.id for r in rows]
         self.db.mark_delivered(ids)
-        self.app.stats.delivered(reput.stored_ms(env), [r.due_ms for r in rows], ids)
+        stored = reput.stored_ms(env)
+        self.app.stats.delivered(stored, [r.due_ms for r in rows], ids)
+        self.app.trace.delivered(stored, q.unit.broker, [(r.id, r.due_ms, r.props) for r in rows])
         if not q.rebuilding:
             self._commit(q)
         self._arm(q)

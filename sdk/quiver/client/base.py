@@ -205,8 +205,8 @@ class ClientBase:
                                                     credentials=self.credentials)
             self._started = True
             if self.traced and self.tracer is None:
-                self.tracer = ClientTrace(TraceDispatcher(self.namesrvs, self.credentials),
-                                          getattr(self, "group", None), self.client_id)
+                dispatcher = TraceDispatcher(self.namesrvs, self.credentials, transport_factory=self.transport_factory)
+                self.tracer = ClientTrace(dispatcher, getattr(self, "group", None), self.client_id)
             self._hb_stop = threading.Event()
             if self.heartbeat_payload() is not None:
                 self.send_heartbeats()

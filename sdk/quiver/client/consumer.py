@@ -78,7 +78,8 @@ class _QueueState:
 class PullConsumer(ClientBase):
     """Settings by keyword are ConsumerOptions fields or their historical names (consume_from,
     pull_batch_size, suspend_ms, auto_commit, auto_commit_interval_s, buffer_per_queue,
-    allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once."""
+    allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once.
+    `trace=True` (or QUIVER_TRACE=1): SubBefore/SubAfter trace events when poll() hands messages over."""
 
     def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
                  trace: bool | None = None, **settings):

@@ -5,6 +5,8 @@ that arrive meanwhile wait in that queue's buffer and leave together as one
 batch when the reply returns: no linger timer, batching grows with load
 (bounded by count and bytes). Failed sends are retried on another broker
 (RocketMQ: 2 retries), and the failing broker is avoided for a while.
+With `trace=True` (or QUIVER_TRACE=1) every answered send is also recorded as a
+Pub trace event (trace_dispatcher.py), off the send's path.
 """
 
 import itertools

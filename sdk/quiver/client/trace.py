@@ -41,7 +41,8 @@ import orjson
 
 from quiver.wire.names import TRACE_TOPIC
 
-__all__ = ["TRACE_TOPIC", "TRACE_ON", "TYPES", "TraceFormatError", "encode", "decode", "timeline", "msg_entry", "columns", "event", "pack"]
+__all__ = ["TRACE_TOPIC", "TRACE_ON", "TYPES", "TraceFormatError", "encode", "decode", "timeline", "msg_entry",
+           "columns", "event", "pack"]
 
 TRACE_ON = "TRACE_ON"      # property of a traced message: services add their events only for these
 VERSION = 1

@@ -105,7 +105,7 @@ class TraceDispatcher:
                 log.exception("trace dispatch failed")
 
     def flush_step(self) -> int:
-        """Build, pack and send what is queued; returns the trace messages handed to the producer.
+        """Build, pack and send what is queued; returns how many queued items it took.
         With `max_in_flight` batches unanswered it sends nothing (the queue fills, then drops)."""
         with self._lock:
             if self._in_flight >= self.max_in_flight or not self._items:
@@ -113,6 +113,15 @@ class TraceDispatcher:
                     self._wake.set()   # look again after the next linger
                 return 0
             items, self._items, self._pending = self._items, [], 0
+            self._in_flight += 1   # taken, not yet sent: still under way for stats() and close()
+        try:
+            self._build_and_send(items)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        return len(items)
+
+    def _build_and_send(self, items: list) -> None:
         events = []
         for build, args in items:
             try:
@@ -123,19 +132,19 @@ class TraceDispatcher:
         packed = trace.pack(events, self.ids_per_message)
         for i in range(0, len(packed), self.batch_messages):
             self._send(packed[i:i + self.batch_messages])
-        return len(packed)
 
     def _send(self, packed: list) -> None:
         from quiver.client.message import Message
         msgs = [Message(trace.TRACE_TOPIC, body, keys=keys) for body, keys in packed]
+        n = sum(len(keys) for _, keys in packed)   # counted in traced messages, as queued and dropped
         try:
             fut = self._get_producer().send_batch_async(msgs)
         except Exception as exc:   # no route, not started ...: these events are lost, counted
-            self._done(len(msgs), exc)
+            self._done(n, exc)
             return
         with self._lock:
             self._in_flight += 1
-        fut.add_done_callback(lambda f, n=len(msgs): self._finished(f, n))
+        fut.add_done_callback(lambda f: self._finished(f, n))
 
     def _finished(self, fut, n: int) -> None:
         with self._lock:

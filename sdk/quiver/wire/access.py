@@ -41,12 +41,16 @@ class Need:
         self.what = what
 
 
-def topic(field: str, *actions: str) -> Need:
-    """The topic in `field` (absent: no check)."""
+def topic(field: str, *actions: str, open_to_users: frozenset = frozenset()) -> Need:
+    """The topic in `field` (absent: no check). A topic of `open_to_users` needs no rule: any
+    authenticated user may (the trace topic, which every traced client writes)."""
     def resources(args):
         name = getattr(args, field)
-        return (topic_resource(name),) if name else ()
-    return Need(resources, actions, f"topic:<{field}>")
+        return (topic_resource(name),) if name and name not in open_to_users else ()
+    what = f"topic:<{field}>"
+    if open_to_users:
+        what += f" (any user for {', '.join(sorted(open_to_users))})"
+    return Need(resources, actions, what)
 
 
 def group(field: str, *actions: str) -> Need:

@@ -17,6 +17,7 @@ from quiver_scheduler.db import TimerDB
 from quiver_scheduler.levels import LevelQueue, Levels, poison_of
 from quiver_scheduler.stats import DeliveryStats
 from quiver_scheduler.timers import TimerQueue, Timers, plan_start
+from quiver_scheduler.tracing import DeliveryTrace
 
 MiB = 1 << 20
 BROKER_MAX_MESSAGE_BYTES = 4 * MiB                   # broker-store's --max-message-bytes default
@@ -25,10 +26,11 @@ BROKER_FRAME_CAP = BROKER_MAX_MESSAGE_BYTES + protocol.MAX_HEADER_BYTES + 64 * 1
 
 class _SchedApp:
     """What the level and timer queues use of their app: config, service timers and counters,
-    requests (recorded here, answered by the test), stats, cancellations, the timer index."""
+    requests (recorded here, answered by the test), stats, trace, cancellations, the timer index."""
 
     def __init__(self, db=None, **config):
         self.config, self.db, self.stats, self.cancelled = Config(**config), db, DeliveryStats(), Cancels()
+        self.trace = DeliveryTrace("127.0.0.1:1", "SCHEDULE_CONSUMER", "test")   # untraced messages: no client
         self.service = types.SimpleNamespace(counters=collections.Counter(), call_later=lambda *a: object(),
                                              cancel=lambda t: None)
         self.requests = []
