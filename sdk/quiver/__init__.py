@@ -17,11 +17,11 @@ from quiver.errors import (error_for, QuiverError, ProtocolError, FieldError, Cl
                            TransactionShouldRollbackError, TransactionStateUnknownError,
                            TransactionStateGroupWrongError, NoBuyerIdError, FlowControlError,
                            PropertiesSizeExceededError, IllegalOperationError, GoAwayError, BadRequestError,
-                           DiskFullError)
+                           DiskFullError, ReceiptHandleExpiredError)
 from quiver.client.message import (ConsumeResult, Message, MessageExt, MessageSelector, PullStatus, SendResult,
                                    SendStatus, TransactionState)
 
-__all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer",
+__all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "SimpleConsumer",
            "Admin", "SendStatus", "SendResult", "ConsumeResult", "TransactionState", "MessageSelector",
            "PullStatus", "error_for", "QuiverError", "ProtocolError", "FieldError", "ClientError",
            "RequestTimeoutError", "BrokerSystemError", "SystemBusyError", "RequestCodeNotSupportedError",
@@ -33,13 +33,14 @@ __all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushCons
            "FilterDataNotLatestError", "InvalidParameterError", "TransactionShouldCommitError",
            "TransactionShouldRollbackError", "TransactionStateUnknownError", "TransactionStateGroupWrongError",
            "NoBuyerIdError", "FlowControlError", "PropertiesSizeExceededError", "IllegalOperationError",
-           "GoAwayError", "BadRequestError", "DiskFullError"]
+           "GoAwayError", "BadRequestError", "DiskFullError", "ReceiptHandleExpiredError"]
 
 if TYPE_CHECKING:  # what type checkers see; at run time the clients load on first use (below)
     from quiver.client.admin import Admin
     from quiver.client.consumer import PullConsumer
     from quiver.client.producer import Producer
     from quiver.client.push_consumer import PushConsumer
+    from quiver.client.simple_consumer import SimpleConsumer
     from quiver.client.transaction_producer import TransactionProducer
 
 
@@ -57,6 +58,9 @@ def __getattr__(name):
     if name == "PushConsumer":
         from quiver.client.push_consumer import PushConsumer
         return PushConsumer
+    if name == "SimpleConsumer":
+        from quiver.client.simple_consumer import SimpleConsumer
+        return SimpleConsumer
     if name == "Admin":
         from quiver.client.admin import Admin
         return Admin

@@ -262,6 +262,13 @@ class DiskFullError(QuiverError):
     code = ResponseCode.DISK_FULL
 
 
+class ReceiptHandleExpiredError(QuiverError):
+    """A POP receipt handle that no longer owns its message: acked already, redelivered after its
+    invisible time, or replaced by a change of invisible duration (use the newest handle)."""
+
+    code = ResponseCode.RECEIPT_HANDLE_EXPIRED
+
+
 _BY_CODE: dict[int, type[QuiverError]] = {
     cls.code: cls for cls in list(globals().values())
     if isinstance(cls, type) and issubclass(cls, QuiverError)

@@ -42,12 +42,16 @@ from .ha_slave import ReplicationSlave
 from .replicas import Replicas
 from .locks import LockManager
 from .metadata import Metadata, owner as metadata_owner
+from .pop import PopRequests
+from .pop_revive import REVIVE_INTERVAL_S, Revive, ReviveLog
+from .pop_state import PopBook
 from .pulling import Puller
-from .retry import Retry
+from .retry import Retry, max_reconsume_times
 from .schedule import Schedule
 from .sending import Sender
 from .store import MessageStore
 from .topics import Topics
+from .tracing import BrokerTrace
 from .traffic import Traffic
 from .transaction import Transactions
 
@@ -104,14 +108,16 @@ class App:
                              traffic=self.traffic)
         # replication: a master streams its CommitLog to slaves, a slave follows its master
         self.ha = self._replication()
+        self.pop, self.pop_revive = self._pop()
         self.wait_for_slave = self.ha.wait_for_slave if c.ha_role in ("SYNC_MASTER", "AUTO") else None
-        self.group_commit = GroupCommit(self.store, c.flush == "sync", c.sync_flush_timeout_ms, self.puller.notify,
+        self.group_commit = GroupCommit(self.store, c.flush == "sync", c.sync_flush_timeout_ms, self._visible,
                                         self.wait_for_slave)
         self.watch = GroupWatch(self.clients, self.service.failures, self.notify_group_changed, c.client_expiry_ms)
         self.parts = self._request_parts()
         self.service.handlers.update(self._table())
         self.service.every("filter_server_scan", SCAN_INTERVAL_S, self.filter_servers.expire_step)
         self.service.every("group_watch", self.watch.period_s, self.watch.step)
+        self.service.every("pop_revive", REVIVE_INTERVAL_S, self.pop_revive.step)
 
     def _replication(self):
         c = self.config
@@ -161,12 +167,12 @@ class App:
                                                    self.group_commit)
         txn = Transactions(store, topics, meta, clients, commit, self.counters, self.service.send_if_connected,
                            self.store_host)
-        sender = Sender(c, store, topics, commit, self.counters, self.puller.notify, txn.prepare,
+        sender = Sender(c, store, topics, commit, self.counters, self._visible, txn.prepare,
                         note_put=None if self.is_slave and not c.auto_failover else self.ha.note_put,
                         wait_for_slave=self.wait_for_slave, traffic=self.traffic)
         return [
-            sender, self.puller, txn, self.ha,
-            Retry(store, meta, topics, sender, self.counters),
+            sender, self.puller, self.pop, txn, self.ha,
+            Retry(store, meta, topics, sender, self.counters, BrokerTrace(store, topics, self.counters, c.name)),
             Schedule(c, store, topics, commit, self.counters),
             LockManager(is_member=clients.is_consumer),
             FilterServerRequests(self.filter_servers, c.name, c.broker_id, self.transport,
@@ -179,6 +185,27 @@ class App:
             handlers.ClientRequests(clients, self.notify_group_changed),
             AclRequests(self.acl),
         ]
+
+    def _pop(self):
+        """POP consumption: the in-flight book, its revive log, the requests and the revive step."""
+        c = self.config
+        book = PopBook(None)
+
+        def limit(group: str) -> int:
+            return max_reconsume_times(self.metadata.groups, group, book.asked_max.get(group))
+        note_put = None if self.is_slave and not c.auto_failover else self.ha.note_put
+        revive_log = ReviveLog(self.store, self.topics, c.cluster, note_put)
+        pop = PopRequests(c.name, self.store, self.topics, book, revive_log, limit, self.counters,
+                          c.long_poll_max_ms)
+        revive = Revive(book, revive_log, self.store, self.topics, self.metadata, self.counters, limit, pop.wake,
+                        pop.expire_held, notify=self._visible, writable=lambda: not self.is_slave)
+        book.start = revive.start_of
+        return pop, revive
+
+    def _visible(self, topic: str, queue_id: int) -> None:
+        """A put made `topic`/`queue_id` readable: wake held pulls and held pops."""
+        self.puller.notify(topic, queue_id)
+        self.pop.notify(topic, queue_id)
 
     # ---- name servers -------------------------------------------------------------
 
@@ -255,13 +282,15 @@ class App:
                 "broker_id": self.config.broker_id,
                 "ha_role": self.config.ha_role if not self.config.auto_failover else f"AUTO ({self.ha.role})",
                 "ha": self.ha.status(),
-                "held_pulls": self.puller.held_count(), "store": self.store.stats(),
+                "held_pulls": self.puller.held_count(), "held_pops": self.pop.held_count(),
+                "store": self.store.stats(),
                 "groups": group_inventory(self.metadata, self.clients), "config": shown_config(self.config)}
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     def run(self) -> None:
         self.store.open()
+        self.pop_revive.replay()   # in-flight POP messages, before any request
         self.service.bind()
         if not self.config.is_slave and not self.config.auto_failover:
             # before serving: offsets committed on a slave meanwhile

@@ -1,7 +1,7 @@
 """The broker's request table: `table(parts, is_slave)` -> {RequestCode: fn}.
 
 Every part owns its codes and says which in its `handlers()`: send (sending.py),
-pull (pulling.py), transactions, schedule, retry, locks, filter servers, consume
+pull (pulling.py), POP (pop.py), transactions, schedule, retry, locks, filter servers, consume
 stats, replication (ha_master / ha_slave), and the small ones below (topics,
 offsets, offset resets, messages, clients). app.py builds the parts and passes them here; a
 code claimed twice is a wiring mistake and fails at start.
@@ -24,7 +24,8 @@ SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestC
                  RequestCode.END_TRANSACTION, RequestCode.CONSUMER_SEND_MSG_BACK, RequestCode.SCHEDULE_REPUT,
                  RequestCode.SCHEDULE_INIT, RequestCode.TRANSACTION_CHECK, RequestCode.UPDATE_AND_CREATE_TOPIC,
                  RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.ACL_UPDATE_USER, RequestCode.ACL_DELETE_USER,
-                 RequestCode.ACL_GRANT, RequestCode.ACL_REVOKE, RequestCode.DELETE_SUBSCRIPTIONGROUP)
+                 RequestCode.ACL_GRANT, RequestCode.ACL_REVOKE, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                 RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_INVISIBLE_DURATION)
 
 
 def table(parts, is_slave: bool) -> dict:

@@ -123,6 +123,11 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.CONTROLLER_ALTER_SYNC_STATE_SET: ({"cluster": "FuzzC", "broker_name": "fuzz-b", "master": ctx.dead_addr,
                                              "ep": 1, "sss": [ctx.dead_addr]}, []),
         R.CONTROLLER_REPLICA_INFO: ({}, []),
+        R.POP_MESSAGE: ({"g": g, "t": t, "n": 4, "it": 1000, "s": 0, "sub": "*", "fifo": False, "max": 16,
+                         "from": "first", "mb": 65536}, []),
+        R.ACK_MESSAGE: ({"g": g, "t": t, "h": [f"1 {ctx.broker_name} {t} 0 0 {now} 1000 0"]}, []),
+        R.CHANGE_INVISIBLE_DURATION: ({"g": g, "t": t, "h": f"1 {ctx.broker_name} {t} 0 0 {now} 1000 0",
+                                       "it": 1000}, []),
     }
     return {int(k): v for k, v in table.items()}
 

@@ -179,6 +179,7 @@ class MessageExt:
     sys_flag: int = 0
     body_crc: int = 0
     store_host: bytes = b""
+    receipt_handle: str | None = None   # POP only (SimpleConsumer): what ack and change_invisible_duration take
 
     json = _Json()
 

@@ -58,6 +58,9 @@ class ConsumerOptions:
     offset_dir: str | None = _option(None, "push, broadcast: where the local offset file lives "
                                      "(default $QUIVER_OFFSET_DIR or ~/.quiver_offsets)")
     instance_name: str = _option("DEFAULT", "push, broadcast: the local offset file's instance folder")
+    pop: bool = _option(False, "push: POP consumption (no queue ownership; success acks, failure changes the "
+                        "invisible duration to the retry delay); consume_from is 'first' or 'last'")
+    pop_invisible_ms: int = _option(60_000, "push, pop: how long a received message stays invisible to the group")
     on_bad_record: object = _option(None, "fn(topic, queue_id, offset, reason), called for each pulled record "
                                     "the consumer cannot decode and skips (it is also logged and counted)")
 
@@ -77,6 +80,8 @@ class ConsumerOptions:
             raise ValueError(f"instance_name must be a non-empty string, not {self.instance_name!r}")
         if self.offset_dir is not None and not isinstance(self.offset_dir, str):
             raise ValueError(f"offset_dir must be a path string, not {self.offset_dir!r}")
+        if not isinstance(self.pop, bool):
+            raise ValueError(f"pop must be True or False, not {self.pop!r}")
         if self.on_bad_record is not None and not callable(self.on_bad_record):
             raise ValueError(f"on_bad_record must be a function or None, not {self.on_bad_record!r}")
 
@@ -124,7 +129,7 @@ _RANGES = (("pull_batch_size", 1, 1024), ("suspend_ms", 0, _DAY_MS), ("pull_dela
            ("max_offset_span", 1, _I31), ("commit_interval_ms", 1, _DAY_MS), ("rebalance_interval_ms", 1, _DAY_MS),
            ("heartbeat_interval_ms", 1, _DAY_MS), ("consume_threads", 1, 1000), ("consume_batch_size", 1, 1024),
            ("max_reconsume_times", 0, _I31), ("suspend_current_queue_ms", 0, _DAY_MS),
-           ("lock_interval_ms", 1, _DAY_MS))
+           ("lock_interval_ms", 1, _DAY_MS), ("pop_invisible_ms", 100, 12 * 3600 * 1000))
 _FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerOptions))
 # the consumers' keyword names before ConsumerOptions: name -> (field, multiplier to the field's unit)
 _LEGACY = {

@@ -12,7 +12,8 @@ return through `%RETRY%<group>`, which the consumer subscribes to by itself.
 Orderly mode: queues are locked on the broker (LOCK_BATCH_MQ), one thread per
 queue, a failing batch is retried in place after a suspend, and past the max
 reconsume times it goes to the dead-letter topic. Broadcasting: every client
-takes every queue, offsets in a local JSON file, failures are dropped.
+takes every queue, offsets in a local JSON file, failures are dropped. POP mode
+(`pop=True`, pop_push.py): no queues are owned, the broker hands out messages.
 
 A record that cannot be decoded is skipped and reported (queue_puller.py:
 log, `stats()["undecodable_records"]`, ConsumerOptions.on_bad_record), and
@@ -49,6 +50,7 @@ from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import RETRY_TOPIC, MessageExt, MessageSelector
 from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
 from quiver.client.options import ConsumerOptions, from_arguments
+from quiver.client.pop_push import PopPushLoop
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
@@ -67,7 +69,8 @@ class PushConsumer(ConsumeService, ClientBase):
     suspend_ms, offset_dir, instance_name, suspend_current_queue_ms, persist_interval_s,
     rebalance_interval_s, heartbeat_interval_s, lock_interval_s, pull_threshold_for_queue,
     pull_threshold_bytes_for_queue, max_span, pull_delay_on_error_s);
-    `options=ConsumerOptions(...)` gives them at once."""
+    `options=ConsumerOptions(...)` gives them at once. `trace=True` (or QUIVER_TRACE=1): SubBefore and
+    SubAfter trace events around each listener call (consume_service.py)."""
 
     def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
                  trace: bool | None = None, **settings):
@@ -137,6 +140,10 @@ class PushConsumer(ConsumeService, ClientBase):
         except QuiverError:
             self.shutdown()
             raise
+        if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
+            self._pop_loop = PopPushLoop(self)
+            self._pop_loop.start()
+            return self
         if not self.broadcast:
             self._ensure_retry_topic()
         self._rebalance.start("rebalance")
@@ -162,6 +169,12 @@ class PushConsumer(ConsumeService, ClientBase):
         if not self._running:
             return
         self._running = False
+        if self.options.pop:
+            self._pop_loop.stop()
+            self._pool.shutdown(wait=True, cancel_futures=True)   # running listeners ack what they finish
+            self._timer.stop()
+            super().shutdown()
+            return
         self._rebalance.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._active_cond:  # let running listener calls finish and commit

@@ -292,3 +292,26 @@ class ReplicaInfoReply(Schema):
     leader: bool = wire("leader", Bool(), False)
     groups: list = wire("groups", ListOf(MapOf(Str(64), Json(), 64), 100_000, skip_bad=True), [])
     raft: dict = wire("raft", MapOf(Str(64), Json(), 64), {})
+
+
+# ---- POP consumption (issue 22) --------------------------------------------------------------------
+
+from quiver.wire.receipt_handle import HANDLE  # noqa: E402
+
+
+@schema
+class PopReply(Schema):
+    """The popped records are the body (as a pull's); `handles[i]` is the i-th record's receipt handle."""
+    handles: list = wire("h", ListOf(HANDLE, 1024), [])
+
+
+@schema
+class AckReply(Schema):
+    """`failed`: [index of the handle, response code, remark] of each handle not acked."""
+    acked: int = wire("n", Int(0, 1024), 0)
+    failed: list = wire("f", ListOf(Row(Int(0, 1023), Int(0, 2 ** 31 - 1), Str(1024, 0)), 1024), [])
+
+
+@schema
+class ChangeInvisibleReply(Schema):
+    handle: object = wire("h", HANDLE)

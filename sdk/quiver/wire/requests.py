@@ -35,6 +35,12 @@ from quiver.wire.schema import (ADDR, BODY_LENGTHS, BROKER_NAME, CLIENT_ID, CLUS
 from quiver.wire.replies import *  # noqa: F401,F403,E402
 from quiver.wire.access import (ACTIONS, ANYONE, SUPER_ONLY, CREATE, DELETE, GET, LIST, PUB, SUB, UPDATE, cluster, each, group,  # noqa: E402
                                 needs, service, topic, topic_resource)
+from quiver.wire.names import TRACE_TOPIC  # noqa: E402
+
+# Topics any authenticated user may route and send to: every traced client writes its trace
+# records there (RocketMQ's ACL lets any sender write RMQ_SYS_TRACE_TOPIC too); reading it stays
+# SUPER-only like every system topic.
+OPEN_TOPICS = frozenset({TRACE_TOPIC})
 
 
 def _queue_topics(args):
@@ -73,7 +79,7 @@ class UnregisterBroker(Schema):
     broker_id: int | None = wire("broker_id", Opt(U31), None)
 
 
-@request(RequestCode.GET_ROUTEINFO_BY_TOPIC, needs(topic("topic", PUB, SUB, GET)))
+@request(RequestCode.GET_ROUTEINFO_BY_TOPIC, needs(topic("topic", PUB, SUB, GET, open_to_users=OPEN_TOPICS)))
 class GetRouteInfo(Schema):
     topic: str = wire("topic", TOPIC)
 
@@ -104,7 +110,7 @@ class Status(Schema):
 # ---- requests: broker, messages --------------------------------------------------------------------
 
 
-@request(RequestCode.SEND_MESSAGE, needs(topic("topic", PUB)))
+@request(RequestCode.SEND_MESSAGE, needs(topic("topic", PUB, open_to_users=OPEN_TOPICS)))
 class SendMessage(Schema):
     """One message (SEND_MESSAGE, SEND_MESSAGE_V2) or a batch (SEND_BATCH_MESSAGE) to one queue."""
     topic: str = wire("t", TOPIC, code=ResponseCode.MESSAGE_ILLEGAL)
@@ -508,3 +514,44 @@ class AclRevoke(Schema):
 @request(RequestCode.ACL_SNAPSHOT, SUPER_ONLY)
 class AclSnapshot(Schema):
     known: str | None = wire("v", Opt(Str(64), blank=True), None)  # the caller's version: unchanged -> no body
+
+
+# ---- requests: POP consumption (issue 22; the broker's pop.py) -------------------------------------
+
+from quiver.wire.receipt_handle import HANDLE, MAX_INVISIBLE_MS, MIN_INVISIBLE_MS  # noqa: E402
+
+INVISIBLE_MS = Int(MIN_INVISIBLE_MS, MAX_INVISIBLE_MS)
+
+
+@request(RequestCode.POP_MESSAGE, needs(topic("topic", SUB), group("group", SUB)))
+class PopMessage(Schema):
+    """Up to `max_msgs` messages of the topic's queues on this broker (round robin), each invisible
+    to the group for `invisible_ms`; held up to `poll_ms` when there is none. `order`: FIFO, one
+    message in flight per message group (__SHARDINGKEY). `consume_from` places a group's first pop."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    max_msgs: int = wire("n", Int(1, 1024), 32)
+    invisible_ms: int = wire("it", INVISIBLE_MS, 60_000)
+    poll_ms: int = wire("s", SUSPEND_MS, 0)
+    expression: str | None = wire("sub", Opt(EXPRESSION), None)       # tags ("*", "A || B")
+    order: bool = wire("fifo", Bool(), False)
+    max_reconsume: int | None = wire("max", Opt(Int(-1, 2 ** 31 - 1)), None)  # the group config wins
+    consume_from: str = wire("from", OneOf("first", "last"), "last")
+    max_bytes: int = wire("mb", Int(1, MAX_BODY_BYTES), 4 << 20)
+
+
+@request(RequestCode.ACK_MESSAGE, needs(topic("topic", SUB), group("group", SUB)))
+class AckMessage(Schema):
+    """Ack popped messages of one topic by their receipt handles (each must name `topic`)."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    handles: list = wire("h", ListOf(HANDLE, 1024, 1))
+
+
+@request(RequestCode.CHANGE_INVISIBLE_DURATION, needs(topic("topic", SUB), group("group", SUB)))
+class ChangeInvisibleDuration(Schema):
+    """The message of `handle` becomes visible `invisible_ms` from now; the reply's handle replaces it."""
+    group: str = wire("g", GROUP)
+    topic: str = wire("t", TOPIC)
+    handle: object = wire("h", HANDLE)
+    invisible_ms: int = wire("it", INVISIBLE_MS)

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
+from quiver.wire.receipt_handle import HandleCheck, ReceiptHandle
 from quiver.errors import FieldError
 
 NAME = st.from_regex(r"[A-Za-z0-9_-]{1,24}", fullmatch=True)
@@ -47,6 +48,10 @@ def valid(check):
         return st.text(max_size=60)
     if isinstance(check, rq.IdKey):
         return st.integers(0, 2 ** 31 - 1)
+    if isinstance(check, HandleCheck):   # POP receipt handles (quiver.wire.receipt_handle)
+        return st.builds(ReceiptHandle, st.sampled_from(["broker-a", "b.1"]), st.sampled_from(["T", "%RETRY%g"]),
+                         st.integers(0, 1023), st.integers(0, 2 ** 63 - 1), st.integers(0, 2 ** 63 - 1),
+                         st.integers(0, 43_200_000), st.integers(0, 2 ** 31 - 1))
     if isinstance(check, rq.Json):
         return st.dictionaries(st.text(max_size=5), st.integers(-2 ** 63, 2 ** 63 - 1), max_size=3)  # JSON's ints
     raise AssertionError(f"no strategy for {check!r}: add one")
