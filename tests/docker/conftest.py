@@ -83,7 +83,9 @@ class Project:
     def __init__(self, name: str):
         self.name = name
         self.cmd = compose_command()
-        self.env = {"QUIVER_NAMESRV_PORT": str(free_port()), "QUIVER_DEV_BROKER_PORT": str(free_port())}
+        # every port compose publishes on the host is this project's own: two projects run at once
+        self.env = {"QUIVER_NAMESRV_PORT": str(free_port()), "QUIVER_DEV_BROKER_PORT": str(free_port()),
+                    "QUIVER_CONSOLE_PORT": str(free_port()), "QUIVER_SPARK_UI_PORT": str(free_port())}
 
     @property
     def namesrv_port(self) -> int:
