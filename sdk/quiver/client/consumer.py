@@ -229,8 +229,8 @@ class PullConsumer(ClientBase):
                 if st is None:
                     continue
                 dropped = st.buffered
+                self._resets += 1   # before the restart: a poll may drain the queue at once
                 self._restart_at(st, offset)
-                self._resets += 1
                 log.info("%s reset to offset %d by its broker (%d buffered message(s) dropped)", mq, offset, dropped)
                 try:
                     self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
