@@ -14,9 +14,10 @@ controller_state's; this module only decides when to propose them.
 
 pysyncobj ticks on the service thread (autoTick off): its callbacks and the
 state it applies run where the handlers run, so nothing here needs a lock.
-Its peers talk pysyncobj's own TCP protocol on --controller-peers, which is
-neither encrypted nor authenticated by Quiver's CURVE keys: bind it to a
-private network.
+Its peers talk pysyncobj's own TCP protocol on --controller-peers, not
+CURVE: with auth on, every Raft message is encrypted and authenticated with
+a key derived from the cluster's server secret (raft_password); with auth
+off it is plain, so bind it to a private network.
 
 Leases: an assignment carries lease_ms (0.8 x the heartbeat timeout). A
 master stops acknowledging writes lease_ms after it sent its last answered
