@@ -6,6 +6,10 @@ trace topic cannot be written: its sends never fail.
 """
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -67,6 +71,25 @@ def test_send_and_consume_timeline(make_cluster):
     assert before["reconsume_times"] == 0 and after["cost_ms"] is not None
     assert pub["time_ms"] <= before["time_ms"] <= after["time_ms"]
     assert len(format_trace(rows)) == 3
+    _cli_prints_the_timeline(c.namesrv, r.msg_id, rows)
+
+
+def _quiver(namesrv, *args):
+    return subprocess.run([sys.executable, "-m", "quiver.tools.cli", "--namesrv", namesrv, *args],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, "NO_COLOR": "1"})
+
+
+def _cli_prints_the_timeline(namesrv, msg_id, rows):
+    """`quiver msg trace --id` as a process: one line per event, in the order Admin.trace gives."""
+    out = _quiver(namesrv, "msg", "trace", "--id", msg_id)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert [line.split()[3] for line in lines] == ["Pub", "SubBefore", "SubAfter"]
+    assert "SEND_OK" in lines[0] and "shop" in lines[0] and "Orders@" in lines[0]
+    assert "SUCCESS" in lines[2] and "billing" in lines[2]
+    doc = _quiver(namesrv, "msg", "trace", "--id", msg_id, "-o", "json")
+    assert doc.returncode == 0, doc.stderr
+    assert json.loads(doc.stdout) == {"msg_id": msg_id, "trace": rows}
 
 
 def test_delayed_message_timeline(make_cluster):
