@@ -1,20 +1,22 @@
 """The console process: one Admin, the Flask app around it, waitress serving it.
 
-`create_app(config, admin)` builds the WSGI app (unit tests drive it with Flask's test
+`create_app(config, admin, stats)` builds the WSGI app (unit tests drive it with Flask's test
 client over `quiver.testing.stub_cluster`); `App(config).run()` serves it on --http-listen
 with --http-threads worker threads, and answers PING and STATUS on --listen like every
 service, until SIGTERM. Every page reads through the one Admin (thread-safe: its
-transport's IO thread owns the sockets)."""
+transport's IO thread owns the sockets), counted for /metrics (metrics.py)."""
 
 import logging
 import secrets
 import threading
+import time
 from datetime import datetime, timezone
 
-from flask import Flask
+from flask import Flask, g, request
 
 from . import routes
 from .guard import Guard
+from .metrics import ConsoleStats, CountingAdmin
 from .rates import Rates
 
 log = logging.getLogger(__name__)
@@ -31,12 +33,14 @@ SECURITY_HEADERS = {
 }
 
 
-def create_app(config, admin) -> Flask:
+def create_app(config, admin, stats: ConsoleStats | None = None) -> Flask:
+    """The pages over `admin`; each request and Admin call counted in `stats` (a new one if None)."""
+    stats = stats if stats is not None else ConsoleStats()
     app = Flask(__name__)
     app.config.update(SECRET_KEY=secrets.token_bytes(32), SESSION_COOKIE_HTTPONLY=True,
                       SESSION_COOKIE_SAMESITE="Strict", MAX_CONTENT_LENGTH=64 * 1024)
     guard = Guard(config.actions_enabled, config.admin_token)
-    routes.register(app, admin, config, Rates(), guard)
+    routes.register(app, CountingAdmin(admin, stats), config, Rates(), guard)
     app.jinja_env.filters.update(ts=fmt_ts, size=fmt_size, rate=fmt_rate, pct=fmt_pct)
 
     @app.context_processor
@@ -45,9 +49,14 @@ def create_app(config, admin) -> Flask:
                 "needs_login": guard.needs_login, "logged_in": guard.logged_in(), "can_act": guard.can_act(),
                 "csrf_token": guard.csrf_token, "namesrv": config.namesrv}
 
+    @app.before_request
+    def started():
+        g.started = time.monotonic()
+
     @app.after_request
     def headers(response):
         response.headers.update(SECURITY_HEADERS)
+        stats.served(request.endpoint, response.status_code, time.monotonic() - g.get("started", time.monotonic()))
         return response
     return app
 
@@ -85,7 +94,8 @@ class App:
         self.config = config
         self.admin = Admin(namesrv=config.namesrv, timeout=config.request_timeout_ms / 1000,
                            credentials=config.key_file)
-        self.wsgi = create_app(config, self.admin)
+        self.stats = ConsoleStats()
+        self.wsgi = create_app(config, self.admin, self.stats)
         self.http = None
         self.url = ""
         self.service = Service(config.listen, {}, "console", self.status, security=_status_security(config))
@@ -104,9 +114,7 @@ class App:
         self.service.bind()
         log.info("console on %s (name servers %s, auth %s, actions %s)", self.url, self.config.namesrv,
                  "on" if self.config.auth_on else "off", "on" if self.config.actions_enabled else "off")
-        if not self.config.auth_on and host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
-            log.warning("auth is off and the console listens beyond loopback (%s): whoever reaches it reads "
-                        "every topic", self.url)
+        warn_if_exposed(self.config, host, self.url)
 
     def run(self) -> None:
         if self.http is None:
@@ -125,6 +133,13 @@ class App:
             self.http.run()
         except Exception:   # the socket map emptied by close() during shutdown lands here too
             log.debug("http loop ended", exc_info=True)
+
+
+def warn_if_exposed(config, host: str, url: str) -> None:
+    """Auth off and the pages reachable beyond loopback: say so at start."""
+    if not config.auth_on and host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        log.warning("auth is off and the console listens beyond loopback (%s): whoever reaches it reads "
+                    "every topic", url)
 
 
 def _status_security(config):
