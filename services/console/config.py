@@ -24,6 +24,7 @@ class Config:
     request_timeout_ms: int = setting(2000, "how long one Admin request waits (a down broker costs this)")
     preview_bytes: int = setting(2048, "bytes of a message body shown")
     http_threads: int = setting(4, "HTTP worker threads")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     log_level: str = setting("INFO", "logging level")
     log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
                                       "message, exc)")

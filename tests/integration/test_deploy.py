@@ -60,6 +60,8 @@ def test_quiver_up_scale_status_down_leaves_no_process(tmp_path, secure):
             assert line in out.stdout, out.stdout  # the README's first command shows every feature
         roles = [s["role"] for s in state["services"]]
         assert roles.count("broker") == 2 and roles.count("namesrv") == 1
+        for svc in state["services"]:   # every service serves /metrics, its URL printed (the console's too)
+            assert svc["metrics"] and f"metrics http://{svc['metrics']}/metrics" in out.stdout, svc
         st = subprocess.run([*quiver, "status", "--data-dir", data], capture_output=True, text=True, timeout=60)
         assert st.returncode == 0 and st.stdout.count(" UP ") == len(state["services"]), st.stdout
     finally:

@@ -4,11 +4,13 @@
 Workload: 30 messages to Obs, all consumed by group obs-g (committed), then 7 more
 that nobody consumes; a SQL92 group reads the 37 through the filter server; one
 delayed message goes through the scheduler. Counters must equal what was sent
-and consumed; lag must equal what Admin.consumer_progress says.
+and consumed; lag must equal what Admin.consumer_progress says. The console's
+counters must equal the pages loaded from it.
 """
 
 import json
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -41,14 +43,17 @@ def wait_for(fn, what: str, timeout: float = 30.0):
 @pytest.fixture
 def observed(make_cluster):
     """(cluster, {service name: metrics address}) with every service's metrics on."""
-    ports = {name: f"127.0.0.1:{free_port()}" for name in ("namesrv", "broker", "scheduler", "txn", "filter")}
+    ports = {name: f"127.0.0.1:{free_port()}" for name in ("namesrv", "broker", "scheduler", "txn", "filter",
+                                                           "console")}
     c = make_cluster(namesrv_args=("--metrics-listen", ports["namesrv"], "--log-format", "json"),
                      broker_args=("--metrics-listen", ports["broker"]))
     extra = [c.add_service("scheduler", "quiver_scheduler", "--metrics-listen", ports["scheduler"]),
              c.add_service("txn-checker", "quiver_txn", "--metrics-listen", ports["txn"], "--check-interval-ms", "300"),
              c.add_service("filter", "quiver_filter", "--metrics-listen", ports["filter"], "--register-interval-ms",
-                           "500", data=False)]
+                           "500", data=False),
+             c.add_console("--metrics-listen", ports["console"])]
     wait_healthy(extra)
+    ports["console_url"] = extra[-1].url
     return c, ports
 
 
@@ -115,8 +120,9 @@ def test_every_service_counts_the_workload(observed, capsys):
         scrape(ports["txn"])), "a check round")
     ns = scrape(ports["namesrv"])
     assert value(ns, "quiver_namesrv_brokers") == 1
+    console = _console_counts_its_pages(ports)
 
-    for samples in (broker, filt, sched, txn, ns):
+    for samples in (broker, filt, sched, txn, ns, console):
         assert value(samples, "quiver_service_info") == 1
         assert value(samples, "process_cpu_seconds_total") is not None   # the default process metrics
         assert all("client" not in label for name in samples for labels, _ in samples[name] for label in labels)
@@ -131,6 +137,33 @@ def test_every_service_counts_the_workload(observed, capsys):
     text = capsys.readouterr().out
     assert f"metrics http://{ports['broker']}/metrics" in text and "  counters:" in text
     admin.shutdown()
+
+
+def _get(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _console_counts_its_pages(ports) -> dict:
+    """Pages loaded from the console: its /metrics counts each by page and status, and the
+    Admin calls they made (a missing topic's page: an error of `queues`)."""
+    base = ports["console_url"].rstrip("/")
+    loads = {"/topics": 200, f"/topics/{TOPIC}": 200, "/topics/NoSuchTopic": 200, "/messages?key=k": 400,
+             "/no-such-page": 404}
+    for path, status in loads.items():
+        assert _get(base + path) == status, path
+    assert _get(base + "/topics") == 200
+    got = scrape(ports["console"])
+    requests = {(l["page"], l["status"]): v for l, v in got["quiver_console_http_requests_total"]}
+    assert requests == {("topics", "200"): 2, ("topic", "200"): 2, ("messages", "400"): 1, ("_none", "404"): 1}
+    assert value(got, "quiver_console_http_latency_seconds_count", page="topics") == 2
+    assert value(got, "quiver_console_admin_calls_total", call="topic_list") >= 4
+    assert value(got, "quiver_console_admin_calls_total", call="max_offset") >= 2
+    assert value(got, "quiver_console_admin_errors_total", call="queues", error="TopicNotExistError") == 1
+    return got
 
 
 def test_log_format_json_is_one_object_a_line(observed):

@@ -120,7 +120,7 @@ def run_service(config_cls, app_cls, prog: str, argv=None, collector=None) -> No
     log = logging.getLogger(prog)
     log_config(log, config)
     app = app_cls(config)
-    server = _serve_metrics(log, app, getattr(config, "metrics_listen", ""), collector)
+    server = serve_metrics(log, app, getattr(config, "metrics_listen", ""), collector)
     signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
     try:
         app.run()
@@ -131,7 +131,8 @@ def run_service(config_cls, app_cls, prog: str, argv=None, collector=None) -> No
             server.stop()
 
 
-def _serve_metrics(log, app, listen: str, collector):
+def serve_metrics(log, app, listen: str, collector):
+    """With `listen` set, `collector(app)` served on it (the MetricsServer, to stop), else None."""
     if not listen or collector is None:
         return None
     from quiver.runtime.metrics import MetricsServer  # prometheus_client: only with metrics on
