@@ -94,9 +94,13 @@ class Watched:
         resp = self.page.goto(self.base + path, wait_until="load")
         assert resp is not None and resp.ok, f"{path}: {resp and resp.status}"
         if shot:
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            self.page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
+            self.shot(shot)
         return self.page
+
+    def shot(self, name: str) -> None:
+        """The whole page as it is now, to build/screenshots/<name>.png."""
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture
