@@ -112,6 +112,7 @@ class Route:
         self.filter_servers = self._filters(data.get("filter_servers"))
         self.cluster_filter_servers = self._cluster_filters(data.get(_CLUSTER_FILTERS))
         write, read = [], []
+        self.order = False   # created with order=True on some broker: a FIFO topic
         for q in _list(data.get("queues")):
             q = self._queue_data(q)
             if q is None:
@@ -123,6 +124,7 @@ class Route:
                 write.extend(MessageQueue(topic, name, i) for i in range(q["write"]))
             if q["perm"] & 4:
                 read.extend(MessageQueue(topic, name, i) for i in range(q["read"]))
+            self.order = self.order or q.get("order") is True
         self.write_queues = sorted(write)
         self.read_queues = sorted(read)
 

@@ -85,6 +85,11 @@ class Popper:
             if got or deadline - time.monotonic() <= 0.05:
                 return got
 
+    def pop_broker(self, topic: str, expression: str, broker: str, n: int, invisible: int,
+                   poll_ms: int) -> list[MessageExt]:
+        """One POP of `topic` on `broker`, long-polling up to `poll_ms` (a proxy serving a client's queue)."""
+        return self._pop((topic, expression, broker, self.client.broker_addr(broker, topic)), n, invisible, poll_ms)
+
     def _pop(self, target, n: int, invisible: int, poll_ms: int) -> list[MessageExt]:
         topic, expression, broker, addr = target
         req = rq.PopMessage(group=self.group, topic=topic, max_msgs=n, invisible_ms=invisible, poll_ms=poll_ms,

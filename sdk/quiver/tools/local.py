@@ -204,6 +204,16 @@ class LocalCluster:
         self.services.append(self.start_service(svc))
         return svc
 
+    def add_proxy(self, *extra: str, grpc_port: int | None = None) -> ServiceProcess:
+        """The gRPC proxy (quiver_proxy) for RocketMQ 5 clients; their endpoints are `svc.url` (host:port)."""
+        n = sum(s.role == "proxy" for s in self.services)
+        grpc_addr = self._addr(grpc_port)
+        svc = ServiceProcess(f"proxy-{n}", "quiver_proxy", self._addr(None),
+                             ["--namesrv", self.namesrv, "--grpc-listen", grpc_addr, *extra],
+                             os.path.join(self.data_dir, "logs", f"proxy-{n}.log"), "proxy", url=grpc_addr)
+        self.services.append(self.start_service(svc))
+        return svc
+
     def restart(self, svc: ServiceProcess) -> ServiceProcess:
         svc.stop()
         svc.start()

@@ -1,0 +1,69 @@
+"""Proxy settings (each a --flag and a QUIVER_* env var)."""
+
+from dataclasses import dataclass
+
+from quiver.runtime.settings import setting
+from quiver.wire.names import addr_problem, topic_problem
+
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Quiver gRPC proxy: RocketMQ 5 clients (apache.rocketmq.v2.MessagingService)."""
+    grpc_listen: str = setting("0.0.0.0:8081", "HOST:PORT of the gRPC MessagingService (RocketMQ 5 clients' "
+                                               "endpoints)")
+    listen: str = setting("0.0.0.0:10961", "HOST:PORT answering PING and STATUS, like every service")
+    namesrv: str = setting("127.0.0.1:9876", "name servers, 'host:port;host:port'")
+    advertise: str = setting("", "HOST:PORT clients are told to use in routes; empty: the address the client "
+                                 "reached the proxy by")
+    credentials: str = setting("", "auth on: the key file the proxy's SDK clients use")
+    grpc_threads: int = setting(64, "gRPC worker threads (each telemetry stream and long poll holds one)")
+    request_timeout_ms: int = setting(3000, "how long one broker request waits")
+    max_body_bytes: int = setting(4 * 1024 * 1024, "largest message body accepted")
+    default_invisible_ms: int = setting(30_000, "invisible duration of a receive that names none "
+                                                "(PushConsumer)")
+    long_polling_ms: int = setting(5000, "long-polling time PushConsumers are told to use")
+    max_long_polling_ms: int = setting(30_000, "longest long poll a receive may ask for")
+    pop_consume_from: str = setting("last", "where a POP group new to a queue starts: last or first")
+    transaction_group: str = setting("proxy_tx", "producer group of transactional sends (the txn-checker asks "
+                                                 "it; the proxy forwards the check to a client)")
+    topic_message_types: str = setting("", "'Topic=TYPE;...' a topic accepting only TYPE (NORMAL, DELAY, "
+                                           "TRANSACTION); others accept FIFO if created with order, else "
+                                           "NORMAL, DELAY and TRANSACTION")
+    log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+
+    def __post_init__(self):
+        for flag, value in (("--grpc-listen", self.grpc_listen), ("--listen", self.listen)):
+            host, sep, port = value.rpartition(":")
+            if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ValueError(f"{flag} {value!r}: use HOST:PORT")
+        if self.advertise and addr_problem(self.advertise):
+            raise ValueError(f"--advertise {self.advertise!r}: {addr_problem(self.advertise)}")
+        if not 4 <= self.grpc_threads <= 1024:
+            raise ValueError("--grpc-threads must be in 4..1024")
+        if not 100 <= self.request_timeout_ms <= 60_000:
+            raise ValueError("--request-timeout-ms must be in 100..60000")
+        if not 1 <= self.max_body_bytes <= 64 * 1024 * 1024:
+            raise ValueError("--max-body-bytes must be in 1..67108864")
+        if not 100 <= self.default_invisible_ms <= 12 * 3600 * 1000:
+            raise ValueError("--default-invisible-ms must be in 100..43200000")
+        if not 0 <= self.long_polling_ms <= self.max_long_polling_ms <= 300_000:
+            raise ValueError("need 0 <= --long-polling-ms <= --max-long-polling-ms <= 300000")
+        if self.pop_consume_from not in ("first", "last"):
+            raise ValueError("--pop-consume-from is first or last")
+        self.message_types()   # a bad --topic-message-types fails at start
+
+    def message_types(self) -> dict[str, str]:
+        """--topic-message-types as {topic: type}."""
+        out = {}
+        for part in filter(None, (p.strip() for p in self.topic_message_types.split(";"))):
+            topic, sep, kind = part.partition("=")
+            topic, kind = topic.strip(), kind.strip().upper()
+            if not sep or topic_problem(topic) or kind not in MESSAGE_TYPES or kind == "FIFO":
+                raise ValueError(f"--topic-message-types {part!r}: use Topic=NORMAL|DELAY|TRANSACTION "
+                                 "(FIFO topics are created with order)")
+            out[topic] = kind
+        return out

@@ -1,0 +1,221 @@
+"""apache.rocketmq.v2.MessagingService: each RPC checks its input, calls the part that owns it, answers a Status.
+
+No peer input ends the server: a Refused becomes its code and message, a QuiverError from
+the brokers its mapped code (statuses.py), anything else INTERNAL_SERVER_ERROR with the
+traceback logged. The RPCs Quiver has no counterpart for (PullMessage, offsets, lite
+topics) answer NOT_IMPLEMENTED saying so.
+"""
+
+import logging
+import queue
+import threading
+
+from rocketmq.grpc_protocol import service_pb2 as pb
+from rocketmq.grpc_protocol.definition_pb2 import ClientType, Code, MessageType, TransactionSource
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceServicer
+
+from quiver.errors import QuiverError
+
+from .clients import QUEUE_BOUND, Clients, client_id_of
+from .messages import inbound
+from .receiving import check_group_name
+from .routes import Routes, check_topic_name, endpoints_for
+from .statuses import OK, Refused, status, status_of
+
+log = logging.getLogger(__name__)
+
+MAX_SEND_ENTRIES = 1   # the 5.x clients send one message per call
+_STREAM_END = object()
+
+
+def answered(response_cls):
+    """Wrap an RPC: whatever it raises becomes `response_cls(status=...)`."""
+    def wrap(fn):
+        def rpc(self, request, context):
+            try:
+                return fn(self, request, context)
+            except (Refused, QuiverError) as exc:
+                return response_cls(status=status_of(exc))
+            except Exception as exc:
+                log.exception("%s failed", fn.__name__)
+                return response_cls(status=status_of(exc))
+        rpc.__name__ = fn.__name__
+        return rpc
+    return wrap
+
+
+class Servicer(MessagingServiceServicer):
+    def __init__(self, config, routes: Routes, clients: Clients, producer, tx, receiving, canceller):
+        self.config = config
+        self.routes = routes
+        self.clients = clients
+        self.producer = producer
+        self.tx = tx
+        self.receiving = receiving
+        self.canceller = canceller   # cancel(msg_id, topic) -> bool: Producer.cancel_scheduled
+
+    def _endpoints(self, request, context):
+        return endpoints_for(self.config.advertise, request.endpoints, context.peer())
+
+    @answered(pb.QueryRouteResponse)
+    def QueryRoute(self, request, context):
+        return pb.QueryRouteResponse(status=OK, message_queues=self.routes.queues(request.topic.name,
+                                                                                   self._endpoints(request, context)))
+
+    @answered(pb.QueryAssignmentResponse)
+    def QueryAssignment(self, request, context):
+        check_group_name(request.group.name)
+        queues = self.routes.assignments(request.topic.name, self._endpoints(request, context))
+        return pb.QueryAssignmentResponse(status=OK, assignments=[{"message_queue": q} for q in queues])
+
+    @answered(pb.HeartbeatResponse)
+    def Heartbeat(self, request, context):
+        cid = client_id_of(context.invocation_metadata())
+        if request.client_type == ClientType.CLIENT_TYPE_UNSPECIFIED:
+            raise Refused(Code.UNRECOGNIZED_CLIENT_TYPE, "heartbeat names no client_type")
+        if request.HasField("group"):
+            check_group_name(request.group.name)
+        self.clients.session(cid).client_type = request.client_type
+        return pb.HeartbeatResponse(status=OK)
+
+    @answered(pb.NotifyClientTerminationResponse)
+    def NotifyClientTermination(self, request, context):
+        self.clients.drop(client_id_of(context.invocation_metadata()))
+        return pb.NotifyClientTerminationResponse(status=OK)
+
+    # ---- producing ---------------------------------------------------------------------------
+
+    @answered(pb.SendMessageResponse)
+    def SendMessage(self, request, context):
+        if len(request.messages) != MAX_SEND_ENTRIES:
+            raise Refused(Code.BAD_REQUEST, "send one message per SendMessage call")
+        cid = client_id_of(context.invocation_metadata())
+        m = inbound(request.messages[0], self.config.max_body_bytes)
+        self.routes.check_type(m.msg.topic, m.kind)
+        entry = pb.SendResultEntry(status=OK)
+        if m.kind == MessageType.TRANSACTION:
+            self.clients.published(cid, m.msg.topic)
+            entry.message_id, entry.transaction_id = self.tx.send_half(m.msg)
+        else:
+            res = self.producer.send_orderly(m.msg, m.group) if m.group is not None else self.producer.send(m.msg)
+            entry.message_id, entry.offset = res.msg_id, res.queue_offset
+            if m.kind == MessageType.DELAY:
+                entry.recall_handle = res.msg_id
+        return pb.SendMessageResponse(status=OK, entries=[entry])
+
+    @answered(pb.EndTransactionResponse)
+    def EndTransaction(self, request, context):
+        check_topic_name(request.topic.name)
+        self.tx.end(request.topic.name, request.transaction_id, request.resolution,
+                    from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK)
+        return pb.EndTransactionResponse(status=OK)
+
+    @answered(pb.RecallMessageResponse)
+    def RecallMessage(self, request, context):
+        check_topic_name(request.topic.name)
+        handle = request.recall_handle
+        if not handle or len(handle) > 64 or not handle.isalnum():
+            raise Refused(Code.BAD_REQUEST, "recall_handle is the send receipt's recall handle of a delayed message")
+        try:
+            cancelled = self.canceller(handle, request.topic.name)
+        except QuiverError as exc:
+            raise Refused(Code.NOT_FOUND, f"no delayed message {handle} on {request.topic.name!r}: {exc.remark}") \
+                from None
+        if not cancelled:
+            raise Refused(Code.NOT_FOUND, f"message {handle} was already delivered: too late to recall")
+        return pb.RecallMessageResponse(status=OK, message_id=handle)
+
+    # ---- consuming ---------------------------------------------------------------------------
+
+    def ReceiveMessage(self, request, context):
+        try:
+            msgs = self.receiving.receive(request, context.time_remaining() or 30.0)
+        except (Refused, QuiverError) as exc:
+            yield pb.ReceiveMessageResponse(status=status_of(exc))
+            return
+        except Exception as exc:
+            log.exception("ReceiveMessage failed")
+            yield pb.ReceiveMessageResponse(status=status_of(exc))
+            return
+        for pm in msgs:
+            yield pb.ReceiveMessageResponse(message=pm)
+        yield pb.ReceiveMessageResponse(status=OK if msgs else status(Code.MESSAGE_NOT_FOUND, "no new message"))
+
+    @answered(pb.AckMessageResponse)
+    def AckMessage(self, request, context):
+        results = self.receiving.ack(request)
+        entries = [pb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=s)
+                   for e, s in results]
+        codes = {s.code for _, s in results}
+        overall = results[0][1] if len(codes) == 1 else status(Code.MULTIPLE_RESULTS, "entries differ")
+        return pb.AckMessageResponse(status=overall, entries=entries)
+
+    @answered(pb.ChangeInvisibleDurationResponse)
+    def ChangeInvisibleDuration(self, request, context):
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=self.receiving.change_invisible(request))
+
+    @answered(pb.ForwardMessageToDeadLetterQueueResponse)
+    def ForwardMessageToDeadLetterQueue(self, request, context):
+        self.receiving.to_dead_letter(request)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
+
+    # ---- telemetry -----------------------------------------------------------------------------
+
+    def Telemetry(self, request_iterator, context):
+        try:
+            session = self.clients.session(client_id_of(context.invocation_metadata()))
+        except Refused as exc:
+            yield pb.TelemetryCommand(status=status_of(exc))
+            return
+        session.streaming = True
+        out = session.out = queue.Queue(QUEUE_BOUND)   # this stream's: a reconnect gets a fresh one
+        threading.Thread(target=self._read_commands, args=(request_iterator, session, out), daemon=True,
+                         name="telemetry-in").start()
+        try:
+            while context.is_active():
+                try:
+                    item = out.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if item is _STREAM_END:
+                    break
+                yield item
+        finally:
+            session.streaming = False
+
+    def _read_commands(self, commands, session, out) -> None:
+        try:
+            for cmd in commands:
+                if cmd.HasField("settings"):
+                    try:
+                        answer = self.clients.settings(session, cmd.settings)
+                    except Refused as exc:
+                        answer = pb.TelemetryCommand(status=status_of(exc))
+                    out.put(answer)
+                # thread stack traces and verify results: nothing asks for them here
+        except Exception as exc:   # the stream ended or broke: its writer stops too
+            log.debug("telemetry stream of %s ended: %s", session.client_id, exc)
+        out.put(_STREAM_END)
+
+    # ---- not served ------------------------------------------------------------------------------
+
+    def _not_implemented(self, response_cls, what):
+        return response_cls(status=status(Code.NOT_IMPLEMENTED, f"{what} is not served by Quiver's proxy: use "
+                                                                "SimpleConsumer or PushConsumer (POP)"))
+
+    def PullMessage(self, request, context):
+        yield pb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not served by Quiver's "
+                                                                         "proxy: use SimpleConsumer or PushConsumer"))
+
+    def UpdateOffset(self, request, context):
+        return self._not_implemented(pb.UpdateOffsetResponse, "UpdateOffset")
+
+    def GetOffset(self, request, context):
+        return self._not_implemented(pb.GetOffsetResponse, "GetOffset")
+
+    def QueryOffset(self, request, context):
+        return self._not_implemented(pb.QueryOffsetResponse, "QueryOffset")
+
+    def SyncLiteSubscription(self, request, context):
+        return self._not_implemented(pb.SyncLiteSubscriptionResponse, "lite topics")
+
