@@ -3,7 +3,10 @@
 import importlib.abc
 import importlib.util
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import TYPE_CHECKING, cast
 
 from quiver.errors import (error_for, QuiverError, ProtocolError, FieldError, ClientError, RequestTimeoutError,
                            BrokerSystemError, SystemBusyError, RequestCodeNotSupportedError,
@@ -44,7 +47,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the clients load on fir
     from quiver.client.transaction_producer import TransactionProducer
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> type:
     # Clients pull in zmq and threads: import them on first use.
     if name == "Producer":
         from quiver.client.producer import Producer
@@ -111,16 +114,17 @@ _MOVED = {
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
         return importlib.util.spec_from_loader(name, self) if name in _MOVED else None
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType:
         module = importlib.import_module(_MOVED[spec.name])
         spec.loader_state = module.__spec__  # the import system overwrites __spec__: put it back
         return module
 
-    def exec_module(self, module):
-        module.__spec__ = module.__spec__.loader_state
+    def exec_module(self, module: ModuleType) -> None:
+        module.__spec__ = cast(ModuleSpec, module.__spec__).loader_state  # set by create_module
 
 
 sys.meta_path.insert(0, _MovedFinder())  # first: a stale flat file must not win

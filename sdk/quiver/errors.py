@@ -12,7 +12,7 @@ from quiver.wire.codes import ResponseCode
 class QuiverError(Exception):
     """A failure that carries a response code and a remark saying what to fix."""
 
-    code: ResponseCode = ResponseCode.SYSTEM_ERROR
+    code: ResponseCode | int = ResponseCode.SYSTEM_ERROR  # an int only for a code this SDK does not know
 
     def __init__(self, remark: str = "", code: int | None = None):
         super().__init__(remark)
@@ -48,7 +48,7 @@ class RequestTimeoutError(ClientError):
     """No reply within the request's deadline."""
 
 
-def _as_code(code: int):
+def _as_code(code: int) -> ResponseCode | int:
     try:
         return ResponseCode(code)
     except ValueError:

@@ -37,14 +37,14 @@ class AsyncAdmin(AsyncClient[Admin]):
     # ---- topics -----------------------------------------------------------------------------
 
     async def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
-                           brokers: list[str] | None = None, wait_s: float = 5.0) -> dict:
+                           brokers: list[str] | None = None, wait_s: float = 5.0) -> dict[str, Any]:
         """Create (or update) a topic on every broker (or the named ones); returns once routed."""
         return await self._blocking(self._sync.create_topic, topic, queues, perm, order, brokers, wait_s)
 
     async def delete_topic(self, topic: str) -> None:
         await self._blocking(self._sync.delete_topic, topic)
 
-    async def topic_route(self, topic: str) -> dict:
+    async def topic_route(self, topic: str) -> dict[str, Any]:
         return await self._blocking(self._sync.topic_route, topic)
 
     async def topic_list(self) -> list[str]:
@@ -53,7 +53,7 @@ class AsyncAdmin(AsyncClient[Admin]):
     async def queues(self, topic: str) -> list[MessageQueue]:
         return await self._blocking(self._sync.queues, topic)
 
-    async def cluster_info(self) -> dict:
+    async def cluster_info(self) -> dict[str, Any]:
         return await self._blocking(self._sync.cluster_info)
 
     # ---- messages -------------------------------------------------------------------------
@@ -62,7 +62,7 @@ class AsyncAdmin(AsyncClient[Admin]):
                            end_ms: int = 2 ** 62) -> list[MessageExt]:
         return await self._blocking(self._sync.query_by_key, topic, key, max_num, begin_ms, end_ms)
 
-    async def trace(self, msg_id: str, max_records: int = 256) -> list[dict]:
+    async def trace(self, msg_id: str, max_records: int = 256) -> list[dict[str, Any]]:
         """The message's trace timeline (`Admin.trace`)."""
         return await self._blocking(self._sync.trace, msg_id, max_records)
 
@@ -87,10 +87,10 @@ class AsyncAdmin(AsyncClient[Admin]):
                            offset: int | None = None) -> OffsetReset:
         return await self._blocking(self._sync.reset_offset, group, topic, ts_ms, offset=offset)
 
-    async def consumer_stats(self, group: str) -> dict:
+    async def consumer_stats(self, group: str) -> dict[str, Any]:
         return await self._blocking(self._sync.consumer_stats, group)
 
-    async def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict]:
+    async def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict[str, Any]]:
         return await self._blocking(self._sync.consumer_progress, group, topics)
 
     async def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
@@ -104,11 +104,11 @@ class AsyncAdmin(AsyncClient[Admin]):
 
     # ---- cluster --------------------------------------------------------------------------
 
-    async def status(self, addr: str) -> dict:
+    async def status(self, addr: str) -> dict[str, Any]:
         return await self._blocking(self._sync.status, addr)
 
-    async def ping(self, addr: str, timeout: float = 1.0) -> dict:
+    async def ping(self, addr: str, timeout: float = 1.0) -> dict[str, Any]:
         return await self._blocking(self._sync.ping, addr, timeout)
 
-    async def open_transactions(self, limit: int = 1000) -> dict[str, list[dict]]:
+    async def open_transactions(self, limit: int = 1000) -> dict[str, list[dict[str, Any]]]:
         return await self._blocking(self._sync.open_transactions, limit)

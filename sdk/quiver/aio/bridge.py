@@ -38,13 +38,14 @@ from quiver.errors import ClientError
 from quiver.client.base import ClientBase
 
 C = TypeVar("C", bound=ClientBase)
+K = TypeVar("K", bound=ClientBase)  # _make may build a subclass of C
 T = TypeVar("T")
 
 ROUTE_MARGIN_S = 2.0        # a cached route is refreshed this long before the sync client would
 NEW_TOPIC_ROUTE_S = 3.0     # a topic with no route yet: sends use every broker's default queues this long
 
 
-def settle(afut: asyncio.Future, cfut: Future) -> None:
+def settle(afut: asyncio.Future[Any], cfut: Future[Any]) -> None:
     """Copy a finished concurrent Future into an asyncio one (on the loop's thread)."""
     if afut.done():  # cancelled by its awaiter meanwhile
         return
@@ -55,9 +56,9 @@ def settle(afut: asyncio.Future, cfut: Future) -> None:
         afut.set_result(cfut.result())
 
 
-def resolver(loop: asyncio.AbstractEventLoop, afut: asyncio.Future) -> Callable[[Future], None]:
+def resolver(loop: asyncio.AbstractEventLoop, afut: asyncio.Future[Any]) -> Callable[[Future[Any]], None]:
     """A done-callback for a concurrent Future (run on any thread) that settles `afut` on `loop`."""
-    def done(cfut: Future) -> None:
+    def done(cfut: Future[Any]) -> None:
         try:
             loop.call_soon_threadsafe(settle, afut, cfut)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -75,14 +76,14 @@ class AsyncClient(Generic[C]):
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._control: ThreadPoolExecutor | None = None
-        self._refreshing: dict[str, asyncio.Future] = {}
+        self._refreshing: dict[str, asyncio.Future[Any]] = {}
 
-    def _make(self, cls: type[C], *args: Any, **kw: Any) -> C:
+    def _make(self, cls: type[K], *args: Any, **kw: Any) -> K:
         """The wrapped sync client, attached to a fake network if this one is (quiver.testing)."""
         obj = cls.__new__(cls)
         if self.transport_factory is not None:
             obj.transport_factory = self.transport_factory
-        obj.__init__(*args, **kw)
+        cls.__init__(obj, *args, **kw)
         return obj
 
     @property
@@ -148,7 +149,7 @@ class AsyncClient(Generic[C]):
 
     # ---- routes ------------------------------------------------------------------------------
 
-    def _route_ready(self, topic: str) -> asyncio.Future | None:
+    def _route_ready(self, topic: str) -> asyncio.Future[Any] | None:
         """None if `topic`'s cached route is fresh, else the (shared) refresh under way."""
         cached = self._sync._routes.get(topic)
         if cached is not None and time.monotonic() - cached[0] < self._sync.route_refresh_s - ROUTE_MARGIN_S:

@@ -48,6 +48,8 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
                 await c.commit()               # at-least-once: commit after handling
     """
 
+    _sync: _WakingPullConsumer
+
     def __init__(self, group: str, namesrv: str | list[str] | None = None, **options: Any) -> None:
         super().__init__()
         self._sync = self._make(_WakingPullConsumer, group, namesrv, **options)
@@ -155,5 +157,5 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         self._need_started()
         await self._blocking(self._sync.seek_to_begin)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return self._sync.stats()

@@ -72,11 +72,12 @@ class AsyncProducer(AsyncClient[Producer]):
             return afut
         self._sync._encode(msg)  # an invalid message raises now, as without the route wait
 
-        def go(f: asyncio.Future) -> None:
+        def go(f: asyncio.Future[Any]) -> None:
             if afut.done():
                 return
-            if not f.cancelled() and f.exception() is not None:
-                afut.set_exception(f.exception())
+            err = None if f.cancelled() else f.exception()
+            if err is not None:
+                afut.set_exception(err)
                 return
             try:
                 self._submit(afut, msg, queue, selector, arg)
@@ -85,7 +86,7 @@ class AsyncProducer(AsyncClient[Producer]):
         ready.add_done_callback(go)
         return afut
 
-    def _submit(self, afut: asyncio.Future, msg: Message, queue: MessageQueue | None,
+    def _submit(self, afut: asyncio.Future[Any], msg: Message, queue: MessageQueue | None,
                 selector: QueueSelector | None, arg: object) -> None:
         assert self._loop is not None
         self._sync.send_async(msg, resolver(self._loop, afut), queue=queue, selector=selector, arg=arg)
@@ -145,7 +146,7 @@ class AsyncTransactionProducer(AsyncProducer):
     """
 
     _kind = TransactionProducer
-    _sync: TransactionProducer  # type: ignore[assignment]
+    _sync: TransactionProducer
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, checker: Checker | None = None,
                  **options: Any) -> None:
@@ -173,7 +174,7 @@ class AsyncTransactionProducer(AsyncProducer):
         loop = self._need_started()
         msg_id, props = tp.half_properties(msg, execute, check_immunity_ms)
         await self._route(msg.topic)
-        afut: asyncio.Future = loop.create_future()
+        afut: asyncio.Future[Any] = loop.create_future()
         t0 = time.monotonic()
         tp.call_async(LightFuture(resolver(loop, afut)), msg.topic, [props], [msg.body], [msg.flag],
                       RequestCode.SEND_MESSAGE, lambda env, mq, addr: tp.half_sent(env, mq, addr, msg_id, props, t0),

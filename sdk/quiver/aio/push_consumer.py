@@ -101,5 +101,5 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
     def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
         return self._sync.assignment(include_retry)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         return self._sync.stats()

@@ -199,9 +199,9 @@ class MessageExt:
                    rec.flag, rec.sys_flag, rec.body_crc, rec.store_host)
 
 
-def decode_messages(buf, broker: str) -> list[MessageExt]:
+def decode_messages(buf: bytes | memoryview, broker: str) -> list[MessageExt]:
     """A pull reply's records as MessageExt, in one pass (the consumers' hot path)."""
-    out = []
+    out: list[MessageExt] = []
     parse, append = record.client_properties, out.append
     for (topic, body, props_s, qid, flag, qoff, poff, sysf, born, stored, host, rc,
          crc) in record.decode_fields(buf):
@@ -264,7 +264,7 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
 class UniqueIdMaker:
     """RocketMQ-style UNIQ_KEY: ip 4 + pid 2 + random 4 + ms-since-month 4 + counter 2, hex."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         try:
             ip = socket.inet_aton(socket.gethostbyname(socket.gethostname()))
         except OSError:

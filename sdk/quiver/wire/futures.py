@@ -7,7 +7,9 @@ completing a future nobody waited on takes one global lock and no Condition.
 """
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
+from typing import Any
 
 # the states concurrent.futures.Future keeps in `_state` (stable since 3.2; a unit test checks them)
 PENDING, CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED = "PENDING", "CANCELLED", "CANCELLED_AND_NOTIFIED", "FINISHED"
@@ -16,8 +18,8 @@ _create_lock = threading.Lock()
 _ENDED = (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED)
 
 
-class LightFuture(Future):
-    def __init__(self, callback=None):  # noqa: super().__init__ would build the Condition
+class LightFuture(Future[Any]):
+    def __init__(self, callback: Callable[[Future[Any]], object] | None = None) -> None:  # noqa: super().__init__ would build the Condition
         self._state = PENDING
         self._result = None
         self._exception = None

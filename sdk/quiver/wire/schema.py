@@ -13,6 +13,7 @@ import abc
 import re
 import reprlib
 from dataclasses import MISSING, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Self
 
 from quiver.wire import names
 from quiver.wire.codes import RequestCode, ResponseCode
@@ -323,7 +324,7 @@ MSG_ID = Str(64)
 # ---- the schema base -------------------------------------------------------------------------
 
 
-def wire(key: str, check: Check, default=MISSING, *, code: int | None = None):
+def wire(key: str, check: Check, default: Any = MISSING, *, code: int | None = None) -> Any:
     """A schema field: its short wire key, its check, and its default (absent = required)."""
     meta = {"key": key, "check": check, "code": code}
     if default is MISSING:
@@ -352,8 +353,11 @@ class Schema:
     FIELDS: tuple = ()
     __slots__ = ()
 
+    if TYPE_CHECKING:  # the dataclass decorators write the real one (keyword-only, one per field)
+        def __init__(self, **fields: Any) -> None: ...
+
     @classmethod
-    def decode(cls, ext) -> "Schema":
+    def decode(cls, ext: Any) -> Self:
         """A request's ext -> the typed object, or FieldError."""
         if type(ext) is not dict:
             raise FieldError(f"{cls._what()}: the header's ext must be a JSON object, got {_show(ext)}")
@@ -363,7 +367,7 @@ class Schema:
             raise cls._error(exc) from None
 
     @classmethod
-    def _decode(cls, ext: dict):
+    def _decode(cls, ext: dict[str, Any]) -> Self:
         obj = object.__new__(cls)
         put = object.__setattr__
         get = ext.get

@@ -15,6 +15,9 @@ the broker's store, consume_queue, index_file).
 
 import functools
 import os
+from typing import Any, Callable, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 REASON = ""
 if os.environ.get("QUIVER_NO_SPEEDUPS", "") not in ("", "0"):
@@ -31,7 +34,7 @@ ACTIVE = _ext is not None
 IMPLEMENTATION = "c" if ACTIVE else "python"
 
 
-def fast(reference):
+def fast(reference: _F) -> _F:
     """`reference`, or its compiled twin falling back to it; `.reference` is always the
     Python function (the tests compare the two)."""
     twin = getattr(_ext, reference.__name__, None)
