@@ -3,7 +3,8 @@
 
 Workload: 30 messages to Obs, all consumed by group obs-g (committed), then 7 more
 that nobody consumes; a SQL92 group reads the 37 through the filter server; one
-delayed message goes through the scheduler. Counters must equal what was sent
+delayed message goes through the scheduler; one transaction is left UNKNOWN and
+committed by the txn-checker's check. Counters must equal what was sent
 and consumed; lag must equal what Admin.consumer_progress says. The console's
 counters must equal the pages loaded from it.
 """
@@ -16,9 +17,11 @@ import urllib.request
 import pytest
 from support.scrape import parse, value
 
-from quiver import Admin, Message, MessageSelector, Producer, PullConsumer
+from quiver import Admin, Message, MessageSelector, Producer, PullConsumer, TransactionState
+from quiver.client.transaction_producer import TransactionProducer
 from quiver.tools import cli
 from quiver.tools.local import free_port, wait_healthy
+from quiver.wire.names import HALF_TOPIC
 
 TOPIC, GROUP = "Obs", "obs-g"
 
@@ -48,7 +51,8 @@ def observed(make_cluster):
     c = make_cluster(namesrv_args=("--metrics-listen", ports["namesrv"], "--log-format", "json"),
                      broker_args=("--metrics-listen", ports["broker"]))
     extra = [c.add_service("scheduler", "quiver_scheduler", "--metrics-listen", ports["scheduler"]),
-             c.add_service("txn-checker", "quiver_txn", "--metrics-listen", ports["txn"], "--check-interval-ms", "300"),
+             c.add_service("txn-checker", "quiver_txn", "--metrics-listen", ports["txn"], "--check-interval-ms", "300",
+                           "--transaction-timeout-ms", "300"),
              c.add_service("filter", "quiver_filter", "--metrics-listen", ports["filter"], "--register-interval-ms",
                            "500", data=False),
              c.add_console("--metrics-listen", ports["console"])]
@@ -116,8 +120,7 @@ def test_every_service_counts_the_workload(observed, capsys):
     sched = wait_for(lambda: (lambda s: s if value(s, "quiver_scheduler_delivered_total") == 1 else None)(
         scrape(ports["scheduler"])), "scheduler delivery")
     assert value(sched, "quiver_scheduler_delivery_lateness_seconds_count") == 1
-    txn = wait_for(lambda: (lambda s: s if value(s, "quiver_transaction_check_rounds_total") >= 1 else None)(
-        scrape(ports["txn"])), "a check round")
+    txn = _transaction_resolved_by_a_check(c.namesrv, ports)
     ns = scrape(ports["namesrv"])
     assert value(ns, "quiver_namesrv_brokers") == 1
     console = _console_counts_its_pages(ports)
@@ -137,6 +140,28 @@ def test_every_service_counts_the_workload(observed, capsys):
     text = capsys.readouterr().out
     assert f"metrics http://{ports['broker']}/metrics" in text and "  counters:" in text
     admin.shutdown()
+
+
+def _transaction_resolved_by_a_check(namesrv: str, ports) -> dict:
+    """One half message left UNKNOWN, committed when the txn-checker asks: the broker counts one
+    half and one commit, and as many checks pushed as the checker counted and the producer answered."""
+    with TransactionProducer("obs-tx", namesrv=namesrv, checker=lambda m: TransactionState.COMMIT) as tp:
+        r = tp.send_in_transaction(Message("ObsTx", b"pay"), lambda m, a: TransactionState.UNKNOWN)
+        assert r.local_state is TransactionState.UNKNOWN
+
+        def settled():
+            broker, txn = scrape(ports["broker"]), scrape(ports["txn"])
+            checks = (value(broker, "quiver_transaction_checks_total"),
+                      value(txn, "quiver_transaction_check_results_total", result="checked"), tp.checks_answered)
+            done = value(broker, "quiver_transaction_commit_total") == 1 and checks[0] >= 1 and len(set(checks)) == 1
+            return (broker, txn) if done else None
+        broker, txn = wait_for(settled, "the check that committed the transaction", timeout=20)
+    assert value(broker, "quiver_transaction_half_total") == 1
+    assert value(broker, "quiver_transaction_rollback_total") == 0
+    assert value(broker, "quiver_messages_in_total", topic=HALF_TOPIC) == 1   # stored as a half message
+    assert value(txn, "quiver_transaction_check_rounds_total") >= 1
+    assert value(txn, "quiver_transaction_check_results_total", result="discarded") == 0
+    return txn
 
 
 def _get(url: str) -> int:
