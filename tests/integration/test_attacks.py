@@ -9,7 +9,7 @@ so a refusal for some other reason cannot pass for authorization.
 
 The attacker, mallory, is a NORMAL user with rights on her own topic and group
 only. A client with no key or an unknown key gets no connection at all
-(tests/integration/test_auth.py).
+(tests/integration/test_auth_table.py).
 """
 
 import time

@@ -1,21 +1,21 @@
-"""Auth on (CURVE + ACL), real processes: who gets a connection, and what each user may do.
+"""Auth on (CURVE + ACL), real processes: what each user may do.
 
-A cluster started with an auth dir (`quiver auth init`): a client without a key
-or with an unknown key gets no connection at all and a message that says why;
-users get exactly what the ACL grants, deny wins, a deleted user's open
-connection is refused at its next request, and no user key can send a code
-reserved to a service role (broker registration, HA, filter registration).
+A cluster started with an auth dir (`quiver auth init`): users get exactly what
+the ACL grants, deny wins, a deleted user's open connection is refused at its
+next request, and no user key can send a code reserved to a service role
+(broker registration, HA, filter registration).
+No key and an unknown key, and the table over every request code at every
+service: test_auth_table.py. Key rotation and revoke: test_auth_keys.py.
 """
 
 import pytest
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.errors import ClientError, NoPermissionError, QuiverError
+from quiver.errors import NoPermissionError, QuiverError
 from quiver.tools.local import LocalCluster
 from quiver.wire import requests as rq
-from quiver.wire.access import ACTIONS
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.wire.curve import Credentials, KeyPair, init_auth_dir
+from quiver.wire.curve import Credentials, init_auth_dir
 from quiver.wire.transport import Transport
 
 pytestmark = pytest.mark.timeout(240)
@@ -55,28 +55,6 @@ def _producer(c, creds):
     p = Producer("pg", c.namesrv, credentials=creds, retries=0)
     p.start()
     return p
-
-
-def test_no_key_gets_no_connection_and_is_told_why(secure):
-    c, _, _ = secure
-    t = Transport("plain")
-    try:
-        with pytest.raises(ClientError, match="auth on; pass credentials"):
-            t.call(c.namesrv, rq.GetRouteInfo(topic="Orders"), timeout=2)
-    finally:
-        t.close()
-
-
-def test_unknown_key_is_refused(secure):
-    c, _, admin_creds = secure
-    pair = KeyPair.generate()
-    stranger = Credentials("mallory", pair.public_key, pair.secret_key, admin_creds.server_key)
-    t = Transport("stranger", credentials=stranger)
-    try:
-        with pytest.raises(ClientError, match="refused this client's key"):
-            t.call(c.namesrv, rq.GetRouteInfo(topic="Orders"), timeout=2)
-    finally:
-        t.close()
 
 
 def test_user_gets_what_is_granted_and_nothing_else(secure):
@@ -256,77 +234,6 @@ def test_cli_adds_a_user_grants_and_the_user_sends(secure, tmp_path):
         p.shutdown()
     listing = subprocess.run(base + ["list"], capture_output=True, text=True, timeout=60).stdout
     assert "frank" in listing and "topic:Orders" in listing
-
-
-NAMESRV_CODES = {RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER, RequestCode.GET_ROUTEINFO_BY_TOPIC,
-                 RequestCode.GET_BROKER_CLUSTER_INFO, RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER}
-
-
-def _grants_for(schema, ext) -> list[tuple[str, str]]:
-    """The (resource, action) pairs that give exactly this request its right."""
-    access = schema.ACCESS
-    args = schema.decode(ext)
-    out = [(res, min(n.actions, key=ACTIONS.index)) for n in access.needs for res in n.resources(args)]
-    out += [("topic:*", action) for _, action in access.later]   # the handler's resource is found later
-    return out
-
-
-def test_every_request_code_no_right_and_right(secure):
-    """The table over every request code the name server and the broker serve: a user without
-    the right gets NO_PERMISSION (naming what is missing), the user with exactly the right gets
-    past the check; codes for service roles refuse every user key, a SUPER user's too. (No key
-    and a wrong key get no connection at all: the first tests of this file.)"""
-    from support.fuzz_requests import Context, base_table
-    c, admin, admin_creds = secure
-    admin.create_topic("FuzzT", queues=1)
-    broker = next(s for s in c.services if s.role == "broker").addr
-    table = base_table(Context())
-    nobody = _user(admin, "nobody")
-    rows, wrong = [], []
-    t_none, t_admin = Transport("t-nobody", credentials=nobody), Transport("t-admin", credentials=admin_creds)
-    try:
-        for code in sorted(RequestCode):
-            ext, bodies = table[int(code)]
-            schema = rq.SCHEMAS[code]
-            addr = c.namesrv if code in NAMESRV_CODES else broker
-            access = schema.ACCESS
-            denied = t_none.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
-            if denied.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
-                rows.append((code.name, "not served on these sockets (a push to clients, the scheduler, the HA socket)"))
-                continue
-            if access.anyone:
-                expect_denied = False
-            else:
-                expect_denied = True
-                # a code checked once its resource is found (`later`) may first say there is none
-                lookup_failed = not access.needs and access.later and "not found" in denied.remark
-                if denied.code != ResponseCode.NO_PERMISSION and not lookup_failed:
-                    wrong.append(f"{code.name}: a user without the right got {denied.code} {denied.remark}")
-            if access.roles or access.super_only:
-                right = t_admin   # SUPER: allowed for super_only, still refused for service roles
-            else:
-                user = f"u{int(code)}"
-                creds = _user(admin, user)
-                for res, action in _grants_for(schema, ext):
-                    admin.acl_grant(user, res, [action])
-                right = Transport(f"t-{user}", credentials=creds)
-            try:
-                got = right.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
-            finally:
-                if right is not t_admin:
-                    right.close()
-            refused = got.code == ResponseCode.NO_PERMISSION
-            if access.roles and not refused:
-                wrong.append(f"{code.name}: a SUPER user's key got past a service-role check ({got.code})")
-            if not access.roles and refused:
-                wrong.append(f"{code.name}: the user with the right was refused: {got.remark}")
-            rows.append((code.name, f"without: {'NO_PERMISSION' if expect_denied else denied.code}; "
-                                    f"with: {'refused (service role)' if access.roles else got.code}"))
-    finally:
-        t_none.close()
-        t_admin.close()
-    print("\n".join(f"{name:<40} {what}" for name, what in rows))
-    assert not wrong, "\n".join(wrong)
 
 
 def test_ha_with_auth_on_replicates_the_data_and_the_acl_and_refuses_user_keys(tmp_path):

@@ -1,7 +1,6 @@
 """A cluster with auth on (an auth dir from `quiver auth init`), real processes on loopback:
 a name server, a broker and the services asked for, each started with the auth dir; the
-admin's SUPER key and an Admin on it. Shared by the auth tests that need more than
-test_auth.py's name server and broker."""
+admin's SUPER key and an Admin on it. Shared by the auth tests (test_auth_*.py)."""
 
 import contextlib
 
@@ -11,16 +10,20 @@ from quiver.wire.curve import Credentials, init_auth_dir
 
 
 @contextlib.contextmanager
-def secure_cluster(root, services=(), topics=()):
-    """Yield (cluster, admin, admin_creds); `services` are (role, module, *args) tuples."""
+def secure_cluster(root, services=(), topics=(), broker_args=(), controller=False):
+    """Yield (cluster, admin, admin_creds); `services` are (role, module, *args) tuples;
+    `controller`: the name server also runs the failover controller (a Raft group of one)."""
     auth = str(root / "auth")
     admin_creds = init_auth_dir(auth)
     c = LocalCluster(str(root / "cluster"), auth_dir=auth)
     admin = None
     try:
-        c.add_namesrv()
+        if controller:
+            c.add_controllers(1)
+        else:
+            c.add_namesrv()
         c.wait()
-        c.add_broker(None, None)
+        c.add_broker(None, None, *broker_args)
         c.wait()
         c.wait_registered(1)
         admin = Admin(c.namesrv, credentials=admin_creds)
