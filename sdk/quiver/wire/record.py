@@ -379,6 +379,36 @@ def check_run(buf, spans, base: int) -> list[tuple[int, str]]:
     return bad
 
 
+@fast
+def settled_run(buf, rel: int, pos: int, end: int, last_start: int, queue_next: dict) -> int:
+    """Bytes of the records at `buf[rel:]` (CommitLog offset `pos`) that a recovery can pass
+    over without dispatching them: each one whole and intact by `check_run`'s checks, ending
+    by `end`, starting at or before `last_start`, and — a normal or committed one whose
+    queue is in `queue_next` ({(topic bytes, queue id): the queue's next offset}) — below
+    its queue's next offset. Stops before the first record that is not (or a BLANK)."""
+    n, p, at, base = len(buf), rel, pos, pos - rel
+    while p + 8 <= n and at <= last_start:
+        size, magic = _PREFIX.unpack_from(buf, p)
+        if (magic != MAGIC_V1 and magic != MAGIC_V2) or size < MIN_RECORD or size > n - p or at + size > end:
+            break
+        if check_run(buf, [(at, size)], base):
+            break
+        _, _, _, queue_id, _, qoff, _, sys_flag, blen = _SETTLED.unpack_from(buf, p)
+        if (sys_flag & TX_MASK) in (TX_NOT, TX_COMMIT):
+            t = p + FIXED_SIZE + blen
+            topic = bytes(buf[t + 1:t + 1 + buf[t]]) if magic == MAGIC_V1 else \
+                bytes(buf[t + 2:t + 2 + (buf[t] << 8 | buf[t + 1])])
+            nxt = queue_next.get((topic, queue_id))
+            if nxt is not None and qoff >= nxt:
+                break
+        p += size
+        at += size
+    return at - pos
+
+
+_SETTLED = struct.Struct(f">iIiiiqqi{AT['body_len'] - AT['born_ts']}xi")
+
+
 def _why(buf, pos: int, phys: int, size: int, exc: Exception) -> str:
     """What is wrong with the record check_run refused (the rare path: worth the detail)."""
     if pos < 0 or pos + size > len(buf) or size < MIN_RECORD:

@@ -154,6 +154,21 @@ def test_flipped_size_field_in_the_middle_loses_only_that_record(d, xor):
     s.close()
 
 
+def test_flipped_body_below_the_checkpoint_is_found_by_the_recovery_scan(d):
+    # below the checkpoint records are passed over in runs (record.settled_run): a run stops
+    # at a damaged one, which is then counted, logged and skipped as anywhere else
+    s = make(d)
+    bodies, res = put(s, 20)
+    s.close()
+    _flip(d, res.phys_offsets[9], record.FIXED_SIZE + 3)
+    s = make(d)
+    st = s.stats()
+    assert st["recovery_damaged_records"] == 1
+    assert [r.body for r in pull_raw(s)] == bodies[:9] + bodies[10:]
+    assert s.max_offset("T", 0) == 20 and s.max_phys_offset == res.end_offset
+    s.close()
+
+
 def test_flipped_size_field_at_the_tail_is_cut_like_a_torn_write(d):
     s = make(d)
     bodies, res = put(s, 20)

@@ -29,6 +29,7 @@ HOST = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
 I32 = st.integers(-(2**31), 2**31 - 1)
 WIDE = st.one_of(I32, st.integers(-(2**70), 2**70))  # in and past struct's 'i' / 'q'
 TWINS = {"encode_run": record.encode_run, "check_run": record.check_run, "decode_fields": record.decode_fields,
+         "settled_run": record.settled_run,
          "parse_properties": record.parse_properties, "java_hash": message.java_hash,
          "index_run": store.index_run, "pack_entries": consume_queue.pack_entries,
          "put_entries": index_file.put_entries}
@@ -216,6 +217,40 @@ def test_check_run_prop_crc_digits():
     assert _same("check_run", raw, list(zip(offs, sizes)), 0)
     bad = raw[:-2] + b"x\x02"  # a digit that is not one
     assert not _same("check_run", bad, list(zip(offs, sizes)), 0)
+
+
+@FUZZ
+@given(st.data())
+def test_settled_run_matches(data):
+    raw, spans, base = _records(data.draw, prop_crc=data.draw(st.booleans()))
+    draw = data.draw
+    t = record.FIXED_SIZE + int.from_bytes(raw[record.BODY_LEN_AT:record.BODY_LEN_AT + 4], "big")
+    topic = raw[t + 2:t + 2 + (raw[t] << 8 | raw[t + 1])]   # the first record's (encode_run writes V2)
+    topic = topic if draw(st.booleans()) else b"other"
+    queue_next = draw(st.sampled_from([{}, {(topic, 1): 5}, {(topic, 1): 6}, {(topic, 1): 2**40},
+                                       {(topic, 1): "x"}, {(topic, 1): 2**70}, {(topic, 2): 0}]))
+    whole = spans[-1][0] + spans[-1][1]
+    assert _same("settled_run", raw, 0, base, whole, base + len(raw), {}) or not _c()
+    assert record.settled_run(raw, 0, base, whole, whole, {}) == len(raw)   # intact, nothing queued
+    buf = _damage(draw, raw)
+    lead = draw(st.sampled_from([b"", b"\0" * 7, bytes(range(40))]))
+    _same("settled_run", lead + buf, len(lead), base + draw(st.sampled_from([0, 0, 1, -1])),
+          draw(st.sampled_from([whole, whole - 1, base + 100, 2**62])),
+          draw(st.sampled_from([base, whole, spans[0][0] + (spans[0][1] if len(spans) > 1 else 0), 2**62])),
+          queue_next)
+
+
+def test_settled_run_stops_at_a_record_its_queue_lacks():
+    raw, offs, sizes = record.encode_run.reference([b"a", b"b", b"c"], b"T", 3, [0] * 3, 10, 1000, 0, 0, HOST,
+                                                   0, HOST, 0, 0, [b""] * 3, None, False)
+    end = offs[-1] + sizes[-1]
+    assert record.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 13}) == len(raw)
+    assert record.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 11}) == sizes[0]   # the queue ends at 11
+    assert record.settled_run(raw, 0, 1000, end, offs[1], {}) == sizes[0] + sizes[1]  # none starts past offs[1]
+    assert record.settled_run(raw, 0, 1000, end - 1, end, {}) == sizes[0] + sizes[1]  # the last ends past end
+    flipped = bytearray(raw)
+    flipped[offs[1] - 1000 + record.FIXED_SIZE] ^= 1   # the second body: its CRC fails
+    assert record.settled_run(bytes(flipped), 0, 1000, end, end, {}) == sizes[0]
 
 
 # ---- properties, tags, index keys ----------------------------------------------------------
