@@ -18,15 +18,15 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 from quiver import Admin  # noqa: E402
 from quiver.tools.local import LocalCluster  # noqa: E402
+from quiver.wire.transport import Transport  # noqa: E402
 from support.failover import Load, Rig, kill_cycle  # noqa: E402
 
-from bench.ha import _status, timed_sends  # noqa: E402
+from bench.ha import timed_sends, wait_slave  # noqa: E402
 
 
 def failover_times(cycles: int) -> dict:
@@ -67,14 +67,11 @@ def _sync_master(tmp):
     c.add_slave(m, "--flush", "sync")
     c.wait()
     c.wait_registered(2)
-    from quiver.wire.transport import Transport
     t = Transport("bench")
-    deadline = time.monotonic() + 20
-    while not _status(t, m.addr)["ha"]["slaves"]:
-        if time.monotonic() > deadline:
-            raise RuntimeError("slave did not connect")
-        time.sleep(0.05)
-    t.close()
+    try:
+        wait_slave(t, m.addr)
+    finally:
+        t.close()
     return c, c.stop
 
 

@@ -36,12 +36,17 @@ def _cluster(tmp, role):
     c.wait_registered(2)
     Admin(namesrv=c.namesrv).create_topic("HaBench", queues=4)
     t = Transport("bench")
-    deadline = time.monotonic() + 20
-    while not _status(t, m.addr)["ha"]["slaves"]:
+    wait_slave(t, m.addr)
+    return c, m, s, t
+
+
+def wait_slave(t: Transport, addr: str, timeout_s: float = 20) -> None:
+    """Block until the master at addr reports a connected slave."""
+    deadline = time.monotonic() + timeout_s
+    while not _status(t, addr)["ha"]["slaves"]:
         if time.monotonic() > deadline:
             raise RuntimeError("slave did not connect")
         time.sleep(0.05)
-    return c, m, s, t
 
 
 def timed_sends(namesrv: str, topic: str, n: int, size: int) -> dict:
