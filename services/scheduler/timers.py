@@ -8,11 +8,12 @@ Owns, per owned timer queue (one per broker; service thread only):
 - memory: only timers due within `timer_window_ms` sit in a heap (due, id);
   `load_step` moves the window forward from the index.
 - delivery: one timer for the heap head; due rows are fetched from the DB,
-  re-put in a batch (within reput.py's limits; what does not fit goes back
-  on the heap, due, and leaves once this batch is answered), marked
-  DELIVERED; then the delivered watermark W (every ingested timer due at or
-  before W is delivered or cancelled) is stored on the broker as the offset
-  of group `<group>_TIMER_WM` (once W >= 0).
+  re-put in batches (within reput.py's limits), up to `reput_window` batches
+  under way per queue as level queues do (what does not fit goes back on the
+  heap, due, and leaves with the next batch), marked DELIVERED once answered;
+  then the delivered watermark W (every ingested timer due at or before W is
+  delivered or cancelled, none under way) is stored on the broker as the
+  offset of group `<group>_TIMER_WM` (once W >= 0).
 - takeover / lost index (`plan_start`): if the local index is behind the
   broker's committed offset (file lost, or another instance owned the queue
   meanwhile), forget this broker's rows and re-read the timer topic from its
@@ -84,7 +85,7 @@ class TimerQueue:
         self.heap: list = []
         self.in_heap: set[str] = set()
         self.loaded_until = -1
-        self.in_flight = None
+        self.in_flight: list[list] = []   # the rows of each SCHEDULE_REPUT under way
         self.pulling = False
         self.timer = None
         self.active = True
@@ -190,7 +191,7 @@ class Timers:
     # ---- delivery -----------------------------------------------------------------------
 
     def _arm(self, q: TimerQueue) -> None:
-        if not q.active or q.in_flight is not None or not q.heap:
+        if not q.active or len(q.in_flight) >= self.config.reput_window or not q.heap:
             return
         wake_at(self.app.service, q, q.heap[0][0], self._deliver, self._arm)
 
@@ -210,13 +211,14 @@ class Timers:
         rows, *later = reput.split(rows, limit, q.max_bytes)
         for batch in later:
             for r in batch:
-                self._push(q, r.due_ms, r.id)   # due: leaves as soon as this batch is answered
-        q.in_flight = rows
+                self._push(q, r.due_ms, r.id)   # due: leaves with the next batch
+        q.in_flight.append(rows)
         req, frames = reput.request(rows, [r.due_ms for r in rows])
         self.app.request(q.addr, req, lambda env: self._reput_done(q, rows, env), frames, timeout=10.0)
+        self._arm(q)   # more due: the next batch goes now, within the window
 
     def _reput_done(self, q: TimerQueue, rows, env) -> None:
-        q.in_flight = None
+        q.in_flight = [b for b in q.in_flight if b is not rows]
         bad = reput.refused(env, len(rows))
         if bad:  # cancel what the broker refused; the rest is due: delivered at once
             self._drop(q, [rows[i] for i in sorted(bad)], env.remark)
@@ -230,7 +232,9 @@ class Timers:
                         env if isinstance(env, Exception) else env.remark)
             for r in rows:
                 self._push(q, r.due_ms, r.id)
-            if q.active:
+            if q.active:   # the head's timer, if set, is replaced: everything waits for the retry
+                if q.timer is not None:
+                    self.app.service.cancel(q.timer)
                 q.timer = self.app.service.call_later(0.2, fired, q, self._arm)
             return
         ids = [r.id for r in rows]
@@ -248,7 +252,7 @@ class Timers:
             self.db.cancel(r.id)
 
     def in_flight_ids(self) -> set[str]:
-        return {r.id for q in self.queues.values() for r in (q.in_flight or ())}
+        return {r.id for q in self.queues.values() for rows in q.in_flight for r in rows}
 
     # ---- progress ------------------------------------------------------------------------
 
@@ -257,7 +261,7 @@ class Timers:
         low = self.db.min_pending_due(q.unit.broker)
         wm = (low - 1) if low is not None else now_ms()
         if q.in_flight:
-            wm = min(wm, q.in_flight[0].due_ms - 1)
+            wm = min(wm, min(rows[0].due_ms for rows in q.in_flight) - 1)
         q.wm = max(q.wm, wm)
         if q.next_pull != q.committed:
             q.committed = q.next_pull

@@ -265,14 +265,14 @@ def test_timer_batches_and_rolls_stay_under_the_broker_frame_cap(tmp_path):
     recs = _parked([({"TIMER_DELIVER_MS": str(now - 1000 + off), "REAL_TOPIC": "T"}, off) for off in range(3)] +
                    [({"TIMER_DELIVER_MS": str(now + 3_600_000), "REAL_TOPIC": "T"}, off) for off in range(3, 6)],
                    body_bytes=MiB + MiB // 2)
-    timers.ingest(q, recs, 6)                              # the due ones leave at once
-    (req, frames, done), = app.reputs()
+    timers.ingest(q, recs, 6)                              # the due ones leave at once, pipelined:
+    (req, frames, done), (req2, frames2, done2) = app.reputs()   # what does not fit goes in a 2nd batch
     assert len(req.metas) == 2 and sum(map(len, frames)) <= BROKER_MAX_MESSAGE_BYTES
-    assert [mid for due, mid in q.heap if due <= now] == ["M2"]   # the third waits, due, for this answer
+    assert len(req2.metas) == 1 and sum(map(len, frames2)) <= BROKER_MAX_MESSAGE_BYTES
+    assert not [mid for due, mid in q.heap if due <= now] and len(q.in_flight) == 2
+    done2(_env(ResponseCode.SUCCESS, ts=1, n=1))           # answers in any order
     done(_env(ResponseCode.SUCCESS, ts=1, n=2))
-    req, frames, done = app.reputs()[-1]                   # and leaves with it
-    assert len(app.reputs()) == 2 and len(req.metas) == 1
-    done(_env(ResponseCode.SUCCESS, ts=1, n=1))
+    assert not q.in_flight and len(app.reputs()) == 2
     assert db.pending_count() == 3
     with db.engine.begin() as conn:                        # the far ones' stored copies are old
         conn.exec_driver_sql("UPDATE timers SET stored_ms = 0")
@@ -281,6 +281,23 @@ def test_timer_batches_and_rolls_stay_under_the_broker_frame_cap(tmp_path):
     rolls = app.reputs()[n:]
     assert [len(r[0].metas) for r in rolls] == [2, 1] and all(r[0].roll for r in rolls)
     assert all(sum(map(len, r[1])) <= BROKER_MAX_MESSAGE_BYTES for r in rolls)
+    db.close()
+
+
+def test_timer_reputs_are_pipelined_within_the_window(tmp_path):
+    db, app, timers, q = _timers(tmp_path, max_reput_batch=2, reput_window=2)
+    due = str(int(time.time() * 1000) - 1000)
+    timers.ingest(q, _parked([({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "T"}, off) for off in range(7)]), 7)
+    first = app.reputs()
+    assert [len(r[0].metas) for r in first] == [2, 2] and len(q.in_flight) == 2   # the window is full
+    assert len(timers.in_flight_ids()) == 4
+    first[0][2](_env(ResponseCode.SUCCESS, ts=1, n=2))     # one answered: the next batch goes at once
+    assert [len(r[0].metas) for r in app.reputs()] == [2, 2, 2]
+    first[1][2](_env(ResponseCode.SUCCESS, ts=1, n=2))
+    app.reputs()[2][2](_env(ResponseCode.SUCCESS, ts=1, n=2))
+    app.reputs()[3][2](_env(ResponseCode.SUCCESS, ts=1, n=1))
+    assert [len(r[0].metas) for r in app.reputs()] == [2, 2, 2, 1]
+    assert db.pending_count() == 0 and not q.in_flight and app.stats.count == 7
     db.close()
 
 
