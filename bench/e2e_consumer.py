@@ -1,7 +1,7 @@
 """The live consumer of the end-to-end latency run, in its own process.
 
 Usage: python -m bench.e2e_consumer NAMESRV TOPIC COUNT SECONDS
-Prints {"p50_us", "p99_us", "count"} as JSON: latency = receive time - the
+Prints {"count", "p50_us", "p99_us", "p999_us"} as JSON: latency = receive time - the
 producer's send time carried in property "t" (same machine, same clock).
 """
 
@@ -10,6 +10,8 @@ import sys
 import time
 
 from quiver import PullConsumer
+
+from bench.peers.base import percentiles
 
 
 def main(namesrv: str, topic: str, count: int, seconds: float) -> None:
@@ -22,10 +24,7 @@ def main(namesrv: str, topic: str, count: int, seconds: float) -> None:
         while len(lat) < count and time.monotonic() < deadline:
             for m in c.poll(0.05):
                 lat.append(time.time() - float(m.properties["t"]))
-    lat.sort() if lat else None
-    out = {"count": len(lat), "p50_us": lat[len(lat) // 2] * 1e6 if lat else None,
-           "p99_us": lat[int(len(lat) * 0.99)] * 1e6 if lat else None}
-    print(json.dumps(out), flush=True)
+    print(json.dumps(percentiles(lat)), flush=True)
 
 
 if __name__ == "__main__":

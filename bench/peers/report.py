@@ -25,6 +25,12 @@ LATENCY_ROWS = [
     ("e2e_p50_us", "e2e p50 at 2k msg/s (µs)"),
     ("e2e_p99_us", "e2e p99 at 2k msg/s (µs)"),
 ]
+LOAD_RATES_SHOWN = (2, 10, 50)   # thousand msg/s: runner.Counts.load_rates
+LOAD_ROWS = [row for k in LOAD_RATES_SHOWN for row in (
+    (f"load{k}k_e2e_p50_us", f"e2e p50 at {k}k msg/s (µs)"),
+    (f"load{k}k_e2e_p99_us", f"e2e p99 at {k}k msg/s (µs)"),
+    (f"load{k}k_e2e_p999_us", f"e2e p99.9 at {k}k msg/s (µs)"),
+    (f"load{k}k_e2e_rate_msgs_s", f"publish rate reached, {k}k asked (msg/s)"))]
 CEILING_ROWS = [
     ("raw_1ack_msgs_s", "pyzmq DEALER/ROUTER, 1 ack per 1 KiB msg, window 1000 (msg/s)"),
     ("raw_batch_msgs_s", "pyzmq 100-frame multipart, 1 ack each (msg/s)"),
@@ -33,13 +39,24 @@ CEILING_ROWS = [
     ("disk_fdatasync64k_recs_s", "disk append 1 KiB, fdatasync per 64 KiB (rec/s)"),
 ]
 # (text, system, metric, peer, peer metric, op, bound): ratio = ours / theirs
-TARGETS = [
-    ("pipelined produce >= 1.0x Redis Streams", "quiver-async", "produce_msgs_s", "redis", "produce_msgs_s", ">=", 1.0),
+TARGETS = [   # the performance issue's goals, then auth's and trace's
+    ("e2e p99 at 2k msg/s <= 1.0x Redis Streams'", "quiver-async", "e2e_p99_us", "redis", "e2e_p99_us", "<=", 1.0),
+    ("e2e p50 at 2k msg/s <= 1.5x Redis Streams'", "quiver-async", "e2e_p50_us", "redis", "e2e_p50_us", "<=", 1.5),
+    ("sync send p50 <= 1.2x JetStream's", "quiver-async", "sync_p50_us", "jetstream", "sync_p50_us", "<=", 1.2),
+    ("sync send p99 <= 1.5x JetStream's", "quiver-async", "sync_p99_us", "jetstream", "sync_p99_us", "<=", 1.5),
+    ("pipelined produce >= 1.2x Redis Streams", "quiver-async", "produce_msgs_s", "redis", "produce_msgs_s", ">=", 1.2),
+    ("produce 64 B >= 1.2x Redis Streams", "quiver-async", "produce_64b_msgs_s", "redis", "produce_64b_msgs_s",
+     ">=", 1.2),
+    ("16 producer processes >= 1.0x Redis Streams", "quiver-async", "procs16_msgs_s", "redis", "procs16_msgs_s",
+     ">=", 1.0),
+    ("batch produce >= 0.9x pyzmq 100-frame ceiling", "quiver-async", "batch_msgs_s", "ceilings", "raw_batch_msgs_s",
+     ">=", 0.9),
+    ("consume >= 1.5x Redis Streams", "quiver-async", "consume_msgs_s", "redis", "consume_msgs_s", ">=", 1.5),
+    ("SYNC-flush produce >= 0.5x disk fdatasync ceiling", "quiver-sync", "produce_msgs_s", "ceilings",
+     "disk_fdatasync64k_recs_s", ">=", 0.5),
     ("pipelined produce >= 1.5x JetStream", "quiver-async", "produce_msgs_s", "jetstream", "produce_msgs_s", ">=", 1.5),
-    ("consume >= 1.0x Redis Streams", "quiver-async", "consume_msgs_s", "redis", "consume_msgs_s", ">=", 1.0),
-    ("sync send p50 <= JetStream's", "quiver-async", "sync_p50_us", "jetstream", "sync_p50_us", "<=", 1.0),
-    ("e2e p99 <= Redis Streams'", "quiver-async", "e2e_p99_us", "redis", "e2e_p99_us", "<=", 1.0),
-    ("SYNC-flush produce >= 3x RabbitMQ", "quiver-sync", "produce_msgs_s", "rabbitmq", "produce_msgs_s", ">=", 3.0),
+    ("e2e p99 at 10k msg/s <= 1.0x Redis Streams'", "quiver-async", "load10k_e2e_p99_us", "redis",
+     "load10k_e2e_p99_us", "<=", 1.0),
     ("auth on: pipelined produce >= 0.85x auth off", "quiver-auth", "produce_msgs_s", "quiver-async", "produce_msgs_s",
      ">=", 0.85),
     ("auth on: consume >= 0.85x auth off", "quiver-auth", "consume_msgs_s", "quiver-async", "consume_msgs_s", ">=", 0.85),
@@ -96,6 +113,11 @@ def markdown(doc: dict) -> str:
     if systems:
         out += ["## Throughput (higher is better)", "", *_table(results, systems, THROUGHPUT_ROWS), "",
                 "## Latency (lower is better)", "", *_table(results, systems, LATENCY_ROWS), ""]
+        load = _table(results, systems, LOAD_ROWS)
+        if len(load) > 2:
+            out += ["## Latency under load (e2e, consumer in another process; lower is better)", "",
+                    "The producer is paced at each rate; a system whose publish rate falls short of the rate "
+                    "asked for was saturated there, and its latencies are not comparable.", "", *load, ""]
     if "ceilings" in results:
         out += ["## Ceilings on this machine", "", *_table(results, ["ceilings"], CEILING_ROWS), ""]
     t = [r for r in doc["targets"] if r["ratio"] is not None]

@@ -30,9 +30,12 @@ class Counts:
     procs_n: int = 10_000       # messages in all, split between them
     raw_n: int = 20_000
     disk_n: int = 50_000
+    load_rates: tuple = (2_000, 10_000, 50_000)   # latency under load: e2e at each rate (msg/s)
+    load_s: float = 2.0         # seconds at each rate
 
 
-SMOKE = Counts(n=2_000, n_16k=300, samples=300, e2e_s=1.0, procs=(1, 4), procs_n=2_000, raw_n=2_000, disk_n=5_000)
+SMOKE = Counts(n=2_000, n_16k=300, samples=300, e2e_s=1.0, procs=(1, 4), procs_n=2_000, raw_n=2_000, disk_n=5_000,
+               load_rates=(2_000, 10_000), load_s=0.5)
 
 
 def _prefixed(prefix: str, out: dict | None) -> dict | None:
@@ -41,6 +44,19 @@ def _prefixed(prefix: str, out: dict | None) -> dict | None:
 
 def _procs(name: str, s, c: Counts) -> dict:
     return {f"procs{k}_msgs_s": base.concurrent_produce(name, s, k, c.procs_n, 1024) for k in c.procs}
+
+
+def load_key(rate: int) -> str:
+    return f"load{rate // 1000}k" if rate % 1000 == 0 else f"load{rate}"
+
+
+def _load(name: str, s, c: Counts) -> dict:
+    """Latency under load, as OpenMessaging Benchmark reports it: e2e p50/p99/p99.9 with the
+    producer paced at each rate (and the rate it reached)."""
+    out = {}
+    for rate in c.load_rates:
+        out.update(_prefixed(load_key(rate), s.e2e(rate, c.load_s)))
+    return out
 
 
 # workload -> measure(system_name, system, counts) -> {metric: value} or None (N/A)
@@ -53,6 +69,7 @@ WORKLOADS = {
     "produce_64": lambda name, s, c: _prefixed("produce_64b", s.produce(c.n, 64)),
     "produce_16k": lambda name, s, c: _prefixed("produce_16k", s.produce(c.n_16k, 16 * 1024)),
     "procs": _procs,
+    "load": _load,
     "raw": lambda name, s, c: s.raw(c.raw_n),
     "disk": lambda name, s, c: s.disk(c.disk_n),
 }
@@ -63,7 +80,7 @@ PER_SYSTEM = {
     "quiver-auth": ["produce", "batch", "consume", "sync"],   # next to quiver-async: what auth costs
     "quiver-trace": ["produce", "batch"],                     # next to quiver-async: what tracing costs
 }
-DEFAULT = ["produce", "batch", "consume", "sync", "e2e", "produce_64", "produce_16k", "procs"]
+DEFAULT = ["produce", "batch", "consume", "sync", "e2e", "produce_64", "produce_16k", "procs", "load"]
 
 
 def plan(systems: list[str], workloads: list[str] | None) -> list[tuple[str, list[str]]]:

@@ -4,7 +4,7 @@
         prints "ready" once connected; each "go" line on stdin produces n messages
         (window 1000) and prints {"t0", "t1", "acked"} (epoch seconds); exits at EOF.
     python -m bench.peers.worker SYSTEM e2e '{"conn":..., "topic":..., "count":..., "seconds":...}'
-        prints "ready" once subscribed, then {"count", "p50_us", "p99_us"} when done.
+        prints "ready" once subscribed, then {"count", "p50_us", "p99_us", "p999_us"} when done.
 
 Latency = receive time - the send time (epoch seconds) the producer put in the
 message; producer and consumer share this machine's clock.
@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from bench.peers import registry
+from bench.peers import base, registry
 
 
 def main(system: str, role: str, params: dict) -> None:
@@ -34,10 +34,7 @@ def main(system: str, role: str, params: dict) -> None:
     elif role == "e2e":
         lat = mod.e2e_consume(params["conn"], params["topic"], params["count"], params["seconds"],
                               lambda: print("ready", flush=True))
-        lat.sort()
-        out = {"count": len(lat), "p50_us": lat[len(lat) // 2] * 1e6 if lat else None,
-               "p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6 if lat else None}
-        print(json.dumps(out), flush=True)
+        print(json.dumps(base.percentiles(lat)), flush=True)
     else:
         raise SystemExit(f"unknown role {role!r}")
 
