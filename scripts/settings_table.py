@@ -12,7 +12,8 @@ import sys
 from quiver.runtime.settings import describe
 
 SERVICES = [("namesrv", "quiver_namesrv"), ("broker-store", "quiver_broker"), ("filter", "quiver_filter"),
-            ("scheduler", "quiver_scheduler"), ("txn-checker", "quiver_txn"), ("console", "quiver_console")]
+            ("scheduler", "quiver_scheduler"), ("txn-checker", "quiver_txn"), ("console", "quiver_console"),
+            ("proxy", "quiver_proxy")]
 BEGIN, END = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
 
 

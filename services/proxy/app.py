@@ -29,7 +29,7 @@ class App:
         from quiver.runtime.service import Service
         self.config = config
         timeout = config.request_timeout_ms / 1000
-        creds = config.credentials or None
+        creds = config.key_file
         self.client = ClientBase(config.namesrv, timeout, credentials=creds)
         self.producer = Producer("proxy", config.namesrv, send_timeout=timeout, auto_batch=False,
                                  max_message_bytes=config.max_body_bytes, credentials=creds)
@@ -43,7 +43,7 @@ class App:
                                  self._cancel)
         self.grpc = None
         self.grpc_port = 0
-        self.service = Service(config.listen, {}, "proxy", self.status)
+        self.service = Service(config.listen, {}, "proxy", self.status, security=_status_security(config))
 
     def _is_fifo(self, topic: str) -> bool:
         try:
@@ -81,3 +81,12 @@ class App:
             self.grpc.stop(grace=1.0).wait(5)
             for c in (self.tx, self.producer, self.client):
                 c.shutdown()
+
+
+def _status_security(config):
+    """Auth on: PING/STATUS is a CURVE server with the cluster's key, like every service's socket
+    (the name server's key stands in for the service key it makes no calls under)."""
+    if not config.auth_dir:
+        return None
+    from quiver.runtime.security import Security
+    return Security(config.auth_dir, "namesrv")

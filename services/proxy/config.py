@@ -1,5 +1,6 @@
 """Proxy settings (each a --flag and a QUIVER_* env var)."""
 
+import os
 from dataclasses import dataclass
 
 from quiver.runtime.settings import setting
@@ -17,7 +18,12 @@ class Config:
     namesrv: str = setting("127.0.0.1:9876", "name servers, 'host:port;host:port'")
     advertise: str = setting("", "HOST:PORT clients are told to use in routes; empty: the address the client "
                                  "reached the proxy by")
+    auth_dir: str = setting("", "auth on: the cluster's auth dir; the proxy's SDK clients use its admin.key "
+                                "(unless --credentials names another key)")
     credentials: str = setting("", "auth on: the key file the proxy's SDK clients use")
+    serve_unverified: bool = setting(False, "auth on: serve RocketMQ 5 clients anyway, every one with the "
+                                            "proxy's key (their AK/SK signatures are not verified yet); off: "
+                                            "every RPC answers UNAUTHORIZED")
     grpc_threads: int = setting(64, "gRPC worker threads (each telemetry stream and long poll holds one)")
     request_timeout_ms: int = setting(3000, "how long one broker request waits")
     max_body_bytes: int = setting(4 * 1024 * 1024, "largest message body accepted")
@@ -31,6 +37,7 @@ class Config:
     topic_message_types: str = setting("", "'Topic=TYPE;...' a topic accepting only TYPE (NORMAL, DELAY, "
                                            "TRANSACTION); others accept FIFO if created with order, else "
                                            "NORMAL, DELAY and TRANSACTION")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     log_level: str = setting("INFO", "logging level")
     log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
                                       "message, exc)")
@@ -55,6 +62,17 @@ class Config:
         if self.pop_consume_from not in ("first", "last"):
             raise ValueError("--pop-consume-from is first or last")
         self.message_types()   # a bad --topic-message-types fails at start
+
+    @property
+    def key_file(self) -> str | None:
+        if self.credentials:
+            return self.credentials
+        return os.path.join(self.auth_dir, "admin.key") if self.auth_dir else None
+
+    @property
+    def closed(self) -> bool:
+        """Auth on without --serve-unverified: no v2 client is served."""
+        return self.key_file is not None and not self.serve_unverified
 
     def message_types(self) -> dict[str, str]:
         """--topic-message-types as {topic: type}."""

@@ -37,6 +37,14 @@ class Inbound:
     client_id: str       # the message id the client generated (echoed in traces only)
 
 
+def millis(value, code: int, what: str) -> int:
+    """A Timestamp or Duration in ms; Refused(code) when it is outside protobuf's valid range."""
+    try:
+        return value.ToMilliseconds()
+    except ValueError:
+        raise Refused(code, f"{what} is out of range") from None
+
+
 def _check_text(value: str, what: str, limit: int, code: int) -> None:
     if not value.strip() or len(value) > limit or not value.isprintable():
         raise Refused(code, f"{what} {shown(value)} must be 1..{limit} printable characters, not blank")
@@ -96,7 +104,7 @@ def inbound(pm: PbMessage, max_body_bytes: int) -> Inbound:
     props = _properties(pm)
     deliver_at = None
     if sp.HasField("delivery_timestamp"):
-        deliver_at = sp.delivery_timestamp.ToMilliseconds()
+        deliver_at = millis(sp.delivery_timestamp, Code.ILLEGAL_DELIVERY_TIME, "delivery timestamp")
         if deliver_at - int(time.time() * 1000) > MAX_DELAY_MS:
             raise Refused(Code.ILLEGAL_DELIVERY_TIME, f"delivery timestamp {deliver_at} is more than 40 days ahead")
     kind = _kind(sp.message_type, group, deliver_at)

@@ -23,7 +23,7 @@ from quiver.wire import requests as rq
 from quiver.wire.names import group_problem, shown
 from quiver.wire.receipt_handle import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS, ReceiptHandle
 
-from .messages import outbound
+from .messages import millis, outbound
 from .routes import check_topic_name
 from .statuses import OK, Refused, status_of
 
@@ -51,7 +51,7 @@ def parse_handle(text: str, topic: str) -> ReceiptHandle:
 
 
 def invisible_of(duration, what: str = "invisible_duration") -> int:
-    ms = duration.ToMilliseconds()
+    ms = millis(duration, Code.ILLEGAL_INVISIBLE_TIME, what)
     if not MIN_INVISIBLE_MS <= ms <= MAX_INVISIBLE_MS:
         raise Refused(Code.ILLEGAL_INVISIBLE_TIME, f"{what} is {MIN_INVISIBLE_MS} ms .. 12 h, not {ms} ms")
     return ms
@@ -101,7 +101,8 @@ class Receiving:
             raise Refused(Code.BAD_REQUEST, f"batch_size is 1..{MAX_BATCH}, not {req.batch_size}")
         invisible = invisible_of(req.invisible_duration) if req.HasField("invisible_duration") \
             else self.config.default_invisible_ms
-        poll_ms = req.long_polling_timeout.ToMilliseconds() if req.HasField("long_polling_timeout") else 0
+        poll_ms = millis(req.long_polling_timeout, Code.ILLEGAL_POLLING_TIME, "long_polling_timeout") \
+            if req.HasField("long_polling_timeout") else 0
         if not 0 <= poll_ms <= self.config.max_long_polling_ms:
             raise Refused(Code.ILLEGAL_POLLING_TIME, f"long_polling_timeout is 0..{self.config.max_long_polling_ms} "
                                                      f"ms, not {poll_ms}")

@@ -6,6 +6,7 @@ traceback logged. The RPCs Quiver has no counterpart for (PullMessage, offsets, 
 topics) answer NOT_IMPLEMENTED saying so.
 """
 
+import collections
 import logging
 import queue
 import threading
@@ -33,12 +34,15 @@ def answered(response_cls):
     def wrap(fn):
         def rpc(self, request, context):
             try:
-                return fn(self, request, context)
+                self.gate()
+                reply = fn(self, request, context)
             except (Refused, QuiverError) as exc:
-                return response_cls(status=status_of(exc))
+                reply = response_cls(status=status_of(exc))
             except Exception as exc:
                 log.exception("%s failed", fn.__name__)
-                return response_cls(status=status_of(exc))
+                reply = response_cls(status=status_of(exc))
+            self.count(fn.__name__, reply.status.code)
+            return reply
         rpc.__name__ = fn.__name__
         return rpc
     return wrap
@@ -53,6 +57,15 @@ class Servicer(MessagingServiceServicer):
         self.tx = tx
         self.receiving = receiving
         self.canceller = canceller   # cancel(msg_id, topic) -> bool: Producer.cancel_scheduled
+        self.counts: collections.Counter = collections.Counter()   # (rpc, code name) -> answers (metrics.py)
+
+    def gate(self) -> None:
+        if self.config.closed:
+            raise Refused(Code.UNAUTHORIZED, "auth is on and this proxy does not verify AK/SK signatures yet: "
+                                             "start it with --serve-unverified to serve clients with its own key")
+
+    def count(self, rpc: str, code: int) -> None:
+        self.counts[(rpc, Code.Name(code) if code in Code.values() else str(code))] += 1
 
     def _endpoints(self, request, context):
         return endpoints_for(self.config.advertise, request.endpoints, context.peer())
@@ -129,14 +142,20 @@ class Servicer(MessagingServiceServicer):
 
     def ReceiveMessage(self, request, context):
         try:
+            self.gate()
             msgs = self.receiving.receive(request, context.time_remaining() or 30.0)
-        except (Refused, QuiverError) as exc:
-            yield pb.ReceiveMessageResponse(status=status_of(exc))
-            return
         except Exception as exc:
-            log.exception("ReceiveMessage failed")
-            yield pb.ReceiveMessageResponse(status=status_of(exc))
+            if not isinstance(exc, (Refused, QuiverError)):
+                log.exception("ReceiveMessage failed")
+            answer = status_of(exc)
+            self.count("ReceiveMessage", answer.code)
+            yield pb.ReceiveMessageResponse(status=answer)
             return
+        self.count("ReceiveMessage", Code.OK if msgs else Code.MESSAGE_NOT_FOUND)
+        if msgs:   # the clients measure their receive latency from it (PushConsumer needs it)
+            stamp = pb.ReceiveMessageResponse()
+            stamp.delivery_timestamp.GetCurrentTime()
+            yield stamp
         for pm in msgs:
             yield pb.ReceiveMessageResponse(message=pm)
         yield pb.ReceiveMessageResponse(status=OK if msgs else status(Code.MESSAGE_NOT_FOUND, "no new message"))
@@ -163,6 +182,7 @@ class Servicer(MessagingServiceServicer):
 
     def Telemetry(self, request_iterator, context):
         try:
+            self.gate()
             session = self.clients.session(client_id_of(context.invocation_metadata()))
         except Refused as exc:
             yield pb.TelemetryCommand(status=status_of(exc))

@@ -85,7 +85,8 @@ class Project:
         self.cmd = compose_command()
         # every port compose publishes on the host is this project's own: two projects run at once
         self.env = {"QUIVER_NAMESRV_PORT": str(free_port()), "QUIVER_DEV_BROKER_PORT": str(free_port()),
-                    "QUIVER_CONSOLE_PORT": str(free_port()), "QUIVER_SPARK_UI_PORT": str(free_port())}
+                    "QUIVER_CONSOLE_PORT": str(free_port()), "QUIVER_SPARK_UI_PORT": str(free_port()),
+                    "QUIVER_PROXY_PORT": str(free_port())}
 
     @property
     def namesrv_port(self) -> int:

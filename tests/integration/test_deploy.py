@@ -17,7 +17,8 @@ from quiver.tools.local import LocalCluster
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMPOSE = os.path.join(ROOT, "compose.yaml")
 FOLDER_OF_MODULE = {"quiver_namesrv": "namesrv", "quiver_broker": "broker-store", "quiver_filter": "filter",
-                    "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker", "quiver_console": "console"}
+                    "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker", "quiver_console": "console",
+                    "quiver_proxy": "proxy"}
 
 
 def test_docker_compose_config_accepts_the_file():

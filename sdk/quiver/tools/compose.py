@@ -18,7 +18,8 @@ import yaml
 from quiver.tools.local import LocalCluster, ServiceProcess, free_port
 
 ROLE_OF_MODULE = {"quiver_namesrv": "namesrv", "quiver_broker": "broker", "quiver_filter": "filter",
-                  "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker", "quiver_console": "console"}
+                  "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker", "quiver_console": "console",
+                  "quiver_proxy": "proxy"}
 
 
 @dataclass
@@ -114,8 +115,11 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
                 env["QUIVER_DATA_DIR"] = os.path.join(cluster.data_dir, spec.name, replica)
             if env.get("QUIVER_METRICS_LISTEN"):
                 env["QUIVER_METRICS_LISTEN"] = _metrics_addr(env["QUIVER_METRICS_LISTEN"], cluster.host, i, free_ports)
-            if env.get("QUIVER_HTTP_LISTEN"):  # the web console's pages: same rule as the metrics port
-                env["QUIVER_HTTP_LISTEN"] = _metrics_addr(env["QUIVER_HTTP_LISTEN"], cluster.host, i, free_ports)
+            for key in ("QUIVER_HTTP_LISTEN", "QUIVER_GRPC_LISTEN"):  # console pages, proxy: as the metrics port
+                if env.get(key):
+                    env[key] = _metrics_addr(env[key], cluster.host, i, free_ports)
+            if env.get("QUIVER_GRPC_LISTEN"):   # the proxy's routes name its gRPC port
+                env["QUIVER_ADVERTISE"] = env["QUIVER_GRPC_LISTEN"]
             if spec.role == "broker":
                 env["QUIVER_BROKER_NAME"] = f"broker-{chr(ord('a') + i)}" if i < 26 else f"broker-{i}"
             env.update((overrides or {}).get(spec.name, {}))
@@ -123,6 +127,8 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
                                  spec.role, env=env)
             if env.get("QUIVER_HTTP_LISTEN"):
                 svc.url = f"http://{env['QUIVER_HTTP_LISTEN']}/"
+            elif env.get("QUIVER_GRPC_LISTEN"):   # RocketMQ 5 clients' endpoints
+                svc.url = env["QUIVER_GRPC_LISTEN"]
             cluster.services.append(cluster.start_service(svc))
             started.append(svc)
         cluster.wait()
@@ -130,7 +136,7 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
             cluster.wait_registered(len(started))
         for svc in started:
             if svc.url:
-                log(f"{spec.name} {svc.name}: open {svc.url}")
+                log(f"{spec.name} {svc.name}: {'open' if svc.url.startswith('http') else 'endpoints'} {svc.url}")
 
 
 def _metrics_addr(value: str, host: str, replica: int, free_ports: bool) -> str:

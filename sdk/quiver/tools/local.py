@@ -124,6 +124,15 @@ class LocalCluster:
     def namesrv(self) -> str:
         return ";".join(s.addr for s in self.services if s.role == "namesrv")
 
+    def add_core(self, brokers: int = 1) -> None:
+        """One name server and `brokers` brokers, healthy and registered (what most tools start first)."""
+        self.add_namesrv()
+        self.wait()
+        for _ in range(brokers):
+            self.add_broker()
+        self.wait()
+        self.wait_registered(brokers)
+
     def add_namesrv(self, port: int | None = None, *extra: str) -> ServiceProcess:
         n = sum(s.role == "namesrv" for s in self.services)
         svc = ServiceProcess(f"namesrv-{n}", "quiver_namesrv", self._addr(port), list(extra),
