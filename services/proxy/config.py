@@ -24,7 +24,8 @@ class Config:
     serve_unverified: bool = setting(False, "auth on: serve RocketMQ 5 clients anyway, every one with the "
                                             "proxy's key (their AK/SK signatures are not verified yet); off: "
                                             "every RPC answers UNAUTHORIZED")
-    grpc_threads: int = setting(64, "gRPC worker threads (each telemetry stream and long poll holds one)")
+    grpc_threads: int = setting(256, "gRPC worker threads: each connected client's telemetry stream holds one, "
+                                     "each long-polling receive another")
     request_timeout_ms: int = setting(3000, "how long one broker request waits")
     max_body_bytes: int = setting(4 * 1024 * 1024, "largest message body accepted")
     default_invisible_ms: int = setting(30_000, "invisible duration of a receive that names none "
