@@ -58,3 +58,15 @@ def test_broker_expiry_and_send_failover(make_cluster):
     while victim.addr not in _live(ns) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert victim.addr in _live(ns)              # rejoins with its data
+
+
+def test_services_freeze_their_start_up_objects(make_cluster):
+    # run_service moves what start-up made out of the cyclic collector's scans (gc.freeze):
+    # STATUS says how many objects, and the collections each generation ran
+    c = make_cluster(brokers=1)
+    admin = Admin(namesrv=c.namesrv)
+    for svc in c.services:
+        gc_status = admin.status(svc.addr)["gc"]
+        assert gc_status["frozen_objects"] > 10_000, (svc.name, gc_status)
+        assert len(gc_status["collections"]) == 3
+    admin.shutdown()

@@ -120,6 +120,7 @@ def run_service(config_cls, app_cls, prog: str, argv=None, collector=None) -> No
     log = logging.getLogger(prog)
     log_config(log, config)
     app = app_cls(config)
+    app.service.freeze_gc = True
     server = serve_metrics(log, app, getattr(config, "metrics_listen", ""), collector)
     signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
     try:
