@@ -13,6 +13,7 @@ from quiver.aio.bridge import AsyncClient
 from quiver.client.admin import Admin, OffsetReset
 from quiver.client.base import MessageQueue
 from quiver.client.message import MessageExt, SendResult
+from quiver.wire.curve import Credentials
 
 
 class AsyncAdmin(AsyncClient[Admin]):
@@ -25,7 +26,7 @@ class AsyncAdmin(AsyncClient[Admin]):
     """
 
     def __init__(self, namesrv: str | list[str] | None = None, timeout: float = 5.0,
-                 credentials: Any = None) -> None:
+                 credentials: str | Credentials | None = None) -> None:
         super().__init__()
         self._sync = self._make(Admin, namesrv, timeout, credentials)
         self._started = True  # Admin starts in its constructor
@@ -42,24 +43,30 @@ class AsyncAdmin(AsyncClient[Admin]):
         return await self._blocking(self._sync.create_topic, topic, queues, perm, order, brokers, wait_s)
 
     async def delete_topic(self, topic: str) -> None:
+        """Delete the topic on every broker (`Admin.delete_topic`)."""
         await self._blocking(self._sync.delete_topic, topic)
 
     async def topic_route(self, topic: str) -> dict[str, Any]:
+        """The name server's route of `topic`, as sent (`Admin.topic_route`)."""
         return await self._blocking(self._sync.topic_route, topic)
 
     async def topic_list(self) -> list[str]:
+        """Every topic the name servers route."""
         return await self._blocking(self._sync.topic_list)
 
     async def queues(self, topic: str) -> list[MessageQueue]:
+        """`topic`'s readable queues (TopicNotExistError if it has no route)."""
         return await self._blocking(self._sync.queues, topic)
 
     async def cluster_info(self) -> dict[str, Any]:
+        """The name server's cluster info (`ClientBase.cluster_info`)."""
         return await self._blocking(self._sync.cluster_info)
 
     # ---- messages -------------------------------------------------------------------------
 
     async def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                            end_ms: int = 2 ** 62) -> list[MessageExt]:
+        """Messages of `topic` with this key or unique id, oldest first (`Admin.query_by_key`)."""
         return await self._blocking(self._sync.query_by_key, topic, key, max_num, begin_ms, end_ms)
 
     async def trace(self, msg_id: str, max_records: int = 256) -> list[dict[str, Any]]:
@@ -67,48 +74,62 @@ class AsyncAdmin(AsyncClient[Admin]):
         return await self._blocking(self._sync.trace, msg_id, max_records)
 
     async def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """One message by offset msgId, or by unique id within `topic` (`Admin.view_message`)."""
         return await self._blocking(self._sync.view_message, msg_id, topic)
 
     # ---- offsets and groups ------------------------------------------------------------------
 
     async def max_offset(self, mq: MessageQueue) -> int:
+        """The queue's next offset to be written."""
         return await self._blocking(self._sync.max_offset, mq)
 
     async def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first offset still stored."""
         return await self._blocking(self._sync.min_offset, mq)
 
     async def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
+        """The queue's first offset stored at or after `ts_ms` (epoch ms)."""
         return await self._blocking(self._sync.search_offset, mq, ts_ms)
 
     async def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """`group`'s committed offset of the queue, None if none."""
         return await self._blocking(self._sync.consumer_offset, group, mq)
 
     async def reset_offset(self, group: str, topic: str, ts_ms: int | None = None, *,
                            offset: int | None = None) -> OffsetReset:
+        """Move `group`'s offsets on `topic` to a time or an offset (`Admin.reset_offset`)."""
         return await self._blocking(self._sync.reset_offset, group, topic, ts_ms, offset=offset)
 
     async def consumer_stats(self, group: str) -> dict[str, Any]:
+        """Every broker's view of `group`: rows per queue, members, conflicts (`Admin.consumer_stats`)."""
         return await self._blocking(self._sync.consumer_stats, group)
 
     async def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict[str, Any]]:
+        """Per queue: offsets, lag, last consume time, owner (`Admin.consumer_progress`)."""
         return await self._blocking(self._sync.consumer_progress, group, topics)
 
     async def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
+        """The group's max reconsume times before the DLQ, on every broker."""
         await self._blocking(self._sync.set_group_config, group, retry_max_times)
 
     async def dlq_messages(self, group: str, max_num: int = 64) -> list[MessageExt]:
+        """Messages in `%DLQ%<group>`, oldest first (`Admin.dlq_messages`)."""
         return await self._blocking(self._sync.dlq_messages, group, max_num)
 
     async def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[SendResult]:
+        """Send dead letters back to their original topic (`Admin.resend_dlq`)."""
         return await self._blocking(self._sync.resend_dlq, group, msg_ids)
 
     # ---- cluster --------------------------------------------------------------------------
 
     async def status(self, addr: str) -> dict[str, Any]:
+        """The STATUS map of the service at `addr`."""
         return await self._blocking(self._sync.status, addr)
 
     async def ping(self, addr: str, timeout: float = 1.0) -> dict[str, Any]:
+        """PING the service at `addr` (`Admin.ping`)."""
         return await self._blocking(self._sync.ping, addr, timeout)
 
     async def open_transactions(self, limit: int = 1000) -> dict[str, list[dict[str, Any]]]:
+        """Per broker: open half messages, oldest first (`Admin.open_transactions`)."""
         return await self._blocking(self._sync.open_transactions, limit)

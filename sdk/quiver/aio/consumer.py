@@ -57,6 +57,7 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
 
     @property
     def group(self) -> str:
+        """The consumer group."""
         return self._sync.group
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -66,6 +67,7 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         self._sync.subscribe(topic, expression)
 
     async def start(self) -> AsyncPullConsumer:
+        """Start the PullConsumer (off the loop) and wake `poll` whenever a pull buffered messages."""
         if self._started:
             return self
         loop = asyncio.get_running_loop()
@@ -140,9 +142,11 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         await self._blocking(self._sync.commit)
 
     def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer owns now."""
         return self._sync.assignment()
 
     def committed(self, mq: MessageQueue) -> int | None:
+        """The offset last stored for `mq`, None if none yet or not assigned."""
         return self._sync.committed(mq)
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
@@ -150,12 +154,15 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         self._sync.seek(mq, offset)
 
     async def seek_to_timestamp(self, ts_ms: int) -> None:
+        """Every assigned queue from its first message stored at or after `ts_ms` (epoch ms)."""
         self._need_started()
         await self._blocking(self._sync.seek_to_timestamp, ts_ms)
 
     async def seek_to_begin(self) -> None:
+        """Every assigned queue from its first stored message."""
         self._need_started()
         await self._blocking(self._sync.seek_to_begin)
 
     def stats(self) -> dict[str, Any]:
+        """Counters: records skipped as undecodable, offset resets applied."""
         return self._sync.stats()

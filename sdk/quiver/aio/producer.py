@@ -55,6 +55,7 @@ class AsyncProducer(AsyncClient[Producer]):
 
     @property
     def group(self) -> str:
+        """The producer group."""
         return self._sync.group
 
     # ---- sends -------------------------------------------------------------------------------

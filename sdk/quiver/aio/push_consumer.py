@@ -52,6 +52,7 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
 
     @property
     def group(self) -> str:
+        """The consumer group."""
         return self._sync.group
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -72,6 +73,8 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
         return self
 
     async def start(self) -> AsyncPushConsumer:
+        """Start consuming (off the loop); the listener runs on this loop. ClientError without a
+        listener or a subscription."""
         if self._started:
             return self
         self._loop = asyncio.get_running_loop()   # the listener runs here from the first message on
@@ -99,7 +102,9 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
         return out
 
     def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
+        """The queues this consumer owns now (with `include_retry`, its %RETRY% queue too)."""
         return self._sync.assignment(include_retry)
 
     def stats(self) -> dict[str, Any]:
+        """Counters: records skipped as undecodable, offset resets applied."""
         return self._sync.stats()

@@ -4,6 +4,7 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from quiver.client import queue_puller, trace as msg_trace
 from quiver.wire import record
@@ -13,7 +14,9 @@ from quiver.client.admin_inspect import InspectCommands
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
-from quiver.client.message import RESERVED_PROPERTIES, Message, MessageExt, parse_offset_msg_id
+from quiver.client.message import RESERVED_PROPERTIES, Message, MessageExt, SendResult, parse_offset_msg_id
+from quiver.wire.curve import Credentials
+from quiver.wire.protocol import Envelope
 from quiver.wire.validation import DLQ_PREFIX, check_group, check_topic
 
 log = logging.getLogger(__name__)
@@ -25,7 +28,7 @@ class OffsetReset:
     members of the group its brokers told (each member heartbeats to every broker: the most any
     broker told). `online` False: nobody was consuming, the group resumes from these offsets
     at its next start."""
-    offsets: dict
+    offsets: dict[MessageQueue, int]
     members: int
 
     @property
@@ -34,7 +37,21 @@ class OffsetReset:
 
 
 class Admin(InspectCommands, AclCommands, ClientBase):
-    def __init__(self, namesrv=None, timeout: float = 5.0, credentials=None):
+    """Cluster administration, RocketMQ's mqadmin as calls: topics, routes, message lookups,
+    offsets, consumer groups, dead letters, transactions, broker status and the ACL. Started
+    on construction (no start() needed); `timeout` is each request's, in seconds; `namesrv` and
+    `credentials` as for Producer. Errors are the server's (quiver.errors), e.g.
+    TopicNotExistError, QueryNotFoundError, NoPermissionError; ClientError when nothing answers.
+
+        admin = Admin(namesrv="127.0.0.1:9876")
+        admin.create_topic("Orders", queues=8)
+        for row in admin.consumer_progress("cg"):
+            print(row["topic"], row["queue_id"], row["lag"])
+        admin.shutdown()
+    """
+
+    def __init__(self, namesrv: str | list[str] | None = None, timeout: float = 5.0,
+                 credentials: str | Credentials | None = None) -> None:
         super().__init__(namesrv, timeout, credentials)
         self._store_hosts: dict[str, str] = {}  # store host -> advertised address (see _by_store_host)
         self.start()
@@ -42,7 +59,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     # ---- topics ---------------------------------------------------------------------
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
-                     brokers: list[str] | None = None, wait_s: float = 5.0) -> dict:
+                     brokers: list[str] | None = None, wait_s: float = 5.0) -> dict[str, Any]:
         """Create (or update) a topic on every broker, or on the named ones.
 
         Returns once every name server routes it (up to `wait_s`), so a producer or
@@ -72,7 +89,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         while pending:
             addr = pending[0]
             try:
-                env = self.transport.call(addr, rq.GetRouteInfo(topic=topic), timeout=1.0)
+                env = self._io().call(addr, rq.GetRouteInfo(topic=topic), timeout=1.0)
                 routed = {q.broker_name for q in rq.RouteReply.decode(env.ext).route.queues if q.write == queues}
                 if brokers <= routed:
                     pending.pop(0)
@@ -86,6 +103,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             time.sleep(0.02)
 
     def delete_topic(self, topic: str) -> None:
+        """Delete `topic` on every broker (config, queues, offsets); a broker without it is skipped."""
         for name, addr in self.all_broker_addrs().items():
             try:
                 self.call_broker(addr, rq.DeleteTopic(topic=topic))
@@ -94,23 +112,30 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                     raise
         self._routes.pop(topic, None)
 
-    def topic_route(self, topic: str) -> dict:
+    def topic_route(self, topic: str) -> dict[str, Any]:
         """The name server's route as it sent it (for people; clients use `route`)."""
-        return self.call_namesrv(rq.GetRouteInfo(topic=topic))["route"]
+        route: dict[str, Any] = self.call_namesrv(rq.GetRouteInfo(topic=topic))["route"]
+        return route
 
     def topic_list(self) -> list[str]:
+        """Every topic the name servers route."""
         return rq.TopicListReply.decode(self.call_namesrv(rq.GetTopicList())).topics
 
     def queues(self, topic: str) -> list[MessageQueue]:
+        """`topic`'s readable queues, from a fresh route (TopicNotExistError if there is none)."""
         return self.route(topic, refresh=True).read_queues
 
     # ---- messages ---------------------------------------------------------------------
 
     def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                      end_ms: int = 2 ** 62) -> list[MessageExt]:
-        out = []
+        """Messages of `topic` with key (or unique id) `key` stored in [begin_ms, end_ms], oldest
+        first, at most `max_num` (every broker's index is asked)."""
+        out: list[MessageExt] = []
         route = self.route(topic, refresh=True)
         for broker, addr in sorted(route.addrs.items()):
+            if addr is None:
+                raise ClientError(f"broker {broker!r} of topic {topic!r} has no address")
             try:
                 env = self.call_broker(addr, rq.QueryMessage(topic=topic, key=key, max_msgs=max_num,
                                                              begin_ts=begin_ms, end_ts=end_ms))
@@ -120,14 +145,14 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 
-    def trace(self, msg_id: str, max_records: int = 256) -> list[dict]:
+    def trace(self, msg_id: str, max_records: int = 256) -> list[dict[str, Any]]:
         """The message's trace timeline, oldest first: one dict per event and message with at least
         type (Pub, SubBefore, SubAfter, EndTransaction, Delayed, Retry, DLQ), time_ms, cost_ms
         (or None), status, topic, broker, group, client, msg_id, keys, tags, queue_id,
         queue_offset, plus the type's extras (quiver.client.trace). Asks every broker for the
         trace messages keyed by `msg_id` (IndexFile); [] when nothing traced it. With auth on the
         trace topic is a system topic: a SUPER user's key reads it."""
-        rows: list[dict] = []
+        rows: list[dict[str, Any]] = []
         for broker, addr in sorted(self.all_broker_addrs().items()):
             req = rq.QueryMessage(topic=msg_trace.TRACE_TOPIC, key=msg_id, max_msgs=max_records)
             try:
@@ -166,7 +191,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     def _by_store_host(self, brokers: dict[str, str]) -> dict[str, str]:
         """Store host (the ip:port an offset msgId carries) -> advertised address, from each
         broker's STATUS: under compose a broker advertises a hostname but stores its IPv4."""
-        out = {}
+        out: dict[str, str] = {}
         for addr in brokers.values():
             try:
                 host = self.status(addr).get("store_host")
@@ -178,24 +203,28 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     # ---- offsets -------------------------------------------------------------------------
 
-    def _queue_call(self, mq: MessageQueue, kind: type[rq.Schema], **fields):
+    def _queue_call(self, mq: MessageQueue, kind: type[rq.Schema], **fields: Any) -> Envelope:
         """A request about one queue (`kind` is its schema) to the queue's broker."""
         addr = self.broker_addr(mq.broker, mq.topic)
         return self.call_broker(addr, kind(topic=mq.topic, queue_id=mq.queue_id, **fields))
 
-    def _offset(self, mq: MessageQueue, kind: type[rq.Schema], **fields) -> int:
+    def _offset(self, mq: MessageQueue, kind: type[rq.Schema], **fields: Any) -> int:
         return rq.OffsetReply.decode(self._queue_call(mq, kind, **fields).ext).offset
 
     def max_offset(self, mq: MessageQueue) -> int:
+        """The queue's next offset to be written (its message count so far)."""
         return self._offset(mq, rq.GetMaxOffset)
 
     def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's first offset still stored."""
         return self._offset(mq, rq.GetMinOffset)
 
     def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
+        """The queue's first offset stored at or after `ts_ms` (epoch ms)."""
         return self._offset(mq, rq.SearchOffsetByTimestamp, timestamp=ts_ms)
 
     def consumer_offset(self, group: str, mq: MessageQueue) -> int | None:
+        """`group`'s committed offset of the queue, None if it has committed none."""
         try:
             return self._offset(mq, rq.QueryConsumerOffset, group=group)
         except QueryNotFoundError:
@@ -213,16 +242,19 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         check_group(group)
         route = self.route(topic, refresh=True)
         req = rq.ResetOffset(group=group, topic=topic, timestamp=ts_ms, offset=offset)
-        offsets, members = {}, 0
+        offsets: dict[MessageQueue, int] = {}
+        members = 0
         for broker in sorted({mq.broker for mq in route.read_queues}):
-            reply = rq.ResetOffsetReply.decode(self.call_broker(route.addrs[broker], req).ext)
+            reply = rq.ResetOffsetReply.decode(self.call_broker(route.addr(broker), req).ext)
             offsets.update({MessageQueue(topic, broker, q): off for q, off in reply.offsets})
             members = max(members, reply.members)
         return OffsetReset(dict(sorted(offsets.items())), members)
 
-    def consumer_stats(self, group: str) -> dict:
+    def consumer_stats(self, group: str) -> dict[str, Any]:
         """Every broker's view of a group: rows per queue, members, subscription conflicts."""
-        rows, clients, conflicts = [], set(), {}
+        rows: list[dict[str, Any]] = []
+        clients: set[str] = set()
+        conflicts: dict[str, dict[str, list[str]]] = {}
         for broker, addr in sorted(self.all_broker_addrs().items()):
             stats = rq.ConsumeStatsReply.decode(self.call_broker(addr, rq.GetConsumeStats(group=group)).ext)
             rows.extend({"broker": broker, **dataclasses.asdict(r)} for r in stats.rows)
@@ -234,16 +266,17 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         rows.sort(key=lambda r: (r["topic"], r["broker"], r["queue_id"]))
         return {"rows": rows, "clients": sorted(clients), "conflicts": conflicts}
 
-    def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict]:
+    def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict[str, Any]]:
         """Per queue: broker offset, consumer offset, lag, last consume time (store ms), owning client id."""
-        rows = self.consumer_stats(group)["rows"]
+        rows: list[dict[str, Any]] = self.consumer_stats(group)["rows"]
         if topics:
             rows = [r for r in rows if r["topic"] in topics]
         return rows
 
-    def subscription_conflicts(self, group: str) -> dict:
+    def subscription_conflicts(self, group: str) -> dict[str, Any]:
         """topic -> {"TAG:expr": [client ids]} where members of `group` subscribe differently."""
-        return self.consumer_stats(group)["conflicts"]
+        conflicts: dict[str, Any] = self.consumer_stats(group)["conflicts"]
+        return conflicts
 
     def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
         """Subscription group config on every broker (max reconsume times before the DLQ)."""
@@ -255,13 +288,13 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     def dlq_messages(self, group: str, max_num: int = 64) -> list[MessageExt]:
         """Messages in `%DLQ%<group>` (every broker), oldest first."""
         topic = f"{DLQ_PREFIX}{group}"
-        out = []
+        out: list[MessageExt] = []
         try:
             route = self.route(topic, refresh=True)
         except TopicNotExistError:
             return []
         for mq in route.read_queues:
-            addr = route.addrs[mq.broker]
+            addr = route.addr(mq.broker)
             off = self.min_offset(mq)
             while len(out) < max_num:
                 want = min(32, max_num - len(out))
@@ -273,14 +306,14 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 
-    def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list:
+    def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[SendResult]:
         """Send chosen dead letters (by msg id or origin msg id; all when None) back to their original topic."""
         from quiver.client.producer import Producer
         chosen = [m for m in self.dlq_messages(group, max_num=1 << 20)
                   if msg_ids is None or m.msg_id in msg_ids or m.properties.get("DLQ_ORIGIN_MESSAGE_ID") in msg_ids]
         if not chosen:
             return []
-        results = []
+        results: list[SendResult] = []
         p = Producer("QUIVER_DLQ_RESEND", namesrv=";".join(self.namesrvs), credentials=self.credentials)
         p.transport_factory = self.transport_factory   # the admin's network (quiver.testing's too)
         with p:
@@ -296,19 +329,20 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     # ---- cluster ---------------------------------------------------------------------------
 
-    def status(self, addr: str) -> dict:
+    def status(self, addr: str) -> dict[str, Any]:
+        """The STATUS map of the service at `addr` (a broker: store, groups, config, HA ...)."""
         return rq.StatusReply.decode(self.call_broker(addr, rq.Status()).ext).status
 
     def scheduler_addrs(self, group: str = "SCHEDULE_CONSUMER") -> list[str]:
         """Addresses of the live schedulers (their client ids, listed by the brokers, name them)."""
-        ids = set()
+        ids: set[str] = set()
         for addr in self.all_broker_addrs().values():
             ids.update(rq.ConsumerListReply.decode(self.call_broker(addr, rq.GetConsumerList(group=group)).ext).ids)
         return sorted({p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"})
 
-    def scheduler_status(self, group: str = "SCHEDULE_CONSUMER") -> dict[str, dict]:
+    def scheduler_status(self, group: str = "SCHEDULE_CONSUMER") -> dict[str, dict[str, Any]]:
         """STATUS of every scheduler: pending per level and timers, delivery lag p50/p99."""
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for addr in self.scheduler_addrs(group):
             try:
                 out[addr] = self.status(addr)
@@ -316,23 +350,23 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                 out[addr] = {"error": str(exc)}
         return out
 
-    def open_transactions(self, limit: int = 1000) -> dict[str, list[dict]]:
+    def open_transactions(self, limit: int = 1000) -> dict[str, list[dict[str, Any]]]:
         """Per broker: open half messages (transaction_id, topic, group, age_ms, checks, ...), oldest first."""
-        out = {}
+        out: dict[str, list[dict[str, Any]]] = {}
         for name, addr in sorted(self.all_broker_addrs().items()):
             env = self.call_broker(addr, rq.TransactionListOpen(limit=limit))
             out[name] = rq.TransactionListReply.decode(env.ext).open
         return out
 
-    def ha_status(self) -> list[dict]:
+    def ha_status(self) -> list[dict[str, Any]]:
         """One row per broker address (master id 0, slaves >= 1): role, CommitLog max
         offset and, for a slave, its replication lag in bytes and ms as its master counts
         it (lag_ms: age of the oldest byte the slave has not acknowledged)."""
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name, info in sorted(self.cluster_info()["brokers"].items()):
-            by_addr = {}
+            by_addr: dict[str, dict[str, Any]] = {}
             for bid, addr in sorted(info["addrs"].items(), key=lambda kv: int(kv[0])):
-                row = {"broker": name, "id": int(bid), "addr": addr}
+                row: dict[str, Any] = {"broker": name, "id": int(bid), "addr": addr}
                 try:
                     st = rq.StatusReply.decode(self.call_broker(addr, rq.Status(), timeout=2.0).ext).status
                 except QuiverError as exc:
@@ -352,10 +386,13 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                                      ack_latency=link.get("ack_latency"))
         return rows
 
-    def ping(self, addr: str, timeout: float = 1.0) -> dict:
+    def ping(self, addr: str, timeout: float = 1.0) -> dict[str, Any]:
+        """PING the service at `addr`: its reply's ext. ClientError if it cannot be reached, or
+        RequestTimeoutError when it does not answer within `timeout` seconds."""
         return self.call_broker(addr, rq.Ping(), timeout=timeout).ext
 
     def clean_expired(self, broker_addr: str) -> int:
+        """Delete the broker's expired CommitLog segments now; how many were deleted."""
         return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments
 
     def messages_between(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 32) -> list[MessageExt]:
@@ -363,12 +400,12 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         queue is read from its first offset stored at or after `begin_ms` (the web console's
         search by time)."""
         route = self.route(topic, refresh=True)
-        out = []
+        out: list[MessageExt] = []
         for mq in route.read_queues:
-            off, found = self.search_offset(mq, begin_ms), []
+            off, found = self.search_offset(mq, begin_ms), list[MessageExt]()
             while len(found) < max_num:
                 req = queue_puller.request(topic, mq.queue_id, off, max_msgs=min(32, max_num))
-                pulled = queue_puller.fetch(self, route.addrs[mq.broker], req)
+                pulled = queue_puller.fetch(self, route.addr(mq.broker), req)
                 batch = pulled.messages(mq.broker) if pulled.status is queue_puller.FOUND else []
                 found.extend(m for m in batch if begin_ms <= m.store_timestamp < end_ms)
                 if not batch or batch[-1].store_timestamp >= end_ms:

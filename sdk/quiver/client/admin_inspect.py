@@ -7,23 +7,41 @@ quiver.wire.requests, like the rest of Admin. Does not own the topic and offset 
 (admin.py) nor the ACL commands (acl_admin.py).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from quiver.client import queue_puller
-from quiver.client.base import MessageQueue
+from quiver.client.base import ClientBase, MessageQueue
+from quiver.client.message import MessageExt
 from quiver.errors import QuiverError, SubscriptionGroupNotExistError, TopicNotExistError
 from quiver.wire import requests as rq
 from quiver.wire.validation import check_group, check_topic
 
 
-class InspectCommands:
+if TYPE_CHECKING:  # type checkers see the ClientBase these commands run on
+    _Base = ClientBase
+else:
+    _Base = object
+
+
+class InspectCommands(_Base):
     """Needs ClientBase (call_broker, route, all_broker_addrs) and Admin's offset calls."""
+
+    if TYPE_CHECKING:  # what Admin (admin.py) provides
+        def min_offset(self, mq: MessageQueue) -> int: ...
+        def max_offset(self, mq: MessageQueue) -> int: ...
+        def status(self, addr: str) -> dict[str, Any]: ...
+        def clean_expired(self, broker_addr: str) -> int: ...
+        def delete_topic(self, topic: str) -> None: ...
+        def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
+                         brokers: list[str] | None = None, wait_s: float = 5.0) -> dict[str, Any]: ...
 
     # ---- topics ----------------------------------------------------------------------
 
-    def topic_status(self, topic: str) -> list[dict]:
+    def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """One row per queue: broker, queue_id, min/max offset, last store time (epoch ms, None for
         an empty queue) - RocketMQ's topicStatus. Raises TopicNotExistError."""
         route = self.route(topic, refresh=True)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for mq in sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id)):
             lo, hi = self.min_offset(mq), self.max_offset(mq)
             last = self.message_at(mq, hi - 1) if hi > lo else None
@@ -31,7 +49,7 @@ class InspectCommands:
                          "last_store_time": last.store_timestamp if last else None})
         return rows
 
-    def message_at(self, mq: MessageQueue, offset: int):
+    def message_at(self, mq: MessageQueue, offset: int) -> MessageExt | None:
         """The message at a queue offset (RocketMQ queryMsgByOffset), None when there is none."""
         addr = self.broker_addr(mq.broker, mq.topic)
         pulled = queue_puller.fetch(self, addr, queue_puller.request(mq.topic, mq.queue_id, offset, max_msgs=1))
@@ -40,14 +58,14 @@ class InspectCommands:
         msgs = [m for m in pulled.messages(mq.broker) if m.queue_offset == offset]
         return msgs[0] if msgs else None
 
-    def topic_configs(self) -> dict[str, dict]:
+    def topic_configs(self) -> dict[str, dict[str, Any]]:
         """broker name -> {topic: {read, write, perm, order, ...}} as each broker stores them."""
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for name, addr in sorted(self.all_broker_addrs().items()):
             out[name] = self.call_broker(addr, rq.GetAllTopicConfig()).ext.get("topics", {})
         return out
 
-    def purge_topic(self, topic: str) -> dict[str, dict]:
+    def purge_topic(self, topic: str) -> dict[str, dict[str, Any]]:
         """Drop every message of `topic`: each broker that has it deletes it (config, ConsumeQueue
         files, offsets) and creates it again with the same queues, perm and order. Sends in
         between fail (or, with auto-create on, make the topic with default queues). Returns the
@@ -57,7 +75,7 @@ class InspectCommands:
         if not had:
             raise TopicNotExistError(f"topic {topic!r} is on no broker")
         self.delete_topic(topic)
-        out = {}
+        out: dict[str, dict[str, Any]] = {}
         for broker, conf in had.items():
             out.update(self.create_topic(topic, queues=conf["read"], perm=conf["perm"],
                                          order=bool(conf.get("order")), brokers=[broker]))
@@ -65,10 +83,10 @@ class InspectCommands:
 
     # ---- groups ------------------------------------------------------------------------
 
-    def group_list(self) -> dict[str, dict]:
+    def group_list(self) -> dict[str, dict[str, Any]]:
         """Every consumer group some broker knows: {group: {brokers, config, offsets, online}}
         (config: the stored one, None where the broker's defaults apply)."""
-        out: dict[str, dict] = {}
+        out: dict[str, dict[str, Any]] = {}
         for broker, st in sorted(self.broker_statuses().items()):
             for group, info in (st.get("groups") or {}).items():
                 row = out.setdefault(group, {"brokers": [], "config": None, "offsets": 0, "online": 0})
@@ -78,7 +96,7 @@ class InspectCommands:
                 row["online"] = max(row["online"], info.get("online", 0))
         return dict(sorted(out.items()))
 
-    def group_config(self, group: str) -> dict[str, dict | None]:
+    def group_config(self, group: str) -> dict[str, dict[str, Any] | None]:
         """broker name -> the group's stored config on it (None: not configured there)."""
         check_group(group)
         return {broker: ((st.get("groups") or {}).get(group) or {}).get("config")
@@ -88,7 +106,7 @@ class InspectCommands:
         """Delete a group's config (and offsets) on every broker (RocketMQ deleteSubGroup); the
         brokers that knew it. Raises SubscriptionGroupNotExistError when none did."""
         check_group(group)
-        done = []
+        done: list[str] = []
         for name, addr in sorted(self.all_broker_addrs().items()):
             try:
                 self.call_broker(addr, rq.DeleteSubscriptionGroup(group=group, clean_offset=clean_offset))
@@ -101,7 +119,7 @@ class InspectCommands:
 
     # ---- brokers ------------------------------------------------------------------------
 
-    def broker_statuses(self) -> dict[str, dict]:
+    def broker_statuses(self) -> dict[str, dict[str, Any]]:
         """broker name -> its master's STATUS (groups, effective config, store ...)."""
         return {name: self.status(addr) for name, addr in sorted(self.all_broker_addrs().items())}
 

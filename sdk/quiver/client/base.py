@@ -15,15 +15,18 @@ import reprlib
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import wait
 from dataclasses import dataclass
+from typing import Any, Self, cast
 
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, FieldError, NoPermissionError, QuiverError, TopicNotExistError
 from quiver.wire.names import is_valid_addr
 from quiver.wire.names import split_addrs
-from quiver.wire.curve import credentials_from
+from quiver.wire.curve import Credentials, credentials_from
+from quiver.wire.protocol import Envelope
 from quiver.wire.transport import Transport
 from quiver.client.trace_dispatcher import ClientTrace, TraceDispatcher
 
@@ -39,7 +42,7 @@ _READ_CODES = frozenset((RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.GET_MAX_
                          RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.QUERY_MESSAGE))
 
 
-def _ignore(_result) -> None:  # callback of fire-and-forget requests
+def _ignore(_result: object) -> None:  # callback of fire-and-forget requests
     pass
 
 
@@ -49,13 +52,13 @@ _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     # bounded (a 1000-deep list has no repr), ASCII only (no control or right-to-left characters)
     text = _REPR.repr(value).encode("ascii", "backslashreplace").decode()
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _broker_id(key) -> int | None:
+def _broker_id(key: object) -> int | None:
     """A broker id key of an `addrs` map ("0", "1" ... on the wire), or None."""
     if type(key) is int:
         return key if key >= 0 else None
@@ -64,13 +67,13 @@ def _broker_id(key) -> int | None:
     return None
 
 
-def _addrs_of(name, entry, skipped: list) -> dict[int, str]:
+def _addrs_of(name: object, entry: object, skipped: list[str]) -> dict[int, str]:
     """{broker id: address} of one broker entry, leaving out (into `skipped`) what is not host:port."""
     addrs = entry.get("addrs") if isinstance(entry, dict) else None
     if not isinstance(addrs, dict):
         skipped.append(f"broker {_short(name)}: its addrs are {_short(addrs)}, not a map of id -> host:port")
         return {}
-    out = {}
+    out: dict[int, str] = {}
     for key, addr in addrs.items():
         bid = _broker_id(key)
         if bid is None or not is_valid_addr(addr):
@@ -97,7 +100,7 @@ class Route:
     count that is not an integer 0..1024 ...) are left out and described in
     `skipped`, for the client to log once."""
 
-    def __init__(self, topic: str, data: dict):
+    def __init__(self, topic: str, data: dict[str, Any]):
         self.topic = topic
         self.skipped: list[str] = []
         data = data if isinstance(data, dict) else {}
@@ -108,10 +111,12 @@ class Route:
                 self.skipped.append(f"broker entry {_short(b)} has no broker_name")
                 continue
             self.by_id[name] = _addrs_of(name, b, self.skipped)
-        self.addrs = {name: ids.get(0) or (ids[min(ids)] if ids else None) for name, ids in self.by_id.items()}
+        self.addrs: dict[str, str | None] = {name: ids.get(0) or (ids[min(ids)] if ids else None)
+                                             for name, ids in self.by_id.items()}
         self.filter_servers = self._filters(data.get("filter_servers"))
         self.cluster_filter_servers = self._cluster_filters(data.get(_CLUSTER_FILTERS))
-        write, read = [], []
+        write: list[MessageQueue] = []
+        read: list[MessageQueue] = []
         self.order = False   # created with order=True on some broker: a FIFO topic
         for q in _list(data.get("queues")):
             q = self._queue_data(q)
@@ -128,7 +133,11 @@ class Route:
         self.write_queues = sorted(write)
         self.read_queues = sorted(read)
 
-    def _queue_data(self, q) -> dict | None:
+    def addr(self, broker: str) -> str:
+        """The address of `broker`, one that this route's queues name (those all have one)."""
+        return cast(str, self.addrs[broker])
+
+    def _queue_data(self, q: Any) -> dict[str, Any] | None:
         try:
             ok = (isinstance(q["broker_name"], str) and type(q["perm"]) is int
                   and all(type(q[k]) is int and 0 <= q[k] <= _MAX_QUEUES for k in ("read", "write")))
@@ -137,10 +146,11 @@ class Route:
         if not ok:
             self.skipped.append(f"queue data {_short(q)} is not {{broker_name, read, write, perm}}")
             return None
-        return q
+        queue: dict[str, Any] = q
+        return queue
 
-    def _filters(self, data) -> dict[str, list[str]]:
-        out = {}
+    def _filters(self, data: object) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
         for addr, servers in (data.items() if isinstance(data, dict) else ()):
             good = [s for s in _list(servers) if is_valid_addr(s)]
             if not (is_valid_addr(addr) and isinstance(servers, list) and len(good) == len(servers)):
@@ -150,7 +160,7 @@ class Route:
         return out
 
 
-    def _cluster_filters(self, value) -> list[str]:
+    def _cluster_filters(self, value: Any) -> list[str]:
         """The cluster's filter servers, read through the reply's schema (rq.RouteData)."""
         if value is None:
             return []
@@ -167,7 +177,7 @@ class Route:
 _TOPIC, _CLUSTER_FILTERS = rq.RouteData.key("topic"), rq.RouteData.key("cluster_filter_servers")
 
 
-def _list(value) -> list:
+def _list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -176,7 +186,8 @@ class ClientBase:
 
     route_refresh_s = 30.0
 
-    def __init__(self, namesrv, request_timeout: float = 3.0, credentials=None):
+    def __init__(self, namesrv: str | list[str] | None, request_timeout: float = 3.0,
+                 credentials: str | Credentials | None = None) -> None:
         # auth on: a key file path or Credentials (None: QUIVER_CREDENTIALS, if set); read now so a
         # bad path fails at construction, not at the first send
         self.credentials = credentials_from(credentials)
@@ -189,7 +200,7 @@ class ClientBase:
         self._routes: dict[str, tuple[float, Route]] = {}
         self._avoid: dict[str, float] = {}
         self._read_down: dict[str, float] = {}
-        self._cluster: dict = {}
+        self._cluster: dict[str, Any] = {}
         self._skips_logged: set[str] = set()
         self._lock = threading.Lock()
         self._started = False
@@ -201,7 +212,9 @@ class ClientBase:
     tracer: ClientTrace | None = None
     transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
 
-    def start(self):
+    def start(self) -> Self:
+        """Open the transport (its IO thread) and start heartbeating if this client sends any;
+        returns the client. Calling it again does nothing."""
         if not self._started:
             self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
                                                     credentials=self.credentials)
@@ -216,6 +229,8 @@ class ClientBase:
         return self
 
     def shutdown(self) -> None:
+        """Leave the groups this client heartbeats, send what the trace queue holds (bounded) and
+        close the transport. Calling it again, or before start(), does nothing."""
         if self._started:
             self._hb_stop.set()
             self.before_close()
@@ -223,11 +238,11 @@ class ClientBase:
             tracer, self.tracer = self.tracer, None
             if tracer is not None:
                 tracer.dispatcher.close()   # what is queued is sent, bounded by its timeout
-            self.transport.close()
+            self._io().close()
 
     # ---- heartbeats and pushed requests ----------------------------------------------
 
-    def heartbeat_payload(self) -> rq.HeartBeat | dict | None:
+    def heartbeat_payload(self) -> rq.HeartBeat | dict[str, Any] | None:
         """The HEART_BEAT this client sends (an `rq.HeartBeat`; its `client_id` is always this
         client's), or None to send none. The wire form {"producers": [...], "consumers": [...]}
         is still accepted from a subclass and decoded through the schema (`heartbeat`)."""
@@ -250,6 +265,8 @@ class ClientBase:
         return self.all_broker_addrs()
 
     def send_heartbeats(self) -> None:
+        """Send `heartbeat()` now to every broker in `heartbeat_brokers()` and their slaves (also
+        done every `heartbeat_interval_s`); a failure is logged, never raised."""
         try:
             req = self.heartbeat()
             if req is None:
@@ -261,7 +278,7 @@ class ClientBase:
         # slaves too: while a master is down its slave answers the group's consumer list
         for addr in [*brokers.values(), *self.slave_addrs(brokers)]:
             try:
-                self.transport.send(addr, req, None, (), _ignore, self.request_timeout)
+                self._io().send(addr, req, None, (), _ignore, self.request_timeout)
             except QuiverError as exc:  # shut down meanwhile
                 log.debug("heartbeat to %s not sent: %s", addr, exc)
                 return
@@ -285,19 +302,19 @@ class ClientBase:
             addrs = list(self.heartbeat_brokers().values()) if leaving else []
         except QuiverError:
             return
-        futs = [self.transport.call_future(addr, req, timeout=1.0) for addr in addrs for req in leaving]
+        futs = [self._io().call_future(addr, req, timeout=1.0) for addr in addrs for req in leaving]
         wait(futs, 2.0)  # best effort: a broker that does not answer expires us later anyway
 
     # handlers for requests a broker pushes: {RequestCode: method(addr, env) -> frames | None}
-    push_handlers: dict = {}
+    push_handlers: dict[int, Callable[[Any, str, Envelope], Any]] = {}
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _on_push(self, addr, env):
+    def _on_push(self, addr: str, env: Envelope) -> Any:
         handler = self.push_handlers.get(env.code)
         if handler is None:
             log.debug("ignoring pushed request %s from %s", env.code, addr)
@@ -308,15 +325,22 @@ class ClientBase:
         if not self._started:
             raise ClientError(f"{type(self).__name__} is not started: call start() first")
 
+    def _io(self) -> Transport:
+        """The transport start() built (ClientError before that), typed for the callers."""
+        if self.transport is None:
+            raise ClientError(f"{type(self).__name__} is not started: call start() first")
+        return self.transport
+
     # ---- name server ---------------------------------------------------------------
 
-    def call_namesrv(self, code, ext: dict | None = None) -> dict:
+    def call_namesrv(self, code: "int | rq.Schema", ext: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reply's ext from the first name server that answers; `code` is a typed request
         (quiver.wire.requests), or a bare code with `ext`."""
         last: Exception | None = None
         for addr in self.namesrvs:
             try:
-                return self.transport.call(addr, code, ext, timeout=self.request_timeout).ext
+                reply: dict[str, Any] = self._io().call(addr, code, ext, timeout=self.request_timeout).ext
+                return reply
             except (TopicNotExistError, NoPermissionError):  # every name server would say the same
                 raise
             except QuiverError as exc:
@@ -330,6 +354,9 @@ class ClientBase:
         return cached[1] if cached else None
 
     def route(self, topic: str, refresh: bool = False) -> Route:
+        """`topic`'s queues and broker addresses from a name server, cached for `route_refresh_s`
+        (`refresh=True` asks again). TopicNotExistError when no name server knows the topic,
+        ClientError when none answers or the route is not a map."""
         now = time.monotonic()
         cached = self._routes.get(topic)
         if cached and not refresh and now - cached[0] < self.route_refresh_s:
@@ -342,19 +369,20 @@ class ClientBase:
         self._routes[topic] = (now, route)
         return route
 
-    def cluster_info(self) -> dict:
+    def cluster_info(self) -> dict[str, Any]:
         """The name server's cluster info, with every broker address that is not host:port left out
         (and brokers left with no address, and `live` entries under such an address)."""
         info = self.call_namesrv(rq.GetClusterInfo()).get("cluster")
         if not isinstance(info, dict):
             raise ClientError(f"the name server's cluster info is {_short(info)}, not a map")
         skipped: list[str] = []
-        brokers = {}
-        for name, entry in (info.get("brokers") if isinstance(info.get("brokers"), dict) else {}).items():
+        brokers: dict[str, Any] = {}
+        raw_brokers, raw_live = info.get("brokers"), info.get("live")
+        for name, entry in (raw_brokers if isinstance(raw_brokers, dict) else {}).items():
             ids = _addrs_of(name, entry, skipped)
             if ids:
                 brokers[name] = {**entry, "addrs": {str(k): a for k, a in sorted(ids.items())}}
-        live = info.get("live") if isinstance(info.get("live"), dict) else {}
+        live = raw_live if isinstance(raw_live, dict) else {}
         info = {**info, "brokers": brokers, "live": {a: v for a, v in live.items() if is_valid_addr(a)}}
         self._log_skipped("cluster info", skipped)
         self._cluster = info
@@ -368,23 +396,27 @@ class ClientBase:
                     self._skips_logged.add(what)
                 log.warning("%s from the name server: skipped %s", where, what)
 
-    def slave_addrs(self, names) -> list[str]:
+    def slave_addrs(self, names: Iterable[str]) -> list[str]:
         """Slave addresses (ids >= 1) of these broker names, from the last cluster info."""
         brokers = self._cluster.get("brokers", {})
         return [a for n in names for bid, a in sorted((brokers.get(n) or {}).get("addrs", {}).items())
                 if str(bid) != "0"]
 
     def broker_addr(self, broker: str, topic: str | None = None) -> str:
+        """The address of broker name `broker` (its master's, else a slave's): from `topic`'s
+        route when given, else from the cluster info. ClientError if no name server has it."""
         if topic:
-            addr = self.route(topic).addrs.get(broker)
-            if addr:
-                return addr
+            routed = self.route(topic).addrs.get(broker)
+            if routed:
+                return routed
         info = self.cluster_info()["brokers"].get(broker)
         if not info:
             raise ClientError(f"broker {broker!r} is not registered with any name server")
-        return info["addrs"].get("0") or next(iter(info["addrs"].values()))
+        addr: str = info["addrs"].get("0") or next(iter(info["addrs"].values()))
+        return addr
 
     def all_broker_addrs(self) -> dict[str, str]:
+        """Broker name -> address (its master's, else a slave's) of every registered broker."""
         return {name: b["addrs"].get("0") or next(iter(b["addrs"].values()))
                 for name, b in self.cluster_info()["brokers"].items() if b["addrs"]}
 
@@ -413,13 +445,19 @@ class ClientBase:
         """A read from `addr` failed with a connection error: use a slave for a while."""
         self._read_down[addr] = time.monotonic() + self.master_retry_s
 
-    def call_read(self, topic: str, broker: str, code, ext: dict | None = None):
+    def call_read(self, topic: str, broker: str, code: "int | rq.Schema",
+                  ext: dict[str, Any] | None = None) -> Envelope:
         """A read request (offsets, queue bounds; typed, quiver.wire.requests) to the master, else to a slave."""
-        return self.call_broker(self.read_addr(topic, broker), code, ext)
+        addr = self.read_addr(topic, broker)
+        if addr is None:
+            raise ClientError(f"broker {broker!r} of topic {topic!r} has no address")
+        return self.call_broker(addr, code, ext)
 
     # ---- fault avoidance -----------------------------------------------------------------
 
     def note_latency(self, broker: str, latency_ms: float, failed: bool = False) -> None:
+        """Record a request's latency to `broker` (or a failure): a slow or failing broker is
+        avoided for a while (RocketMQ's latency fault table; see `available`)."""
         if failed:
             latency_ms = 10_000
         for bound, avoid in zip(_LATENCY_MAX, _NOT_AVAILABLE):
@@ -429,26 +467,29 @@ class ClientBase:
                 return
 
     def available(self, broker: str) -> bool:
+        """False while `broker` is avoided after a slow or failed request (`note_latency`)."""
         until = self._avoid.get(broker)
         return until is None or until <= time.monotonic()
 
-    def call_broker(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float | None = None,
-                    ok=(ResponseCode.SUCCESS,)):
+    def call_broker(self, addr: str, code: "int | rq.Schema", ext: dict[str, Any] | None = None,
+                    bodies: Sequence[bytes] = (), timeout: float | None = None,
+                    ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Envelope:
         """A request to a broker: `code` is a typed request (quiver.wire.requests), or a bare code with `ext`. Reads (offsets, queue bounds, consumer lists, lookups) sent
         to a master that is unreachable go to its slaves (known from cached routes)."""
         self._need_started()
         slaves = self._slaves_of_master(addr) if getattr(code, "CODE", code) in _READ_CODES else ()
         if not slaves:
-            return self.transport.call(addr, code, ext, bodies, timeout or self.request_timeout, ok)
+            return self._io().call(addr, code, ext, bodies, timeout or self.request_timeout, ok)
         now = time.monotonic()
         order = [a for a in (addr, *slaves) if self._read_down.get(a, 0) <= now] or [addr, *slaves]
         for i, a in enumerate(order):
             try:
-                return self.transport.call(a, code, ext, bodies, timeout or self.request_timeout, ok)
+                return self._io().call(a, code, ext, bodies, timeout or self.request_timeout, ok)
             except ClientError:
                 self.read_failed(a)
                 if i == len(order) - 1:
                     raise
+        raise ClientError(f"no reply from {addr} or its slaves")  # not reached: the last failure raised
 
     def _slaves_of_master(self, addr: str) -> list[str]:
         for _, route in list(self._routes.values()):

@@ -27,18 +27,21 @@ import collections
 import logging
 import threading
 import time
+from typing import Any, Self
 
 from quiver.client import filter_route
 from quiver.wire import requests as rq
-from quiver.client.base import ClientBase, MessageQueue
+from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode
+from quiver.wire.curve import Credentials
+from quiver.wire.protocol import Envelope
 from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import MessageExt, MessageSelector
 from quiver.wire.names import check_group
 from quiver.client.offset_store import query_offset, start_offset
 from quiver.client.options import ConsumerOptions, from_arguments
 from quiver.client.process_queue import DelayedCalls
-from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
+from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
 from quiver.client.trace_dispatcher import enabled as trace_enabled
 
@@ -53,11 +56,11 @@ class _QueueState:
     __slots__ = ("mq", "_addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen",
                  "narrow_until")
 
-    def __init__(self, mq, addr, offset):
+    def __init__(self, mq: MessageQueue, addr: str, offset: int) -> None:
         self.mq, self._addr = mq, addr
         self.next = offset          # next offset to pull
         self.consumed = offset      # next offset the app has not polled yet
-        self.committed = None
+        self.committed: int | None = None
         self.in_flight = False
         self.buffered = 0
         self.paused = False
@@ -79,10 +82,23 @@ class PullConsumer(ClientBase):
     """Settings by keyword are ConsumerOptions fields or their historical names (consume_from,
     pull_batch_size, suspend_ms, auto_commit, auto_commit_interval_s, buffer_per_queue,
     allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once.
-    `trace=True` (or QUIVER_TRACE=1): SubBefore/SubAfter trace events when poll() hands messages over."""
+    `trace=True` (or QUIVER_TRACE=1): SubBefore/SubAfter trace events when poll() hands messages over.
+    `namesrv` and `credentials` as for Producer. ValueError for a bad setting or broadcast=True.
 
-    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
-                 trace: bool | None = None, **settings):
+        c = PullConsumer("cg", namesrv="127.0.0.1:9876", consume_from="first", auto_commit=False)
+        c.subscribe("Orders", "TagA || TagB")
+        with c:
+            for msg in c.poll(timeout=1.0):
+                handle(msg)
+            c.commit()                  # at-least-once: commit after handling
+    """
+
+    _timer: DelayedCalls     # built by start()
+    _puller: QueuePuller
+
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *args: Any,
+                 options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
+                 trace: bool | None = None, **settings: Any) -> None:
         super().__init__(namesrv, credentials=credentials)
         self.traced = trace_enabled(trace)   # SubBefore / SubAfter when poll() hands messages over
         check_group(group)
@@ -93,19 +109,21 @@ class PullConsumer(ClientBase):
         self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
         self.subscriptions: dict[str, MessageSelector] = {}
         self._queues: dict[MessageQueue, _QueueState] = {}
-        self._buffer = collections.deque()
+        # (queue, its pulled messages, the offset after them), in pull order
+        self._buffer: collections.deque[tuple[_QueueState, list[MessageExt], int]] = collections.deque()
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
         self._bad = BadRecords(opts.on_bad_record)
         self._resets = 0
         self._missing: dict[str, float] = {}  # topic -> when a name server said TOPIC_NOT_EXIST
-        self._timer: DelayedCalls | None = None
-        self._puller: QueuePuller | None = None
         self._rebalance = RebalanceLoop(Rebalancer(self, group, opts.allocate), opts.rebalance_interval_ms / 1000,
                                         lambda: list(self.subscriptions), self._queues, self._take, self._drop)
 
-    def subscribe(self, topic: str, expression="*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume `topic`'s messages that match `expression`: a tag expression ("*", "TagA ||
+        TagB") or MessageSelector.sql(...). Allowed while running (the group rebalances at once);
+        an SQL92 expression is checked then (SubscriptionParseError), else at start()."""
         sel = filter_route.as_selector(expression)
         if self._started:
             filter_route.check_subscription(self, topic, sel, self.group)
@@ -114,7 +132,9 @@ class PullConsumer(ClientBase):
             self.send_heartbeats()
             self.rebalance()
 
-    def start(self):
+    def start(self) -> Self:
+        """Connect, check SQL92 subscriptions (SubscriptionParseError), take this client's share
+        of the queues and start pulling; returns the consumer. Again: does nothing."""
         if self._started:
             return self
         super().start()
@@ -133,23 +153,25 @@ class PullConsumer(ClientBase):
         return self
 
     def assignment(self) -> list[MessageQueue]:
+        """The queues this consumer owns now (they change as group members come and go)."""
         return sorted(self._queues)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """Counters: records skipped as undecodable, offset resets applied."""
         return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
 
     # ---- assignment and offsets ---------------------------------------------------
 
     def heartbeat_payload(self) -> rq.HeartBeat:
+        """The group's heartbeat: its subscriptions, what brokers rebalance and filter by."""
         me = rq.ConsumerData(group=self.group, subscriptions=filter_route.wire_subscriptions(self.subscriptions),
                              consume_type="PULL", model="CLUSTERING", consume_from=str(self.options.consume_from))
         return rq.HeartBeat(client_id=self.client_id, consumers=[me])
 
-    def _on_ids_changed(self, addr, env):
+    def _on_ids_changed(self, addr: str, env: Envelope) -> None:
         self._rebalance.notified(addr, env)
 
-    def _on_reset(self, addr, env):
+    def _on_reset(self, addr: str, env: Envelope) -> None:
         req = rq.ResetConsumerClientOffset.decode(env.ext)
         if req.group == self.group:
             self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
@@ -157,7 +179,7 @@ class PullConsumer(ClientBase):
     push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
 
-    def route(self, topic: str, refresh: bool = False):
+    def route(self, topic: str, refresh: bool = False) -> Route:
         """The route, remembering which subscribed topics a name server says do not exist (poll)."""
         try:
             route = super().route(topic, refresh)
@@ -171,9 +193,11 @@ class PullConsumer(ClientBase):
         """Take this client's share of every subscribed topic's queues; give up the rest."""
         self._rebalance.step()
 
-    def _take(self, mq: MessageQueue, notified_at=None) -> bool:
+    def _take(self, mq: MessageQueue, notified_at: float | None = None) -> bool:
         try:
             addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
+            if addr is None:
+                raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
             offset = query_offset(self, self.group, mq, addr)
             if offset is None:
                 offset = start_offset(self, mq, addr, self.options.consume_from)
@@ -202,6 +226,8 @@ class PullConsumer(ClientBase):
         log.info("released %s at offset %d", mq, st.consumed)
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Consume `mq` from `offset` on: what is buffered of it is dropped, the next poll starts
+        there (commit() stores it). ClientError if the queue is not assigned to this consumer."""
         st = self._queues.get(mq)
         if st is None:
             raise ClientError(f"{mq} is not assigned to this consumer")
@@ -241,16 +267,19 @@ class PullConsumer(ClientBase):
                     log.warning("commit of the reset offset of %s failed: %s", mq, exc)
 
     def seek_to_timestamp(self, ts_ms: int) -> None:
+        """`seek` every assigned queue to its first message stored at or after `ts_ms` (epoch ms)."""
         for mq, st in list(self._queues.items()):
             req = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=int(ts_ms))
             self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
 
     def seek_to_begin(self) -> None:
+        """`seek` every assigned queue to its first stored message."""
         for mq, st in list(self._queues.items()):
             req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
             self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
 
     def committed(self, mq: MessageQueue) -> int | None:
+        """The offset this consumer last stored for `mq`, None if none yet or not assigned."""
         st = self._queues.get(mq)
         return st.committed if st else None
 
@@ -297,7 +326,8 @@ class PullConsumer(ClientBase):
             log.exception("pull of %s not sent: trying again", st.mq)
             self._pulled(st, gen, offset, single, None, self._puller.error_delay_s)
 
-    def _pulled(self, st: _QueueState, gen: int, offset: int, single: bool, pulled, retry_s: float) -> None:
+    def _pulled(self, st: _QueueState, gen: int, offset: int, single: bool, pulled: Pulled | None,
+                retry_s: float) -> None:
         if pulled is not None:
             try:
                 if not self._apply(st, gen, offset, single, pulled):
@@ -315,7 +345,7 @@ class PullConsumer(ClientBase):
         elif self._started:
             self._timer.call_later(retry_s, self._pull, st)
 
-    def _apply(self, st: _QueueState, gen: int, offset: int, single: bool, pulled) -> bool:
+    def _apply(self, st: _QueueState, gen: int, offset: int, single: bool, pulled: Pulled) -> bool:
         """Move the queue by a pull's answer; False when a seek, reset or drop superseded it."""
         if pulled.status is FOUND:
             got = self._puller.decode(st, pulled, self.subscriptions.get(st.mq.topic), offset, single)
@@ -361,7 +391,7 @@ class PullConsumer(ClientBase):
         rebalance (asked for by the raise, at most once a second) clears it."""
         self._need_started()
         out: list[MessageExt] = []
-        resume = []
+        resume: list[_QueueState] = []
         with self._cond:
             if not self._buffer:
                 if not self._missing_topics(every=True):
@@ -412,6 +442,7 @@ class PullConsumer(ClientBase):
                 log.warning("auto commit failed: %s", exc)
 
     def shutdown(self) -> None:
+        """Stop pulling, commit (with auto_commit; a failure is logged) and leave the group."""
         if not self._started:
             return
         self._stop.set()

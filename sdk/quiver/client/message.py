@@ -49,6 +49,10 @@ RESERVED_PROPERTIES = frozenset({
 
 
 class SendStatus(enum.Enum):
+    """How a broker stored a sent message (RocketMQ's SendStatus). SEND_OK: stored (flushed and
+    replicated as far as the broker waits for); FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT: stored,
+    but the synchronous flush / the slave did not confirm in time; SLAVE_NOT_AVAILABLE: stored,
+    with no slave to replicate to."""
     SEND_OK = "SEND_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
@@ -92,12 +96,17 @@ RECONSUME_DEFAULT = ReconsumeLater()
 
 
 class TransactionState(enum.Enum):
+    """What a transaction's local step (`execute`) or check-back (`checker`) answers: COMMIT
+    delivers the half message, ROLLBACK drops it, UNKNOWN leaves it for a later check."""
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
     UNKNOWN = "UNKNOWN"
 
 
 class PullStatus(enum.Enum):
+    """The outcome of one pull from a queue: FOUND messages, NO_NEW_MSG at the end of the queue,
+    NO_MATCHED_MSG (records there, none matching the subscription), OFFSET_ILLEGAL (the offset
+    was outside the queue: the consumer moves to the offset the broker gives)."""
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"
@@ -112,10 +121,16 @@ class MessageSelector:
 
     @classmethod
     def tags(cls, expression: str = "*") -> "MessageSelector":
+        """A tag selector: "TagA || TagB", or "*" (also for an empty expression) for every tag."""
         return cls("TAG", expression or "*")
 
     @classmethod
     def sql(cls, expression: str) -> "MessageSelector":
+        """An SQL92 selector over the message's properties, filtered by a filter server:
+
+            consumer.subscribe("Orders", MessageSelector.sql("region = 'eu' AND qty > 10"))
+
+        A consumer checks the expression when it subscribes or starts (SubscriptionParseError)."""
         return cls("SQL92", expression)
 
 
@@ -139,6 +154,15 @@ class _Json:
 
 @dataclass(slots=True)
 class Message:
+    """A message to send: `topic`, `body` (1 byte or more), optional `tags` (one tag, what
+    consumers filter on), `keys` (a list, or one space-separated string: what `Admin.query_by_key`
+    finds), user `properties`, and at most one delay: `delay_level` (1-based, the broker's delay
+    table), `deliver_at` (epoch ms) or `delay_ms` (from now). A producer checks it when sending
+    (MessageIllegalError: empty body, bad topic, a reserved property name).
+
+        Message("Orders", b"o-1", tags="created", keys=["o-1"], properties={"region": "eu"})
+        Message("Reminders", b"r-1", delay_ms=30_000)
+    """
     topic: str
     body: bytes
     tags: str | None = None
@@ -152,6 +176,7 @@ class Message:
     json = _Json()
 
     def key_list(self) -> list[str]:
+        """The keys as a list (a string is split on spaces; empty names are dropped)."""
         if not self.keys:
             return []
         if isinstance(self.keys, str):
@@ -161,6 +186,14 @@ class Message:
 
 @dataclass(slots=True)
 class MessageExt:
+    """A message as consumers and lookups get it: the Message fields plus where and when it was
+    stored (`msg_id` (the producer's unique id), `broker`, `queue_id`, `queue_offset`,
+    `commit_log_offset`, `born_timestamp` / `store_timestamp` in epoch ms), how often it was
+    delivered again (`reconsume_times`) and, from a SimpleConsumer, its `receipt_handle`.
+
+        for msg in consumer.poll():
+            print(msg.msg_id, msg.queue_offset, msg.body, msg.properties.get("region"))
+    """
     topic: str
     body: bytes
     tags: str | None
@@ -185,12 +218,15 @@ class MessageExt:
 
     @property
     def offset_msg_id(self) -> str:
+        """Broker store address + CommitLog offset as 32 hex characters (what `Admin.view_message`
+        reads directly)."""
         if not self._offset_id:
             self._offset_id = offset_msg_id(self.store_host, self.commit_log_offset)
         return self._offset_id
 
     @classmethod
     def from_record(cls, rec: record.Record, broker: str) -> "MessageExt":
+        """The message of one stored record (quiver.wire.record), read from broker `broker`."""
         props = record.client_properties(rec.props)
         keys = props.get(KEYS)
         return cls(rec.topic, rec.body, props.get(TAGS), keys.split(" ") if keys else [], props,
@@ -215,6 +251,13 @@ def decode_messages(buf: bytes | memoryview, broker: str) -> list[MessageExt]:
 
 @dataclass(slots=True)
 class SendResult:
+    """A broker's answer to a send: `status`, the message's `msg_id`, the `broker`, `queue_id` and
+    `queue_offset` it was stored at, its `topic` and `commit_log_offset`; `transaction_id` for a
+    transactional send.
+
+        r = producer.send(Message("Orders", b"o-1"))
+        assert r.status is SendStatus.SEND_OK
+    """
     status: SendStatus
     msg_id: str
     broker: str

@@ -17,6 +17,7 @@ nor the name-server list (ClientBase).
 
 import dataclasses
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from quiver.client.rebalance import strategy
@@ -61,7 +62,8 @@ class ConsumerOptions:
     pop: bool = _option(False, "push: POP consumption (no queue ownership; success acks, failure changes the "
                         "invisible duration to the retry delay); consume_from is 'first' or 'last'")
     pop_invisible_ms: int = _option(60_000, "push, pop: how long a received message stays invisible to the group")
-    on_bad_record: object = _option(None, "fn(topic, queue_id, offset, reason), called for each pulled record "
+    on_bad_record: Callable[[str, int, int, str], object] | None = _option(
+                                    None, "fn(topic, queue_id, offset, reason), called for each pulled record "
                                     "the consumer cannot decode and skips (it is also logged and counted)")
 
     def __post_init__(self):

@@ -10,11 +10,15 @@ An orderly listener makes the pops FIFO (one message per message group in flight
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from quiver.client.message import MessageExt, ReconsumeLater
 from quiver.client.popping import Popper
 from quiver.errors import QuiverError
 from quiver.wire.receipt_handle import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS
+
+if TYPE_CHECKING:
+    from quiver.client.push_consumer import PushConsumer
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ def retry_delay_ms(later: ReconsumeLater, reconsume: int) -> int:
 class PopPushLoop:
     """`consumer`: the PushConsumer (its subscriptions, pool, listener call and options)."""
 
-    def __init__(self, consumer):
+    def __init__(self, consumer: "PushConsumer") -> None:
         self.consumer = consumer
         opts = consumer.options
         self.popper = Popper(consumer, consumer.group, consume_from="first" if opts.consume_from == "first" else "last",

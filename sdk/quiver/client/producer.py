@@ -15,9 +15,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 from quiver.wire import requests as rq
-from quiver.client.base import ClientBase, MessageQueue
+from quiver.wire.protocol import Envelope
+from quiver.wire.curve import Credentials
+from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
@@ -31,9 +34,15 @@ log = logging.getLogger(__name__)
 # RocketMQ's MessageQueueSelector: fn(writable queues of the topic, message, arg) -> the queue to use
 QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 
+# what a send's reply becomes: build(reply, queue, broker address)
+Build = Callable[[Envelope, MessageQueue, str], Any]
+# one message of send_async waiting in a queue's buffer: (msg id, properties, body, flag, its Future, attempt)
+_Item = tuple[str, str, bytes, int, Future[SendResult], int]
+
 RETRYABLE = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
              ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.GO_AWAY}
-_STATUS = {ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+_STATUS: dict[int, SendStatus] = {
+           ResponseCode.SUCCESS: SendStatus.SEND_OK, ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
@@ -50,17 +59,34 @@ class _Batcher:
     """One queue's send buffer: at most one request in flight."""
     __slots__ = ("lock", "in_flight", "items", "bytes")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.lock = threading.Lock()
         self.in_flight = False
-        self.items: list = []
+        self.items: list[_Item] = []
         self.bytes = 0
 
 
 class Producer(ClientBase):
-    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv=None, send_timeout: float = 3.0, retries: int = 2,
-                 auto_batch: bool = True, batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials=None, trace: bool | None = None):
+    """Sends messages to a topic's queues (round robin over the writable queues, avoiding a
+    broker that failed lately). `namesrv`: "host:port;host:port" (None: QUIVER_NAMESRV or
+    127.0.0.1:9876); `send_timeout` in seconds; `retries`: further attempts on another broker
+    for a retryable error; `auto_batch`: send_async groups what waits for a queue into one
+    request (at most `batch_max_messages` / `batch_max_bytes`); `max_message_bytes`: the body
+    limit checked before sending; `credentials`: a key file path or Credentials when auth is on
+    (None: QUIVER_CREDENTIALS); `trace`: record Pub trace events (None: QUIVER_TRACE=1).
+    ClientError if no name server is given; a bad credentials path fails here.
+
+        with Producer("pg", namesrv="127.0.0.1:9876") as p:
+            r = p.send(Message("Orders", b"o-1", keys=["o-1"]))
+            futs = [p.send_async(Message("Orders", b"%d" % i)) for i in range(1000)]
+            results = [f.result() for f in futs]
+    """
+
+    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv: str | list[str] | None = None,
+                 send_timeout: float = 3.0, retries: int = 2, auto_batch: bool = True,
+                 batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials: str | Credentials | None = None,
+                 trace: bool | None = None) -> None:
         super().__init__(namesrv, send_timeout, credentials)
         self.traced = trace_enabled(trace)   # None: QUIVER_TRACE=1 turns it on
         self.group = group
@@ -112,7 +138,7 @@ class Producer(ClientBase):
             check_properties_size(len(props.encode()))
         return msg_id, props
 
-    def _result(self, env, mq: MessageQueue, addr: str, msg_ids: list[str]) -> list[SendResult]:
+    def _result(self, env: Envelope, mq: MessageQueue, addr: str, msg_ids: list[str]) -> list[SendResult]:
         status = _STATUS.get(env.code)
         if status is None:
             raise error_for(env.code, env.remark or "")
@@ -122,7 +148,7 @@ class Producer(ClientBase):
         return [SendResult(status, mid, mq.broker, qid, first + i, topic, store_host, p)
                 for i, (mid, p) in enumerate(zip(msg_ids, sent.phys_offsets))]
 
-    _host_cache: dict = {}
+    _host_cache: dict[str, bytes] = {}
 
     def _store_host(self, addr: str) -> bytes:
         h = self._host_cache.get(addr)
@@ -144,7 +170,7 @@ class Producer(ClientBase):
             raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue")
         if key is not None:
             mq = queues[abs(java_hash(key)) % len(queues)]
-            return mq, route.addrs[mq.broker]
+            return mq, route.addr(mq.broker)
         n = len(queues)
         start = next(self._rr)
         fallback = None
@@ -154,12 +180,15 @@ class Producer(ClientBase):
                 fallback = fallback or mq
                 continue
             if self.available(mq.broker):
-                return mq, route.addrs[mq.broker]
+                return mq, route.addr(mq.broker)
             fallback = fallback or mq
         mq = fallback or queues[start % n]
-        return mq, route.addrs[mq.broker]
+        return mq, route.addr(mq.broker)
 
-    def route(self, topic: str, refresh: bool = False):
+    def route(self, topic: str, refresh: bool = False) -> Route:
+        """`topic`'s route (see ClientBase.route); a topic no name server knows yet gets every
+        registered broker's default queues (the broker auto-creates it if allowed).
+        TopicNotExistError when no broker is registered."""
         try:
             return super().route(topic, refresh)
         except QuiverError as exc:
@@ -167,9 +196,8 @@ class Producer(ClientBase):
                 raise
             return self._default_route(topic)
 
-    def _default_route(self, topic: str):
+    def _default_route(self, topic: str) -> Route:
         """No route yet: offer every broker (it auto-creates the topic if allowed)."""
-        from quiver.client.base import Route
         brokers = [{"broker_name": n, "addrs": {"0": a}} for n, a in self.all_broker_addrs().items()]
         if not brokers:
             raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic!r} and no broker is registered")
@@ -220,7 +248,7 @@ class Producer(ClientBase):
             queue = selector(list(route.write_queues), msg, arg)
         if not isinstance(queue, MessageQueue) or queue not in route.write_queues:
             raise MessageIllegalError(f"{queue!r} is not a writable queue of topic {msg.topic!r}")
-        return queue, route.addrs[queue.broker]
+        return queue, route.addr(queue.broker)
 
     def _send_to(self, mq: MessageQueue, addr: str, msg: Message, timeout: float | None) -> SendResult:
         msg_id, props = self._encode(msg)
@@ -234,18 +262,21 @@ class Producer(ClientBase):
         return results[0]
 
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
+        """Send messages of one topic as one request to one queue and wait: one SendResult each,
+        in order. MessageIllegalError for an empty batch, mixed topics, a delayed message or a
+        batch over `max_message_bytes`; retried on another broker like `send`."""
         self._need_started()
         topic, ids, props, bodies, flags = self._encode_batch(msgs)
         return self._send_sync(topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout)
 
-    def send_batch_async(self, msgs: list[Message]) -> Future:
+    def send_batch_async(self, msgs: list[Message]) -> Future[list[SendResult]]:
         """One batch request without waiting: Future[list[SendResult]] (retried elsewhere on failure)."""
         self._need_started()
         topic, ids, props, bodies, flags = self._encode_batch(msgs)
         fut = LightFuture()
         tracer, t0 = self.tracer, time.monotonic()
 
-        def build(env, mq, addr):
+        def build(env: Envelope, mq: MessageQueue, addr: str) -> list[SendResult]:
             results = self._result(env, mq, addr, ids)
             if tracer is not None:
                 tracer.pub(results, props, t0)
@@ -253,8 +284,8 @@ class Producer(ClientBase):
         self.call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, build)
         return fut
 
-    def call_async(self, fut: Future, topic: str, props: list[str], bodies: list, flags: list[int], code: int,
-                   build, sys_flag: int = 0, avoid: str | None = None, attempt: int = 0) -> None:
+    def call_async(self, fut: Future[Any], topic: str, props: list[str], bodies: list[bytes], flags: list[int],
+                   code: int, build: Build, sys_flag: int = 0, avoid: str | None = None, attempt: int = 0) -> None:
         """The non-blocking twin of `_call_with_retry`: completes `fut` with `build(reply, queue,
         broker address)`, retried on another broker while the error is retryable. Callbacks
         run on the IO thread."""
@@ -266,7 +297,7 @@ class Producer(ClientBase):
         req, frames = self._request(mq, props, flags, bodies, sys_flag=sys_flag)
         t0 = time.monotonic()
 
-        def done(env):
+        def done(env: Envelope | Exception) -> None:
             try:
                 if isinstance(env, Exception):
                     raise env
@@ -283,15 +314,18 @@ class Producer(ClientBase):
             self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
             fut.set_result(result)
         try:
-            self.transport.send(addr, code, req.ext(), frames, done, self.send_timeout)
+            self._io().send(addr, code, req.ext(), frames, done, self.send_timeout)
         except QuiverError as exc:
             done(exc)
 
-    def _encode_batch(self, msgs: list[Message]):
+    def _encode_batch(self, msgs: list[Message]) -> tuple[str, list[str], list[str], list[bytes], list[int]]:
         if not msgs:
             raise MessageIllegalError("batch is empty")
         topic = msgs[0].topic
-        ids, props, bodies, flags = [], [], [], []
+        ids: list[str] = []
+        props: list[str] = []
+        bodies: list[bytes] = []
+        flags: list[int] = []
         for m in msgs:
             if m.topic != topic:
                 raise MessageIllegalError(f"a batch goes to one topic: {m.topic!r} != {topic!r}")
@@ -303,8 +337,8 @@ class Producer(ClientBase):
             raise MessageIllegalError(f"batch is {sum(map(len, bodies))} bytes; the limit is {self.max_message_bytes}: split it")
         return topic, ids, props, bodies, flags
 
-    def _request(self, mq: MessageQueue, props: list[str], flags: list[int], bodies: list,
-                 wait: bool = True, sys_flag: int = 0) -> tuple[rq.SendMessage, list]:
+    def _request(self, mq: MessageQueue, props: list[str], flags: list[int], bodies: list[bytes],
+                 wait: bool = True, sys_flag: int = 0) -> tuple[rq.SendMessage, list[bytes]]:
         """The send of these messages to `mq` and its body frames (several bodies: one packed frame).
         The schema is SEND_MESSAGE's; a batch goes as SEND_BATCH_MESSAGE with its `ext()`."""
         lengths, frames = rq.pack_bodies(bodies)
@@ -312,7 +346,8 @@ class Producer(ClientBase):
                               group=self.group, born_ts=int(time.time() * 1000), sys_flag=sys_flag,
                               wait=wait), frames
 
-    def _send_sync(self, topic, ids, props, bodies, flags, code, timeout) -> list[SendResult]:
+    def _send_sync(self, topic: str, ids: list[str], props: list[str], bodies: list[bytes], flags: list[int],
+                   code: int, timeout: float | None) -> list[SendResult]:
         t0 = time.monotonic()
         env, mq, addr = self._call_with_retry(topic, props, bodies, flags, code, timeout)
         results = self._result(env, mq, addr, ids)
@@ -321,11 +356,13 @@ class Producer(ClientBase):
             tracer.pub(results, props, t0)
         return results
 
-    def _call_with_retry(self, topic, props, bodies, flags, code, timeout, sys_flag: int = 0):
+    def _call_with_retry(self, topic: str, props: list[str], bodies: list[bytes], flags: list[int], code: int,
+                         timeout: float | None, sys_flag: int = 0) -> tuple[Envelope, MessageQueue, str]:
         """(reply, queue, broker address) of a blocking send, retried on another broker while the
         error is retryable and time is left (RocketMQ's retryTimesWhenSendFailed)."""
         deadline = time.monotonic() + (timeout or self.send_timeout)
-        avoid, last = None, None
+        avoid: str | None = None
+        last: QuiverError | None = None
         for attempt in range(self.retries + 1):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -334,7 +371,7 @@ class Producer(ClientBase):
             t0 = time.monotonic()
             try:
                 req, frames = self._request(mq, props, flags, bodies, sys_flag=sys_flag)
-                env = self.transport.call(addr, code, req.ext(), frames, left, ok=tuple(_STATUS))
+                env = self._io().call(addr, code, req.ext(), frames, left, ok=tuple(_STATUS))
                 self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
                 return env, mq, addr
             except QuiverError as exc:
@@ -350,29 +387,32 @@ class Producer(ClientBase):
     # ---- oneway ----------------------------------------------------------------------------------
 
     def send_oneway(self, msg: Message) -> None:
+        """Send without asking for an answer (no result, no retry: a lost message is not
+        noticed). Raises only what is known before sending (an invalid message, no route)."""
         self._need_started()
         msg_id, props = self._encode(msg)
         mq, addr = self._pick(msg.topic)
         req, frames = self._request(mq, [props], [msg.flag], [msg.body], wait=False)
-        self.transport.oneway(addr, req, None, frames)
+        self._io().oneway(addr, req, None, frames)
 
     # ---- async, auto-batched -------------------------------------------------------------------------
 
-    def send_async(self, msg: Message, callback=None, *, queue: MessageQueue | None = None,
-                   selector: QueueSelector | None = None, arg: object = None) -> Future:
+    def send_async(self, msg: Message, callback: Callable[[Future[SendResult]], object] | None = None, *,
+                   queue: MessageQueue | None = None, selector: QueueSelector | None = None,
+                   arg: object = None) -> Future[SendResult]:
         """Future[SendResult] without waiting; `callback(future)` runs on the IO thread when it
         completes. `queue` / `selector` / `arg` as in `send` (a chosen queue is not batched)."""
         self._need_started()
         chosen = self.chosen_queue(msg, queue, selector, arg) if queue is not None or selector is not None else None
         msg_id, props = self._encode(msg)
-        fut = LightFuture(callback)
+        fut: Future[SendResult] = LightFuture(callback)
         if chosen is None:
             self._enqueue(msg.topic, (msg_id, props, msg.body, msg.flag, fut, 0), None)
         else:  # starts at the last attempt: a chosen queue is never retried on another
             self._dispatch(*chosen, [(msg_id, props, msg.body, msg.flag, fut, self.retries)])
         return fut
 
-    def _enqueue(self, topic: str, item, avoid) -> None:
+    def _enqueue(self, topic: str, item: _Item, avoid: str | None) -> None:
         try:
             mq, addr = self._pick(topic, avoid)
         except QuiverError as exc:
@@ -392,26 +432,27 @@ class Producer(ClientBase):
             b.in_flight = True
         self._dispatch(mq, addr, [item], b)
 
-    def _dispatch(self, mq, addr, items, batcher=None) -> None:
+    def _dispatch(self, mq: MessageQueue, addr: str, items: list[_Item], batcher: _Batcher | None = None) -> None:
         code = RequestCode.SEND_BATCH_MESSAGE if len(items) > 1 else RequestCode.SEND_MESSAGE
         req, frames = self._request(mq, [i[1] for i in items], [i[3] for i in items], [i[2] for i in items])
         t0 = time.monotonic()
 
-        def done(env):
+        def done(env: Envelope | Exception) -> None:
             if batcher is not None:
                 self._next_batch(mq, addr, batcher)
             self._complete(mq, addr, items, env, t0)
         try:
-            self.transport.send(addr, code, req.ext(), frames, done, self.send_timeout)
+            self._io().send(addr, code, req.ext(), frames, done, self.send_timeout)
         except QuiverError as exc:
             done(exc)
 
-    def _next_batch(self, mq, addr, b: _Batcher) -> None:
+    def _next_batch(self, mq: MessageQueue, addr: str, b: _Batcher) -> None:
         with b.lock:
             if not b.items:
                 b.in_flight = False
                 return
-            take, size, n = [], 0, 0
+            take: list[_Item] = []
+            size, n = 0, 0
             for item in b.items:
                 if n >= self.batch_max_messages or (n and size + len(item[2]) > self.batch_max_bytes):
                     break
@@ -421,7 +462,8 @@ class Producer(ClientBase):
             del b.items[:n]
         self._dispatch(mq, addr, take, b)
 
-    def _complete(self, mq, addr, items, env, t0) -> None:
+    def _complete(self, mq: MessageQueue, addr: str, items: list[_Item], env: Envelope | Exception,
+                  t0: float) -> None:
         if isinstance(env, Exception):
             exc = env
         else:

@@ -39,25 +39,32 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self
 
 from quiver.client import filter_route
 from quiver.wire import requests as rq
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.client.consume_service import ConsumeService
 from quiver.wire.codes import RequestCode
+from quiver.wire.curve import Credentials
+from quiver.wire.protocol import Envelope
 from quiver.errors import ClientError, QuiverError, TopicNotExistError
-from quiver.client.message import RETRY_TOPIC, MessageExt, MessageSelector
+from quiver.client.message import RETRY_TOPIC, ConsumeResult, MessageExt, MessageSelector, ReconsumeLater
 from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
 from quiver.client.options import ConsumerOptions, from_arguments
 from quiver.client.pop_push import PopPushLoop
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
-from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, QueuePuller
+from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
 from quiver.client.trace_dispatcher import enabled as trace_enabled
 from quiver.wire.validation import RETRY_PREFIX, check_group
 
 log = logging.getLogger(__name__)
+
+# fn(msgs) -> ConsumeResult.SUCCESS, RECONSUME_LATER or ConsumeResult.later(...); raising counts as RECONSUME_LATER
+Listener = Callable[[list[MessageExt]], ConsumeResult | ReconsumeLater]
 
 # the constructor's settings by position, in their historical order
 _POSITIONAL = ("broadcast", "consume_from", "max_reconsume_times", "threads", "batch_size")
@@ -70,10 +77,30 @@ class PushConsumer(ConsumeService, ClientBase):
     rebalance_interval_s, heartbeat_interval_s, lock_interval_s, pull_threshold_for_queue,
     pull_threshold_bytes_for_queue, max_span, pull_delay_on_error_s);
     `options=ConsumerOptions(...)` gives them at once. `trace=True` (or QUIVER_TRACE=1): SubBefore and
-    SubAfter trace events around each listener call (consume_service.py)."""
+    SubAfter trace events around each listener call (consume_service.py). `namesrv` and
+    `credentials` as for Producer. ValueError for a bad setting.
 
-    def __init__(self, group: str, namesrv=None, *args, options: ConsumerOptions | None = None, credentials=None,
-                 trace: bool | None = None, **settings):
+        def listener(msgs):
+            for msg in msgs:
+                handle(msg)
+            return ConsumeResult.SUCCESS        # or RECONSUME_LATER / ConsumeResult.later(seconds=30)
+
+        c = PushConsumer("cg", namesrv="127.0.0.1:9876", consume_from="first")
+        c.subscribe("Orders", "*")
+        c.register(listener)                    # register(listener, orderly=True): one queue, one thread
+        c.start()
+        ...
+        c.shutdown()
+    """
+
+    _pool: ThreadPoolExecutor   # these four are built by start()
+    _timer: DelayedCalls
+    _puller: QueuePuller
+    _pop_loop: PopPushLoop
+
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *args: Any,
+                 options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
+                 trace: bool | None = None, **settings: Any) -> None:
         super().__init__(namesrv, credentials=credentials)
         self.traced = trace_enabled(trace)   # SubBefore / SubAfter around each listener call
         check_group(group)
@@ -84,7 +111,7 @@ class PushConsumer(ConsumeService, ClientBase):
         self._cost_per_msg_s = 0.0  # measured listener cost: decides how a pulled batch is split
         self.retry_topic = f"{RETRY_PREFIX}{group}"
         self.subscriptions: dict[str, MessageSelector] = {}
-        self._listener = None
+        self._listener: Listener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
         self._rebalance = RebalanceLoop(Rebalancer(self, group, opts.allocate, opts.broadcast),
@@ -105,7 +132,10 @@ class PushConsumer(ConsumeService, ClientBase):
 
     # ---- public API -----------------------------------------------------------------------
 
-    def subscribe(self, topic: str, expression="*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
+        """Consume `topic`'s messages that match `expression`: a tag expression ("*", "TagA ||
+        TagB") or MessageSelector.sql(...). Allowed while running (the group rebalances at once);
+        an SQL92 expression is checked then (SubscriptionParseError), else at start()."""
         sel = filter_route.as_selector(expression)
         if self._running:
             filter_route.check_subscription(self, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
@@ -114,14 +144,17 @@ class PushConsumer(ConsumeService, ClientBase):
             self.send_heartbeats()
             self._rebalance.wake()
 
-    def register(self, fn, orderly: bool = False) -> None:
+    def register(self, fn: Listener, orderly: bool = False) -> None:
         """fn(msgs: list[MessageExt]) -> ConsumeResult; raising counts as RECONSUME_LATER."""
         if self._running:
             raise ClientError("register the listener before start()")
         self._listener = fn
         self._orderly = orderly
 
-    def start(self):
+    def start(self) -> Self:
+        """Connect, check SQL92 subscriptions (SubscriptionParseError), take this client's share
+        of the queues (none with pop=True: the broker hands out messages) and start consuming;
+        returns the consumer. ClientError without a listener or a subscription."""
         if self._running:
             return self
         if self._listener is None:
@@ -152,20 +185,23 @@ class PushConsumer(ConsumeService, ClientBase):
             self._timer.every(opts.lock_interval_ms / 1000, self._lock_all)
         return self
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         # `with PushConsumer(...) as c: c.subscribe(...); c.register(fn); c.start()` works too
         if self._listener is not None and self.subscriptions:
             return self.start()
         return self
 
     def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
+        """The queues this consumer owns now (with `include_retry`, its %RETRY% queue too)."""
         return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self.retry_topic)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, int]:
         """Counters: records skipped as undecodable, offset resets applied."""
         return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
 
     def shutdown(self) -> None:
+        """Stop pulling, let running listener calls finish, store the offsets and leave the
+        group. Calling it again, or before start(), does nothing."""
         if not self._running:
             return
         self._running = False
@@ -195,6 +231,7 @@ class PushConsumer(ConsumeService, ClientBase):
         return topics
 
     def heartbeat_payload(self) -> rq.HeartBeat:
+        """The group's heartbeat: its subscriptions (the retry topic's too) and owned queues."""
         subs = filter_route.wire_subscriptions(self.subscriptions)
         if not self.broadcast:
             subs[self.retry_topic] = rq.Subscription(type="TAG", expression="*")
@@ -204,10 +241,10 @@ class PushConsumer(ConsumeService, ClientBase):
                              queues=[(mq.topic, mq.broker, mq.queue_id) for mq in list(self._pqs)])
         return rq.HeartBeat(client_id=self.client_id, consumers=[me])
 
-    def _on_ids_changed(self, addr, env):
+    def _on_ids_changed(self, addr: str, env: Envelope) -> None:
         self._rebalance.notified(addr, env)
 
-    def _on_reset(self, addr, env):
+    def _on_reset(self, addr: str, env: Envelope) -> None:
         req = rq.ResetConsumerClientOffset.decode(env.ext)
         if req.group == self.group and self._running:
             self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
@@ -247,6 +284,8 @@ class PushConsumer(ConsumeService, ClientBase):
     def _add(self, mq: MessageQueue, notified_at: float | None) -> bool:
         try:
             addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
+            if addr is None:
+                raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
             if self._orderly and not self.broadcast and not self._lock_mqs(addr, [mq]):
                 return False
             off = self.offsets.read(mq, addr)
@@ -294,6 +333,9 @@ class PushConsumer(ConsumeService, ClientBase):
             log.warning("offset of dropped %s not stored: %s", pq.mq, exc)
 
     def persist_offsets(self, sync: bool = False) -> None:
+        """Store every owned queue's offset (its lowest unfinished message) on its broker, or in
+        the local file when broadcasting; `sync` waits for the answers. Done every
+        commit_interval_ms and on shutdown; a failure is logged."""
         # queued commits under the state lock, in order with piggy-backed ones and a reset's; a
         # blocking one (shutdown) outside it: the IO thread that may deliver its answer (quiver.
         # testing's transport) may be waiting for the lock
@@ -306,7 +348,7 @@ class PushConsumer(ConsumeService, ClientBase):
         if sync:
             self._persist_all({pq.mq: pq.addr for pq in pqs}, sync)
 
-    def _persist_all(self, addrs: dict, sync: bool) -> None:
+    def _persist_all(self, addrs: dict[MessageQueue, str], sync: bool) -> None:
         try:
             self.offsets.persist_all(addrs, sync=sync)
         except (QuiverError, OSError) as exc:
@@ -395,7 +437,7 @@ class PushConsumer(ConsumeService, ClientBase):
             log.exception("pull of %s not sent: trying again", pq.mq)
             self._timer.call_later(self._puller.error_delay_s, self._pull, pq)
 
-    def _pulled(self, pq: ProcessQueue, offset: int, single: bool, pulled, retry_s: float) -> None:
+    def _pulled(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled | None, retry_s: float) -> None:
         if pq.dropped or not self._running:
             return
         if pulled is not None:
@@ -409,7 +451,7 @@ class PushConsumer(ConsumeService, ClientBase):
         else:
             self._pull(pq)
 
-    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled) -> None:
+    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled) -> None:
         """Cache and dispatch what a pull found, or move the queue's position."""
         if pulled.status is FOUND:
             got = self._puller.decode(pq, pulled, self.subscriptions.get(pq.mq.topic), offset, single)

@@ -41,6 +41,7 @@ owns (rebalance.py), nor filter-server choice itself (filter_route.py).
 import dataclasses
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from quiver.wire import record
@@ -205,7 +206,7 @@ class BadRecords:
     offset, counted (`count`), and handed to `callback(topic, queue_id, offset, reason)` (the
     consumer's on_bad_record) when there is one; what the callback raises is logged."""
 
-    def __init__(self, callback=None):
+    def __init__(self, callback: Callable[[str, int, int, str], object] | None = None) -> None:
         self.callback = callback
         self.count = 0
         self._lock = threading.Lock()

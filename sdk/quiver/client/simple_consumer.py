@@ -29,20 +29,32 @@ from quiver.client.base import ClientBase
 from quiver.client.message import MessageExt, MessageSelector
 from quiver.client.popping import Popper, invisible_ms
 from quiver.errors import ClientError
+from quiver.wire.curve import Credentials
 from quiver.wire.validation import check_group
 
 log = logging.getLogger(__name__)
 
 
 class SimpleConsumer(ClientBase):
-    """`consume_from`: where a group new to a queue starts, "last" (RocketMQ's default) or
+    """RocketMQ 5's SimpleConsumer, over POP: `receive` takes messages that stay invisible to the
+    group for a while, `ack` finishes each one; no queue is owned, the broker hands them out.
+    `consume_from`: where a group new to a queue starts, "last" (RocketMQ's default) or
     "first"; `fifo`: FIFO delivery per message group on any topic; `max_reconsume_times`: the
     deliveries before the DLQ when the group has no config on the broker (None: 16);
-    `await_duration_s`: how long a receive waits for a message by default (long polling)."""
+    `await_duration_s`: how long a receive waits for a message by default (long polling).
+    `namesrv` and `credentials` as for Producer; ValueError for a bad setting.
 
-    def __init__(self, group: str, namesrv=None, *, credentials=None, consume_from: str = "last",
-                 fifo: bool = False, max_reconsume_times: int | None = None, await_duration_s: float = 5.0,
-                 request_timeout: float = 3.0):
+        with SimpleConsumer("cg", namesrv="127.0.0.1:9876") as c:
+            c.subscribe("Orders", "*")
+            for msg in c.receive(16, invisible_duration_s=30):
+                handle(msg)
+                c.ack(msg)              # not acked in 30 s: delivered again
+    """
+
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
+                 credentials: str | Credentials | None = None, consume_from: str = "last", fifo: bool = False,
+                 max_reconsume_times: int | None = None, await_duration_s: float = 5.0,
+                 request_timeout: float = 3.0) -> None:
         super().__init__(namesrv, request_timeout=request_timeout, credentials=credentials)
         check_group(group)
         if isinstance(await_duration_s, bool) or not isinstance(await_duration_s, (int, float)) \
@@ -54,7 +66,7 @@ class SimpleConsumer(ClientBase):
         self._popper = Popper(self, group, consume_from=consume_from, fifo=fifo,
                               max_reconsume_times=max_reconsume_times)
 
-    def subscribe(self, topic: str, expression="*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Receive `topic`'s messages whose tag matches `expression` ("*", "TagA || TagB").
         SQL92 selectors are not served by POP (ClientError)."""
         sel = filter_route.as_selector(expression)
@@ -63,6 +75,7 @@ class SimpleConsumer(ClientBase):
         self.subscriptions[topic] = sel
 
     def unsubscribe(self, topic: str) -> None:
+        """Stop receiving `topic` (nothing happens if it was not subscribed)."""
         self.subscriptions.pop(topic, None)
 
     def receive(self, max_messages: int = 16, invisible_duration_s: float = 60.0,

@@ -97,23 +97,30 @@ def _part(msgs: dict, lo: int, hi: int) -> dict:
 
 def pack(events: list[list], max_ids: int) -> list[tuple[bytes, list[str]]]:
     """(body, KEYS) of each trace message carrying `events`, each naming at most `max_ids`
-    msg ids (its KEYS must fit the properties limit); an event over the limit is split."""
-    out, cur, ids = [], [], {}
+    msg ids (its KEYS must fit the properties limit); an event over the limit is split.
+    Ids are counted as they come (a SubBefore and a SubAfter of one message count twice) and
+    made unique once per trace message: one dict per trace message, not one per event."""
+    out, cur, ids = [], [], []
     for ev in events:
         msgs = ev[9]
-        n, lo = len(msgs["id"]), 0
+        every = msgs["id"]
+        n, lo = len(every), 0
         while lo < n:
             room = max_ids - len(ids)
             if room <= 0:
-                out.append((encode(cur), list(ids)))
-                cur, ids = [], {}
+                out.append((encode(cur), list(dict.fromkeys(ids))))
+                cur, ids = [], []
                 room = max_ids
             hi = min(n, lo + room)
-            cur.append(ev if lo == 0 and hi == n else ev[:9] + [_part(msgs, lo, hi)])
-            ids.update(dict.fromkeys(msgs["id"][lo:hi]))
+            if lo == 0 and hi == n:
+                cur.append(ev)
+                ids += every
+            else:
+                cur.append(ev[:9] + [_part(msgs, lo, hi)])
+                ids += every[lo:hi]
             lo = hi
     if cur:
-        out.append((encode(cur), list(ids)))
+        out.append((encode(cur), list(dict.fromkeys(ids))))
     return out
 
 

@@ -20,11 +20,15 @@ and inside `checker` (the same id): key your local record by it.
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
+from quiver.wire.protocol import Envelope
+from quiver.client.base import MessageQueue
 from quiver.errors import ClientError, FieldError, MessageIllegalError, QuiverError
 from quiver.client.message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult,
                                    SendStatus, TransactionState, offset_msg_id)
@@ -32,11 +36,17 @@ from quiver.client.producer import _STATUS, Producer
 
 log = logging.getLogger(__name__)
 
+# execute(msg, arg) runs the local transaction; checker(msg) answers a check-back from durable state
+Execute = Callable[[Message, Any], TransactionState]
+Checker = Callable[[MessageExt], TransactionState]
+# a half message as END_TRANSACTION names it: (broker address, phys offset, queue offset)
+Half = tuple[str, int, int]
+
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 _WIRE = {"COMMIT": record.TX_COMMIT, "ROLLBACK": record.TX_ROLLBACK, "UNKNOWN": record.TX_NOT}
 
 
-def transaction_id(msg) -> str | None:
+def transaction_id(msg: Message | MessageExt) -> str | None:
     """The transaction id of the message `execute` or `checker` was given."""
     props = msg.properties or {}
     return props.get(TRANSACTION_ID) or props.get(UNIQ_KEY)
@@ -48,20 +58,36 @@ class TransactionSendResult(SendResult):
 
 
 class TransactionProducer(Producer):
-    """A Producer that also sends transactional messages and answers check-backs."""
+    """A Producer that also sends transactional messages and answers check-backs. `checker(msg)`
+    -> TransactionState answers a broker's check of an open transaction from durable local state
+    (any producer of the group may be asked); other settings are Producer's.
 
-    def __init__(self, group: str, namesrv=None, checker=None, heartbeat_interval_s: float = 30.0, **kw):
+        def execute(msg, order):
+            db.insert_order(transaction_id(msg), order)      # the local transaction
+            return TransactionState.COMMIT
+
+        def check(msg):
+            return TransactionState.COMMIT if db.has_order(transaction_id(msg)) else TransactionState.ROLLBACK
+
+        with TransactionProducer("tpg", namesrv=ns, checker=check) as tp:
+            r = tp.send_in_transaction(Message("Orders", b"o-1"), execute, arg=order)
+    """
+
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, checker: Checker | None = None,
+                 heartbeat_interval_s: float = 30.0, **kw: Any) -> None:
         super().__init__(group, namesrv, **kw)
         self.checker = checker
         self.heartbeat_interval_s = heartbeat_interval_s
         self.checks_answered = 0
 
     def heartbeat_payload(self) -> rq.HeartBeat:
+        """The producer group's heartbeat: brokers ask a live member of it about open transactions."""
         return rq.HeartBeat(client_id=self.client_id, producers=[self.group])
 
     # ---- send --------------------------------------------------------------------------
 
-    def send_in_transaction(self, msg: Message, execute, arg=None, check_immunity_ms: int | None = None,
+    def send_in_transaction(self, msg: Message, execute: Execute, arg: object = None,
+                            check_immunity_ms: int | None = None,
                             timeout: float | None = None) -> TransactionSendResult:
         """Half message -> execute(msg, arg) -> END_TRANSACTION. Returns the half's SendResult with
         transaction_id and local_state set."""
@@ -81,7 +107,7 @@ class TransactionProducer(Producer):
 
     # the steps of send_in_transaction, shared with quiver.aio (which awaits execute)
 
-    def half_properties(self, msg: Message, execute, check_immunity_ms: int | None) -> tuple[str, str]:
+    def half_properties(self, msg: Message, execute: object, check_immunity_ms: int | None) -> tuple[str, str]:
         """(msg id, properties) of the half message, after checking it can be one."""
         self._need_started()
         if isinstance(msg, (list, tuple)):
@@ -96,8 +122,8 @@ class TransactionProducer(Producer):
             props += f"{CHECK_IMMUNITY}\x01{max(1, round(check_immunity_ms / 1000))}\x02"
         return msg_id, props
 
-    def half_sent(self, env, mq, addr: str, msg_id: str, props: str = "",
-                  started: float | None = None) -> tuple[TransactionSendResult, tuple]:
+    def half_sent(self, env: Envelope, mq: MessageQueue, addr: str, msg_id: str, props: str = "",
+                  started: float | None = None) -> tuple[TransactionSendResult, Half]:
         """The half's SendResult and (broker address, phys offset, queue offset) from its reply;
         traced as a Pub of a half message (`props`, `started`: its properties, monotonic send time)."""
         sent = rq.SendReply.decode(env.ext)
@@ -114,7 +140,8 @@ class TransactionProducer(Producer):
         """The copy `execute` receives: it carries the transaction id (`transaction_id(view)`)."""
         return dataclasses.replace(msg, properties={**msg.properties, UNIQ_KEY: msg_id, TRANSACTION_ID: msg_id})
 
-    def end_transaction(self, res: TransactionSendResult, half: tuple, msg_id: str, state) -> TransactionSendResult:
+    def end_transaction(self, res: TransactionSendResult, half: Half, msg_id: str,
+                        state: object) -> TransactionSendResult:
         """END_TRANSACTION with the local state (anything but a TransactionState counts as UNKNOWN)."""
         if not isinstance(state, TransactionState):
             log.warning("execute returned %r, not a TransactionState: treated as UNKNOWN", state)
@@ -126,30 +153,31 @@ class TransactionProducer(Producer):
         res.local_state = state
         return res
 
-    def _end(self, addr: str, entries: list, from_check: bool) -> None:
+    def _end(self, addr: str, entries: list[tuple[int, int, int, str]], from_check: bool) -> None:
         """`entries`: (half phys offset, half queue offset, TX_* state, transaction id) tuples."""
         req = rq.EndTransaction(group=self.group, entries=entries, from_check=from_check)
 
-        def done(env):
+        def done(env: Envelope | Exception) -> None:
             if isinstance(env, Exception):
                 log.info("END_TRANSACTION to %s not confirmed (%s): the checker will ask", addr, env)
             elif env.code != 0:
                 log.warning("END_TRANSACTION refused by %s: %s", addr, env.remark)
         try:
-            self.transport.send(addr, req, None, (), done, self.send_timeout)
+            self._io().send(addr, req, None, (), done, self.send_timeout)
         except QuiverError as exc:
             log.info("END_TRANSACTION to %s not sent (%s): the checker will ask", addr, exc)
 
     # ---- check-backs (a worker thread of the transport) --------------------------------------
 
-    def _on_check(self, addr, env):
+    def _on_check(self, addr: str, env: Envelope) -> None:
         from quiver.client.message import TransactionState
         try:
             entries = rq.CheckTransactionState.decode(env.ext).entries
         except FieldError as exc:  # the broker asks again at its next check round
             log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", addr, exc)
             return None
-        answers, traced = [], []
+        answers: list[tuple[int, int, int, str]] = []
+        traced: list[tuple[str, str, str]] = []
         for e, body in zip(entries, env.bodies):
             phys, qoff, txid, topic, qid, born, stored, flag, props_s = e
             try:
@@ -174,14 +202,15 @@ class TransactionProducer(Producer):
             self._end(addr, answers, from_check=True)
             tracer = self.tracer
             if tracer is not None:
-                for topic, mid, state in traced:
-                    tracer.end_transaction(topic, addr, [(mid, state)], from_check=True)
+                for topic, mid, answer in traced:
+                    tracer.end_transaction(topic, addr, [(mid, answer)], from_check=True)
         return None
 
     push_handlers = {RequestCode.CHECK_TRANSACTION_STATE: _on_check}
 
 
-def _check_message(addr, body, phys, qoff, txid, topic, qid, born, stored, flag, props_s) -> MessageExt:
+def _check_message(addr: str, body: bytes, phys: int, qoff: int, txid: str, topic: str, qid: int, born: int,
+                   stored: int, flag: int, props_s: str) -> MessageExt:
     props = record.client_properties(props_s)   # without the store's __CRC32#
     keys = props.get("KEYS")
     host, port = addr.rsplit(":", 1)

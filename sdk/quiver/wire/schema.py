@@ -12,8 +12,8 @@ Does not own any request (requests.py) or reply (replies.py).
 import abc
 import re
 import reprlib
-from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Self
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from quiver.wire import names
 from quiver.wire.codes import RequestCode, ResponseCode
@@ -353,7 +353,9 @@ class Schema:
     FIELDS: tuple = ()
     __slots__ = ()
 
-    if TYPE_CHECKING:  # the dataclass decorators write the real one (keyword-only, one per field)
+    if TYPE_CHECKING:  # the dataclass decorators write these (a keyword-only __init__, one per field)
+        __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
         def __init__(self, **fields: Any) -> None: ...
 
     @classmethod

@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -32,6 +33,9 @@ from quiver.errors import ClientError, ProtocolError, QuiverError, RequestTimeou
 from quiver.wire.codes import ResponseCode
 from quiver.wire.curve import credentials_from, secure_client
 from quiver.wire.direct import HANDSHAKE_FAILED, REFUSED_RETRY_S, DirectCalls, handshake_problem, unreachable
+
+if TYPE_CHECKING:  # requests given as schema objects (the code is their CODE)
+    from quiver.wire.schema import Schema
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,8 @@ class Transport:
 
     # ---- caller side ----------------------------------------------------
 
-    def send(self, addr: str, code: int, ext: dict | None, bodies, callback, timeout: float = 3.0) -> int:
+    def send(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None, bodies, callback,
+             timeout: float = 3.0) -> int:
         """Queue a request; `callback(envelope | QuiverError)` runs on the IO thread."""
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
@@ -87,7 +92,7 @@ class Transport:
             raise ClientError("transport is shut down")
         return req_id
 
-    def oneway(self, addr: str, code: int, ext: dict | None = None, bodies=()) -> None:
+    def oneway(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None, bodies=()) -> None:
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
         _check_addr(addr)
@@ -109,7 +114,7 @@ class Transport:
             os.eventfd_write(self._wake_fd, 1)
             return True
 
-    def call_future(self, addr: str, code: int, ext: dict | None = None, bodies=(),
+    def call_future(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None, bodies=(),
                     timeout: float = 3.0) -> Future:
         fut: Future = Future()
 
@@ -121,7 +126,7 @@ class Transport:
         self.send(addr, code, ext, bodies, done, timeout)
         return fut
 
-    def call(self, addr: str, code: int, ext: dict | None = None, bodies=(), timeout: float = 3.0,
+    def call(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None, bodies=(), timeout: float = 3.0,
              ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
         """Blocking request; raises the server's error unless its code is in `ok`.
 

@@ -1,6 +1,8 @@
 """TraceDispatcher: bounded, never blocks a caller, drops counted; a traced client's hooks."""
 
+import sys
 import threading
+import time
 
 from quiver import ConsumeResult, Message, Producer, PushConsumer
 from quiver.client import trace
@@ -76,3 +78,25 @@ def test_push_consumer_traces_before_and_after_each_listener_call():
         rows = cluster.admin().trace(r.msg_id)
     assert [(x["type"], x["status"], x["group"], x["keys"]) for x in rows][:2] == \
         [("SubBefore", "CONSUMING", "billing", "k"), ("SubAfter", "FAILED", "billing", "k")]
+
+
+def test_pub_keeps_no_send_result_and_builds_the_same_rows():
+    """The queue holds ids and facts, not the SendResults (old objects for the garbage collector);
+    the Pub it builds later names each message with its offset, keys and tags."""
+    from quiver.client.message import SendResult, SendStatus
+    d = TraceDispatcher("127.0.0.1:1", interval_s=60)   # its thread never gets to it: flushed by hand
+    try:
+        results = [SendResult(SendStatus.SEND_OK, f"ID{i}", "broker-a", 2, 40 + i, "T") for i in range(3)]
+        props = ["UNIQ_KEY\x01ID0\x02TRACE_ON\x01true\x02", "UNIQ_KEY\x01ID1\x02TAGS\x01paid\x02KEYS\x01k1 k2\x02",
+                 "UNIQ_KEY\x01ID2\x02ITEMS\x01x\x02"]   # ITEMS ends like KEYS: the exact parse decides
+        refs = sys.getrefcount(results), [sys.getrefcount(r) for r in results]
+        ClientTrace(d, "pg", "client-1").pub(results, props, time.monotonic())
+        assert (sys.getrefcount(results), [sys.getrefcount(r) for r in results]) == refs
+        events = [ev for build, args in d._items for ev in build(*args)]
+        rows = [r for body, _ in trace.pack(events, 400) for r in trace.decode(body)]
+        assert [(r["msg_id"], r["queue_offset"], r["keys"], r["tags"]) for r in rows] == [
+            ("ID0", 40, None, None), ("ID1", 41, "k1 k2", "paid"), ("ID2", 42, None, None)]
+        assert {(r["type"], r["status"], r["group"], r["client"], r["broker"], r["queue_id"]) for r in rows} == {
+            ("Pub", "SEND_OK", "pg", "client-1", "broker-a", 2)}
+    finally:
+        d.close(0)

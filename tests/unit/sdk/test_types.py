@@ -1,0 +1,90 @@
+"""The SDK's public API is typed and documented: `mypy --strict` passes over it, and every
+public class, method and function it exports has a docstring.
+
+"The public API" is what pyproject.toml's [tool.mypy] lists: the modules whose names `quiver`
+and `quiver.aio` export, with the base classes and mixins those classes get public methods from
+(quiver.client.base, admin_inspect, acl_admin) and quiver.aio's bridge.
+"""
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import quiver
+import quiver.aio
+
+ROOT = Path(__file__).resolve().parents[3]
+EXPORTERS = (quiver, quiver.aio)
+
+
+def test_mypy_strict_passes_over_the_public_api(tmp_path):
+    # the venv's mypy, the config in pyproject.toml (strict, the module list), a cache of its own
+    out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                          "--cache-dir", str(tmp_path / "mypy_cache")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=240)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0, report
+    assert "Success: no issues found" in report, report
+
+
+def _exported():
+    for module in EXPORTERS:
+        for name in module.__all__:
+            yield f"{module.__name__}.{name}", getattr(module, name)
+
+
+def _own_doc(obj) -> str:
+    return (obj.__dict__.get("__doc__") if inspect.isclass(obj) else getattr(obj, "__doc__", None)) or ""
+
+
+def _public_members(cls):
+    """(name, function) of every public method and property `cls` has from a quiver module,
+    inherited ones included: a user sees them on the class."""
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        fn = attr.fget if isinstance(attr, property) else getattr(attr, "__func__", attr)
+        if inspect.isfunction(fn) and fn.__module__.startswith("quiver"):
+            yield name, fn
+
+
+def undocumented() -> list[str]:
+    missing = []
+    for qualname, obj in _exported():
+        if not inspect.isclass(obj):
+            if inspect.isfunction(obj) and not _own_doc(obj).strip():
+                missing.append(qualname)
+            continue
+        if not _own_doc(obj).strip():
+            missing.append(f"class {qualname}")
+        for name, fn in _public_members(obj):
+            if not (fn.__doc__ or "").strip():
+                missing.append(f"{qualname}.{name} ({fn.__qualname__})")
+    return sorted(set(missing))
+
+
+def test_every_public_class_and_method_has_a_docstring():
+    assert undocumented() == []
+
+
+def test_the_docstring_check_sees_what_it_must():
+    names = dict(_public_members(quiver.aio.AsyncAdmin))
+    assert {"create_topic", "reset_offset", "start", "shutdown"} <= set(names)    # inherited ones too
+    members = dict(_public_members(quiver.Admin))
+    assert "acl_grant" in members and "topic_status" in members                   # the mixins' verbs
+    assert "with_traceback" not in dict(_public_members(quiver.QuiverError))      # not Python's own
+
+    class Bare:
+        def visible(self):
+            pass
+    Bare.__module__ = Bare.visible.__module__ = "quiver.example"
+    quiver.Bare = Bare
+    quiver.__all__.append("Bare")
+    try:
+        assert {"class quiver.Bare", "quiver.Bare.visible (test_the_docstring_check_sees_what_it_must."
+                "<locals>.Bare.visible)"} <= set(undocumented())
+    finally:
+        quiver.__all__.remove("Bare")
+        del quiver.Bare
