@@ -37,12 +37,6 @@ def acl_cli(c, *args) -> str:
 
 
 def _producer(c, key):
-    # the name server follows the brokers' ACL every 3 s: a grant of a moment ago may not be there yet
-    t = Transport("routed", credentials=read_credentials(key))
-    try:
-        wait_for(lambda: _route_code(t, c.namesrv) == ResponseCode.SUCCESS, 15, "the name server to follow the grant")
-    finally:
-        t.close()
     p = Producer("keys-pg", c.namesrv, credentials=key, retries=0, auto_batch=False)
     p.start()
     return p

@@ -8,8 +8,6 @@ SUPER user's too. A code no service serves on its client socket is only a push t
 an HA-socket code.
 """
 
-import time
-
 import pytest
 
 from quiver.errors import ClientError
@@ -29,8 +27,6 @@ ROLES = ("namesrv", "broker", "filter", "scheduler", "txn-checker")
 # served on no client socket: the broker's pushes to clients and the HA socket's own codes
 NOT_ON_A_CLIENT_SOCKET = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.CHECK_TRANSACTION_STATE,
                           RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.HA_TRANSFER, RequestCode.HA_REPORT}
-# a follower of the brokers' ACL (every service but the broker) may take up to its fetch interval
-FOLLOW_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +95,7 @@ class Table:
             if denied.code != ResponseCode.NO_PERMISSION and not lookup_failed:
                 self.wrong.append(f"{role} {code.name}: a user without the right got {denied.code} {denied.remark}")
         right = self.t_admin if access.roles or access.super_only else self._right(code, schema, ext)
-        got = self._call_right(role, right, addr, code, ext, bodies, retry=not access.roles)
+        got = right.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
         refused = got.code == ResponseCode.NO_PERMISSION
         if access.roles and not refused:
             self.wrong.append(f"{role} {code.name}: a SUPER user's key got past a service-role check ({got.code})")
@@ -108,14 +104,6 @@ class Table:
         self.rows.append(f"{role:<12} {code.name:<40} without: "
                          f"{'anyone' if access.anyone else ResponseCode(denied.code).name}; "
                          f"with: {'refused (service role)' if access.roles else ResponseCode(got.code).name}")
-
-    def _call_right(self, role, t, addr, code, ext, bodies, retry: bool):
-        deadline = time.monotonic() + (FOLLOW_S if retry and role != "broker" else 0)
-        while True:
-            got = t.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
-            if got.code != ResponseCode.NO_PERMISSION or time.monotonic() >= deadline:
-                return got
-            time.sleep(0.2)
 
 
 def test_every_request_code_at_every_service_no_right_and_right(secure):

@@ -5,6 +5,9 @@ authorize with the same users and rules as the brokers, which store them.
 Every `interval_s` (and at once, at most twice a second, when ZAP sees a key it
 does not know — a user just added) the follower asks one broker for its
 snapshot with the version it has; an unchanged ACL costs one small reply.
+A request this ACL refuses is held for one fetch too (started at most twice a
+second, joined by the refusals that come while it runs) and checked again once it
+is answered: a grant of a moment ago is served at once, not after the interval.
 Everything runs on the transport's IO thread through callbacks: the service
 thread never waits on it. A broker that does not answer is skipped for the
 next one; the snapshot in use stays until a newer one comes.
@@ -21,6 +24,8 @@ from quiver.wire.codes import ResponseCode
 
 log = logging.getLogger(__name__)
 
+MAX_HELD = 1000   # refused requests waiting for one re-check fetch; more are refused at once
+
 
 class AclFollower:
     def __init__(self, security, transport, brokers=None, namesrvs=(), interval_s: float = 3.0,
@@ -36,9 +41,13 @@ class AclFollower:
         self._last = 0.0
         self._last_soon = float("-inf")
         self._asked_cluster = 0.0
+        self._last_recheck = float("-inf")
+        self._held: list | None = None   # callbacks of refused requests, while a re-check fetch runs
+        self._lock = threading.Lock()
         self.fetched = 0
         self.failures = 0
         security.on_unknown_key = self.soon
+        security.on_denied = self.recheck
 
     def brokers(self) -> list[str]:
         return sorted(self._brokers_fn()) if self._brokers_fn is not None else self._known
@@ -51,17 +60,42 @@ class AclFollower:
             return None
         self._last_soon = now
         answered = threading.Event()
-        self.step(answered)
+        self.step(answered.set)
         return answered
 
-    def step(self, answered: threading.Event | None = None) -> None:
-        done = answered or threading.Event()
+    def recheck(self, then) -> bool:
+        """A request this ACL refused (service thread): fetch now and call then() once answered
+        (any thread), so it is checked again. False: not held (a fetch started under half a
+        second ago has ended, or too many wait), refuse it now."""
+        with self._lock:
+            if self._held is not None:
+                if len(self._held) >= MAX_HELD:
+                    return False
+                self._held.append(then)
+                return True
+            now = self._clock()
+            if now - self._last_recheck < 0.5:
+                return False
+            self._last_recheck = now
+            self._held = [then]
+        self.step(self._rechecked)
+        return True
+
+    def _rechecked(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+        for then in held:
+            then()
+
+    def step(self, done=None) -> None:
+        """Fetch the snapshot; done() once it is answered or failed (any thread)."""
+        done = done or (lambda: None)
         self._last = self._clock()
         if self._brokers_fn is None and (not self._known or self._last - self._asked_cluster > 30):
             self._ask_cluster()
         addrs = self.brokers()
         if not addrs:
-            done.set()
+            done()
             return
         addr = addrs[self._turn % len(addrs)]
         try:
@@ -69,13 +103,13 @@ class AclFollower:
                                 lambda result: self._got(addr, result, done), 3.0)
         except QuiverError as exc:
             self._failed(addr, exc)
-            done.set()
+            done()
 
-    def _got(self, addr, result, done: threading.Event) -> None:
+    def _got(self, addr, result, done) -> None:
         try:
             self._take(addr, result)
         finally:
-            done.set()
+            done()
 
     def _take(self, addr, result) -> None:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:

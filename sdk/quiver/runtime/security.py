@@ -74,6 +74,7 @@ class Security:
         self.acl = acl
         self._gate = None
         self.on_unknown_key = None  # fn(): set by an AclFollower (services that do not store the ACL)
+        self.on_denied = None       # fn(then) -> held?: the same follower, for a refused request
 
     # ---- ZAP --------------------------------------------------------------------------------
 

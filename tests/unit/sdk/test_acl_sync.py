@@ -1,4 +1,5 @@
-"""A follower service learns a user added a moment ago during that user's first handshake."""
+"""A follower service learns a user added a moment ago during that user's first handshake, and a
+grant made a moment ago before it refuses a request."""
 
 import threading
 
@@ -68,3 +69,21 @@ def test_no_broker_known_yet_does_not_hold_the_handshake(tmp_path):
     security = Security(str(tmp_path / "auth"), "scheduler")
     follower = AclFollower(security, _Transport(None), brokers=lambda: [])
     assert follower.soon().is_set()
+
+
+def test_a_refused_request_is_checked_again_after_one_fetch(tmp_path):
+    now = [100.0]
+    key = KeyPair.generate().public_key
+    security, follower, transport = _follower(tmp_path, Acl([], version="v1").snapshot(), clock=lambda: now[0])
+    first = threading.Event()
+    follower.step(first.set)                   # the periodic fetch, before the change
+    assert first.wait(2)
+    transport.snapshot = Acl([User("newcomer", key)], version="v2").snapshot()
+    done = [threading.Event() for _ in range(3)]
+    assert follower.recheck(done[0].set) is True
+    assert follower.recheck(done[1].set) is True   # refused while that fetch runs: joins it
+    assert all(e.wait(2) for e in done[:2]) and transport.asked == 2
+    assert security.name_of(key) == key            # checked again against the fresh ACL
+    assert follower.recheck(done[2].set) is False  # under half a second after that fetch: refused now
+    now[0] += 0.6
+    assert follower.recheck(done[2].set) is True and done[2].wait(2) and transport.asked == 3
