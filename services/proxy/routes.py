@@ -28,8 +28,8 @@ def check_topic_name(name: str) -> None:
         raise Refused(Code.ILLEGAL_TOPIC, problem)
 
 
-def endpoints_for(advertise: str, requested: Endpoints, peer_host: str) -> Endpoints:
-    """--advertise, else the endpoints the client says it used, else the peer-facing host is unknown: 127.0.0.1."""
+def endpoints_for(advertise: str, requested: Endpoints) -> Endpoints:
+    """--advertise, else the endpoints the client says it reached the proxy by (Refused when it names none)."""
     if advertise:
         host, port = advertise.rsplit(":", 1)
         ep = Endpoints(scheme=AddressScheme.IPv4)

@@ -67,18 +67,18 @@ class Servicer(MessagingServiceServicer):
     def count(self, rpc: str, code: int) -> None:
         self.counts[(rpc, Code.Name(code) if code in Code.values() else str(code))] += 1
 
-    def _endpoints(self, request, context):
-        return endpoints_for(self.config.advertise, request.endpoints, context.peer())
+    def _endpoints(self, request):
+        return endpoints_for(self.config.advertise, request.endpoints)
 
     @answered(pb.QueryRouteResponse)
     def QueryRoute(self, request, context):
         return pb.QueryRouteResponse(status=OK, message_queues=self.routes.queues(request.topic.name,
-                                                                                   self._endpoints(request, context)))
+                                                                                   self._endpoints(request)))
 
     @answered(pb.QueryAssignmentResponse)
     def QueryAssignment(self, request, context):
         check_group_name(request.group.name)
-        queues = self.routes.assignments(request.topic.name, self._endpoints(request, context))
+        queues = self.routes.assignments(request.topic.name, self._endpoints(request))
         return pb.QueryAssignmentResponse(status=OK, assignments=[{"message_queue": q} for q in queues])
 
     @answered(pb.HeartbeatResponse)

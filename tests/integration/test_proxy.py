@@ -253,3 +253,34 @@ def test_bad_input_gets_the_status_code_the_clients_expect(env):
         route.topic.name = "PxNoSuchTopic"
         route.endpoints.addresses.add(host="127.0.0.1", port=8081)
         assert stub.QueryRoute(route, metadata=md, timeout=10).status.code == d.Code.TOPIC_NOT_FOUND
+
+
+def test_forward_to_dead_letter_queue_moves_the_delivery_and_ends_it(env):
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as d
+    from rocketmq.grpc_protocol import service_pb2 as s
+    from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+    c, proxy, admin = env
+    admin.create_topic("PxDlq", queues=1)
+    with producer(proxy, "PxDlq") as p:
+        p.send(_msg("PxDlq", b"poison"))
+    md = (("x-mq-client-id", "dlq-test"),)
+    with grpc.insecure_channel(proxy.url) as ch:
+        stub = MessagingServiceStub(ch)
+        recv = s.ReceiveMessageRequest(batch_size=1)
+        recv.group.name, recv.message_queue.topic.name, recv.message_queue.broker.name = "px-dlq", "PxDlq", "broker-a"
+        recv.invisible_duration.FromSeconds(30)
+        recv.long_polling_timeout.FromSeconds(3)
+        msgs = wait_for(lambda: [r.message for r in stub.ReceiveMessage(recv, metadata=md, timeout=10)
+                                 if r.HasField("message")], 15, "the delivery")
+        fwd = s.ForwardMessageToDeadLetterQueueRequest(receipt_handle=msgs[0].system_properties.receipt_handle,
+                                                       message_id=msgs[0].system_properties.message_id,
+                                                       delivery_attempt=1, max_delivery_attempts=1)
+        fwd.group.name, fwd.topic.name = "px-dlq", "PxDlq"
+        assert stub.ForwardMessageToDeadLetterQueue(fwd, metadata=md, timeout=10).status.code == d.Code.OK
+        again = stub.ForwardMessageToDeadLetterQueue(fwd, metadata=md, timeout=10).status.code
+        assert again == d.Code.INVALID_RECEIPT_HANDLE                     # that delivery is over
+    dlq = wait_for(lambda: admin.dlq_messages("px-dlq"), 15, "the DLQ copy")
+    assert [m.body for m in dlq] == [b"poison"]
+    with simple_consumer(proxy, "px-dlq", "PxDlq") as sc:
+        assert not sc.receive(4, 30)                                      # acked: never delivered again
