@@ -8,6 +8,8 @@ No key and an unknown key, and the table over every request code at every
 service: test_auth_table.py. Key rotation and revoke: test_auth_keys.py.
 """
 
+import time
+
 import pytest
 
 from quiver import Admin, Message, Producer, PullConsumer
@@ -130,6 +132,23 @@ def test_users_added_a_moment_ago_are_served_at_once_by_a_follower_service(secur
     finally:
         for t in transports:
             t.close()
+
+
+def test_a_grant_made_a_moment_ago_is_served_at_once_by_a_follower_service(secure):
+    """The name server knows ida (it refused her) but not yet her grant: the request it would
+    refuse waits for one fresh fetch of the ACL and is checked again, instead of being refused
+    until the next periodic fetch (every 3 s)."""
+    c, admin, _ = secure
+    t = Transport("ida", credentials=_user(admin, "ida"))
+    try:
+        route = rq.GetRouteInfo(topic="Orders")
+        assert t.call(c.namesrv, route, timeout=5, ok=tuple(ResponseCode)).code == ResponseCode.NO_PERMISSION
+        time.sleep(0.6)   # past the half second in which a follower starts no second re-check fetch
+        admin.acl_grant("ida", "topic:Orders", ["PUB"])
+        env = t.call(c.namesrv, route, timeout=5, ok=tuple(ResponseCode))
+        assert env.code == ResponseCode.SUCCESS, env.remark
+    finally:
+        t.close()
 
 
 @pytest.mark.parametrize("req", [
