@@ -24,6 +24,7 @@ LATENCY_ROWS = [
     ("sync_max_us", "sync send max (µs)"),
     ("e2e_p50_us", "e2e p50 at 2k msg/s (µs)"),
     ("e2e_p99_us", "e2e p99 at 2k msg/s (µs)"),
+    ("produce_client_cpu_us", "client CPU per pipelined message, all threads (µs)"),
 ]
 LOAD_RATES_SHOWN = (2, 10, 50)   # thousand msg/s: runner.Counts.load_rates
 LOAD_ROWS = [row for k in LOAD_RATES_SHOWN for row in (
@@ -62,6 +63,8 @@ TARGETS = [   # the performance issue's goals, then auth's and trace's
     ("auth on: consume >= 0.85x auth off", "quiver-auth", "consume_msgs_s", "quiver-async", "consume_msgs_s", ">=", 0.85),
     ("trace on: pipelined produce >= 0.9x trace off", "quiver-trace", "produce_msgs_s", "quiver-async",
      "produce_msgs_s", ">=", 0.9),
+    ("trace on: client CPU per pipelined message <= 1.1x trace off", "quiver-trace", "produce_client_cpu_us",
+     "quiver-async", "produce_client_cpu_us", "<=", 1.1),
 ]
 
 
@@ -82,10 +85,16 @@ def targets(results: dict) -> list[dict]:
     return out
 
 
+def _num(v: float) -> str:
+    """Whole numbers, but a tenth where a value is small enough for it to matter (µs per message)."""
+    return f"{v:,.1f}" if abs(v) < 100 else f"{v:,.0f}"
+
+
 def _cell(m: dict | None) -> str:
     if m is None:
         return "—"
-    return f"{m['median']:,.0f} ±{m['spread_pct']:.0f}%" if len(m["values"]) > 1 else f"{m['median']:,.0f}"
+    value = _num(m["median"])
+    return f"{value} ±{m['spread_pct']:.0f}%" if len(m["values"]) > 1 else value
 
 
 def _table(results: dict, systems: list[str], rows) -> list[str]:
@@ -123,7 +132,7 @@ def markdown(doc: dict) -> str:
     t = [r for r in doc["targets"] if r["ratio"] is not None]
     if t:
         out += ["## Targets (ratios from this run)", "", "| target | Quiver | peer | ratio | met |", "|---|---:|---:|---:|---|"]
-        out += [f"| {r['target']} | {r['quiver']:,.0f} | {r['peer']:,.0f} | {r['ratio']:.2f} | "
+        out += [f"| {r['target']} | {_num(r['quiver'])} | {_num(r['peer'])} | {r['ratio']:.2f} | "
                 f"{'yes' if r['met'] else '**no**'} |" for r in t]
         out.append("")
     out += ["## Durability and client choices", ""]

@@ -34,7 +34,8 @@ def test_bench_smoke_quiver_only(tmp_path):
             assert m["median"] > 0 and m["min"] <= m["median"] <= m["max"], (name, metric, m)
     a = doc["results"]["quiver-async"]["metrics"]
     for metric in ("produce_msgs_s", "batch_msgs_s", "consume_msgs_s", "sync_p50_us", "e2e_p99_us",
-                   "produce_64b_msgs_s", "produce_16k_msgs_s", "procs1_msgs_s", "procs4_msgs_s"):
+                   "produce_64b_msgs_s", "produce_16k_msgs_s", "procs1_msgs_s", "procs4_msgs_s",
+                   "produce_client_cpu_us"):
         assert metric in a, metric
     assert a["sync_p50_us"]["median"] <= a["sync_p99_us"]["median"] <= a["sync_max_us"]["median"]
     for rate in ("2k", "10k"):   # latency under load: every rate of the smoke counts
@@ -46,6 +47,7 @@ def test_bench_smoke_quiver_only(tmp_path):
     md = js.with_suffix(".md").read_text()
     assert "| produce pipelined, window 1000 (msg/s) |" in md and "quiver-async" in md
     assert "## Latency under load" in md and "| e2e p99.9 at 10k msg/s (µs) |" in md
+    assert "| client CPU per pipelined message, all threads (µs) |" in md
     try:
         import matplotlib  # noqa: F401  (the `bench` extra; the plot is skipped without it)
     except ImportError:
