@@ -40,7 +40,9 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import zmq
 
@@ -49,6 +51,10 @@ from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
 from quiver.wire.transport import _check_addr, _wire, next_request_id
+
+if TYPE_CHECKING:
+    from quiver.client.admin import Admin
+    from quiver.wire.schema import Schema
 
 __all__ = ["FakeNetwork", "FakeTransport", "FakeCluster", "Fault", "stub_cluster", "attach", "wait_until"]
 
@@ -59,8 +65,21 @@ NAMESRV_PORT = 9876
 FIRST_BROKER_PORT = 10911
 _SCAN_S = 0.02          # how often a fake transport looks for expired requests
 
+T = TypeVar("T")
+# a pushed request's handler, a request's callback (an Envelope or the QuiverError it failed with)
+OnPush = Callable[[str, protocol.Envelope], Any]
+Callback = Callable[[Any], Any]
 
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.005):
+
+class _Attachable(Protocol):
+    """A client attach() can give a network: a ClientBase, or a quiver.aio client."""
+    transport_factory: Any
+
+
+C = TypeVar("C", bound=_Attachable)
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 5.0, interval: float = 0.005) -> T:
     """Call `predicate` until it returns something true (returned) or `timeout` passes (returns it falsy)."""
     deadline = time.monotonic() + timeout
     while not (value := predicate()) and time.monotonic() < deadline:
@@ -68,7 +87,7 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.005):
     return value
 
 
-def _safely(fn, *args):
+def _safely(fn: Callable[..., Any], *args: Any) -> Any:
     """A request callback or push handler: what it raises is logged, and the IO loop goes on."""
     try:
         return fn(*args)
@@ -77,7 +96,7 @@ def _safely(fn, *args):
         return None
 
 
-def _as_bytes(frames) -> list:
+def _as_bytes(frames: Iterable[Any]) -> list[bytes]:
     # the wire copies: a sender that reuses its buffer afterwards must not change what was sent
     return [f if type(f) is bytes else bytes(f) for f in frames]
 
@@ -85,11 +104,11 @@ def _as_bytes(frames) -> list:
 class Fault:
     """Requests the network answers itself with `reply_code` (`times` of them; None: until healed)."""
 
-    def __init__(self, code, reply_code, remark: str, addr: str | None, times: int | None):
+    def __init__(self, code: int, reply_code: int, remark: str, addr: str | None, times: int | None) -> None:
         self.code, self.reply_code, self.remark, self.addr, self.left = code, reply_code, remark, addr, times
         self.hits: list[str] = []   # the addresses of the requests it answered
 
-    def _take(self, code, addr) -> bool:
+    def _take(self, code: int | None, addr: str) -> bool:
         if self.left == 0 or code != self.code or (self.addr is not None and addr != self.addr):
             return False
         if self.left is not None:
@@ -104,32 +123,32 @@ class _Router:
     non-zmq object, so the eventfd it polls here is never written); frames out go to
     the network by identity."""
 
-    def __init__(self, network: "FakeNetwork", addr: str, service):
+    def __init__(self, network: "FakeNetwork", addr: str, service: Any) -> None:
         self.network, self.addr, self.service, self._mandatory = network, addr, service, False
         self._fd = os.eventfd(0, os.EFD_NONBLOCK)
 
     def fileno(self) -> int:
         return self._fd
 
-    def put(self, frames: list) -> bool:
+    def put(self, frames: list[bytes]) -> bool:
         if self._fd < 0:
             return False
         self.service.call_soon_threadsafe(self.service.handle, frames)
         return True
 
-    def recv_multipart(self, flags=0, copy=True) -> list:
+    def recv_multipart(self, flags: int = 0, copy: bool = True) -> list[bytes]:
         raise zmq.Again()
 
-    def send_multipart(self, frames, flags=0, copy=True, **_kw) -> None:
+    def send_multipart(self, frames: Sequence[Any], flags: int = 0, copy: bool = True, **_kw: Any) -> None:
         identity, *rest = frames
         if not self.network._to_client(self.addr, bytes(identity), _as_bytes(rest)) and self._mandatory:
             raise zmq.ZMQError(errno.EHOSTUNREACH)
 
-    def setsockopt(self, option, value) -> None:
+    def setsockopt(self, option: int, value: Any) -> None:
         if option == zmq.ROUTER_MANDATORY:
             self._mandatory = bool(value)
 
-    def close(self, linger=None) -> None:
+    def close(self, linger: int | None = None) -> None:
         self.network._unbind(self.addr, self)
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
@@ -141,13 +160,14 @@ class FakeTransport:
     peer's inbox; callbacks run on this transport's IO thread, pushed requests on a small pool;
     an unreachable or silent peer gives the real transport's ClientError / RequestTimeoutError."""
 
-    def __init__(self, network: "FakeNetwork", name: str = "quiver", on_push=None, identity_prefix: str | None = None,
-                 credentials=None):  # noqa: ARG002  (the fake network has no sockets to secure)
+    def __init__(self, network: "FakeNetwork", name: str = "quiver", on_push: OnPush | None = None,
+                 identity_prefix: str | None = None,
+                 credentials: object = None) -> None:  # noqa: ARG002  (the fake network has no sockets to secure)
         self.network, self.name, self._on_push = network, name, on_push
         self._prefix = identity_prefix or f"{name}#{next(network._serial)}"
-        self._pending: dict[int, tuple] = {}   # request id -> (callback, deadline, addr)
-        self._events: queue.SimpleQueue = queue.SimpleQueue()     # work for the IO thread
-        self._unmatched: queue.SimpleQueue = queue.SimpleQueue()  # replies to exchange()
+        self._pending: dict[int, tuple[Callback, float, str]] = {}   # request id -> (callback, deadline, addr)
+        self._events: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()   # work for the IO thread
+        self._unmatched: queue.SimpleQueue[protocol.Envelope] = queue.SimpleQueue()  # replies to exchange()
         self._raw = 0  # exchange() calls waiting: only then are unmatched replies kept
         self._push_pool = ThreadPoolExecutor(2, thread_name_prefix=f"{name}-push")
         self._stopped = threading.Event()
@@ -161,7 +181,9 @@ class FakeTransport:
 
     # ---- caller side (Transport's interface) ------------------------------------------
 
-    def send(self, addr: str, code, ext: dict | None, bodies, callback, timeout: float = 3.0) -> int:
+    def send(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None, bodies: Sequence[bytes],
+             callback: Callback, timeout: float = 3.0) -> int:
+        """Send a request; `callback(envelope | QuiverError)` runs on this transport's IO thread."""
         self._open(addr)
         code, ext = _wire(code, ext)
         req_id = next_request_id()
@@ -170,19 +192,25 @@ class FakeTransport:
         self.network._deliver(self, addr, code, frames, req_id)
         return req_id
 
-    def oneway(self, addr: str, code, ext: dict | None = None, bodies=()) -> None:
+    def oneway(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None,
+               bodies: Sequence[bytes] = ()) -> None:
+        """Send a request that wants no reply."""
         self._open(addr)
         code, ext = _wire(code, ext)
         self.network._deliver(self, addr, code, protocol.request(code, next_request_id(), ext, bodies), 0)
 
-    def call_future(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0) -> Future:
-        fut: Future = Future()
+    def call_future(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None,
+                    bodies: Sequence[bytes] = (), timeout: float = 3.0) -> Future[protocol.Envelope]:
+        """Send a request: a Future of its reply envelope (or of the QuiverError it failed with)."""
+        fut: Future[protocol.Envelope] = Future()
         self.send(addr, code, ext, bodies,
                   lambda r: fut.set_exception(r) if isinstance(r, Exception) else fut.set_result(r), timeout)
         return fut
 
-    def call(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0,
-             ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
+    def call(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None, bodies: Sequence[bytes] = (),
+             timeout: float = 3.0, ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> protocol.Envelope:
+        """A blocking request: the reply, or the error its code means unless it is in `ok`;
+        RequestTimeoutError when nothing answers in `timeout` seconds."""
         fut = self.call_future(addr, code, ext, bodies, timeout)
         if threading.current_thread() is self._thread:  # a callback calling: run the IO loop here
             deadline = time.monotonic() + timeout + 1.0
@@ -196,11 +224,12 @@ class FakeTransport:
             raise error_for(env.code, env.remark or "")
         return env
 
-    def reply_to_push(self, addr: str, frames: list) -> None:
+    def reply_to_push(self, addr: str, frames: list[bytes]) -> None:
+        """Send the reply frames of a request `addr` pushed to this client (dropped once closed)."""
         if not self._stopped.is_set():
             self.network._deliver(self, addr, None, frames, 0)
 
-    def exchange(self, addr: str, frames: list, timeout: float = 2.0) -> protocol.Envelope:
+    def exchange(self, addr: str, frames: list[bytes], timeout: float = 2.0) -> protocol.Envelope:
         """Send raw frames (malformed ones too) and return the next reply not matched to a request."""
         self._open(addr)
         self._raw += 1
@@ -213,6 +242,7 @@ class FakeTransport:
             self._raw -= 1
 
     def close(self) -> None:
+        """Stop the IO thread; requests still waiting fail with ClientError. Again: does nothing."""
         if self._stopped.is_set():
             return
         self._stopped.set()
@@ -224,14 +254,14 @@ class FakeTransport:
         self._push_pool.shutdown(wait=False, cancel_futures=True)
         self.network._forget(self)
 
-    def _open(self, addr) -> None:
+    def _open(self, addr: str) -> None:
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
         _check_addr(addr)
 
     # ---- IO thread ---------------------------------------------------------------------
 
-    def _later(self, fn, *args) -> None:
+    def _later(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run on the IO thread (callbacks, never on the caller's or a service's thread)."""
         if not self._stopped.is_set():
             self._events.put((fn, *args))
@@ -265,7 +295,7 @@ class FakeTransport:
                 if deadline <= now:
                     self._fail(rid, RequestTimeoutError(f"no reply from {addr} in time (request {rid})"))
 
-    def _receive(self, addr: str, frames: list) -> None:
+    def _receive(self, addr: str, frames: list[bytes]) -> None:
         try:
             env = protocol.decode(frames)
         except ProtocolError as exc:
@@ -274,7 +304,7 @@ class FakeTransport:
             return
         if not env.is_reply:
             if self._on_push is not None:
-                self._push_pool.submit(self._handle_push, addr, env)
+                self._push_pool.submit(self._handle_push, self._on_push, addr, env)
             return
         entry = self._pending.pop(env.id, None)
         if entry is not None:
@@ -284,8 +314,8 @@ class FakeTransport:
         else:  # answered after its deadline, or after a disconnect failed it
             log.debug("late reply %s from %s dropped", env.id, addr)
 
-    def _handle_push(self, addr, env) -> None:
-        out = _safely(self._on_push, addr, env)
+    def _handle_push(self, on_push: OnPush, addr: str, env: protocol.Envelope) -> None:
+        out = _safely(on_push, addr, env)
         if out is not None:
             self.reply_to_push(addr, out)
 
@@ -293,21 +323,23 @@ class FakeTransport:
 class FakeNetwork:
     """Addresses -> in-process services; identities -> fake transports; faults in between."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._serial = itertools.count(1)
         self._routers: dict[str, _Router] = {}
         self._peers: dict[bytes, tuple[FakeTransport, str]] = {}  # identity -> (transport, the addr it calls)
         self._transports: list[FakeTransport] = []
-        self._served: list[tuple] = []    # (stop, thread) of every service run here
-        self._down, self._held, self._faults = set(), {}, []
-        self._sent: collections.Counter = collections.Counter()   # (addr, code) -> requests
+        self._served: list[tuple[Callable[[], Any], threading.Thread]] = []   # (stop, thread) of every service run here
+        self._down: set[str] = set()
+        self._held: dict[str, list[tuple[FakeTransport, list[bytes]]]] = {}
+        self._faults: list[Fault] = []
+        self._sent: collections.Counter[tuple[str, int | None]] = collections.Counter()   # (addr, code) -> requests
         self._closed = False
         self._own = self.transport("fake-network")
 
     # ---- services ------------------------------------------------------------------------
 
-    def plug(self, service, addr: str | None = None) -> str:
+    def plug(self, service: Any, addr: str | None = None) -> str:
         """Make `service` (a quiver.runtime.service.Service) bind to `addr` on this network when it runs."""
         addr = addr or service.listen
         router = _Router(self, addr, service)
@@ -318,18 +350,18 @@ class FakeNetwork:
         service.use_socket(router)
         return addr
 
-    def run(self, target, stop, name: str) -> threading.Thread:
+    def run(self, target: Callable[[], Any], stop: Callable[[], Any], name: str) -> threading.Thread:
         """Run `target` (a Service.run or App.run) on a thread; `stop()` ends it at close."""
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._served.append((stop, thread))
         return thread
 
-    def serve(self, service, addr: str | None = None) -> str:
+    def serve(self, service: Any, addr: str | None = None) -> str:
         """Run a Service (your own handler table too) at `addr` until the network closes."""
         addr = self.plug(service, addr)
 
-        def run():
+        def run() -> None:
             try:
                 service.run()
             finally:
@@ -339,21 +371,24 @@ class FakeNetwork:
 
     # ---- clients --------------------------------------------------------------------------
 
-    def transport(self, name: str = "quiver", on_push=None, identity_prefix: str | None = None,
-                  credentials=None) -> FakeTransport:
+    def transport(self, name: str = "quiver", on_push: OnPush | None = None, identity_prefix: str | None = None,
+                  credentials: object = None) -> FakeTransport:
+        """A new FakeTransport on this network (what an attached client's start() calls)."""
         t = FakeTransport(self, name, on_push, identity_prefix)
         self._transports.append(t)  # list.append is atomic: no lock
         return t
 
-    def call(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0, ok=(0,)):
+    def call(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None, bodies: Sequence[bytes] = (),
+             timeout: float = 3.0, ok: tuple[int, ...] = (0,)) -> protocol.Envelope:
         """One blocking request on the network's own transport (replies not in `ok` raise)."""
         return self._own.call(addr, code, ext, bodies, timeout, ok)
 
-    def call_future(self, addr: str, code, ext: dict | None = None, bodies=(), timeout: float = 3.0) -> Future:
+    def call_future(self, addr: str, code: "int | Schema", ext: dict[str, Any] | None = None,
+                    bodies: Sequence[bytes] = (), timeout: float = 3.0) -> Future[protocol.Envelope]:
         """One request on the network's own transport, not waited for: Future[Envelope]."""
         return self._own.call_future(addr, code, ext, bodies, timeout)
 
-    def exchange(self, addr: str, frames: list, timeout: float = 2.0) -> protocol.Envelope:
+    def exchange(self, addr: str, frames: list[bytes], timeout: float = 2.0) -> protocol.Envelope:
         """Raw frames to `addr` (malformed ones too); the service's reply, decoded."""
         return self._own.exchange(addr, frames, timeout)
 
@@ -366,6 +401,7 @@ class FakeNetwork:
             t._fail_peer(addr, f"connection to {addr} lost before it replied")
 
     def reconnect(self, addr: str) -> None:
+        """`addr` is reachable again (after disconnect)."""
         self._down.discard(addr)
 
     def hold(self, addr: str) -> None:
@@ -373,15 +409,17 @@ class FakeNetwork:
         self._held.setdefault(addr, [])
 
     def release(self, addr: str) -> None:
+        """Deliver the requests held for `addr`, in order, and stop holding."""
         with self._lock:
             waiting = self._held.pop(addr, [])
         for sender, frames in waiting:
             self._put(sender, addr, frames)
 
     def held(self, addr: str) -> int:
+        """How many requests to `addr` are held now."""
         return len(self._held.get(addr, ()))
 
-    def fail(self, code, reply_code, remark: str = "injected by quiver.testing", addr: str | None = None,
+    def fail(self, code: int, reply_code: int, remark: str = "injected by quiver.testing", addr: str | None = None,
              times: int | None = 1) -> Fault:
         """Answer the next `times` requests of `code` (to `addr`, or anywhere) with `reply_code`
         (None: all of them until `heal(fault)`); the service never sees them."""
@@ -390,9 +428,10 @@ class FakeNetwork:
         return fault
 
     def heal(self, fault: Fault) -> None:
+        """`fault` answers no more requests."""
         fault.left = 0
 
-    def count(self, code=None, addr: str | None = None) -> int:
+    def count(self, code: int | None = None, addr: str | None = None) -> int:
         """Requests sent so far (faulted and held ones included), by code and/or address."""
         with self._lock:
             return sum(n for (a, c), n in self._sent.items()
@@ -400,7 +439,7 @@ class FakeNetwork:
 
     # ---- delivery --------------------------------------------------------------------------
 
-    def _deliver(self, sender: FakeTransport, addr: str, code, frames: list, req_id: int) -> None:
+    def _deliver(self, sender: FakeTransport, addr: str, code: int | None, frames: list[bytes], req_id: int) -> None:
         frames = _as_bytes(frames)
         identity = sender.identity(addr)
         with self._lock:
@@ -419,13 +458,13 @@ class FakeNetwork:
         elif reachable and fault is None:
             self._put(sender, addr, frames)
 
-    def _put(self, sender: FakeTransport, addr: str, frames: list) -> None:
+    def _put(self, sender: FakeTransport, addr: str, frames: list[bytes]) -> None:
         with self._lock:
             router = self._routers.get(addr) if addr not in self._down else None
         if router is None or not router.put([sender.identity(addr), *frames]):
             log.debug("frames to %s dropped: it is gone", addr)
 
-    def _to_client(self, addr: str, identity: bytes, frames: list) -> bool:
+    def _to_client(self, addr: str, identity: bytes, frames: list[bytes]) -> bool:
         with self._lock:
             peer = self._peers.get(identity)
             if peer is None or addr in self._down:
@@ -464,7 +503,7 @@ class FakeNetwork:
 # ---- the client seam ---------------------------------------------------------------------------
 
 
-def attach(client, network: FakeNetwork):
+def attach(client: C, network: FakeNetwork) -> C:
     """Make `client` (any ClientBase, not yet started) use `network` from its next start()."""
     if getattr(client, "_started", False):
         raise ClientError(f"{type(client).__name__} is already started: attach it before start()")
@@ -475,16 +514,23 @@ def attach(client, network: FakeNetwork):
 # ---- the cluster -------------------------------------------------------------------------------
 
 
-class FakeCluster(contextlib.AbstractContextManager):
-    """A name server and brokers (their real Apps) on a FakeNetwork, data in a temp dir."""
+class FakeCluster(contextlib.AbstractContextManager["FakeCluster"]):
+    """A name server and brokers (their real Apps) on a FakeNetwork, data in a temp dir;
+    `stub_cluster()` makes one. RuntimeError if the brokers do not register in time.
 
-    def __init__(self, brokers: int = 1, data_dir: str | None = None, broker_options: dict | None = None,
-                 namesrv_options: dict | None = None, ready_timeout_s: float = 10.0):
+        with stub_cluster(brokers=2) as cluster:
+            cluster.admin().create_topic("Orders")
+            with cluster.client(Producer, "pg") as p:
+                p.send(Message("Orders", b"o-1"))
+    """
+
+    def __init__(self, brokers: int = 1, data_dir: str | None = None, broker_options: dict[str, Any] | None = None,
+                 namesrv_options: dict[str, Any] | None = None, ready_timeout_s: float = 10.0) -> None:
         self.network = FakeNetwork()
         self._own_dir = data_dir is None
         self.data_dir = data_dir or tempfile.mkdtemp(prefix="quiver-stub-")
         self.namesrv = f"{FAKE_HOST}:{NAMESRV_PORT}"
-        self.brokers: dict = {}                 # broker name -> its quiver_broker.app.App
+        self.brokers: dict[str, Any] = {}       # broker name -> its quiver_broker.app.App
         self.broker_addrs: dict[str, str] = {}  # broker name -> address
         try:
             self._start_namesrv(namesrv_options or {})
@@ -495,14 +541,14 @@ class FakeCluster(contextlib.AbstractContextManager):
             self.close()
             raise
 
-    def _start_namesrv(self, options: dict) -> None:
+    def _start_namesrv(self, options: dict[str, Any]) -> None:
         from quiver_namesrv.app import App
         from quiver_namesrv.config import Config
         app = App(Config(**{"listen": self.namesrv, **options}))
         self.network.plug(app.service, self.namesrv)
         self.network.run(app.run, app.shutdown, "fake-namesrv")
 
-    def _start_broker(self, name: str, port: int, options: dict) -> None:
+    def _start_broker(self, name: str, port: int, options: dict[str, Any]) -> None:
         from quiver_broker.app import App
         from quiver_broker.config import Config
         addr = f"{FAKE_HOST}:{port}"
@@ -520,7 +566,7 @@ class FakeCluster(contextlib.AbstractContextManager):
 
     def wait_registered(self, timeout_s: float = 10.0) -> None:
         """Until the name server lists every broker as live."""
-        def registered():
+        def registered() -> bool:
             try:
                 env = self.network.call(self.namesrv, rq.GetClusterInfo())
             except QuiverError:
@@ -529,37 +575,40 @@ class FakeCluster(contextlib.AbstractContextManager):
         if not wait_until(registered, timeout_s):
             raise RuntimeError(f"stub brokers did not register with the name server in {timeout_s} s")
 
-    def broker(self, name: str = "broker-a"):
+    def broker(self, name: str = "broker-a") -> Any:
         """The broker's App: `.store` (MessageStore), `.metadata`, `.service.counters` ..."""
         return self.brokers[name]
 
-    def client(self, cls, *args, **kw):
+    def client(self, cls: type[C], *args: Any, **kw: Any) -> C:
         """`cls(*args, namesrv=<this cluster>, **kw)` attached to the network (Admin is started,
         as Admin always is; the others start on start() or `with`)."""
         kw.setdefault("namesrv", self.namesrv)
         obj = cls.__new__(cls)
         attach(obj, self.network)
-        obj.__init__(*args, **kw)
+        cls.__init__(obj, *args, **kw)
         return obj
 
-    def attach(self, client):
+    def attach(self, client: C) -> C:
+        """`attach(client, cluster.network)`: `client` uses this cluster from its next start()."""
         return attach(client, self.network)
 
-    def admin(self, **kw):
+    def admin(self, **kw: Any) -> "Admin":
+        """An Admin of this cluster (started, as Admin always is); `kw` as Admin's."""
         from quiver.client.admin import Admin
         return self.client(Admin, **kw)
 
     def close(self) -> None:
+        """Stop the name server and brokers; the temp data dir (if this cluster made it) is removed."""
         self.network.close()
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def stub_cluster(brokers: int = 1, data_dir: str | None = None, broker_options: dict | None = None,
-                 namesrv_options: dict | None = None) -> FakeCluster:
+def stub_cluster(brokers: int = 1, data_dir: str | None = None, broker_options: dict[str, Any] | None = None,
+                 namesrv_options: dict[str, Any] | None = None) -> FakeCluster:
     """A running FakeCluster; use it as `with stub_cluster() as cluster:` (stopped, its temp
     dir removed, after the block). `broker_options` / `namesrv_options` are Config fields of
     quiver_broker / quiver_namesrv, e.g. {"auto_create_topics": False, "flush": "sync"}."""

@@ -386,7 +386,7 @@ class Transport:
             self._fail(rid, RequestTimeoutError(f"no reply from {entry[2]} in time (request {rid})"))
 
 
-def _wire(code, ext):
+def _wire(code: "int | Schema", ext: dict[str, Any] | None) -> tuple[int, dict[str, Any] | None]:
     """(code, ext) of a request given as a code and an ext map, or as a schema object of
     quiver.wire.requests in place of the code (its CODE and ext(); an ext map given too is merged in)."""
     if isinstance(code, int):  # RequestCode included: the common case, first

@@ -1,9 +1,9 @@
 """The SDK's public API is typed and documented: `mypy --strict` passes over it, and every
 public class, method and function it exports has a docstring.
 
-"The public API" is what pyproject.toml's [tool.mypy] lists: the modules whose names `quiver`
-and `quiver.aio` export, with the base classes and mixins those classes get public methods from
-(quiver.client.base, admin_inspect, acl_admin) and quiver.aio's bridge.
+"The public API" is what pyproject.toml's [tool.mypy] lists: the modules whose names `quiver`,
+`quiver.aio` and `quiver.testing` export, with the base classes and mixins those classes get
+public methods from (quiver.client.base, admin_inspect, acl_admin) and quiver.aio's bridge.
 """
 
 import inspect
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import quiver
 import quiver.aio
+import quiver.testing
 
 ROOT = Path(__file__).resolve().parents[3]
-EXPORTERS = (quiver, quiver.aio)
+EXPORTERS = (quiver, quiver.aio, quiver.testing)
 
 
 def test_mypy_strict_passes_over_the_public_api(tmp_path):
