@@ -1,9 +1,9 @@
-"""The proxy process: Quiver SDK clients, the gRPC server around them, PING/STATUS on --listen.
+"""The proxy process: the gRPC server around Quiver's SDK, PING/STATUS on --listen.
 
-Collaborators are built here and handed to the servicer: one ClientBase for routes and POP
-calls, one Producer for normal / FIFO / delayed sends, one TxProducer for half messages and
-the checks the txn-checker asks, the Clients table of connected v2 clients. The gRPC server
-runs on its own worker threads; this thread runs the service loop until SIGTERM.
+Collaborators are built here and handed to the servicer: the Clients table of connected v2
+clients and the Backends (users.py: the SDK clients each caller acts through, the proxy's
+own for auth off). The gRPC server runs on its own worker threads; this thread runs the
+service loop until SIGTERM.
 """
 
 import logging
@@ -12,14 +12,9 @@ from concurrent import futures
 import grpc
 from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer_to_server
 
-from quiver.client.base import ClientBase
-from quiver.client.producer import Producer
-
 from .clients import Clients
-from .receiving import Receiving
-from .routes import Routes
 from .servicer import Servicer
-from .transactions import TxProducer
+from .users import Backends
 
 log = logging.getLogger(__name__)
 
@@ -28,39 +23,31 @@ class App:
     def __init__(self, config):
         from quiver.runtime.service import Service
         self.config = config
-        timeout = config.request_timeout_ms / 1000
-        creds = config.key_file
-        self.client = ClientBase(config.namesrv, timeout, credentials=creds)
-        self.producer = Producer("proxy", config.namesrv, send_timeout=timeout, auto_batch=False,
-                                 max_message_bytes=config.max_body_bytes, credentials=creds)
-        self.routes = Routes(self.client, config.message_types())
         self.clients = Clients(self._is_fifo, config.long_polling_ms, config.max_body_bytes)
-        self.tx = TxProducer(config.transaction_group, config.namesrv, self.clients.forward_check,
-                             send_timeout=timeout, auto_batch=False, max_message_bytes=config.max_body_bytes,
-                             credentials=creds)
-        self.receiving = Receiving(self.client, config)
-        self.servicer = Servicer(config, self.routes, self.clients, self.producer, self.tx, self.receiving,
-                                 self._cancel)
+        self.backends = None
+        self.servicer = None
         self.grpc = None
         self.grpc_port = 0
         self.service = Service(config.listen, {}, "proxy", self.status, security=_status_security(config))
 
     def _is_fifo(self, topic: str) -> bool:
         try:
-            return self.client.route(topic).order
+            return self.backends.own.client.route(topic).order
         except Exception:   # an unknown topic is not FIFO; the receive will say what is wrong
             return False
 
-    def _cancel(self, msg_id: str, topic: str) -> bool:
-        return self.producer.cancel_scheduled(msg_id, topic)
+    def checks_forwarded(self) -> int:
+        return sum(b.tx.checks_forwarded for b in self.backends.every()) if self.backends else 0
 
     def status(self) -> dict:
+        users = len(self.backends.every()) - 1 if self.backends else 0
         return {"role": "proxy", "grpc": self.config.grpc_listen, "grpc_port": self.grpc_port,
-                "namesrv": self.config.namesrv, "checks_forwarded": self.tx.checks_forwarded, **self.clients.count()}
+                "namesrv": self.config.namesrv, "checks_forwarded": self.checks_forwarded(),
+                "access_key_users": users, "closed": self.config.closed, **self.clients.count()}
 
     def bind(self) -> None:
-        for c in (self.client, self.producer, self.tx):
-            c.start()
+        self.backends = Backends(self.config, self.clients.forward_check)
+        self.servicer = Servicer(self.config, self.clients, self.backends)
         self.grpc = grpc.server(futures.ThreadPoolExecutor(self.config.grpc_threads, thread_name_prefix="grpc"),
                                 options=[("grpc.max_receive_message_length", self.config.max_body_bytes + (1 << 20)),
                                          ("grpc.so_reuseport", 0)])
@@ -79,8 +66,7 @@ class App:
             self.service.run()
         finally:
             self.grpc.stop(grace=1.0).wait(5)
-            for c in (self.tx, self.producer, self.client):
-                c.shutdown()
+            self.backends.shutdown()
 
 
 def _status_security(config):

@@ -21,9 +21,10 @@ class Config:
     auth_dir: str = setting("", "auth on: the cluster's auth dir; the proxy's SDK clients use its admin.key "
                                 "(unless --credentials names another key)")
     credentials: str = setting("", "auth on: the key file the proxy's SDK clients use")
-    serve_unverified: bool = setting(False, "auth on: serve RocketMQ 5 clients anyway, every one with the "
-                                            "proxy's key (their AK/SK signatures are not verified yet); off: "
-                                            "every RPC answers UNAUTHORIZED")
+    access_keys: str = setting("", "auth on: JSON file {access key: {secret, credentials: a Quiver user's key "
+                                   "file}}: RocketMQ 5 clients' AK/SK, checked, each served as that user")
+    serve_unverified: bool = setting(False, "auth on, no --access-keys: serve RocketMQ 5 clients anyway, all with "
+                                            "the proxy's key; off: every RPC answers UNAUTHORIZED")
     grpc_threads: int = setting(256, "gRPC worker threads: each connected client's telemetry stream holds one, "
                                      "each long-polling receive another")
     request_timeout_ms: int = setting(3000, "how long one broker request waits")
@@ -72,8 +73,8 @@ class Config:
 
     @property
     def closed(self) -> bool:
-        """Auth on without --serve-unverified: no v2 client is served."""
-        return self.key_file is not None and not self.serve_unverified
+        """Auth on without --access-keys nor --serve-unverified: no v2 client is served."""
+        return self.key_file is not None and not self.access_keys and not self.serve_unverified
 
     def message_types(self) -> dict[str, str]:
         """--topic-message-types as {topic: type}."""

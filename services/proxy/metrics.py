@@ -23,7 +23,7 @@ class ProxyMetrics(ServiceCollector):
         yield gauge("quiver_proxy_clients", "RocketMQ 5 clients known to the proxy", rows=[((), now["clients"])])
         yield gauge("quiver_proxy_telemetry_streams", "open telemetry streams", rows=[((), now["streams"])])
         yield counter("quiver_proxy_transaction_checks_forwarded_total", "txn-checker checks sent to a client",
-                      rows=[((), self.app.tx.checks_forwarded)])
+                      rows=[((), self.app.checks_forwarded())])
 
 
 def collector(app) -> ProxyMetrics:

@@ -15,6 +15,7 @@ from rocketmq.grpc_protocol.definition_pb2 import (AddressScheme, Code, Endpoint
                                                    Permission)
 
 from quiver.errors import QuiverError
+from quiver.wire.codes import ResponseCode
 from quiver.wire.names import topic_problem
 
 from .statuses import Refused
@@ -53,6 +54,8 @@ class Routes:
         try:
             route = self.client.route(topic)
         except QuiverError as exc:
+            if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+                raise          # NO_PERMISSION -> FORBIDDEN ... (statuses.py)
             raise Refused(Code.TOPIC_NOT_FOUND, f"topic {topic!r} is not routed by the name servers: create it "
                                                 f"first ({exc.remark or exc})") from None
         if not route.read_queues and not route.write_queues:

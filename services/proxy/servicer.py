@@ -20,8 +20,9 @@ from quiver.errors import QuiverError
 from .clients import QUEUE_BOUND, Clients, client_id_of
 from .messages import inbound
 from .receiving import check_group_name
-from .routes import Routes, check_topic_name, endpoints_for
+from .routes import check_topic_name, endpoints_for
 from .statuses import OK, Refused, status, status_of
+from .users import Backends
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,12 @@ _STREAM_END = object()
 
 
 def answered(response_cls):
-    """Wrap an RPC: whatever it raises becomes `response_cls(status=...)`."""
+    """Wrap an RPC `fn(self, request, context, backend)`: the caller's backend (users.py) is found
+    first; whatever either raises becomes `response_cls(status=...)`."""
     def wrap(fn):
         def rpc(self, request, context):
             try:
-                self.gate()
-                reply = fn(self, request, context)
+                reply = fn(self, request, context, self.backends.for_call(context.invocation_metadata()))
             except (Refused, QuiverError) as exc:
                 reply = response_cls(status=status_of(exc))
             except Exception as exc:
@@ -49,20 +50,11 @@ def answered(response_cls):
 
 
 class Servicer(MessagingServiceServicer):
-    def __init__(self, config, routes: Routes, clients: Clients, producer, tx, receiving, canceller):
+    def __init__(self, config, clients: Clients, backends: Backends):
         self.config = config
-        self.routes = routes
         self.clients = clients
-        self.producer = producer
-        self.tx = tx
-        self.receiving = receiving
-        self.canceller = canceller   # cancel(msg_id, topic) -> bool: Producer.cancel_scheduled
+        self.backends = backends
         self.counts: collections.Counter = collections.Counter()   # (rpc, code name) -> answers (metrics.py)
-
-    def gate(self) -> None:
-        if self.config.closed:
-            raise Refused(Code.UNAUTHORIZED, "auth is on and this proxy does not verify AK/SK signatures yet: "
-                                             "start it with --serve-unverified to serve clients with its own key")
 
     def count(self, rpc: str, code: int) -> None:
         self.counts[(rpc, Code.Name(code) if code in Code.values() else str(code))] += 1
@@ -71,18 +63,18 @@ class Servicer(MessagingServiceServicer):
         return endpoints_for(self.config.advertise, request.endpoints)
 
     @answered(pb.QueryRouteResponse)
-    def QueryRoute(self, request, context):
-        return pb.QueryRouteResponse(status=OK, message_queues=self.routes.queues(request.topic.name,
+    def QueryRoute(self, request, context, b):
+        return pb.QueryRouteResponse(status=OK, message_queues=b.routes.queues(request.topic.name,
                                                                                    self._endpoints(request)))
 
     @answered(pb.QueryAssignmentResponse)
-    def QueryAssignment(self, request, context):
+    def QueryAssignment(self, request, context, b):
         check_group_name(request.group.name)
-        queues = self.routes.assignments(request.topic.name, self._endpoints(request))
+        queues = b.routes.assignments(request.topic.name, self._endpoints(request))
         return pb.QueryAssignmentResponse(status=OK, assignments=[{"message_queue": q} for q in queues])
 
     @answered(pb.HeartbeatResponse)
-    def Heartbeat(self, request, context):
+    def Heartbeat(self, request, context, _b):
         cid = client_id_of(context.invocation_metadata())
         if request.client_type == ClientType.CLIENT_TYPE_UNSPECIFIED:
             raise Refused(Code.UNRECOGNIZED_CLIENT_TYPE, "heartbeat names no client_type")
@@ -92,45 +84,45 @@ class Servicer(MessagingServiceServicer):
         return pb.HeartbeatResponse(status=OK)
 
     @answered(pb.NotifyClientTerminationResponse)
-    def NotifyClientTermination(self, request, context):
+    def NotifyClientTermination(self, request, context, _b):
         self.clients.drop(client_id_of(context.invocation_metadata()))
         return pb.NotifyClientTerminationResponse(status=OK)
 
     # ---- producing ---------------------------------------------------------------------------
 
     @answered(pb.SendMessageResponse)
-    def SendMessage(self, request, context):
+    def SendMessage(self, request, context, b):
         if len(request.messages) != MAX_SEND_ENTRIES:
             raise Refused(Code.BAD_REQUEST, "send one message per SendMessage call")
         cid = client_id_of(context.invocation_metadata())
         m = inbound(request.messages[0], self.config.max_body_bytes)
-        self.routes.check_type(m.msg.topic, m.kind)
+        b.routes.check_type(m.msg.topic, m.kind)
         entry = pb.SendResultEntry(status=OK)
         if m.kind == MessageType.TRANSACTION:
             self.clients.published(cid, m.msg.topic)
-            entry.message_id, entry.transaction_id = self.tx.send_half(m.msg)
+            entry.message_id, entry.transaction_id = b.tx.send_half(m.msg)
         else:
-            res = self.producer.send_orderly(m.msg, m.group) if m.group is not None else self.producer.send(m.msg)
+            res = b.producer.send_orderly(m.msg, m.group) if m.group is not None else b.producer.send(m.msg)
             entry.message_id, entry.offset = res.msg_id, res.queue_offset
             if m.kind == MessageType.DELAY:
                 entry.recall_handle = res.msg_id
         return pb.SendMessageResponse(status=OK, entries=[entry])
 
     @answered(pb.EndTransactionResponse)
-    def EndTransaction(self, request, context):
+    def EndTransaction(self, request, context, b):
         check_topic_name(request.topic.name)
-        self.tx.end(request.topic.name, request.transaction_id, request.resolution,
+        b.tx.end(request.topic.name, request.transaction_id, request.resolution,
                     from_check=request.source == TransactionSource.SOURCE_SERVER_CHECK)
         return pb.EndTransactionResponse(status=OK)
 
     @answered(pb.RecallMessageResponse)
-    def RecallMessage(self, request, context):
+    def RecallMessage(self, request, context, b):
         check_topic_name(request.topic.name)
         handle = request.recall_handle
         if not handle or len(handle) > 64 or not handle.isalnum():
             raise Refused(Code.BAD_REQUEST, "recall_handle is the send receipt's recall handle of a delayed message")
         try:
-            cancelled = self.canceller(handle, request.topic.name)
+            cancelled = b.producer.cancel_scheduled(handle, request.topic.name)
         except QuiverError as exc:
             raise Refused(Code.NOT_FOUND, f"no delayed message {handle} on {request.topic.name!r}: {exc.remark}") \
                 from None
@@ -142,8 +134,8 @@ class Servicer(MessagingServiceServicer):
 
     def ReceiveMessage(self, request, context):
         try:
-            self.gate()
-            msgs = self.receiving.receive(request, context.time_remaining() or 30.0)
+            b = self.backends.for_call(context.invocation_metadata())
+            msgs = b.receiving.receive(request, context.time_remaining() or 30.0)
         except Exception as exc:
             if not isinstance(exc, (Refused, QuiverError)):
                 log.exception("ReceiveMessage failed")
@@ -161,8 +153,8 @@ class Servicer(MessagingServiceServicer):
         yield pb.ReceiveMessageResponse(status=OK if msgs else status(Code.MESSAGE_NOT_FOUND, "no new message"))
 
     @answered(pb.AckMessageResponse)
-    def AckMessage(self, request, context):
-        results = self.receiving.ack(request)
+    def AckMessage(self, request, context, b):
+        results = b.receiving.ack(request)
         entries = [pb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=s)
                    for e, s in results]
         codes = {s.code for _, s in results}
@@ -170,19 +162,19 @@ class Servicer(MessagingServiceServicer):
         return pb.AckMessageResponse(status=overall, entries=entries)
 
     @answered(pb.ChangeInvisibleDurationResponse)
-    def ChangeInvisibleDuration(self, request, context):
-        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=self.receiving.change_invisible(request))
+    def ChangeInvisibleDuration(self, request, context, b):
+        return pb.ChangeInvisibleDurationResponse(status=OK, receipt_handle=b.receiving.change_invisible(request))
 
     @answered(pb.ForwardMessageToDeadLetterQueueResponse)
-    def ForwardMessageToDeadLetterQueue(self, request, context):
-        self.receiving.to_dead_letter(request)
+    def ForwardMessageToDeadLetterQueue(self, request, context, b):
+        b.receiving.to_dead_letter(request)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
     # ---- telemetry -----------------------------------------------------------------------------
 
     def Telemetry(self, request_iterator, context):
         try:
-            self.gate()
+            self.backends.for_call(context.invocation_metadata())
             session = self.clients.session(client_id_of(context.invocation_metadata()))
         except Refused as exc:
             yield pb.TelemetryCommand(status=status_of(exc))

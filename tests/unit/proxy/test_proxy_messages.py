@@ -96,3 +96,30 @@ def test_auth_on_closes_the_proxy_unless_told_to_serve_unverified_clients():
     assert Config(auth_dir="/srv/auth").closed and Config(credentials="/k.key").closed
     assert not Config(auth_dir="/srv/auth", serve_unverified=True).closed
     assert Config(auth_dir="/srv/auth").key_file == "/srv/auth/admin.key"
+
+
+def test_access_keys_file_and_signatures(tmp_path):
+    import json
+    from rocketmq import ClientConfiguration, Credentials
+    from rocketmq.v5.util.signature import Signature
+
+    from quiver.wire.curve import KeyPair, write_credentials
+    from quiver.wire.curve import Credentials as QCredentials
+    from quiver_proxy.users import load_access_keys, signed_access_key
+    kp, server = KeyPair.generate(), KeyPair.generate()
+    write_credentials(str(tmp_path / "bob.key"), QCredentials("bob", kp.public_key, kp.secret_key, server.public_key))
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"AK1": {"secret": "s3cret", "credentials": str(tmp_path / "bob.key")}}))
+    keys = load_access_keys(str(path))
+    assert keys["AK1"][1].user == "bob"
+    md = Signature.metadata(ClientConfiguration("127.0.0.1:8081", Credentials("AK1", "s3cret")), "cid")
+    assert signed_access_key(md, keys) == "AK1"
+    for ak, sk in (("AK1", "wrong"), ("AK2", "s3cret")):
+        bad = Signature.metadata(ClientConfiguration("127.0.0.1:8081", Credentials(ak, sk)), "cid")
+        assert code_of(signed_access_key, bad, keys) == Code.UNAUTHORIZED
+    assert code_of(signed_access_key, [("x-mq-client-id", "cid")], keys) == Code.UNAUTHORIZED
+    for bad in ("[]", "{}", '{"A K": {"secret": "s", "credentials": "x"}}', '{"AK": {"secret": ""}}', "not json"):
+        path.write_text(bad)
+        with pytest.raises(ValueError):
+            load_access_keys(str(path))
+    assert not Config(auth_dir="/srv/auth", access_keys=str(path)).closed

@@ -1,0 +1,132 @@
+"""Who a v2 request acts as: AK/SK signatures checked, each access key served with its Quiver user's key.
+
+RocketMQ 5 clients sign every call: header `authorization` =
+`MQv2-HMAC-SHA1 Credential=<access key>, SignedHeaders=x-mq-date-time, Signature=<hex>`,
+the HMAC-SHA1 of the `x-mq-date-time` header under the secret key. With --access-keys,
+a JSON file (mode 0600)
+
+    {"<access key>": {"secret": "<secret key>", "credentials": "<a Quiver user's key file>"}}
+
+the proxy checks the signature and serves the request with a `Backend` (SDK clients) holding
+that user's CURVE key, built on first use, so the cluster's ACL decides as it does for the
+user's own SDK (a refusal comes back FORBIDDEN). Without it: auth off, or auth on with
+--serve-unverified, every request gets the proxy's own backend; auth on otherwise, every
+request is UNAUTHORIZED. Like RocketMQ's, the signature covers the date header only and its
+age is not bounded (clients send local time labelled Z).
+"""
+
+import hmac
+import json
+import re
+import threading
+from dataclasses import dataclass
+from hashlib import sha1
+
+from rocketmq.grpc_protocol.definition_pb2 import Code
+
+from quiver.client.base import ClientBase
+from quiver.client.producer import Producer
+from quiver.wire.curve import Credentials, read_credentials
+
+from .receiving import Receiving
+from .routes import Routes
+from .statuses import Refused
+from .transactions import TxProducer
+
+_AUTH = re.compile(r"MQv2-HMAC-SHA1 Credential=([^,\s]{1,256}), SignedHeaders=x-mq-date-time, "
+                   r"Signature=([0-9a-fA-F]{40})\Z")
+MAX_ACCESS_KEYS = 10_000
+
+
+@dataclass
+class Backend:
+    """One Quiver identity's SDK clients."""
+    client: ClientBase
+    producer: Producer
+    tx: TxProducer
+    routes: Routes
+    receiving: Receiving
+
+    @classmethod
+    def start(cls, config, credentials, forward) -> "Backend":
+        timeout = config.request_timeout_ms / 1000
+        client = ClientBase(config.namesrv, timeout, credentials=credentials)
+        producer = Producer("proxy", config.namesrv, send_timeout=timeout, auto_batch=False,
+                            max_message_bytes=config.max_body_bytes, credentials=credentials)
+        tx = TxProducer(config.transaction_group, config.namesrv, forward, send_timeout=timeout, auto_batch=False,
+                        max_message_bytes=config.max_body_bytes, credentials=credentials)
+        for c in (client, producer, tx):
+            c.start()
+        return cls(client, producer, tx, Routes(client, config.message_types()), Receiving(client, config))
+
+    def shutdown(self) -> None:
+        for c in (self.tx, self.producer, self.client):
+            c.shutdown()
+
+
+def load_access_keys(path: str) -> dict[str, tuple[bytes, Credentials]]:
+    """--access-keys: {access key: (secret, the user's Credentials)}; ValueError saying what is wrong."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--access-keys {path}: {exc}") from None
+    if not isinstance(data, dict) or not 0 < len(data) <= MAX_ACCESS_KEYS:
+        raise ValueError(f"--access-keys {path}: a JSON object of 1..{MAX_ACCESS_KEYS} access keys")
+    out = {}
+    for ak, entry in data.items():
+        if not _AUTH.fullmatch(f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={'0' * 40}") \
+                or not isinstance(entry, dict) or not isinstance(entry.get("secret"), str) or not entry["secret"] \
+                or not isinstance(entry.get("credentials"), str):
+            raise ValueError(f"--access-keys {path}: entry {ak[:40]!r} is not "
+                             '{"secret": "...", "credentials": "<key file>"} under an access key without spaces or commas')
+        out[ak] = (entry["secret"].encode(), read_credentials(entry["credentials"]))
+    return out
+
+
+def signed_access_key(metadata, keys: dict) -> str:
+    """The access key whose secret signed this call; Refused(UNAUTHORIZED) otherwise."""
+    headers = {k: v for k, v in metadata if k in ("authorization", "x-mq-date-time")}
+    m = _AUTH.fullmatch(headers.get("authorization", ""))
+    date = headers.get("x-mq-date-time", "")
+    if m is None or not date or len(date) > 64:
+        raise Refused(Code.UNAUTHORIZED, "auth is on: sign requests with an access key (ClientConfiguration's "
+                                         "Credentials(ak, sk))")
+    entry = keys.get(m.group(1))
+    want = hmac.new(entry[0], date.encode(), sha1).hexdigest() if entry else ""
+    if entry is None or not hmac.compare_digest(want, m.group(2).lower()):
+        raise Refused(Code.UNAUTHORIZED, "unknown access key or wrong signature")
+    return m.group(1)
+
+
+class Backends:
+    """The backend each request acts through (see the module docstring)."""
+
+    def __init__(self, config, forward):
+        self.config = config
+        self.forward = forward
+        self.keys = load_access_keys(config.access_keys) if config.access_keys else {}
+        self.own = Backend.start(config, config.key_file, forward)
+        self._users: dict[str, Backend] = {}
+        self._lock = threading.Lock()
+
+    def for_call(self, metadata) -> Backend:
+        if self.keys:
+            ak = signed_access_key(metadata, self.keys)
+            with self._lock:
+                b = self._users.get(ak)
+                if b is None:
+                    b = self._users[ak] = Backend.start(self.config, self.keys[ak][1], self.forward)
+                return b
+        if self.config.closed:
+            raise Refused(Code.UNAUTHORIZED, "auth is on and this proxy has no --access-keys: it serves no "
+                                             "RocketMQ 5 client (or start it with --serve-unverified)")
+        return self.own
+
+    def every(self) -> list[Backend]:
+        with self._lock:
+            return [self.own, *self._users.values()]
+
+    def shutdown(self) -> None:
+        for b in self.every():
+            b.shutdown()

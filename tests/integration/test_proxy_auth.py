@@ -1,0 +1,85 @@
+"""Auth on: RocketMQ 5 clients' AK/SK signatures checked by the proxy, each access key served as its Quiver user."""
+
+import json
+import os
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
+
+from quiver import Admin
+from quiver.tools.local import LocalCluster
+from quiver.wire.curve import init_auth_dir, write_credentials
+from support.proxy import receive_until, started
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    root = tmp_path_factory.mktemp("proxy-secure")
+    auth = str(root / "auth")
+    admin_creds = init_auth_dir(auth)
+    c = LocalCluster(str(root / "cluster"), auth_dir=auth)
+    try:
+        c.add_core()
+        admin = Admin(c.namesrv, credentials=admin_creds)
+        admin.start()
+        admin.create_topic("SecOrders", queues=1)
+        admin.create_topic("SecPay", queues=1)
+        bob = admin.acl_add_user("bob")
+        admin.acl_grant("bob", "topic:SecOrders", ["PUB", "SUB"])
+        admin.acl_grant("bob", "group:sec-cg", ["SUB"])
+        write_credentials(str(root / "bob.key"), bob)
+        keys = root / "access-keys.json"
+        keys.write_text(json.dumps({"BOB_AK": {"secret": "bob-secret", "credentials": str(root / "bob.key")}}))
+        os.chmod(keys, 0o600)
+        closed = c.add_proxy()                                     # auth on, no access keys: serves nobody
+        proxy = c.add_proxy("--access-keys", str(keys), "--pop-consume-from", "first")
+        c.wait()
+        yield proxy, closed
+        admin.shutdown()
+    finally:
+        c.stop()
+
+
+def _message(topic, body):
+    from rocketmq import Message
+    m = Message()
+    m.topic, m.body = topic, body
+    return m
+
+
+def test_a_signed_client_acts_as_its_user_and_the_acl_decides(secure):
+    proxy, _ = secure
+    cfg = ClientConfiguration(proxy.url, Credentials("BOB_AK", "bob-secret"), request_timeout=5)
+    with started(Producer(cfg, ("SecOrders",))) as p:
+        sent = p.send(_message("SecOrders", b"granted"))
+        with pytest.raises(Exception, match="SecPay"):
+            p.send(_message("SecPay", b"not granted"))             # bob may not even see its route
+    with started(SimpleConsumer(cfg, "sec-cg", {"SecOrders": FilterExpression()}, await_duration=1)) as sc:
+        got = receive_until(sc, 1, 20)
+    assert [m.message_id for m in got] == [sent.message_id]
+
+
+def test_a_wrong_secret_or_no_access_keys_is_unauthorized(secure):
+    proxy, closed = secure
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as d
+    from rocketmq.grpc_protocol import service_pb2 as s
+    from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+    from rocketmq.v5.util.signature import Signature
+    req = s.QueryRouteRequest()
+    req.topic.name = "SecOrders"
+    req.endpoints.addresses.add(host="127.0.0.1", port=8081)
+    for svc, sk in ((proxy, "not-bob's"), (closed, "bob-secret")):
+        md = Signature.metadata(ClientConfiguration(svc.url, Credentials("BOB_AK", sk)), "auth-test")
+        with grpc.insecure_channel(svc.url) as ch:
+            reply = MessagingServiceStub(ch).QueryRoute(req, metadata=md, timeout=10)
+        assert reply.status.code == d.Code.UNAUTHORIZED, reply.status
+    with grpc.insecure_channel(proxy.url) as ch:
+        stub = MessagingServiceStub(ch)
+        assert stub.QueryRoute(req, timeout=10).status.code == d.Code.UNAUTHORIZED      # unsigned
+        md = Signature.metadata(ClientConfiguration(proxy.url, Credentials("BOB_AK", "bob-secret")), "auth-test")
+        req.topic.name = "SecPay"
+        reply = stub.QueryRoute(req, metadata=md, timeout=10)
+        assert reply.status.code == d.Code.FORBIDDEN and "bob" in reply.status.message                # the ACL's no
