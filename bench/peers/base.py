@@ -94,6 +94,10 @@ class System:
     def e2e(self, rate: int, seconds: float) -> dict:
         raise NotImplementedError
 
+    def scale(self, n: int) -> dict | None:
+        """A store of `n` messages: memory, cold reads, recovery (Quiver's own: bench.scale)."""
+        return None
+
     def new_topic(self) -> str:
         """A fresh topic/stream/queue for one concurrent-producer round."""
         return unique("procs")

@@ -127,6 +127,16 @@ class QuiverAsync(base.System):
         self.client.p.send_batch(batch)
         return {"msgs_s": pipelined_batches(self.client.p, batch, max(1, n // 100), window=10)}
 
+    def scale(self, n: int) -> dict | None:
+        """bench.scale on a broker of its own (the run's broker keeps serving the other workloads)."""
+        if self.name != "quiver-async":
+            return None
+        from bench import scale
+        with tempfile.TemporaryDirectory(prefix="quiver-bench-scale-") as tmp:
+            doc = scale.run(n, 100, 256, 8, min(n, 1_000_000), 2.0, tmp, drop=False)
+        return {"rss_mb": doc["rss_settled"]["rss_mb"], "cold_read_msgs_s": doc["cold_read"]["msgs_per_s"],
+                "recovery_s": doc["recovery"]["to_queues_whole_s"], "store_msgs_s": doc["store"]["msgs_per_s"]}
+
     def consume(self, n: int) -> dict:
         topic = self.new_topic()
         if self.client.produce(topic, n, 1024) != n:

@@ -32,6 +32,13 @@ LOAD_ROWS = [row for k in LOAD_RATES_SHOWN for row in (
     (f"load{k}k_e2e_p99_us", f"e2e p99 at {k}k msg/s (µs)"),
     (f"load{k}k_e2e_p999_us", f"e2e p99.9 at {k}k msg/s (µs)"),
     (f"load{k}k_e2e_rate_msgs_s", f"publish rate reached, {k}k asked (msg/s)"))]
+SCALE_ROWS = [   # bench.scale through `--workloads scale` (counts' scale_n messages of 100 B, 10M by default;
+    # goals: RSS <= 250 MB, recovery <= 10 s)
+    ("scale_store_msgs_s", "storing them, batch produce (msg/s)"),
+    ("scale_rss_mb", "broker RSS with them stored (MB)"),
+    ("scale_cold_read_msgs_s", "pull up to 1M from the head (msg/s)"),
+    ("scale_recovery_s", "kill -9 -> every queue back (s)"),
+]
 CEILING_ROWS = [
     ("raw_1ack_msgs_s", "pyzmq DEALER/ROUTER, 1 ack per 1 KiB msg, window 1000 (msg/s)"),
     ("raw_batch_msgs_s", "pyzmq 100-frame multipart, 1 ack each (msg/s)"),
@@ -127,6 +134,10 @@ def markdown(doc: dict) -> str:
             out += ["## Latency under load (e2e, consumer in another process; lower is better)", "",
                     "The producer is paced at each rate; a system whose publish rate falls short of the rate "
                     "asked for was saturated there, and its latencies are not comparable.", "", *load, ""]
+    scale = _table(results, systems, SCALE_ROWS) if systems else []
+    if len(scale) > 2:
+        out += [f"## A broker holding {meta['counts'].get('scale_n', 0):,} messages (`--workloads scale`)", "",
+                *scale, ""]
     if "ceilings" in results:
         out += ["## Ceilings on this machine", "", *_table(results, ["ceilings"], CEILING_ROWS), ""]
     t = [r for r in doc["targets"] if r["ratio"] is not None]
@@ -150,8 +161,8 @@ def plot(doc: dict, path: str) -> None:
     import matplotlib.pyplot as plt
     results = doc["results"]
     systems = [s for s in results if s != "ceilings" and results[s]["metrics"]]
-    if not systems:
-        return
+    if not any(k in results[s]["metrics"] for s in systems for k, _ in THROUGHPUT_ROWS + LATENCY_ROWS):
+        return   # nothing the plot shows (a scale-only run)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5))
     _bars(ax1, results, systems, THROUGHPUT_ROWS, "msg/s (higher is better)", log=False)
     raw = _median(results, "ceilings", "raw_1ack_msgs_s")

@@ -32,10 +32,11 @@ class Counts:
     disk_n: int = 50_000
     load_rates: tuple = (2_000, 10_000, 50_000)   # latency under load: e2e at each rate (msg/s)
     load_s: float = 2.0         # seconds at each rate
+    scale_n: int = 10_000_000   # messages stored by the scale workload (opt-in: --workloads scale)
 
 
 SMOKE = Counts(n=2_000, n_16k=300, samples=300, e2e_s=1.0, procs=(1, 4), procs_n=2_000, raw_n=2_000, disk_n=5_000,
-               load_rates=(2_000, 10_000), load_s=0.5)
+               load_rates=(2_000, 10_000), load_s=0.5, scale_n=20_000)
 
 
 def _prefixed(prefix: str, out: dict | None) -> dict | None:
@@ -70,6 +71,7 @@ WORKLOADS = {
     "produce_16k": lambda name, s, c: _prefixed("produce_16k", s.produce(c.n_16k, 16 * 1024)),
     "procs": _procs,
     "load": _load,
+    "scale": lambda name, s, c: _prefixed("scale", s.scale(c.scale_n)),
     "raw": lambda name, s, c: s.raw(c.raw_n),
     "disk": lambda name, s, c: s.disk(c.disk_n),
 }
@@ -81,12 +83,14 @@ PER_SYSTEM = {
     "quiver-trace": ["produce", "batch"],                     # next to quiver-async: what tracing costs
 }
 DEFAULT = ["produce", "batch", "consume", "sync", "e2e", "produce_64", "produce_16k", "procs", "load"]
+# run only when named in --workloads: minutes each (10M messages stored, then a kill -9 and recovery)
+OPT_IN = {"quiver-async": ["scale"]}
 
 
 def plan(systems: list[str], workloads: list[str] | None) -> list[tuple[str, list[str]]]:
     out = []
     for name in systems:
-        mine = PER_SYSTEM.get(name, DEFAULT)
+        mine = PER_SYSTEM.get(name, DEFAULT) + (OPT_IN.get(name, []) if workloads else [])
         if name != "ceilings" and registry.system_class(name).notes.get("batch", "").startswith("N/A"):
             mine = [w for w in mine if w != "batch"]
         chosen = [w for w in mine if workloads is None or w in workloads]
