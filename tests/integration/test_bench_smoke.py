@@ -54,3 +54,19 @@ def test_bench_smoke_quiver_only(tmp_path):
         return
     png = js.with_suffix(".png")
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+@pytest.mark.bench
+def test_bench_scale_workload_smoke(tmp_path):
+    # the opt-in 10M workload at smoke size: stores, reads from the head, kill -9, recovers
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "quiver-async", "--workloads", "scale", "--smoke",
+                           "--repeat", "1", "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [js] = list(tmp_path.glob("*.json"))
+    entry = json.loads(js.read_text())["results"]["quiver-async"]
+    assert entry["errors"] == {} and sorted(entry["metrics"]) == [
+        "scale_cold_read_msgs_s", "scale_recovery_s", "scale_rss_mb", "scale_store_msgs_s"]
+    assert all(m["median"] > 0 for m in entry["metrics"].values())
+    assert "messages (`--workloads scale`)" in js.with_suffix(".md").read_text()
