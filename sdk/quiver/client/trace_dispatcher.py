@@ -188,7 +188,7 @@ def _given(events: list) -> list:
 class ClientTrace:
     """A traced client's hooks: each records one request's facts in its dispatcher."""
 
-    def __init__(self, dispatcher: TraceDispatcher, group: str, client: str):
+    def __init__(self, dispatcher: TraceDispatcher, group: str | None, client: str):
         self.dispatcher, self.group, self.client = dispatcher, group, client
 
     def pub(self, results: list, props: list[str], started: float, extra: dict | None = None) -> None:
