@@ -196,10 +196,12 @@ class DirectCalls:
                 peer.refused = None
                 break
             except zmq.Again:  # no live connection yet (IMMEDIATE)
-                left = connect_by - time.monotonic()
                 peer.lost()
                 peer.retry_refused()
-                if left <= 0:  # a refused handshake is retried too: a user added a moment ago
+                # a refused handshake is retried until the call's deadline, not only the connect
+                # wait: a user added a moment ago is known once the service has fetched the ACL
+                left = (deadline if peer.refused else connect_by) - time.monotonic()
+                if left <= 0:
                     raise ClientError(peer.refused or unreachable(addr)) from None
                 peer.sock.poll(max(1, int(min(left, 0.05) * 1000)), zmq.POLLOUT)  # slices: see refusals
         while True:

@@ -283,7 +283,7 @@ class Transport:
                 event = parse_monitor_message(mon.recv_multipart(zmq.NOBLOCK))["event"]
             except zmq.Again:
                 break
-            if event & HANDSHAKE_FAILED:  # requests wait CONNECT_WAIT_S (reconnecting), then say why
+            if event & HANDSHAKE_FAILED:  # requests wait for their deadline (reconnecting), then say why
                 self._refused[addr] = handshake_problem(addr, event, self._creds is not None)
                 self._refused_at[addr] = time.monotonic()
                 continue
@@ -296,7 +296,7 @@ class Transport:
         if lost:
             # the peer went away: whatever it had not answered will never be answered; after a
             # refused handshake, requests still waiting to go retry it (a user added a moment ago)
-            # until CONNECT_WAIT_S, as calls on the caller's own socket do (direct.py)
+            # until their deadline, as calls on the caller's own socket do (direct.py)
             waiting = {rid for a, _, rid, _ in self._backlog if a == addr} if addr in self._refused else ()
             gone = [rid for rid, entry in list(self._pending.items()) if entry[2] == addr and rid not in waiting]
             why = self._refused.get(addr) or f"connection to {addr} lost before it replied"
@@ -310,7 +310,9 @@ class Transport:
             for addr, frames, req_id, since in waiting:
                 if (req_id and req_id not in self._pending) or (not req_id and now - since > 3.0):
                     continue  # expired meanwhile: its caller has been told
-                if addr in self._down or now - since > CONNECT_WAIT_S:
+                # a refused handshake waits out the request's own deadline (a user added a moment
+                # ago is known once the service has fetched the ACL); no connection, CONNECT_WAIT_S
+                if addr in self._down or (now - since > CONNECT_WAIT_S and addr not in self._refused):
                     if req_id:
                         self._fail(req_id, ClientError(self._refused.get(addr) or unreachable(addr)))
                     continue
@@ -383,7 +385,9 @@ class Transport:
             entry = self._pending.get(rid)
             if entry is None:
                 continue
-            self._fail(rid, RequestTimeoutError(f"no reply from {entry[2]} in time (request {rid})"))
+            refused = self._refused.get(entry[2])   # never connected: say why, not "no reply"
+            self._fail(rid, ClientError(refused) if refused else
+                       RequestTimeoutError(f"no reply from {entry[2]} in time (request {rid})"))
 
 
 def _wire(code: "int | Schema", ext: dict[str, Any] | None) -> tuple[int, dict[str, Any] | None]:
