@@ -183,14 +183,31 @@ def _parquet_rows(spark, out):
     return spark.read.schema(qs.SCHEMA).parquet(out).select("broker", "queue_id", "queue_offset", "body").collect()
 
 
+# Spark gives a Python worker a fixed 10 s to start and connect back; on a slow moment of a shared
+# machine it may not, which fails the micro-batch. Resuming from the checkpoint is this test's point,
+# so such a query is restarted (twice at most) and must still end with every message exactly once.
+SPARK_WORKER_START = "Python worker failed to connect back"
+
+
+def _running(q, restart, restarts: list) -> object:
+    exc = q.exception()
+    if exc is not None and SPARK_WORKER_START in str(exc) and len(restarts) < 2:
+        restarts.append(str(exc)[:200])
+        return restart()
+    assert exc is None, exc
+    return q
+
+
 def test_stream_into_parquet_restart_resumes_exactly(spark, two_brokers, tmp_path):
     admin = Admin(namesrv=two_brokers.namesrv)
     admin.create_topic("SparkStream", queues=2)
     admin.shutdown()
     out, ckpt = str(tmp_path / "out"), str(tmp_path / "ckpt")
     sent = _send(two_brokers.namesrv, [Message("SparkStream", f"p{i}".encode()) for i in range(500)])
-    q = _stream(spark, two_brokers.namesrv, "SparkStream", out, ckpt, {"processingTime": "500 milliseconds"},
-                startingOffsets="earliest")
+    def start():
+        return _stream(spark, two_brokers.namesrv, "SparkStream", out, ckpt, {"processingTime": "500 milliseconds"},
+                       startingOffsets="earliest")
+    q, restarts = start(), []
     try:
         producer = threading.Thread(target=lambda: sent.extend(
             _send(two_brokers.namesrv, [Message("SparkStream", f"q{i}".encode()) for i in range(1000)])))
@@ -198,7 +215,7 @@ def test_stream_into_parquet_restart_resumes_exactly(spark, two_brokers, tmp_pat
         producer.join()
         deadline = time.monotonic() + 90
         while len(_parquet_rows(spark, out)) < 1500:
-            assert q.exception() is None, q.exception()
+            q = _running(q, start, restarts)
             assert time.monotonic() < deadline, "stream did not catch up"
             time.sleep(1)
     finally:
