@@ -4,19 +4,20 @@ A receive pops the broker of the queue the client chose (POP reads all of that b
 queues of the topic), long-polling up to the client's long_polling_timeout (capped by
 --max-long-polling-ms and by the call's own deadline), each message invisible to the group
 for the client's invisible_duration (--default-invisible-ms when it names none: a
-PushConsumer). Receipt handles are Quiver's (quiver.wire.receipt_handle), so an ack needs
-no state here. Forwarding to the DLQ needs the message's CommitLog offset, which the handle
-does not carry: the proxy remembers it for the last `DLQ_MEMORY` deliveries it made (an older
-handle is INVALID_RECEIPT_HANDLE: let the delivery expire, the broker sends it to the DLQ
-at the group's max).
+PushConsumer). Receipt handles are Quiver's (quiver.wire.receipt_handle), so nothing about a
+delivery is kept here: any proxy serves any handle, before or after a restart. Forwarding to
+the DLQ reads the message at the handle's queue offset (the send-back needs its CommitLog
+offset, which the handle does not carry), holds the delivery with a change of invisible time
+(a stale handle is refused before anything is copied, so two forwards of one delivery make
+one DLQ copy), sends it back to %DLQ%<group> and acks the held delivery.
 """
 
-import collections
 import threading
 
 from rocketmq.grpc_protocol.definition_pb2 import Code, FilterType
 from rocketmq.grpc_protocol.definition_pb2 import Status
 
+from quiver.client import queue_puller
 from quiver.client.popping import Popper
 from quiver.errors import QuiverError
 from quiver.wire import requests as rq
@@ -30,7 +31,7 @@ from .statuses import OK, Refused, status_of
 MAX_BATCH = 32
 MAX_ACK_ENTRIES = 64
 MAX_EXPRESSION_CHARS = 1024
-DLQ_MEMORY = 100_000
+MAX_MESSAGE_ID_CHARS = 128
 POPPERS_KEPT = 4096
 
 
@@ -57,6 +58,16 @@ def invisible_of(duration, what: str = "invisible_duration") -> int:
     return ms
 
 
+def poll_ms_of(req, max_ms: int, time_left_s: float) -> int:
+    """The long poll a receive or pull asks for (ILLEGAL_POLLING_TIME outside 0..max_ms), cut to answer
+    before the client gives up."""
+    ms = millis(req.long_polling_timeout, Code.ILLEGAL_POLLING_TIME, "long_polling_timeout") \
+        if req.HasField("long_polling_timeout") else 0
+    if not 0 <= ms <= max_ms:
+        raise Refused(Code.ILLEGAL_POLLING_TIME, f"long_polling_timeout is 0..{max_ms} ms, not {ms}")
+    return int(max(0, min(ms, (time_left_s - 1.0) * 1000)))
+
+
 class Receiving:
     """`client`: a started ClientBase (routes, broker calls); `config`: the proxy's Config."""
 
@@ -64,7 +75,6 @@ class Receiving:
         self.client = client
         self.config = config
         self._poppers: dict[str, Popper] = {}
-        self._phys: collections.OrderedDict[str, tuple[int, str]] = collections.OrderedDict()
         self._lock = threading.Lock()
 
     def _popper(self, group: str) -> Popper:
@@ -75,12 +85,6 @@ class Receiving:
                     self._poppers.pop(next(iter(self._poppers)))
                 p = self._poppers[group] = Popper(self.client, group, consume_from=self.config.pop_consume_from)
             return p
-
-    def _remember(self, handle: str, phys: int, msg_id: str) -> None:
-        with self._lock:
-            self._phys[handle] = (phys, msg_id)
-            while len(self._phys) > DLQ_MEMORY:
-                self._phys.popitem(last=False)
 
     # ---- receive ----------------------------------------------------------------------------
 
@@ -101,20 +105,13 @@ class Receiving:
             raise Refused(Code.BAD_REQUEST, f"batch_size is 1..{MAX_BATCH}, not {req.batch_size}")
         invisible = invisible_of(req.invisible_duration) if req.HasField("invisible_duration") \
             else self.config.default_invisible_ms
-        poll_ms = millis(req.long_polling_timeout, Code.ILLEGAL_POLLING_TIME, "long_polling_timeout") \
-            if req.HasField("long_polling_timeout") else 0
-        if not 0 <= poll_ms <= self.config.max_long_polling_ms:
-            raise Refused(Code.ILLEGAL_POLLING_TIME, f"long_polling_timeout is 0..{self.config.max_long_polling_ms} "
-                                                     f"ms, not {poll_ms}")
-        poll_ms = int(max(0, min(poll_ms, (time_left_s - 1.0) * 1000)))   # answer before the client gives up
+        poll_ms = poll_ms_of(req, self.config.max_long_polling_ms, time_left_s)
         brokers = {q.broker for q in self.client.route(mq.topic.name).read_queues}
         if mq.broker.name not in brokers:
             raise Refused(Code.BAD_REQUEST, f"broker {shown(mq.broker.name)} serves no readable queue of "
                                             f"{mq.topic.name!r}: query the route again")
         msgs = self._popper(group).pop_broker(mq.topic.name, expression, mq.broker.name, req.batch_size,
                                               invisible, poll_ms)
-        for m in msgs:
-            self._remember(m.receipt_handle, m.commit_log_offset, m.msg_id)
         return [outbound(m, invisible) for m in msgs]
 
     # ---- ack, change, dlq ---------------------------------------------------------------------
@@ -139,32 +136,42 @@ class Receiving:
         check_group_name(req.group.name)
         check_topic_name(req.topic.name)
         h = parse_handle(req.receipt_handle, req.topic.name)
-        ms = invisible_of(req.invisible_duration)
+        return self._change(req.group.name, h, invisible_of(req.invisible_duration)).encode()
+
+    def _change(self, group: str, h: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
         addr = self.client.broker_addr(h.broker, h.topic)
-        env = self.client.call_broker(addr, rq.ChangeInvisibleDuration(group=req.group.name, topic=h.topic, handle=h,
-                                                                       invisible_ms=ms))
-        new = rq.ChangeInvisibleReply.decode(env.ext).handle.encode()
-        with self._lock:
-            known = self._phys.pop(req.receipt_handle, None)
-        if known is not None:
-            self._remember(new, *known)
-        return new
+        env = self.client.call_broker(addr, rq.ChangeInvisibleDuration(group=group, topic=h.topic, handle=h,
+                                                                       invisible_ms=invisible_ms))
+        return rq.ChangeInvisibleReply.decode(env.ext).handle
 
     def to_dead_letter(self, req) -> None:
         group, topic = req.group.name, req.topic.name
         check_group_name(group)
         check_topic_name(topic)
         h = parse_handle(req.receipt_handle, topic)
-        with self._lock:
-            known = self._phys.get(req.receipt_handle)
-        if known is None:
-            raise Refused(Code.INVALID_RECEIPT_HANDLE, "this proxy did not deliver that receipt handle recently: "
-                                                       "let it expire (the broker moves it to the DLQ at the max)")
-        phys, msg_id = known
+        if len(req.message_id) > MAX_MESSAGE_ID_CHARS or not req.message_id.isprintable():
+            raise Refused(Code.ILLEGAL_MESSAGE_ID, f"message_id {shown(req.message_id)} is over "
+                                                   f"{MAX_MESSAGE_ID_CHARS} characters or not printable")
+        m = self._message_at(h)
+        if req.message_id and req.message_id != m.msg_id:
+            raise Refused(Code.INVALID_RECEIPT_HANDLE, f"the receipt handle names message {m.msg_id}, not "
+                                                       f"{req.message_id}")
+        # held for the two calls below (a forward that fails midway is delivered again, not lost);
+        # RECEIPT_HANDLE_EXPIRED here: that delivery is over, nothing was copied
+        held = self._change(group, h, 2 * self.config.request_timeout_ms + 1000)
         addr = self.client.broker_addr(h.broker, topic)
-        self.client.call_broker(addr, rq.ConsumerSendMsgBack(group=group, offset=phys, delay_level=-1,
-                                                             origin_topic=topic, origin_msg_id=msg_id,
+        self.client.call_broker(addr, rq.ConsumerSendMsgBack(group=group, offset=m.commit_log_offset, delay_level=-1,
+                                                             origin_topic=topic, origin_msg_id=m.msg_id,
                                                              reconsume=h.reconsume))
-        self.client.call_broker(addr, rq.AckMessage(group=group, topic=topic, handles=[h]))
-        with self._lock:
-            self._phys.pop(req.receipt_handle, None)
+        self.client.call_broker(addr, rq.AckMessage(group=group, topic=topic, handles=[held]))
+
+    def _message_at(self, h: ReceiptHandle):
+        """The message at the handle's queue offset (`quiver msg get`'s read), Refused when it is gone."""
+        addr = self.client.read_addr(h.topic, h.broker) or self.client.broker_addr(h.broker, h.topic)
+        pulled = queue_puller.fetch(self.client, addr, queue_puller.request(h.topic, h.queue_id, h.offset, max_msgs=1))
+        found = [m for m in pulled.messages(h.broker) if m.queue_offset == h.offset] \
+            if pulled.status is queue_puller.FOUND else []
+        if not found:
+            raise Refused(Code.INVALID_RECEIPT_HANDLE, f"no message at {h.topic}:{h.broker}:{h.queue_id} offset "
+                                                       f"{h.offset} (deleted by retention?)")
+        return found[0]

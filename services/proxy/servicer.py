@@ -2,8 +2,8 @@
 
 No peer input ends the server: a Refused becomes its code and message, a QuiverError from
 the brokers its mapped code (statuses.py), anything else INTERNAL_SERVER_ERROR with the
-traceback logged. The RPCs Quiver has no counterpart for (PullMessage, offsets, lite
-topics) answer NOT_IMPLEMENTED saying so.
+traceback logged. Lite topics, which Quiver has no counterpart for, answer NOT_IMPLEMENTED
+saying so.
 """
 
 import collections
@@ -19,6 +19,7 @@ from quiver.errors import QuiverError
 
 from .clients import QUEUE_BOUND, Clients, client_id_of
 from .messages import inbound
+from .pulling import Pulling
 from .receiving import check_group_name
 from .routes import check_topic_name, endpoints_for
 from .statuses import OK, Refused, status, status_of
@@ -54,6 +55,7 @@ class Servicer(MessagingServiceServicer):
         self.config = config
         self.clients = clients
         self.backends = backends
+        self.pulling = Pulling(config)
         self.counts: collections.Counter = collections.Counter()   # (rpc, code name) -> answers (metrics.py)
 
     def count(self, rpc: str, code: int) -> None:
@@ -132,16 +134,22 @@ class Servicer(MessagingServiceServicer):
 
     # ---- consuming ---------------------------------------------------------------------------
 
-    def ReceiveMessage(self, request, context):
+    def _streamed(self, rpc: str, context, call):
+        """`call(backend, seconds left)` of a streaming RPC: (its result, None), or (None, the Status of what
+        it raised, counted)."""
         try:
-            b = self.backends.for_call(context.invocation_metadata())
-            msgs = b.receiving.receive(request, context.time_remaining() or 30.0)
+            return call(self.backends.for_call(context.invocation_metadata()), context.time_remaining() or 30.0), None
         except Exception as exc:
             if not isinstance(exc, (Refused, QuiverError)):
-                log.exception("ReceiveMessage failed")
+                log.exception("%s failed", rpc)
             answer = status_of(exc)
-            self.count("ReceiveMessage", answer.code)
-            yield pb.ReceiveMessageResponse(status=answer)
+            self.count(rpc, answer.code)
+            return None, answer
+
+    def ReceiveMessage(self, request, context):
+        msgs, refused = self._streamed("ReceiveMessage", context, lambda b, left: b.receiving.receive(request, left))
+        if refused is not None:
+            yield pb.ReceiveMessageResponse(status=refused)
             return
         self.count("ReceiveMessage", Code.OK if msgs else Code.MESSAGE_NOT_FOUND)
         if msgs:   # the clients measure their receive latency from it (PushConsumer needs it)
@@ -209,25 +217,35 @@ class Servicer(MessagingServiceServicer):
             log.debug("telemetry stream of %s ended: %s", session.client_id, exc)
         out.put(_STREAM_END)
 
-    # ---- not served ------------------------------------------------------------------------------
-
-    def _not_implemented(self, response_cls, what):
-        return response_cls(status=status(Code.NOT_IMPLEMENTED, f"{what} is not served by Quiver's proxy: use "
-                                                                "SimpleConsumer or PushConsumer (POP)"))
+    # ---- pulling (PullConsumer: the client owns its queues and offsets) --------------------------
 
     def PullMessage(self, request, context):
-        yield pb.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED, "PullMessage is not served by Quiver's "
-                                                                         "proxy: use SimpleConsumer or PushConsumer"))
+        pulled, refused = self._streamed("PullMessage", context, lambda b, left: self.pulling.pull(b, request, left))
+        if refused is not None:
+            yield pb.PullMessageResponse(status=refused)
+            return
+        answer, msgs, next_offset = pulled
+        self.count("PullMessage", answer.code)
+        yield pb.PullMessageResponse(status=answer)   # RocketMQ's order: status, messages, next offset
+        for pm in msgs:
+            yield pb.PullMessageResponse(message=pm)
+        yield pb.PullMessageResponse(next_offset=next_offset)
 
-    def UpdateOffset(self, request, context):
-        return self._not_implemented(pb.UpdateOffsetResponse, "UpdateOffset")
+    @answered(pb.UpdateOffsetResponse)
+    def UpdateOffset(self, request, context, b):
+        self.pulling.update_offset(b, request)
+        return pb.UpdateOffsetResponse(status=OK)
 
-    def GetOffset(self, request, context):
-        return self._not_implemented(pb.GetOffsetResponse, "GetOffset")
+    @answered(pb.GetOffsetResponse)
+    def GetOffset(self, request, context, b):
+        return pb.GetOffsetResponse(status=OK, offset=self.pulling.get_offset(b, request))
 
-    def QueryOffset(self, request, context):
-        return self._not_implemented(pb.QueryOffsetResponse, "QueryOffset")
+    @answered(pb.QueryOffsetResponse)
+    def QueryOffset(self, request, context, b):
+        return pb.QueryOffsetResponse(status=OK, offset=self.pulling.query_offset(b, request))
+
+    # ---- not served ------------------------------------------------------------------------------
 
     def SyncLiteSubscription(self, request, context):
-        return self._not_implemented(pb.SyncLiteSubscriptionResponse, "lite topics")
-
+        return pb.SyncLiteSubscriptionResponse(status=status(Code.NOT_IMPLEMENTED, "lite topics are not served by "
+                                                                                    "Quiver's proxy"))

@@ -83,3 +83,46 @@ def test_a_wrong_secret_or_no_access_keys_is_unauthorized(secure):
         req.topic.name = "SecPay"
         reply = stub.QueryRoute(req, metadata=md, timeout=10)
         assert reply.status.code == d.Code.FORBIDDEN and "bob" in reply.status.message                # the ACL's no
+
+
+def test_pull_and_offsets_need_sub_on_the_topic_and_the_group(secure):
+    proxy, _ = secure
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as d
+    from rocketmq.grpc_protocol import service_pb2 as s
+    from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub
+    from rocketmq.v5.util.signature import Signature
+    md = Signature.metadata(ClientConfiguration(proxy.url, Credentials("BOB_AK", "bob-secret")), "pull-auth-test")
+
+    def queue(mq, topic):
+        mq.topic.name, mq.broker.name, mq.id = topic, "broker-a", 0
+
+    with grpc.insecure_channel(proxy.url) as ch:
+        stub = MessagingServiceStub(ch)
+
+        def pull(topic, group):
+            req = s.PullMessageRequest(offset=0, batch_size=8)
+            req.group.name = group
+            queue(req.message_queue, topic)
+            return [r.status for r in stub.PullMessage(req, metadata=md, timeout=10) if r.HasField("status")][0]
+
+        def update(topic, group, offset=1):
+            req = s.UpdateOffsetRequest(offset=offset)
+            req.group.name = group
+            queue(req.message_queue, topic)
+            return stub.UpdateOffset(req, metadata=md, timeout=10).status
+
+        assert pull("SecOrders", "sec-cg").code in (d.Code.OK, d.Code.MESSAGE_NOT_FOUND)
+        refused = pull("SecOrders", "other-cg")                                  # no grant on that group
+        assert refused.code == d.Code.FORBIDDEN and "bob" in refused.message, refused
+        assert pull("SecPay", "sec-cg").code == d.Code.FORBIDDEN                  # nor on that topic
+        assert update("SecOrders", "sec-cg").code == d.Code.OK
+        assert update("SecOrders", "other-cg").code == d.Code.FORBIDDEN
+        get = s.GetOffsetRequest()
+        get.group.name = "sec-cg"
+        queue(get.message_queue, "SecOrders")
+        reply = stub.GetOffset(get, metadata=md, timeout=10)
+        assert (reply.status.code, reply.offset) == (d.Code.OK, 1)
+        q = s.QueryOffsetRequest(query_offset_policy=d.QueryOffsetPolicy.END)
+        queue(q.message_queue, "SecPay")
+        assert stub.QueryOffset(q, metadata=md, timeout=10).status.code == d.Code.FORBIDDEN
