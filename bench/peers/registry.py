@@ -15,9 +15,11 @@ SYSTEMS = {
     "redis": ("bench.peers.redis_streams", "RedisStreams"),
     "jetstream": ("bench.peers.jetstream", "JetStream"),
     "rabbitmq": ("bench.peers.rabbitmq", "RabbitMQ"),
+    "rocketmq5-proxy": ("bench.peers.rocketmq5", "RocketMQ5"),
 }
 ALIASES = {"quiver": ["quiver-async", "quiver-sync"], "nats": ["jetstream"], "rabbit": ["rabbitmq"],
-           "raw": ["ceilings"], "peers": ["redis", "jetstream", "rabbitmq"]}
+           "raw": ["ceilings"], "peers": ["redis", "jetstream", "rabbitmq"],
+           "proxy": ["rocketmq5-proxy"], "rocketmq5": ["rocketmq5-proxy"]}
 OPT_IN = {"quiver-auth", "quiver-trace"}  # only by name or with --auth / --trace
 PACKAGES = {"redis": "redis-server", "jetstream": "nats-server", "rabbitmq": "rabbitmq-server"}
 

@@ -10,6 +10,7 @@ import logging
 from concurrent import futures
 
 import grpc
+import zmq
 from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer_to_server
 
 from .clients import Clients
@@ -18,10 +19,15 @@ from .users import Backends
 
 log = logging.getLogger(__name__)
 
+SOCKETS_PER_WORKER = 16   # room for 8 brokers (socket + disconnect monitor each)
+
 
 class App:
     def __init__(self, config):
         from quiver.runtime.service import Service
+        # a blocking SDK call runs on the gRPC worker's own sockets (quiver/wire/direct.py): two per
+        # broker each, so zmq's default of 1023 sockets would refuse calls once many workers are busy
+        zmq.Context.instance().set(zmq.MAX_SOCKETS, SOCKETS_PER_WORKER * config.grpc_threads + 1024)
         self.config = config
         self.clients = Clients(self._is_fifo, config.long_polling_ms, config.max_body_bytes)
         self.backends = None

@@ -51,7 +51,7 @@ class Backend:
     def start(cls, config, credentials, forward) -> "Backend":
         timeout = config.request_timeout_ms / 1000
         client = ClientBase(config.namesrv, timeout, credentials=credentials)
-        producer = Producer("proxy", config.namesrv, send_timeout=timeout, auto_batch=False,
+        producer = Producer("proxy", config.namesrv, send_timeout=timeout,
                             max_message_bytes=config.max_body_bytes, credentials=credentials)
         tx = TxProducer(config.transaction_group, config.namesrv, forward, send_timeout=timeout, auto_batch=False,
                         max_message_bytes=config.max_body_bytes, credentials=credentials)

@@ -70,3 +70,37 @@ def test_bench_scale_workload_smoke(tmp_path):
         "scale_cold_read_msgs_s", "scale_recovery_s", "scale_rss_mb", "scale_store_msgs_s"]
     assert all(m["median"] > 0 for m in entry["metrics"].values())
     assert "messages (`--workloads scale`)" in js.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.bench
+def test_bench_rocketmq5_proxy_column(tmp_path):
+    # the RocketMQ 5 client through quiver_proxy as a system of its own, next to the peers
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "rocketmq5-proxy", "--workloads",
+                           "produce,consume,sync", "--smoke", "--repeat", "1", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [js] = list(tmp_path.glob("*.json"))
+    entry = json.loads(js.read_text())["results"]["rocketmq5-proxy"]
+    assert entry["errors"] == {}, entry["errors"]
+    m = entry["metrics"]
+    assert m["produce_msgs_s"]["median"] > 0 and m["consume_msgs_s"]["median"] > 0
+    assert 0 < m["sync_p50_us"]["median"] <= m["sync_p99_us"]["median"]
+    assert "rocketmq5-proxy" in js.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.bench
+def test_bench_proxy_reports_the_client_ceiling(tmp_path):
+    # SDK, proxy and the 5.x client against a server answering at once, with CPU per message
+    proc = subprocess.run([sys.executable, "-m", "bench.proxy", "--messages", "200", "--out", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [js] = list(tmp_path.glob("proxy-*.json"))
+    doc = json.loads(js.read_text())
+    for wl in ("produce", "receive_ack"):
+        r = doc[wl]
+        assert r["sdk"]["msgs_s"] > 0 and r["proxy"]["msgs_s"] > 0 and r["ceiling"]["msgs_s"] > 0, r
+        assert set(r["proxy"]["cpu_us_per_msg"]) == {"client", "proxy", "broker"}
+        assert set(r["ceiling"]["cpu_us_per_msg"]) == {"client", "server"}
+        assert r["ratio"] == round(r["proxy"]["msgs_s"] / r["sdk"]["msgs_s"], 2)

@@ -1,0 +1,177 @@
+"""A RocketMQ 5 app moved to Quiver: rocketmq-python-client 5.1.2 through quiver_proxy.
+
+Cluster: one name server, one broker (flush ASYNC) and one proxy on loopback.
+Produce: `Producer.send_async` with a window of 1000 receipts in flight; consume: a
+`SimpleConsumer` receiving batches of 32 (POP), each message acked with `ack`, one call
+each as the 5.x client acks (its `ack_async` returns None in 5.1.2: no future to wait on);
+sync: `Producer.send` latency; e2e: a SimpleConsumer in another process long-polling the
+proxy. The 5.x client sends one message per call: no batch workload.
+What the client itself costs, without the proxy: `python -m bench.proxy` (its ceiling row).
+"""
+
+import collections
+import contextlib
+import logging
+import tempfile
+import time
+
+from rocketmq import ClientConfiguration, Credentials, FilterExpression
+from rocketmq import Message as V5Message
+from rocketmq import Producer as V5Producer
+from rocketmq import SimpleConsumer as V5SimpleConsumer
+
+from quiver import Admin
+from quiver.tools.local import LocalCluster
+
+from bench.peers import base
+
+logging.getLogger("rocketmq-python-client").setLevel(logging.WARNING)
+
+
+def _config(conn: dict) -> ClientConfiguration:
+    return ClientConfiguration(conn["endpoint"], Credentials())
+
+
+def _message(topic: str, body: bytes, **props: str) -> V5Message:
+    m = V5Message()
+    m.topic, m.body = topic, body
+    for k, v in props.items():
+        m.add_property(k, v)
+    return m
+
+
+class Client:
+    def __init__(self, conn: dict):
+        self.conn = conn
+        self.producers: dict[str, V5Producer] = {}
+
+    def producer(self, topic: str) -> V5Producer:
+        p = self.producers.get(topic)
+        if p is None:
+            p = self.producers[topic] = V5Producer(_config(self.conn), (topic,))
+            p.startup()
+        return p
+
+    def produce(self, topic: str, n: int, size: int, window: int = base.WINDOW) -> int:
+        p, body, acked = self.producer(topic), b"x" * size, 0
+        inflight: collections.deque = collections.deque()
+        for _ in range(n):
+            inflight.append(p.send_async(_message(topic, body)))
+            if len(inflight) >= window:
+                acked += _ok(inflight.popleft())
+        while inflight:
+            acked += _ok(inflight.popleft())
+        return acked
+
+    def close(self) -> None:
+        for p in self.producers.values():
+            p.shutdown()
+        self.producers.clear()
+
+
+def _ok(future) -> int:
+    try:
+        future.result(60)
+        return 1
+    except Exception:
+        return 0
+
+
+def e2e_consume(conn: dict, topic: str, count: int, seconds: float, ready) -> list[float]:
+    sc = V5SimpleConsumer(_config(conn), base.unique("e2e"), {topic: FilterExpression()}, await_duration=1)
+    sc.startup()
+    try:
+        ready()
+        lat, deadline = [], time.monotonic() + seconds
+        while len(lat) < count and time.monotonic() < deadline:
+            msgs = sc.receive(32, 30)
+            now = time.time()
+            lat.extend(now - float(m.properties["t"]) for m in msgs)
+            for m in msgs:
+                sc.ack(m)
+        return lat
+    finally:
+        sc.shutdown()
+
+
+class RocketMQ5(base.System):
+    name = "rocketmq5-proxy"
+    durability = "Quiver flush ASYNC behind quiver_proxy (gRPC)"
+    notes = {"batch": "N/A: the 5.x client sends one message per SendMessage call",
+             "consume": "SimpleConsumer (POP) batches of 32, one ack call per message"}
+
+    def __enter__(self):
+        with contextlib.ExitStack() as stack:      # a failed start undoes what it started
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-bench-rocketmq5-"))
+            self.cluster = LocalCluster(tmp)
+            stack.callback(self.cluster.stop)
+            self.cluster.add_core()
+            self.proxy = self.cluster.add_proxy("--pop-consume-from", "first")
+            self.cluster.wait()
+            self.admin = Admin(namesrv=self.cluster.namesrv)
+            stack.callback(self.admin.shutdown)
+            self.client = Client(self.conn())
+            stack.callback(self.client.close)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+
+    def conn(self) -> dict:
+        return {"endpoint": self.proxy.url}
+
+    def new_topic(self) -> str:
+        topic = base.unique("T")
+        self.admin.create_topic(topic, queues=4)
+        return topic
+
+    def produce(self, n: int, size: int) -> dict:
+        topic = self.new_topic()
+        self.client.produce(topic, 10, size)          # route and settings outside the timing
+        t0 = time.perf_counter()
+        acked = self.client.produce(topic, n, size)
+        if acked != n:
+            raise RuntimeError(f"{acked} of {n} sends acked")
+        return {"msgs_s": acked / (time.perf_counter() - t0)}
+
+    def consume(self, n: int) -> dict:
+        topic = self.new_topic()
+        if self.client.produce(topic, n, 1024) != n:
+            raise RuntimeError("prefill not fully acked")
+        sc = V5SimpleConsumer(_config(self.conn()), base.unique("bench-c"), {topic: FilterExpression()},
+                              await_duration=1)
+        sc.startup()
+        try:
+            done, t0 = 0, time.perf_counter()
+            deadline = time.monotonic() + 120
+            while done < n and time.monotonic() < deadline:
+                for m in sc.receive(32, 60):
+                    sc.ack(m)
+                    done += 1
+            rate = done / (time.perf_counter() - t0)
+        finally:
+            sc.shutdown()
+        if done < n:
+            raise RuntimeError(f"{done} of {n} received and acked")
+        return {"msgs_s": rate}
+
+    def sync(self, samples: int) -> dict:
+        topic = self.new_topic()
+        p, body, lat = self.client.producer(topic), b"x" * 1024, []
+        p.send(_message(topic, body))
+        for _ in range(samples):
+            t = time.perf_counter()
+            p.send(_message(topic, body))
+            lat.append(time.perf_counter() - t)
+        return base.latency_stats(lat, "sync")
+
+    def e2e(self, rate: int, seconds: float) -> dict:
+        topic = self.new_topic()
+        p, body = self.client.producer(topic), b"x" * 1024      # started: route and settings fetched
+
+        def send_many(k: int) -> None:
+            futures = [p.send_async(_message(topic, body, t=repr(time.time()))) for _ in range(k)]
+            for f in futures:
+                f.result(60)
+        return base.e2e_run(self.name, self, topic, rate, seconds, lambda n: base.paced_runs(rate, n, send_many))
