@@ -1,7 +1,7 @@
 /* quiver._speedups: compiled twins of the per-message hot functions.
  *
  * Each function here has a Python reference of the same name (record.py, message.py,
- * the broker's store.py, consume_queue.py, index_file.py) and quiver.wire.speedups picks
+ * the broker's store.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
  * between them. The contract: a function either returns exactly what its reference
  * returns, or returns NotImplemented and the reference runs instead. Anything unusual
  * (a malformed record, a value out of struct range, an unexpected type or arity) is
@@ -333,6 +333,83 @@ done:
     return out;
 }
 
+/* ---- walking a pull reply (decode_fields, record_columns) ------------------------------ */
+
+/* Where the parts of one record lie, as record.decode_fields reads them. */
+typedef struct {
+    Py_ssize_t end, body_at, blen, topic_at, tlen, props_at, plen;
+    int blank;
+} span;
+
+/* The record at b[pos:end]: 1 with its parts in *s (a BLANK filler: s->blank and s->end only),
+   0 when it is not whole and well framed (the caller declines: the reference says why). */
+static int span_at(const unsigned char *b, Py_ssize_t pos, Py_ssize_t end, span *s)
+{
+    if (end - pos < FIXED_SIZE)
+        return 0;
+    const unsigned char *r = b + pos;
+    int32_t total = get_i32(r);
+    uint32_t magic = get32(r + AT_MAGIC);
+    s->blank = magic == MAGIC_BLANK;
+    if (s->blank) {
+        s->end = pos + total;
+        return total >= 8;
+    }
+    int32_t blen = get_i32(r + AT_BODY_LEN);
+    if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD || total > end - pos || blen < 0)
+        return 0;
+    Py_ssize_t rec_end = pos + total, p = pos + FIXED_SIZE;
+    if (blen > rec_end - p)
+        return 0;
+    s->body_at = p;
+    s->blen = blen;
+    p += blen;
+    if (magic == MAGIC_V1) {
+        if (p + 1 > rec_end)
+            return 0;
+        s->tlen = b[p];
+        p += 1;
+    } else {
+        if (p + 2 > rec_end)
+            return 0;
+        s->tlen = b[p] << 8 | b[p + 1];
+        p += 2;
+    }
+    if (s->tlen > rec_end - p)
+        return 0;
+    s->topic_at = p;
+    p += s->tlen;
+    if (p + 2 > rec_end)
+        return 0;
+    s->plen = b[p] << 8 | b[p + 1];
+    s->props_at = p + 2;
+    s->end = rec_end;
+    return s->props_at + s->plen == rec_end;
+}
+
+/* The topic str of a record, decoded only when its bytes differ from the last record's (most
+   replies hold one topic): *topic is replaced then. 0 when not UTF-8 (the caller declines). */
+typedef struct {
+    PyObject *str;
+    const unsigned char *bytes;
+    Py_ssize_t len;
+} topic_cache;
+
+static int topic_of(const unsigned char *b, const span *s, topic_cache *t)
+{
+    if (t->str != NULL && s->tlen == t->len && memcmp(t->bytes, b + s->topic_at, s->tlen) == 0)
+        return 1;
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)b + s->topic_at, s->tlen, "strict");
+    if (str == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XSETREF(t->str, str);
+    t->bytes = b + s->topic_at;
+    t->len = s->tlen;
+    return 1;
+}
+
 /* ---- decode_fields --------------------------------------------------------------------- */
 
 /* decode_fields(buf) -> [(topic, body, props, queue_id, flag, queue_offset, phys_offset,
@@ -344,74 +421,32 @@ static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t na
         NOT_IMPLEMENTED;
     const unsigned char *b = v.buf;
     Py_ssize_t pos = 0, end = v.len;
-    PyObject *out = PyList_New(0), *topic = NULL;
-    const unsigned char *tprev = NULL;  /* the last topic's bytes: most replies have one topic */
-    Py_ssize_t tprev_len = 0;
+    PyObject *out = PyList_New(0);
+    topic_cache topic = {NULL, NULL, 0};
     if (out == NULL)
         goto fail;
     while (pos < end) {
-        if (end - pos < FIXED_SIZE)
+        span s;
+        if (!span_at(b, pos, end, &s))
             goto not_mine;
-        const unsigned char *r = b + pos;
-        int32_t total = get_i32(r);
-        uint32_t magic = get32(r + AT_MAGIC);
-        if (magic == MAGIC_BLANK) {
-            if (total < 8)
-                goto not_mine;
-            pos += total;
+        if (s.blank) {
+            pos = s.end;
             continue;
         }
-        int32_t blen = get_i32(r + AT_BODY_LEN);
-        if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < MIN_RECORD || total > end - pos || blen < 0)
+        const unsigned char *r = b + pos;
+        if (!topic_of(b, &s, &topic))
             goto not_mine;
-        Py_ssize_t rec_end = pos + total, p = pos + FIXED_SIZE;
-        if (blen > rec_end - p)
-            goto not_mine;
-        Py_ssize_t body_at = p;
-        p += blen;
-        Py_ssize_t tlen;
-        if (magic == MAGIC_V1) {
-            if (p + 1 > rec_end)
-                goto not_mine;
-            tlen = b[p];
-            p += 1;
-        } else {
-            if (p + 2 > rec_end)
-                goto not_mine;
-            tlen = b[p] << 8 | b[p + 1];
-            p += 2;
-        }
-        if (tlen > rec_end - p)
-            goto not_mine;
-        Py_ssize_t topic_at = p;
-        p += tlen;
-        if (p + 2 > rec_end)
-            goto not_mine;
-        Py_ssize_t plen = b[p] << 8 | b[p + 1];
-        p += 2;
-        if (p + plen != rec_end)
-            goto not_mine;
-        if (topic == NULL || tlen != tprev_len || memcmp(tprev, b + topic_at, tlen) != 0) {
-            PyObject *t = PyUnicode_DecodeUTF8((const char *)b + topic_at, tlen, "strict");
-            if (t == NULL) {
-                PyErr_Clear();
-                goto not_mine;
-            }
-            Py_XSETREF(topic, t);
-            tprev = b + topic_at;
-            tprev_len = tlen;
-        }
-        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + p, plen, "strict");
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + s.props_at, s.plen, "strict");
         if (props == NULL) {
             PyErr_Clear();
             goto not_mine;
         }
-        PyObject *body = PyBytes_FromStringAndSize((const char *)b + body_at, blen);
+        PyObject *body = PyBytes_FromStringAndSize((const char *)b + s.body_at, s.blen);
         if (body == NULL) {
             Py_DECREF(props);
             goto fail;
         }
-        PyObject *t = Py_BuildValue("(ONNiiLLiLLy#ii)", topic, body, props,
+        PyObject *t = Py_BuildValue("(ONNiiLLiLLy#ii)", topic.str, body, props,
                                     get_i32(r + AT_QUEUE_ID), get_i32(r + AT_FLAG),
                                     (long long)get_i64(r + AT_QOFF), (long long)get_i64(r + AT_PHYS),
                                     get_i32(r + AT_SYSFLAG), (long long)get_i64(r + AT_BORN_TS),
@@ -423,21 +458,153 @@ static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t na
         Py_DECREF(t);
         if (err < 0)
             goto fail;
-        pos = rec_end;
+        pos = s.end;
     }
-    Py_XDECREF(topic);
+    Py_XDECREF(topic.str);
     PyBuffer_Release(&v);
     return out;
 not_mine:
-    Py_XDECREF(topic);
+    Py_XDECREF(topic.str);
     Py_XDECREF(out);
     PyBuffer_Release(&v);
     NOT_IMPLEMENTED;
 fail:
-    Py_XDECREF(topic);
+    Py_XDECREF(topic.str);
     Py_XDECREF(out);
     PyBuffer_Release(&v);
     return NULL;
+}
+
+/* ---- record_columns (the Spark source's pull replies as column lists) ----------------- */
+
+#define RC_COLUMNS 14
+enum { RC_TOPIC, RC_QUEUE_ID, RC_QOFF, RC_PHYS, RC_BORN_TS, RC_STORE_TS, RC_STORE_HOST, RC_BODY,
+       RC_TAGS, RC_UNIQ, RC_KEYS, RC_PROP_ENDS, RC_PROP_NAMES, RC_PROP_VALUES };
+
+/* Append `o` (a new reference, stolen) to list `l`; 0 on failure. */
+static int rc_add(PyObject *l, PyObject *o)
+{
+    if (o == NULL)
+        return 0;
+    int err = PyList_Append(l, o);
+    Py_DECREF(o);
+    return err == 0;
+}
+
+/* One record's properties (a str) into the flat name / value columns and its TAGS, UNIQ_KEY
+   and KEYS (the last of each, or None), as the reference: the store's __CRC32# dropped by name
+   (record.strip_prop_crc), empty items skipped, an item without \x01 a name with value "". */
+static int rc_props(PyObject *s, PyObject **cols)
+{
+    static const char crc_head[] = "__CRC32#\x01";
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s), i = 0;
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    if (n >= CRC_PROP_BYTES) {
+        int is_crc = 1;
+        for (Py_ssize_t j = 0; j < 9 && is_crc; j++)
+            is_crc = PyUnicode_READ(kind, data, n - CRC_PROP_BYTES + j) == (Py_UCS4)(unsigned char)crc_head[j];
+        if (is_crc)
+            n -= CRC_PROP_BYTES;
+    }
+    PyObject *found[3] = {Py_None, Py_None, Py_None};   /* TAGS, UNIQ_KEY, KEYS: borrowed from the lists */
+    while (i < n) {
+        Py_ssize_t stop = PyUnicode_FindChar(s, 0x02, i, n, 1), sep;
+        if (stop == -2)
+            return 0;
+        if (stop < 0)
+            stop = n;
+        if (stop > i) {
+            if ((sep = PyUnicode_FindChar(s, 0x01, i, stop, 1)) == -2)
+                return 0;
+            PyObject *k = PyUnicode_Substring(s, i, sep < 0 ? stop : sep);
+            PyObject *v = sep < 0 ? PyUnicode_New(0, 0) : PyUnicode_Substring(s, sep + 1, stop);
+            if (k == NULL || v == NULL) {
+                Py_XDECREF(k);
+                Py_XDECREF(v);
+                return 0;
+            }
+            int which = PyUnicode_CompareWithASCIIString(k, "TAGS") == 0 ? 0
+                : PyUnicode_CompareWithASCIIString(k, "UNIQ_KEY") == 0 ? 1
+                : PyUnicode_CompareWithASCIIString(k, "KEYS") == 0 ? 2 : -1;
+            if (which >= 0)
+                found[which] = v;   /* the values list keeps it alive */
+            if (!rc_add(cols[RC_PROP_NAMES], k)) {
+                Py_DECREF(v);
+                return 0;
+            }
+            if (!rc_add(cols[RC_PROP_VALUES], v))
+                return 0;
+        }
+        i = stop + 1;
+    }
+    return PyList_Append(cols[RC_TAGS], found[0]) == 0 && PyList_Append(cols[RC_UNIQ], found[1]) == 0
+        && PyList_Append(cols[RC_KEYS], found[2]) == 0
+        && rc_add(cols[RC_PROP_ENDS], PyLong_FromSsize_t(PyList_GET_SIZE(cols[RC_PROP_NAMES])));
+}
+
+/* record_columns(buf) -> 14 lists (quiver.spark.columns.COLUMNS). Declines what
+   decode_fields declines: the reference then raises its BadRecord. */
+static PyObject *record_columns(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_buffer v;
+    if (nargs != 1 || !byte_view(a[0], &v))
+        NOT_IMPLEMENTED;
+    const unsigned char *b = v.buf;
+    Py_ssize_t pos = 0, end = v.len;
+    PyObject *cols[RC_COLUMNS] = {NULL}, *out = NULL;
+    topic_cache topic = {NULL, NULL, 0};
+    int declined = 1;
+    for (int c = 0; c < RC_COLUMNS; c++)
+        if ((cols[c] = PyList_New(0)) == NULL)
+            goto fail;
+    while (pos < end) {
+        span s;
+        if (!span_at(b, pos, end, &s))
+            goto done;
+        if (s.blank) {
+            pos = s.end;
+            continue;
+        }
+        const unsigned char *r = b + pos;
+        if (!topic_of(b, &s, &topic))
+            goto done;
+        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + s.props_at, s.plen, "strict");
+        if (props == NULL) {
+            PyErr_Clear();
+            goto done;
+        }
+        int ok = rc_props(props, cols);
+        Py_DECREF(props);
+        if (!ok || PyList_Append(cols[RC_TOPIC], topic.str) < 0
+                || !rc_add(cols[RC_QUEUE_ID], PyLong_FromLong(get_i32(r + AT_QUEUE_ID)))
+                || !rc_add(cols[RC_QOFF], PyLong_FromLongLong(get_i64(r + AT_QOFF)))
+                || !rc_add(cols[RC_PHYS], PyLong_FromLongLong(get_i64(r + AT_PHYS)))
+                || !rc_add(cols[RC_BORN_TS], PyLong_FromLongLong(get_i64(r + AT_BORN_TS)))
+                || !rc_add(cols[RC_STORE_TS], PyLong_FromLongLong(get_i64(r + AT_STORE_TS)))
+                || !rc_add(cols[RC_STORE_HOST], PyBytes_FromStringAndSize((const char *)r + AT_STORE_HOST, 8))
+                || !rc_add(cols[RC_BODY], PyBytes_FromStringAndSize((const char *)b + s.body_at, s.blen)))
+            goto fail;
+        pos = s.end;
+    }
+    if ((out = PyTuple_New(RC_COLUMNS)) == NULL)
+        goto fail;
+    for (int c = 0; c < RC_COLUMNS; c++) {
+        PyTuple_SET_ITEM(out, c, cols[c]);
+        cols[c] = NULL;
+    }
+    declined = 0;
+    goto done;
+fail:
+    declined = 0;
+done:
+    for (int c = 0; c < RC_COLUMNS; c++)
+        Py_XDECREF(cols[c]);
+    Py_XDECREF(topic.str);
+    PyBuffer_Release(&v);
+    if (declined)
+        NOT_IMPLEMENTED;
+    return out;
 }
 
 /* ---- check_run ------------------------------------------------------------------------- */
@@ -893,6 +1060,7 @@ static PyMethodDef methods[] = {
     {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
     {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},
+    {"record_columns", (PyCFunction)(void (*)(void))record_columns, METH_FASTCALL, "quiver.spark.columns.record_columns"},
     {NULL, NULL, 0, NULL},
 };
 

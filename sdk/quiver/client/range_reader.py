@@ -4,7 +4,8 @@ Owns the "pull a fixed range" loop the Spark source runs on executors, and
 that anything else needing a replayable slice of a queue can use: no consumer
 group, no heartbeats, no rebalance, no commit. A `QueueRange` is plain data
 (picklable); `read_range(transport, rng)` yields lists of `record.Record` in
-queue order, each offset at most once, none outside [start, end).
+queue order, each offset at most once, none outside [start, end) (or what its
+`decode` makes of each answer: the Spark source's Arrow batches).
 
 Without a filter several pulls of consecutive chunks are in flight at once
 (a chunk answered short, e.g. by the reply byte cap, is re-asked from where it
@@ -18,7 +19,7 @@ failed in a row. Requests and answers are queue_puller.py's.
 Offsets below the queue's min offset (deleted by retention) are data loss:
 `DataLossError` when `fail_on_data_loss`, else a logged warning and the read
 goes on from the min offset. Does not own planning (which ranges to read:
-spark.py), the pull request and its answer (queue_puller.py) nor the wire
+quiver.spark), the pull request and its answer (queue_puller.py) nor the wire
 (protocol.py).
 """
 
@@ -66,14 +67,19 @@ class RangeStats:
     pulls: int = 0
 
 
-def _wanted(rec_offset: int, lo: int, hi: int) -> bool:
-    return lo <= rec_offset < hi
+def records_in(pulled, selector, lo: int, end: int) -> tuple[list, int, int | None]:
+    """The records of a FOUND answer in [lo, end) of the selector's tags: (the list, how many,
+    the last one's queue offset or None). read_range's default `decode`."""
+    recs = [r for r in pulled.records(selector) if lo <= r.queue_offset < end]
+    return recs, len(recs), recs[-1].queue_offset if recs else None
 
 
 def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscription: str = "*",
                sql: str | None = None, fail_on_data_loss: bool = True, timeout_s: float = 30.0,
-               stats: RangeStats | None = None):
-    """Yield lists of records of rng.topic/queue in [rng.start, rng.end), in offset order."""
+               stats: RangeStats | None = None, decode=records_in):
+    """The records of rng.topic/queue in [rng.start, rng.end), in offset order: for each answer
+    holding any, the batch `decode(pulled, selector, lo, end)` makes of them (a list of records
+    by default, records_in; a decode keeps only offsets in [lo, end) and the selector's tags)."""
     stats = stats if stats is not None else RangeStats()
     if rng.size == 0:
         return
@@ -124,11 +130,11 @@ def read_range(transport, rng: QueueRange, batch_size: int = MAX_PULL, subscript
         if pulled.status is FOUND:
             missing_since = None
             # a filtered reply may run past this chunk: keep all of [lo, end); covered chunks are dropped below
-            recs = [r for r in pulled.records(selector) if _wanted(r.queue_offset, lo, rng.end)]
-            if recs:
-                stats.records += len(recs)
-                yield recs
-            nxt = max(nxt, recs[-1].queue_offset + 1) if recs else nxt
+            batch, count, last = decode(pulled, selector, lo, rng.end)
+            if count:
+                stats.records += count
+                yield batch
+                nxt = max(nxt, last + 1)
         elif pulled.status is not OFFSET_ILLEGAL:   # nothing here (yet)
             if nxt <= lo:   # nothing visible at lo although it was below max when planned: flush lag
                 missing_since = missing_since or time.monotonic()

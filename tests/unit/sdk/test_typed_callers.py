@@ -323,7 +323,7 @@ def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_ret
 
 SDK = pathlib.Path(schema.__file__).parent.parent
 CALLERS = ["client/base", "client/consumer", "client/push_consumer", "client/producer",
-           "client/transaction_producer", "client/admin", "client/range_reader", "spark", "client/filter_route",
+           "client/transaction_producer", "client/admin", "client/range_reader", "spark/planner", "client/filter_route",
            "client/consume_service", "client/queue_puller", "client/rebalance", "client/offset_store",
            "client/options"]
 SENDS = {"call_broker", "call_read", "call_namesrv", "call", "call_future", "send", "oneway"}
