@@ -249,6 +249,13 @@ def test_bad_input_gets_the_status_code_the_clients_expect(env):
         recv.group.name, recv.message_queue.topic.name, recv.message_queue.broker.name = "px-door", "PxDoor", "broker-a"
         assert [r.status.code for r in stub.ReceiveMessage(recv, metadata=md, timeout=10)] == [d.Code.BAD_REQUEST]
 
+        pull = s.PullMessageRequest(offset=0, batch_size=1)
+        pull.group.name = "px-door"
+        pull.message_queue.topic.name, pull.message_queue.broker.name = "PxDoor", "broker-a"
+        pull.filter_expression.type, pull.filter_expression.expression = d.FilterType.SQL, "a = 1"
+        answers = [r.status.code for r in stub.PullMessage(pull, metadata=md, timeout=10) if r.HasField("status")]
+        assert answers == [d.Code.UNSUPPORTED]                          # SQL92 needs a filter server: none here
+
         route = s.QueryRouteRequest()
         route.topic.name = "PxNoSuchTopic"
         route.endpoints.addresses.add(host="127.0.0.1", port=8081)

@@ -126,9 +126,10 @@ def test_offsets_commit_read_back_and_seen_by_quiver(env):
     c, admin, (stub, other) = env
     admin.create_topic("PlOff", queues=1)
     _send(c, "PlOff", *[(b"a-%d" % i, None, None) for i in range(5)])
-    between = int(time.time() * 1000)
     time.sleep(0.05)
     _send(c, "PlOff", *[(b"b-%d" % i, None, None) for i in range(5)])
+    stored = [m.system_properties.store_timestamp.ToMilliseconds() for m in _pull(stub, "PlOff", 0)[1]]
+    assert stored[4] < stored[5]
 
     get = s.GetOffsetRequest()
     get.group.name = "pl-off-cg"
@@ -153,7 +154,7 @@ def test_offsets_commit_read_back_and_seen_by_quiver(env):
         return r.status.code, r.offset
     assert query(d.QueryOffsetPolicy.BEGINNING) == (d.Code.OK, 0)
     assert query(d.QueryOffsetPolicy.END) == (d.Code.OK, 10)
-    assert query(d.QueryOffsetPolicy.TIMESTAMP, between) == (d.Code.OK, 5)
+    assert query(d.QueryOffsetPolicy.TIMESTAMP, stored[5]) == (d.Code.OK, 5)      # the first stored at or after
     assert query(d.QueryOffsetPolicy.TIMESTAMP)[0] == d.Code.BAD_REQUEST   # TIMESTAMP names no time
     assert query(7)[0] == d.Code.BAD_REQUEST                               # no such policy
 
@@ -225,3 +226,18 @@ def test_forward_to_the_dlq_through_another_proxy(env):
     # the forward held the delivery 3 s (2 x --request-timeout-ms + 1 s): acked, it does not come back after
     assert not _receive(first, "PlDlq", "pl-dlq-cg", 4)
     assert len(admin.dlq_messages("pl-dlq-cg")) == 1
+
+
+def test_a_pull_consumer_is_greeted_like_the_java_client_expects(env):
+    c, admin, (stub, _) = env
+    hb = s.HeartbeatRequest(client_type=d.ClientType.PULL_CONSUMER)
+    hb.group.name = "pl-java-cg"
+    assert stub.Heartbeat(hb, metadata=MD, timeout=10).status.code == d.Code.OK
+    settings = d.Settings(client_type=d.ClientType.PULL_CONSUMER)   # what PullSubscriptionSettings sends
+    settings.subscription.group.name = "pl-java-cg"
+    settings.request_timeout.FromSeconds(3)
+    replies = stub.Telemetry(iter([s.TelemetryCommand(settings=settings)]), metadata=MD, timeout=10)
+    first = next(replies)
+    replies.cancel()
+    assert first.status.code == d.Code.OK and first.settings.WhichOneof("pub_sub") == "subscription"
+    assert first.settings.subscription.long_polling_timeout.ToMilliseconds() > 0   # what its pulls then ask for
