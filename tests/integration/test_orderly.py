@@ -3,6 +3,8 @@
 import threading
 import time
 
+import pytest
+
 from quiver import Admin, ConsumeResult, Message, Producer, PushConsumer
 from quiver.client.message import java_hash
 from support.waiting import wait_for as _wait
@@ -10,7 +12,9 @@ from support.waiting import wait_for as _wait
 KEYS, PER_KEY, QUEUES = 20, 500, 4
 
 
-def test_per_key_order_holds_while_consumers_join_and_leave(cluster):
+# consume_inline: the listener on the IO thread (no pool hand-off) must keep the same order and locks
+@pytest.mark.parametrize("inline", [False, True], ids=["pool", "inline"])
+def test_per_key_order_holds_while_consumers_join_and_leave(cluster, inline):
     admin = Admin(namesrv=cluster.namesrv)
     admin.create_topic("Seq", queues=QUEUES, order=True)
     seen: list[tuple[str, int]] = []
@@ -24,7 +28,8 @@ def test_per_key_order_holds_while_consumers_join_and_leave(cluster):
         return ConsumeResult.SUCCESS
 
     def consumer():
-        c = PushConsumer("ordered", namesrv=cluster.namesrv, consume_from="first", lock_interval_s=2.0)
+        c = PushConsumer("ordered", namesrv=cluster.namesrv, consume_from="first", lock_interval_s=2.0,
+                         consume_inline=inline)
         c.subscribe("Seq")
         c.register(fn, orderly=True)
         return c.start()
@@ -67,7 +72,8 @@ def test_per_key_order_holds_while_consumers_join_and_leave(cluster):
     admin.shutdown()
 
 
-def test_poison_message_retried_in_place_then_dead_lettered(cluster):
+@pytest.mark.parametrize("inline", [False, True], ids=["pool", "inline"])
+def test_poison_message_retried_in_place_then_dead_lettered(cluster, inline):
     admin = Admin(namesrv=cluster.namesrv)
     admin.create_topic("Poison", queues=1, order=True)
     attempts: list[tuple[str, int, float]] = []
@@ -81,7 +87,7 @@ def test_poison_message_retried_in_place_then_dead_lettered(cluster):
         for body in (b"ok-1", b"bad", b"ok-2"):
             p.send_orderly(Message("Poison", body), sharding_key="k")
     c = PushConsumer("poison", namesrv=cluster.namesrv, consume_from="first", max_reconsume_times=2,
-                     suspend_current_queue_ms=200)
+                     suspend_current_queue_ms=200, consume_inline=inline)
     c.subscribe("Poison")
     c.register(fn, orderly=True)
     with c:

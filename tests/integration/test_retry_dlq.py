@@ -79,3 +79,32 @@ def test_always_failing_lands_in_dlq_after_max_and_resend_works(retry_cluster):
         _wait(lambda: len(attempts) >= 4, 10, "the resent message")
     assert attempts[-1] == 0
     admin.shutdown()
+
+
+def test_inline_listener_failures_go_back_at_once_and_return_with_their_count(retry_cluster):
+    """consume_inline=True: the send-back is a blocking call made on the IO thread: it must not wait for a reply
+    only that thread could read (it would time out and the retry come seconds late)."""
+    c = retry_cluster
+    Admin(namesrv=c.namesrv).create_topic("Work", queues=2)
+    seen: list[tuple[int, float, bytes]] = []
+
+    def fn(msgs):
+        m = msgs[0]
+        seen.append((m.reconsume_times, time.monotonic(), m.body))
+        if m.reconsume_times < 2:
+            if m.reconsume_times == 0:
+                raise RuntimeError("not yet")          # raising = RECONSUME_LATER
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    pc = PushConsumer("inline-rg", namesrv=c.namesrv, consume_from="first", consume_inline=True)
+    pc.subscribe("Work")
+    pc.register(fn)
+    with pc, Producer("pg", namesrv=c.namesrv) as p:
+        pc.start()
+        p.send(Message("Work", b"job"))
+        _wait(lambda: len(seen) >= 3, 20, "three deliveries")
+        time.sleep(0.5)   # nothing more may come
+    assert [s[0] for s in seen] == [0, 1, 2]
+    assert all(s[2] == b"job" for s in seen)
+    assert seen[2][1] - seen[0][1] < 2.5, "a send-back waited for a reply on the IO thread"

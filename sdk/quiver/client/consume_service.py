@@ -4,9 +4,13 @@ Concurrent mode hands batches to the thread pool; a failed message goes back to
 the broker (CONSUMER_SEND_MSG_BACK) and returns through `%RETRY%<group>`.
 Orderly mode runs one thread per queue under a broker lock; a failing batch is
 retried in place after a suspend and, past the max reconsume times, sent to the
-dead-letter topic so the queue moves on. Mixed into PushConsumer (RocketMQ's
+dead-letter topic so the queue moves on. With `consume_inline` a pulled batch
+is consumed on the thread its answer arrived on (the IO thread) by the same
+code, so results, send-back, retries and orderly locking are the same; only
+retries that wait (a suspend, a failed send-back) run on the pool later.
+Mixed into PushConsumer (RocketMQ's
 ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
-attributes it uses: options (consume_batch_size, consume_threads,
+attributes it uses: options (consume_batch_size, consume_threads, consume_inline,
 max_reconsume_times, suspend_current_queue_ms), broadcast, _pool, _timer,
 _listener, offsets, _running, _active_cond, _cost_per_msg_s, _state_lock.
 """
@@ -28,8 +32,14 @@ MAX_CONSUME_CONTINUOUSLY_S = 60.0
 
 class ConsumeService:
     def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Consume a pulled batch: on the consume threads, or here with consume_inline."""
+        inline = self.options.consume_inline
         if self._orderly:
-            self._kick_orderly(pq)
+            self._kick_orderly(pq, inline)
+            return
+        if inline:   # a pool hand-off costs a thread wake-up, more than a fast listener's call
+            if self._running:
+                self._run_task(self._consume_concurrently, pq, msgs)
             return
         # Handing a task to the pool costs a thread wake-up (tens of µs): a fast listener is
         # best served by one task per pulled batch, a slow one by spreading the batch over the
@@ -87,35 +97,43 @@ class ConsumeService:
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         bs = self.options.consume_batch_size
-        finished: list[MessageExt] = []
-        listening = 0.0  # time inside the listener only: the rest is ours (and GIL waits)
+        call = self._call_listener if self.tracer is not None else self._listen   # a call less per batch
+        done = 0                 # msgs[:done] are handled: consumed, sent back or kept for a retry here
+        kept: set[int] = set()   # id() of those kept (broker unreachable): the offset stays behind them
+        sending = 0.0            # time in send-backs: the listener's cost is the rest (and GIL waits)
         clock = time.perf_counter
+        started = clock()
         try:
             for i in range(0, len(msgs), bs):
                 if pq.dropped or not self._running:
                     return
                 batch = msgs[i:i + bs]
-                t0 = clock()
-                later = self._call_listener(batch)
-                listening += clock() - t0
-                if later is None:
-                    finished += batch
-                elif self.broadcast:
-                    log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
-                    finished += batch
-                else:
-                    failed = [m for m in batch if not self._send_back(pq, m, later.delay_level, later.delay_ms)]
-                    if failed:  # broker unreachable: retry here later, keep the offset behind them
-                        self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
-                    finished += [m for m in batch if m not in failed]
+                later = call(batch)
+                if later is not None:
+                    t0 = clock()
+                    self._failed(pq, batch, later, kept)
+                    sending += clock() - t0
+                done = i + len(batch)
         finally:
             # one cache update per task, not per listener call: the commit offset is still the
             # lowest unfinished message of the queue
-            if finished:
+            if done:
+                finished = msgs[:done] if not kept else [m for m in msgs[:done] if id(m) not in kept]
                 self._consumed(pq, pq.remove(finished))
                 # moving average of the listener's cost per message (races between threads only blur it)
-                per_msg = listening / len(msgs)
+                per_msg = (clock() - started - sending) / done
                 self._cost_per_msg_s = 0.8 * self._cost_per_msg_s + 0.2 * per_msg
+
+    def _failed(self, pq: ProcessQueue, batch: list[MessageExt], later: ReconsumeLater, kept: set[int]) -> None:
+        """A batch the listener did not consume: back to the broker, one message at a time; one
+        that cannot be sent back is retried here later (its id joins `kept`)."""
+        if self.broadcast:
+            log.warning("broadcast consumption failed for %d message(s): dropped", len(batch))
+            return
+        failed = [m for m in batch if not self._send_back(pq, m, later.delay_level, later.delay_ms)]
+        if failed:  # broker unreachable: retry here later, keep the offset behind them
+            self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
+            kept.update(id(m) for m in failed)
 
     def _consumed(self, pq: ProcessQueue, offset: int) -> None:
         """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
@@ -137,12 +155,15 @@ class ConsumeService:
 
     # ---- orderly ------------------------------------------------------------------------------------------
 
-    def _kick_orderly(self, pq: ProcessQueue) -> None:
+    def _kick_orderly(self, pq: ProcessQueue, inline: bool = False) -> None:
         with pq.lock:
             if pq.scheduled or pq.dropped or time.monotonic() < pq.suspended_until:
                 return
             pq.scheduled = True
-        self._submit(self._consume_orderly, pq)
+        if inline:
+            self._run_task(self._consume_orderly, pq)
+        else:
+            self._submit(self._consume_orderly, pq)
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
         started = time.monotonic()

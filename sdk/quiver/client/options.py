@@ -53,6 +53,10 @@ class ConsumerOptions:
     broadcast: bool = _option(False, "push: every client takes every queue, offsets in a local file")
     consume_threads: int = _option(20, "push: listener threads (1-1000)")
     consume_batch_size: int = _option(1, "push: messages per listener call (1-1024)")
+    consume_inline: bool = _option(False, "push: call the listener on the thread that received the messages "
+                                   "(the IO thread; with pop=True the receive thread), no hand-off to the consume "
+                                   "threads: for fast listeners, as no other queue of the consumer is pulled or "
+                                   "consumed while it runs")
     max_reconsume_times: int = _option(16, "push: deliveries of a failing message before the dead-letter topic")
     suspend_current_queue_ms: int = _option(1000, "push, orderly: wait before retrying a failed batch")
     lock_interval_ms: int = _option(20_000, "push, orderly: broker queue locks are renewed this often")
@@ -82,8 +86,9 @@ class ConsumerOptions:
             raise ValueError(f"instance_name must be a non-empty string, not {self.instance_name!r}")
         if self.offset_dir is not None and not isinstance(self.offset_dir, str):
             raise ValueError(f"offset_dir must be a path string, not {self.offset_dir!r}")
-        if not isinstance(self.pop, bool):
-            raise ValueError(f"pop must be True or False, not {self.pop!r}")
+        for name in ("pop", "consume_inline"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.on_bad_record is not None and not callable(self.on_bad_record):
             raise ValueError(f"on_bad_record must be a function or None, not {self.on_bad_record!r}")
 

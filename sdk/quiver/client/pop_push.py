@@ -1,7 +1,8 @@
 """PushConsumer's POP mode (`PushConsumer(..., pop=True)`): listeners as usual, no queue ownership.
 
 One receive thread pops messages (quiver.client.popping) while the consume pool
-has room, and hands them to the listener in batches of `consume_batch_size`.
+has room, and hands them to the listener in batches of `consume_batch_size`
+(with `consume_inline`, calls the listener itself).
 SUCCESS acks each message; a failure (or ConsumeResult.later) changes its
 invisible duration to the retry delay, so the broker delivers it again then,
 with reconsume_times + 1, and moves it to `%DLQ%<group>` past the max.
@@ -75,8 +76,9 @@ class PopPushLoop:
             for _ in range(free - len(msgs)):
                 self.capacity.release()
             bs = opts.consume_batch_size
+            hand = c._run_task if opts.consume_inline else c._submit   # inline: on this receive thread
             for i in range(0, len(msgs), bs):
-                c._submit(self._consume, msgs[i:i + bs])
+                hand(self._consume, msgs[i:i + bs])
 
     def _reserve(self, most: int) -> int:
         """Take up to `most` slots of the pool (at least one, waiting briefly for it)."""

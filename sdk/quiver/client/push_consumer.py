@@ -2,7 +2,8 @@
 
 Each owned queue has a ProcessQueue with one long-polling pull in flight (IO
 thread callbacks, no thread per queue). Pulled messages are cached per queue
-and handed to a consume thread pool. The committed offset of a queue is its
+and handed to a consume thread pool (with `consume_inline`, consumed on the IO
+thread that received them: no hand-off). The committed offset of a queue is its
 lowest unfinished message (or the pull position when nothing is cached), kept
 in memory, piggy-backed on pulls, persisted every `commit_interval_ms`, on drop
 and on shutdown.
@@ -461,10 +462,10 @@ class PushConsumer(ConsumeService, ClientBase):
                     return
                 pq.add(msgs, got.next)  # cached before the position moves: the commit offset never skips them
                 pq.narrow_until = max(pq.narrow_until, got.narrow_until)
-                if msgs:
-                    self._dispatch(pq, msgs)
-                elif not pq.msgs:
+                if not msgs and not pq.msgs:
                     self.offsets.update(pq.mq, got.next)
+            if msgs:   # outside the lock: an inline listener must not hold up commits and resets
+                self._dispatch(pq, msgs)
             return
         nxt = pulled.next
         moved = pulled.status is OFFSET_ILLEGAL

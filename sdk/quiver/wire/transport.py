@@ -130,17 +130,15 @@ class Transport:
              ok=(ResponseCode.SUCCESS,)) -> protocol.Envelope:
         """Blocking request; raises the server's error unless its code is in `ok`.
 
-        Made on the calling thread's own socket (direct.py), except on the IO
-        thread itself, which must never block."""
+        Made on the calling thread's own socket (direct.py), the IO thread's
+        too (a push consumer's inline listener): a reply only the IO thread
+        could read would never come while it waits."""
         if self._stopped.is_set():
             raise ClientError("transport is shut down")
         _check_addr(addr)
         code, ext = _wire(code, ext)
-        if threading.current_thread() is self._thread:
-            env = self.call_future(addr, code, ext, bodies, timeout).result(timeout + 1.0)
-        else:
-            req_id = next(_ids)
-            env = self._direct.call(addr, protocol.request(code, req_id, ext, bodies), req_id, timeout, self._down)
+        req_id = next(_ids)
+        env = self._direct.call(addr, protocol.request(code, req_id, ext, bodies), req_id, timeout, self._down)
         if env.code not in ok:
             raise error_for(env.code, env.remark or "")
         return env

@@ -165,3 +165,40 @@ def test_push_consumer_sends_failures_back_for_retry(one):
     store = one.broker().store
     # parked for the scheduler (not run here) at delay level 3, the first retry
     assert store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1
+
+
+def test_inline_listener_runs_on_the_io_thread_and_loses_nothing(one):
+    seen, threads = [], set()
+
+    def listener(msgs):
+        threads.add(threading.current_thread().name)
+        seen.extend(m.body.decode() for m in msgs)
+        return ConsumeResult.SUCCESS
+    c = one.client(PushConsumer, "inline-cg", consume_from="first", consume_inline=True)
+    c.subscribe("Q1")
+    c.register(listener)
+    with c:
+        _send(one, "Q1", [s.encode() for s in _nums(50)])
+        assert wait_until(lambda: len(seen) >= 50)
+    assert seen == _nums(50)                                        # one queue: in order, once each
+    assert threads == {c.transport._thread.name}                    # no hand-off to the consume pool
+    assert one.broker().metadata.get_offset("inline-cg", "Q1", 0) == 50
+
+
+def test_inline_listener_failures_are_sent_back_and_never_committed(one):
+    calls = []
+
+    def listener(msgs):
+        calls.append(msgs[0].body)
+        if msgs[0].body == b"bad":
+            raise RuntimeError("poison")                            # raising counts as RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+    c = one.client(PushConsumer, "inline-retry", consume_from="first", consume_inline=True)
+    c.subscribe("Q1")
+    c.register(listener)
+    with c:
+        _send(one, "Q1", [b"ok-1", b"bad", b"ok-2"])
+        assert wait_until(lambda: one.network.count(RequestCode.CONSUMER_SEND_MSG_BACK) == 1 and len(calls) >= 3)
+    assert calls == [b"ok-1", b"bad", b"ok-2"]
+    assert one.broker().store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1   # parked for its first retry
+    assert one.broker().metadata.get_offset("inline-retry", "Q1", 0) == 3  # sent back: the queue moves on

@@ -38,7 +38,8 @@ def test_historical_keywords_map_onto_fields():
                                  dict(pull_batch_size=0), dict(pull_batch_size=1025), dict(consume_threads=0),
                                  dict(consume_batch_size=2000), dict(suspend_ms=-1), dict(allocate="random"),
                                  dict(commit_interval_ms=0), dict(rebalance_interval_ms=1.5),
-                                 dict(auto_commit_interval_s="soon"), dict(instance_name="")])
+                                 dict(auto_commit_interval_s="soon"), dict(instance_name=""),
+                                 dict(consume_inline=1), dict(pop="yes")])
 def test_bad_values_raise_value_error_naming_them(bad):
     name = next(iter(bad))
     with pytest.raises(ValueError, match=name):
