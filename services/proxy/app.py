@@ -7,6 +7,7 @@ service loop until SIGTERM.
 """
 
 import logging
+import threading
 from concurrent import futures
 
 import grpc
@@ -20,6 +21,7 @@ from .users import Backends
 log = logging.getLogger(__name__)
 
 SOCKETS_PER_WORKER = 16   # room for 8 brokers (socket + disconnect monitor each)
+RENEW_INTERVAL_S = 1.0
 
 
 class App:
@@ -35,12 +37,22 @@ class App:
         self.grpc = None
         self.grpc_port = 0
         self.service = Service(config.listen, {}, "proxy", self.status, security=_status_security(config))
+        self._stop = threading.Event()
 
     def _is_fifo(self, topic: str) -> bool:
         try:
             return self.backends.own.client.route(topic).order
         except Exception:   # an unknown topic is not FIFO; the receive will say what is wrong
             return False
+
+    def _renew(self) -> None:
+        """PushConsumer deliveries kept invisible until acked (renewals.py), every backend's."""
+        while not self._stop.wait(RENEW_INTERVAL_S):
+            for b in self.backends.every():
+                try:
+                    b.receiving.renewals.renew_due()
+                except Exception:    # the loop outlives any round
+                    log.exception("renewal round failed")
 
     def checks_forwarded(self) -> int:
         return sum(b.tx.checks_forwarded for b in self.backends.every()) if self.backends else 0
@@ -49,7 +61,8 @@ class App:
         users = len(self.backends.every()) - 1 if self.backends else 0
         return {"role": "proxy", "grpc": self.config.grpc_listen, "grpc_port": self.grpc_port,
                 "namesrv": self.config.namesrv, "checks_forwarded": self.checks_forwarded(),
-                "access_key_users": users, "closed": self.config.closed, **self.clients.count()}
+                "access_key_users": users, "closed": self.config.closed, **self.clients.count(),
+                "renewing": sum(len(b.receiving.renewals) for b in self.backends.every()) if self.backends else 0}
 
     def bind(self) -> None:
         self.backends = Backends(self.config, self.clients.forward_check)
@@ -68,10 +81,14 @@ class App:
         if self.grpc is None:
             self.bind()
         self.grpc.start()
+        renewer = threading.Thread(target=self._renew, name="renewals", daemon=True)
+        renewer.start()
         try:
             self.service.run()
         finally:
+            self._stop.set()
             self.grpc.stop(grace=1.0).wait(5)
+            renewer.join(5)
             self.backends.shutdown()
 
 

@@ -30,7 +30,9 @@ class Config:
     request_timeout_ms: int = setting(3000, "how long one broker request waits")
     max_body_bytes: int = setting(4 * 1024 * 1024, "largest message body accepted")
     default_invisible_ms: int = setting(30_000, "invisible duration of a receive that names none "
-                                                "(PushConsumer)")
+                                                "(PushConsumer), renewed until acked")
+    renew_max_ms: int = setting(3 * 3600 * 1000, "longest a PushConsumer delivery is kept invisible by renewal; "
+                                                 "then it comes back to the group like any unacked message")
     long_polling_ms: int = setting(5000, "long-polling time PushConsumers are told to use")
     max_long_polling_ms: int = setting(30_000, "longest long poll a receive may ask for")
     pop_consume_from: str = setting("last", "where a POP group new to a queue starts: last or first")
@@ -59,6 +61,8 @@ class Config:
             raise ValueError("--max-body-bytes must be in 1..67108864")
         if not 100 <= self.default_invisible_ms <= 12 * 3600 * 1000:
             raise ValueError("--default-invisible-ms must be in 100..43200000")
+        if not 1000 <= self.renew_max_ms <= 24 * 3600 * 1000:
+            raise ValueError("--renew-max-ms must be in 1000..86400000")
         if not 0 <= self.long_polling_ms <= self.max_long_polling_ms <= 300_000:
             raise ValueError("need 0 <= --long-polling-ms <= --max-long-polling-ms <= 300000")
         if self.pop_consume_from not in ("first", "last"):

@@ -25,6 +25,7 @@ from quiver.wire.names import group_problem, shown
 from quiver.wire.receipt_handle import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS, ReceiptHandle
 
 from .messages import millis, outbound
+from .renewals import Renewals
 from .routes import check_topic_name
 from .statuses import OK, Refused, status_of
 
@@ -76,6 +77,7 @@ class Receiving:
         self.config = config
         self._poppers: dict[str, Popper] = {}
         self._lock = threading.Lock()
+        self.renewals = Renewals(self._change, config.default_invisible_ms, config.renew_max_ms)
 
     def _popper(self, group: str) -> Popper:
         with self._lock:
@@ -88,8 +90,9 @@ class Receiving:
 
     # ---- receive ----------------------------------------------------------------------------
 
-    def receive(self, req, time_left_s: float):
-        """The messages (v2) and the invisible ms they were popped with; Refused on bad input."""
+    def receive(self, req, time_left_s: float, client_id: str = ""):
+        """The messages (v2), popped for the invisible time asked (else --default-invisible-ms, renewed
+        until acked when the request says auto_renew: a PushConsumer's); Refused on bad input."""
         group, mq = req.group.name, req.message_queue
         check_group_name(group)
         check_topic_name(mq.topic.name)
@@ -112,6 +115,8 @@ class Receiving:
                                             f"{mq.topic.name!r}: query the route again")
         msgs = self._popper(group).pop_broker(mq.topic.name, expression, mq.broker.name, req.batch_size,
                                               invisible, poll_ms)
+        if req.auto_renew and not req.HasField("invisible_duration"):
+            self.renewals.track(client_id, group, [ReceiptHandle.parse(m.receipt_handle) for m in msgs])
         return [outbound(m, invisible) for m in msgs]
 
     # ---- ack, change, dlq ---------------------------------------------------------------------
@@ -124,7 +129,7 @@ class Receiving:
         out = []
         for e in req.entries:
             try:
-                h = parse_handle(e.receipt_handle, req.topic.name)
+                h = parse_handle(self.renewals.take(e.receipt_handle), req.topic.name)
                 addr = self.client.broker_addr(h.broker, h.topic)
                 self.client.call_broker(addr, rq.AckMessage(group=req.group.name, topic=h.topic, handles=[h]))
                 out.append((e, OK))
@@ -135,7 +140,7 @@ class Receiving:
     def change_invisible(self, req) -> str:
         check_group_name(req.group.name)
         check_topic_name(req.topic.name)
-        h = parse_handle(req.receipt_handle, req.topic.name)
+        h = parse_handle(self.renewals.take(req.receipt_handle), req.topic.name)
         return self._change(req.group.name, h, invisible_of(req.invisible_duration)).encode()
 
     def _change(self, group: str, h: ReceiptHandle, invisible_ms: int) -> ReceiptHandle:
@@ -148,7 +153,7 @@ class Receiving:
         group, topic = req.group.name, req.topic.name
         check_group_name(group)
         check_topic_name(topic)
-        h = parse_handle(req.receipt_handle, topic)
+        h = parse_handle(self.renewals.take(req.receipt_handle), topic)
         if len(req.message_id) > MAX_MESSAGE_ID_CHARS or not req.message_id.isprintable():
             raise Refused(Code.ILLEGAL_MESSAGE_ID, f"message_id {shown(req.message_id)} is over "
                                                    f"{MAX_MESSAGE_ID_CHARS} characters or not printable")

@@ -86,8 +86,10 @@ class Servicer(MessagingServiceServicer):
         return pb.HeartbeatResponse(status=OK)
 
     @answered(pb.NotifyClientTerminationResponse)
-    def NotifyClientTermination(self, request, context, _b):
-        self.clients.drop(client_id_of(context.invocation_metadata()))
+    def NotifyClientTermination(self, request, context, b):
+        cid = client_id_of(context.invocation_metadata())
+        self.clients.drop(cid)
+        b.receiving.renewals.drop_client(cid)   # what it did not ack comes back after its invisible time
         return pb.NotifyClientTerminationResponse(status=OK)
 
     # ---- producing ---------------------------------------------------------------------------
@@ -104,7 +106,10 @@ class Servicer(MessagingServiceServicer):
             self.clients.published(cid, m.msg.topic)
             entry.message_id, entry.transaction_id = b.tx.send_half(m.msg)
         else:
-            res = b.producer.send_orderly(m.msg, m.group) if m.group is not None else b.producer.send(m.msg)
+            if m.group is not None:
+                res = b.producer.send_orderly(m.msg, m.group)
+            else:   # on the IO thread: concurrent calls share its socket and travel batched
+                res = b.producer.send_async(m.msg).result(b.producer.send_timeout * (b.producer.retries + 1))
             entry.message_id, entry.offset = res.msg_id, res.queue_offset
             if m.kind == MessageType.DELAY:
                 entry.recall_handle = res.msg_id
@@ -147,7 +152,9 @@ class Servicer(MessagingServiceServicer):
             return None, answer
 
     def ReceiveMessage(self, request, context):
-        msgs, refused = self._streamed("ReceiveMessage", context, lambda b, left: b.receiving.receive(request, left))
+        cid = next((v for k, v in context.invocation_metadata() if k == "x-mq-client-id"), "")
+        msgs, refused = self._streamed("ReceiveMessage", context,
+                                       lambda b, left: b.receiving.receive(request, left, cid))
         if refused is not None:
             yield pb.ReceiveMessageResponse(status=refused)
             return
