@@ -6,10 +6,9 @@ import os
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
 
-from quiver import Admin
-from quiver.tools.local import LocalCluster
-from quiver.wire.curve import init_auth_dir, write_credentials
+from quiver.wire.curve import write_credentials
 from support.proxy import receive_until, started
+from support.secure import add_user, secure_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -17,18 +16,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory):
     root = tmp_path_factory.mktemp("proxy-secure")
-    auth = str(root / "auth")
-    admin_creds = init_auth_dir(auth)
-    c = LocalCluster(str(root / "cluster"), auth_dir=auth)
-    try:
-        c.add_core()
-        admin = Admin(c.namesrv, credentials=admin_creds)
-        admin.start()
-        admin.create_topic("SecOrders", queues=1)
-        admin.create_topic("SecPay", queues=1)
-        bob = admin.acl_add_user("bob")
-        admin.acl_grant("bob", "topic:SecOrders", ["PUB", "SUB"])
-        admin.acl_grant("bob", "group:sec-cg", ["SUB"])
+    with secure_cluster(root, topics=("SecOrders", "SecPay")) as (c, admin, _):
+        bob = add_user(admin, "bob", ("topic:SecOrders", ["PUB", "SUB"]), ("group:sec-cg", ["SUB"]))
         write_credentials(str(root / "bob.key"), bob)
         keys = root / "access-keys.json"
         keys.write_text(json.dumps({"BOB_AK": {"secret": "bob-secret", "credentials": str(root / "bob.key")}}))
@@ -37,9 +26,6 @@ def secure(tmp_path_factory):
         proxy = c.add_proxy("--access-keys", str(keys), "--pop-consume-from", "first")
         c.wait()
         yield proxy, closed
-        admin.shutdown()
-    finally:
-        c.stop()
 
 
 def _message(topic, body):
