@@ -1,4 +1,5 @@
-"""The proxy's Prometheus metrics: v2 RPCs by answer code, connected clients, forwarded checks.
+"""The proxy's Prometheus metrics: v2 RPCs by answer code, connected clients, forwarded checks,
+PushConsumer deliveries being renewed.
 
 Read at scrape time from the servicer's counter (one row per RPC and Status code) and the
 Clients table; nothing is kept for metrics alone.
@@ -24,6 +25,11 @@ class ProxyMetrics(ServiceCollector):
         yield gauge("quiver_proxy_telemetry_streams", "open telemetry streams", rows=[((), now["streams"])])
         yield counter("quiver_proxy_transaction_checks_forwarded_total", "txn-checker checks sent to a client",
                       rows=[((), self.app.checks_forwarded())])
+        renewals = [b.receiving.renewals for b in self.app.backends.every()]
+        yield gauge("quiver_proxy_renewing", "PushConsumer deliveries kept invisible until acked",
+                    rows=[((), sum(len(r) for r in renewals))])
+        yield counter("quiver_proxy_renewals_total", "invisible-time renewals made", rows=[((), sum(r.renewed
+                                                                                               for r in renewals))])
 
 
 def collector(app) -> ProxyMetrics:

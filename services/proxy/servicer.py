@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_SEND_ENTRIES = 1   # the 5.x clients send one message per call
 _STREAM_END = object()
+_CODE_NAMES = {number: name for name, number in Code.items()}
 
 
 def answered(response_cls):
@@ -59,7 +60,7 @@ class Servicer(MessagingServiceServicer):
         self.counts: collections.Counter = collections.Counter()   # (rpc, code name) -> answers (metrics.py)
 
     def count(self, rpc: str, code: int) -> None:
-        self.counts[(rpc, Code.Name(code) if code in Code.values() else str(code))] += 1
+        self.counts[(rpc, _CODE_NAMES.get(code) or str(code))] += 1
 
     def _endpoints(self, request):
         return endpoints_for(self.config.advertise, request.endpoints)

@@ -1,17 +1,21 @@
 """A RocketMQ 5 PushConsumer's slow listener: the proxy keeps its delivery invisible until it acks.
 
 The proxy runs with --default-invisible-ms 2000; the listener takes 5 s. Without renewal the
-message would come back after 2 s and reach the listener again while it still runs.
+message would come back after 2 s and reach the listener again while it still runs. The
+proxy's /metrics is scraped as Prometheus does and must count what these tests did.
 """
 
 import threading
 import time
+import urllib.request
 
 import pytest
 from rocketmq import ConsumeResult, FilterExpression, Message, PushConsumer
 from rocketmq.v5.consumer.push import MessageListener
 
+from quiver.tools.local import free_port
 from support.proxy import config, producer, proxy_cluster
+from support.scrape import parse, value
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -19,7 +23,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    c, proxy, admin = proxy_cluster(str(tmp_path_factory.mktemp("renewal")), "--default-invisible-ms", "2000")
+    metrics = f"127.0.0.1:{free_port()}"
+    c, proxy, admin = proxy_cluster(str(tmp_path_factory.mktemp("renewal")), "--default-invisible-ms", "2000",
+                                    "--metrics-listen", metrics)
+    proxy.metrics = metrics
     yield c, proxy, admin
     admin.shutdown()
     c.stop()
@@ -49,6 +56,11 @@ def _renewing(admin, proxy) -> int:
     return admin.status(proxy.addr)["renewing"]
 
 
+def _scrape(proxy) -> dict:
+    with urllib.request.urlopen(f"http://{proxy.metrics}/metrics", timeout=5) as r:
+        return parse(r.read().decode())
+
+
 def test_a_slow_listener_gets_its_message_once_and_the_ack_ends_the_renewal(env):
     c, proxy, admin = env
     admin.create_topic("PxSlow", queues=1)
@@ -58,9 +70,16 @@ def test_a_slow_listener_gets_its_message_once_and_the_ack_ends_the_renewal(env)
     try:
         _send(proxy, "PxSlow", b"slow-1")
         wait_for(lambda: listener.calls, 30, "the message at the listener")
+        assert value(_scrape(proxy), "quiver_proxy_renewing") == 1
         wait_for(lambda: _renewing(admin, proxy) == 0, 20, "the ack of the renewed delivery")
         time.sleep(3)                  # past another invisible time: nothing may come back
         assert [b for b, _ in listener.calls] == [b"slow-1"]
+        m = _scrape(proxy)
+        assert value(m, "quiver_proxy_renewing") == 0 and value(m, "quiver_proxy_renewals_total") >= 2
+        assert value(m, "quiver_proxy_rpcs_total", rpc="SendMessage", code="OK") >= 1
+        assert value(m, "quiver_proxy_rpcs_total", rpc="AckMessage", code="OK") >= 1
+        assert value(m, "quiver_proxy_rpcs_total", rpc="ReceiveMessage", code="OK") >= 1
+        assert value(m, "quiver_proxy_clients") >= 1
     finally:
         pc.shutdown()
 
