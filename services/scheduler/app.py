@@ -3,8 +3,10 @@
 Threads: the service thread owns all delivery state (levels.py, timers.py)
 and runs the per-queue timers; the SDK's IO thread only hands replies over
 (`request`); one control thread does the blocking work (rebalance, reading a
-unit's start offsets, rebuilding an index); APScheduler jobs, registered in
-`_jobs`, only trigger steps. A unit goes starting -> running (after
+unit's start offsets, rebuilding an index); the writer thread (writer.py) does
+the timer index's writes, so what a write promises (an ingested offset, a
+cancel's answer) goes out only once it is committed; APScheduler jobs,
+registered in `_jobs`, only trigger steps. A unit goes starting -> running (after
 `takeover_delay_ms`, so the previous owner's last commit lands first) -> released.
 """
 
@@ -33,6 +35,7 @@ from .db import TimerDB
 from .handlers import make_handlers
 from .levels import Levels
 from .membership import Membership, SchedulerClient
+from .writer import Writer
 from .stats import DeliveryStats
 from .timers import Timers, plan_start
 from .tracing import DeliveryTrace
@@ -56,6 +59,7 @@ class App:
         if self.security is not None:  # users and rules come from the brokers
             self.acl = AclFollower(self.security, Transport("scheduler-acl"), namesrvs=split_addrs(config.namesrv))
             self.service.every("acl_sync", self.acl.interval_s, self.acl.step, first_delay_s=0.5)
+        self.writer = Writer(self.db.engine, self.service.call_soon_threadsafe)
         self.levels = Levels(self)
         self.timers = Timers(self)
         self.membership = Membership(self.client)
@@ -116,10 +120,17 @@ class App:
         if state == "running":
             (self.levels if unit.kind == LEVEL else self.timers).stop(unit)
 
+    def restart_unit(self, unit) -> None:
+        """Service thread: stop `unit` and start it again as the next rebalance allots it."""
+        self._release(unit)
+        self.request_rebalance()
+
     def _prepare(self, unit) -> None:
         """Control thread: read where the unit resumes (blocking calls), then begin it."""
         if self.owned.get(unit) != "starting":
             return
+        if unit.kind != LEVEL:
+            self.writer.sync()   # a previous run's ingests land first: the index's progress is read next
         info = self.brokers.get(unit.broker)
         if info is None:
             return
@@ -158,28 +169,34 @@ class App:
 
     # ---- cancel -------------------------------------------------------------------------------
 
-    def cancel(self, msg_id: str, topic: str) -> str:
-        """'cancelled', 'too_late' (delivered or being delivered) or 'unknown' (remembered as a
-        tombstone). Only a message whose real topic is `topic` is cancelled: the sender was
-        authorized for PUB on that topic, not on the message's."""
+    def cancel(self, msg_id: str, topic: str, answer) -> None:
+        """`answer(result)`: 'cancelled', 'too_late' (delivered or being delivered) or 'unknown'
+        (remembered as a tombstone), or an exception if the tombstone could not be stored. Only a
+        message whose real topic is `topic` is cancelled: the sender was authorized for PUB on that
+        topic, not on the message's. Deliveries skip it at once; the answer waits for the writer."""
         r = self.levels.cancel(msg_id, topic)
         if r == "delivered" or msg_id in self.timers.in_flight_ids():
-            return "too_late"
+            return answer("too_late")
+        pending = False
         if r is None:
             found = self.db.state_of(msg_id)
             state = found[0] if found is not None and topic_of(found[1]) == topic else None
             if state == dbm.DELIVERED:
-                return "too_late"
+                return answer("too_late")
             if state == dbm.CANCELLED:
-                return "cancelled"
+                return answer("cancelled")
             if state == dbm.PENDING:
-                self.db.cancel(msg_id)
-                r = "cancelled"
+                pending, r = True, "cancelled"
             elif found is None and msg_id in self.stats.recent:
-                return "too_late"
+                return answer("too_late")
         self.cancelled.add(msg_id, topic)
-        self.db.add_tombstone(msg_id, topic)
-        return r or "unknown"
+        result = r or "unknown"
+
+        def write(conn):
+            if pending:
+                self.db.write_cancel(conn, msg_id)
+            self.db.write_tombstone(conn, msg_id, topic)
+        self.writer.submit(write, lambda res: answer(res if isinstance(res, Exception) else result))
 
     # ---- status and jobs ---------------------------------------------------------------------------
 
@@ -195,9 +212,11 @@ class App:
                 "early": self.stats.early, "cancelled_skipped": self.stats.cancelled_skipped,
                 "lag_ms": self.stats.lag_summary()}
 
-    def purge_step(self) -> int:
+    def purge_step(self) -> None:
+        """Queued for the writer, so a long purge never holds the index's lock against it."""
         now = int(time.time() * 1000)
-        return self.db.purge(now - self.config.delivered_keep_ms, now - self.config.timer_horizon_ms)
+        done, tombs = now - self.config.delivered_keep_ms, now - self.config.timer_horizon_ms
+        self.writer.submit(lambda conn: self.db.write_purge(conn, done, tombs))
 
     def _jobs(self) -> None:
         soon = self.service.call_soon_threadsafe
@@ -207,7 +226,7 @@ class App:
                          id="timer-window")
         self.aps.add_job(lambda: soon(self.timers.roll_step), "interval",
                          seconds=max(1.0, min(c.roll_after_ms / 4000, 600.0)), id="roll-forward")
-        self.aps.add_job(lambda: self.control.submit(self.purge_step), "interval", seconds=600, id="purge")
+        self.aps.add_job(self.purge_step, "interval", seconds=600, id="purge")
 
     # ---- lifecycle ------------------------------------------------------------------------------------
 
@@ -228,6 +247,8 @@ class App:
             self.aps.shutdown(wait=False)
         except Exception:
             pass
+        if self.writer.sync(5.0):   # what is written hands back its progress: it goes out below
+            self.service._run_inbox()
         self.levels.stop_all()
         self.timers.stop_all()
         self.owned.clear()
@@ -238,5 +259,6 @@ class App:
         self.control.shutdown(wait=False, cancel_futures=True)
         self.trace.close()
         self.client.shutdown()
+        self.writer.close()
         self.db.close()
         self.service.close()

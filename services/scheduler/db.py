@@ -14,6 +14,11 @@ Owns three tables and nothing else:
   read and purged, never written).
 
 Level-queue progress is not here: it is the group's consumer offsets on the broker.
+
+The service thread only reads here; its writes are the `write_*` methods, run
+by the writer thread (writer.py) inside its group transaction. The plain
+methods (`add`, `cancel` ...) are each one transaction of their own, for the
+control thread and tests.
 """
 
 import time
@@ -55,6 +60,10 @@ _COLS = ("id", "broker", "due_ms", "queue_offset", "stored_ms", "flag", "sys_fla
          "props", "body")
 
 
+class StaleIngest(Exception):
+    """An ingest whose start is not where the index's progress is (one before it failed)."""
+
+
 def _now() -> int:
     return int(time.time() * 1000)
 
@@ -74,14 +83,24 @@ class TimerDB:
     def add(self, broker: str, rows: list[dict], ingested: int) -> None:
         """Upsert ingested timers (a rolled copy refreshes offset and stored time) and the progress."""
         with self.engine.begin() as conn:
-            if rows:
-                ins = sqlite_insert(timers_t)
-                conn.execute(ins.on_conflict_do_update(
-                    index_elements=["id"],
-                    set_={"queue_offset": ins.excluded.queue_offset, "stored_ms": ins.excluded.stored_ms,
-                          "broker": ins.excluded.broker},
-                    where=timers_t.c.state == PENDING), rows)
-            self._set_progress(conn, broker, ingested)
+            self.write_ingest(conn, broker, rows, None, ingested)
+
+    def write_ingest(self, conn, broker: str, rows: list[dict], start: int | None, ingested: int) -> None:
+        """`add` within `conn`'s transaction. With `start` (the offset the rows were pulled from), refused
+        (StaleIngest) unless the stored progress is `start` or absent: an ingest after one whose write
+        failed would otherwise move the progress over the rows that never got in."""
+        if start is not None:
+            at = conn.execute(select(progress_t.c.ingested).where(progress_t.c.broker == broker)).scalar()
+            if at is not None and at != start:
+                raise StaleIngest(f"{broker}: ingest from {start}, the index is at {at}")
+        if rows:
+            ins = sqlite_insert(timers_t)
+            conn.execute(ins.on_conflict_do_update(
+                index_elements=["id"],
+                set_={"queue_offset": ins.excluded.queue_offset, "stored_ms": ins.excluded.stored_ms,
+                      "broker": ins.excluded.broker},
+                where=timers_t.c.state == PENDING), rows)
+        self._set_progress(conn, broker, ingested)
 
     @staticmethod
     def _set_progress(conn, broker, ingested) -> None:
@@ -125,13 +144,21 @@ class TimerDB:
 
     def mark_delivered(self, ids: list[str]) -> None:
         with self.engine.begin() as conn:
-            conn.execute(update(timers_t).where(timers_t.c.id.in_(ids), timers_t.c.state == PENDING)
-                         .values(state=DELIVERED, body=None, done_ms=_now()))
+            self.write_delivered(conn, ids)
+
+    @staticmethod
+    def write_delivered(conn, ids: list[str]) -> None:
+        conn.execute(update(timers_t).where(timers_t.c.id.in_(ids), timers_t.c.state == PENDING)
+                     .values(state=DELIVERED, body=None, done_ms=_now()))
 
     def min_pending_due(self, broker: str) -> int | None:
-        t = timers_t.c
         with self.engine.connect() as conn:
-            return conn.execute(select(func.min(t.due_ms)).where(t.broker == broker, t.state == PENDING)).scalar()
+            return self.min_pending_in(conn, broker)
+
+    @staticmethod
+    def min_pending_in(conn, broker: str) -> int | None:
+        t = timers_t.c
+        return conn.execute(select(func.min(t.due_ms)).where(t.broker == broker, t.state == PENDING)).scalar()
 
     def pending_count(self, brokers=None) -> int:
         t = timers_t.c
@@ -161,13 +188,21 @@ class TimerDB:
 
     def cancel(self, msg_id: str) -> bool:
         with self.engine.begin() as conn:
-            return conn.execute(update(timers_t).where(timers_t.c.id == msg_id, timers_t.c.state == PENDING)
-                                .values(state=CANCELLED, body=None, done_ms=_now())).rowcount > 0
+            return self.write_cancel(conn, msg_id)
+
+    @staticmethod
+    def write_cancel(conn, msg_id: str) -> bool:
+        return conn.execute(update(timers_t).where(timers_t.c.id == msg_id, timers_t.c.state == PENDING)
+                            .values(state=CANCELLED, body=None, done_ms=_now())).rowcount > 0
 
     def add_tombstone(self, msg_id: str, topic: str) -> None:
         with self.engine.begin() as conn:
-            conn.execute(sqlite_insert(cancels_t).values(id=msg_id, topic=topic, created_ms=_now())
-                         .on_conflict_do_nothing())
+            self.write_tombstone(conn, msg_id, topic)
+
+    @staticmethod
+    def write_tombstone(conn, msg_id: str, topic: str) -> None:
+        conn.execute(sqlite_insert(cancels_t).values(id=msg_id, topic=topic, created_ms=_now())
+                     .on_conflict_do_nothing())
 
     def tombstones(self) -> list[tuple[str, str | None]]:
         """Every (msg id, topic) cancelled before its message was seen; topic None: any topic."""
@@ -179,11 +214,15 @@ class TimerDB:
 
     def purge(self, done_before_ms: int, tombstones_before_ms: int) -> int:
         with self.engine.begin() as conn:
-            n = conn.execute(delete(timers_t).where(timers_t.c.state != PENDING,
-                                                    timers_t.c.done_ms < done_before_ms)).rowcount
-            conn.execute(delete(tombstones_t).where(tombstones_t.c.created_ms < tombstones_before_ms))
-            conn.execute(delete(cancels_t).where(cancels_t.c.created_ms < tombstones_before_ms))
-            return n
+            return self.write_purge(conn, done_before_ms, tombstones_before_ms)
+
+    @staticmethod
+    def write_purge(conn, done_before_ms: int, tombstones_before_ms: int) -> int:
+        n = conn.execute(delete(timers_t).where(timers_t.c.state != PENDING,
+                                                timers_t.c.done_ms < done_before_ms)).rowcount
+        conn.execute(delete(tombstones_t).where(tombstones_t.c.created_ms < tombstones_before_ms))
+        conn.execute(delete(cancels_t).where(cancels_t.c.created_ms < tombstones_before_ms))
+        return n
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

@@ -2,7 +2,7 @@
 
 PING (with this instance's client id, so peers can tell a restarted process
 on a reused port from the one they knew), STATUS (from the Service, filled by
-App.status) and SCHEDULE_CANCEL.
+App.status) and SCHEDULE_CANCEL (answered once its tombstone is committed).
 """
 
 from quiver.wire import requests as rq
@@ -15,6 +15,11 @@ def make_handlers(app):
         req.reply(ResponseCode.SUCCESS, "pong", me.ext())
 
     def cancel(req):
-        req.reply(ResponseCode.SUCCESS, "", {"result": app.cancel(req.args.msg_id, req.args.topic)})
+        def answer(result):   # once the tombstone is committed (App.cancel)
+            if isinstance(result, Exception):
+                req.reply(ResponseCode.SYSTEM_ERROR, f"cancel not stored: {result}")
+            else:
+                req.reply(ResponseCode.SUCCESS, "", {"result": result})
+        app.cancel(req.args.msg_id, req.args.topic, answer)
 
     return {RequestCode.PING: ping, RequestCode.SCHEDULE_CANCEL: cancel}

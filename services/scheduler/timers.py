@@ -3,15 +3,20 @@
 Owns, per owned timer queue (one per broker; service thread only):
 - ingest: pull rmq_sys_wheel_timer queue 0 -> rows (body and properties
   included) upserted in the TimerDB with the ingested offset in the same
-  transaction -> the group's offset committed on the broker. After that the
-  scheduler no longer needs the CommitLog copy, so retention cannot lose it.
+  transaction, by the writer thread (writer.py) -> once that is committed,
+  the group's offset committed on the broker. After that the scheduler no
+  longer needs the CommitLog copy, so retention cannot lose it. The next pull
+  goes while the rows are written (at most `_WRITES_PER_QUEUE` ingests queued
+  per queue). An ingest whose write failed restarts the queue from the
+  index's progress (the index refuses later ingests: db.StaleIngest).
 - memory: only timers due within `timer_window_ms` sit in a heap (due, id);
   `load_step` moves the window forward from the index.
 - delivery: one timer for the heap head; due rows are fetched from the DB,
   re-put in batches (within reput.py's limits), up to `reput_window` batches
   under way per queue as level queues do (what does not fit goes back on the
-  heap, due, and leaves with the next batch), marked DELIVERED once answered;
-  then the delivered watermark W (every ingested timer due at or before W is
+  heap, due, and leaves with the next batch), marked DELIVERED once answered
+  (by the writer; until that is committed the ids stay in `sent`, so a cancel
+  says too late and nothing pushes them again); then the delivered watermark W (every ingested timer due at or before W is
   delivered or cancelled, none under way) is stored on the broker as the
   offset of group `<group>_TIMER_WM` (once W >= 0).
 - takeover / lost index (`plan_start`): if the local index is behind the
@@ -46,6 +51,8 @@ from .levels import fired, msg_id_of, now_ms, pull, skip_poisoned, wake_at
 log = logging.getLogger(__name__)
 
 _CHECKED = (TIMER_DELIVER_MS, REAL_TOPIC, REAL_QID)  # a timer with one malformed is not ingested
+_WRITES_PER_QUEUE = 2   # ingests of one queue waiting for the writer: pulls pause beyond
+MARK_RETRY_S = 1.0
 
 
 def wm_group(group: str) -> str:
@@ -74,16 +81,18 @@ def plan_start(client, db, group: str, unit, addr: str) -> dict:
 
 
 class TimerQueue:
-    __slots__ = ("unit", "addr", "max_bytes", "next_pull", "rebuild_until", "wm", "heap", "in_heap",
-                 "loaded_until", "in_flight", "pulling", "timer", "active", "rolled", "committed")
+    __slots__ = ("unit", "addr", "max_bytes", "next_pull", "stored", "writing", "rebuild_until", "wm", "heap",
+                 "in_heap", "sent", "loaded_until", "in_flight", "pulling", "timer", "active", "rolled", "committed")
 
     def __init__(self, unit, addr, plan, max_bytes: int):
         self.unit, self.addr, self.max_bytes = unit, addr, max_bytes
-        self.next_pull = plan["start"]
+        self.next_pull = self.stored = plan["start"]   # stored: ingested and committed in the index
+        self.writing = 0                                  # ingests queued for the writer
         self.rebuild_until = plan["rebuild_until"]
         self.wm = plan["wm"]
         self.heap: list = []
         self.in_heap: set[str] = set()
+        self.sent: set[str] = set()       # re-put under way, or answered and not yet marked delivered
         self.loaded_until = -1
         self.in_flight: list[list] = []   # the rows of each SCHEDULE_REPUT under way
         self.pulling = False
@@ -94,7 +103,7 @@ class TimerQueue:
 
     @property
     def rebuilding(self) -> bool:
-        return self.next_pull < self.rebuild_until
+        return self.stored < self.rebuild_until
 
 
 class Timers:
@@ -102,6 +111,7 @@ class Timers:
         self.app = app
         self.config = app.config
         self.db = app.db
+        self.writer = app.writer
         self.queues: dict = {}   # unit -> TimerQueue
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -130,7 +140,7 @@ class Timers:
     # ---- ingest --------------------------------------------------------------------------
 
     def _pull(self, q: TimerQueue) -> None:
-        if q.active and not q.pulling:
+        if q.active and not q.pulling and q.writing < _WRITES_PER_QUEUE:
             pull(self.app, q, TIMER_TOPIC, min(self.config.pull_batch, 512), self._pulled, self._pull)
 
     def _pulled(self, q: TimerQueue, pulled) -> None:
@@ -161,14 +171,32 @@ class Timers:
             if cancelled.hits(mid, rec.props):
                 continue
             rows.append(row_dict(broker, mid, due, rec))
-        self.db.add(broker, rows, nxt)
-        q.next_pull = nxt
+        start, q.next_pull = q.next_pull, nxt
+        q.writing += 1
+        def write(conn):
+            self.db.write_ingest(conn, broker, rows, start, nxt)
+            return self.db.min_pending_in(conn, broker)
+        self.writer.submit(write, lambda low: self._ingested(q, rows, nxt, low))
+
+    def _ingested(self, q: TimerQueue, rows, nxt: int, low) -> None:
+        """The writer committed (or failed) an ingest: only now may the broker hear of its offset.
+        `low`: the index's earliest pending due time, read in that transaction."""
+        q.writing -= 1
+        if not q.active:
+            return
+        if isinstance(low, Exception):
+            log.error("%s: ingest up to %d not stored (%s); the queue restarts from the index", q.unit, nxt, low)
+            q.active = False
+            self.app.restart_unit(q.unit)
+            return
+        q.stored = nxt
         for r in rows:
             if r["due_ms"] <= q.loaded_until:
                 self._push(q, r["due_ms"], r["id"])
         self._arm(q)
         if not q.rebuilding:
-            self._commit(q)
+            self._commit(q, low)
+        self._pull(q)
 
     # ---- memory window ------------------------------------------------------------------
 
@@ -184,7 +212,7 @@ class Timers:
             self.load(q)
 
     def _push(self, q: TimerQueue, due: int, mid: str) -> None:
-        if mid not in q.in_heap:
+        if mid not in q.in_heap and mid not in q.sent:
             q.in_heap.add(mid)
             heapq.heappush(q.heap, (due, mid))
 
@@ -213,6 +241,7 @@ class Timers:
             for r in batch:
                 self._push(q, r.due_ms, r.id)   # due: leaves with the next batch
         q.in_flight.append(rows)
+        q.sent.update(r.id for r in rows)
         req, frames = reput.request(rows, [r.due_ms for r in rows])
         self.app.request(q.addr, req, lambda env: self._reput_done(q, rows, env), frames, timeout=10.0)
         self._arm(q)   # more due: the next batch goes now, within the window
@@ -220,6 +249,8 @@ class Timers:
     def _reput_done(self, q: TimerQueue, rows, env) -> None:
         q.in_flight = [b for b in q.in_flight if b is not rows]
         bad = reput.refused(env, len(rows))
+        if bad or isinstance(env, Exception) or env.code != ResponseCode.SUCCESS:
+            q.sent.difference_update(r.id for r in rows)
         if bad:  # cancel what the broker refused; the rest is due: delivered at once
             self._drop(q, [rows[i] for i in sorted(bad)], env.remark)
             for i, r in enumerate(rows):
@@ -238,35 +269,51 @@ class Timers:
                 q.timer = self.app.service.call_later(0.2, fired, q, self._arm)
             return
         ids = [r.id for r in rows]
-        self.db.mark_delivered(ids)
         stored = reput.stored_ms(env)
         self.app.stats.delivered(stored, [r.due_ms for r in rows], ids)
         self.app.trace.delivered(stored, q.unit.broker, [(r.id, r.due_ms, r.props) for r in rows])
-        if not q.rebuilding:
-            self._commit(q)
+        self._mark(q, ids)
         self._arm(q)
+
+    def _mark(self, q: TimerQueue, ids: list[str]) -> None:
+        def write(conn):
+            self.db.write_delivered(conn, ids)
+            return self.db.min_pending_in(conn, q.unit.broker)
+        self.writer.submit(write, lambda low: self._marked(q, ids, low))
+
+    def _marked(self, q: TimerQueue, ids: list[str], low) -> None:
+        """Delivered rows are durable as such: the watermark may pass them (tried again on failure)."""
+        if isinstance(low, Exception):
+            self.app.service.call_later(MARK_RETRY_S, self._mark, q, ids)
+            return
+        q.sent.difference_update(ids)
+        if q.active and not q.rebuilding:
+            self._commit(q, low)
 
     def _drop(self, q: TimerQueue, rows, remark: str) -> None:
         for r in rows:
             skip_poisoned(self.app, q.unit, r.id, remark)
-            self.db.cancel(r.id)
+            self.writer.submit(lambda conn, mid=r.id: self.db.write_cancel(conn, mid))
 
     def in_flight_ids(self) -> set[str]:
-        return {r.id for q in self.queues.values() for rows in q.in_flight for r in rows}
+        """Re-put under way or delivered and not yet marked so: a cancel is too late."""
+        return set().union(*(q.sent for q in self.queues.values()))
 
     # ---- progress ------------------------------------------------------------------------
 
-    def _commit(self, q: TimerQueue) -> None:
-        """Ingested offset and delivered watermark to the broker (fire and forget)."""
-        low = self.db.min_pending_due(q.unit.broker)
+    def _commit(self, q: TimerQueue, low: int | None) -> None:
+        """Ingested offset and delivered watermark to the broker (fire and forget). Both only count
+        what the index holds committed: `stored`, and `low`, its earliest pending due time as the
+        writer read it after the last write handed over (delivered rows not yet marked still
+        count as pending, rows of a later ingest are above `stored`)."""
         wm = (low - 1) if low is not None else now_ms()
         if q.in_flight:
             wm = min(wm, min(rows[0].due_ms for rows in q.in_flight) - 1)
         q.wm = max(q.wm, wm)
-        if q.next_pull != q.committed:
-            q.committed = q.next_pull
+        if q.stored != q.committed:
+            q.committed = q.stored
             self.app.request(q.addr, rq.UpdateConsumerOffset(group=self.config.group, topic=TIMER_TOPIC,
-                                                             queue_id=q.unit.queue_id, offset=q.next_pull),
+                                                             queue_id=q.unit.queue_id, offset=q.stored),
                              _log_failure)
         if q.wm >= 0:   # -1: nothing delivered yet (an offset cannot be negative)
             self.app.request(q.addr, rq.UpdateConsumerOffset(group=wm_group(self.config.group), topic=TIMER_TOPIC,

@@ -18,6 +18,7 @@ from quiver_scheduler.levels import LevelQueue, Levels, poison_of
 from quiver_scheduler.stats import DeliveryStats
 from quiver_scheduler.timers import TimerQueue, Timers, plan_start
 from quiver_scheduler.tracing import DeliveryTrace
+from quiver_scheduler.writer import Writer
 
 MiB = 1 << 20
 BROKER_MAX_MESSAGE_BYTES = 4 * MiB                   # broker-store's --max-message-bytes default
@@ -26,7 +27,8 @@ BROKER_FRAME_CAP = BROKER_MAX_MESSAGE_BYTES + protocol.MAX_HEADER_BYTES + 64 * 1
 
 class _SchedApp:
     """What the level and timer queues use of their app: config, service timers and counters,
-    requests (recorded here, answered by the test), stats, trace, cancellations, the timer index."""
+    requests (recorded here, answered by the test), stats, trace, cancellations, the timer index and
+    its writer thread (what it hands back runs at `settle`, on the test's thread)."""
 
     def __init__(self, db=None, **config):
         self.config, self.db, self.stats, self.cancelled = Config(**config), db, DeliveryStats(), Cancels()
@@ -34,6 +36,22 @@ class _SchedApp:
         self.service = types.SimpleNamespace(counters=collections.Counter(), call_later=lambda *a: object(),
                                              cancel=lambda t: None)
         self.requests = []
+        self.handed = []
+        self.writer = Writer(db.engine, lambda fn, *a: self.handed.append((fn, a))) if db is not None else None
+        self.restarted = []
+
+    def settle(self):
+        """Run what the writer handed back once its writes are committed, until it hands back no more."""
+        while True:
+            assert self.writer.sync(10)
+            if not self.handed:
+                return
+            handed, self.handed = self.handed, []
+            for fn, args in handed:
+                fn(*args)
+
+    def restart_unit(self, unit):
+        self.restarted.append(unit)
 
     def request(self, addr, req, callback, bodies=(), timeout=3.0):
         assert isinstance(req, rq.Schema), "requests are typed (quiver.wire.requests), never (code, ext)"
@@ -244,18 +262,24 @@ def test_timer_queue_goes_on_past_poison(tmp_path):
                     ({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "a/b"}, 2),
                     ({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "T"}, 3)])
     timers.ingest(q, recs, 4)
+    assert not app.requests                                 # the offset waits for the rows to be committed
+    app.settle()
     assert db.pending_count() == 2 and app.service.counters["poisoned_skipped"] == 2
     commits = [r[0] for r in app.requests if isinstance(r[0], rq.UpdateConsumerOffset)]
     assert [c.group for c in commits] == [app.config.group, f"{app.config.group}_TIMER_WM"]
     timers._deliver(q)
     (_, _, done), = app.reputs()
     done(_env(ResponseCode.MESSAGE_ILLEGAL, bad=[0]))       # refused by the broker: cancelled, the rest goes on
+    app.settle()
     assert db.pending_count() == 1 and app.service.counters["poisoned_skipped"] == 3
     timers._deliver(q)
     req, _, done = app.reputs()[-1]
     assert len(req.metas) == 1
     done(_env(ResponseCode.SUCCESS, ts=1, n=1))
-    assert db.pending_count() == 0
+    assert timers.in_flight_ids() == {"M3"}                 # a cancel is too late until it is marked
+    app.settle()
+    assert db.pending_count() == 0 and not timers.in_flight_ids()
+    app.writer.close()
     db.close()
 
 
@@ -266,12 +290,14 @@ def test_timer_batches_and_rolls_stay_under_the_broker_frame_cap(tmp_path):
                    [({"TIMER_DELIVER_MS": str(now + 3_600_000), "REAL_TOPIC": "T"}, off) for off in range(3, 6)],
                    body_bytes=MiB + MiB // 2)
     timers.ingest(q, recs, 6)                              # the due ones leave at once, pipelined:
+    app.settle()
     (req, frames, done), (req2, frames2, done2) = app.reputs()   # what does not fit goes in a 2nd batch
     assert len(req.metas) == 2 and sum(map(len, frames)) <= BROKER_MAX_MESSAGE_BYTES
     assert len(req2.metas) == 1 and sum(map(len, frames2)) <= BROKER_MAX_MESSAGE_BYTES
     assert not [mid for due, mid in q.heap if due <= now] and len(q.in_flight) == 2
     done2(_env(ResponseCode.SUCCESS, ts=1, n=1))           # answers in any order
     done(_env(ResponseCode.SUCCESS, ts=1, n=2))
+    app.settle()
     assert not q.in_flight and len(app.reputs()) == 2
     assert db.pending_count() == 3
     with db.engine.begin() as conn:                        # the far ones' stored copies are old
@@ -281,6 +307,7 @@ def test_timer_batches_and_rolls_stay_under_the_broker_frame_cap(tmp_path):
     rolls = app.reputs()[n:]
     assert [len(r[0].metas) for r in rolls] == [2, 1] and all(r[0].roll for r in rolls)
     assert all(sum(map(len, r[1])) <= BROKER_MAX_MESSAGE_BYTES for r in rolls)
+    app.writer.close()
     db.close()
 
 
@@ -288,6 +315,7 @@ def test_timer_reputs_are_pipelined_within_the_window(tmp_path):
     db, app, timers, q = _timers(tmp_path, max_reput_batch=2, reput_window=2)
     due = str(int(time.time() * 1000) - 1000)
     timers.ingest(q, _parked([({"TIMER_DELIVER_MS": due, "REAL_TOPIC": "T"}, off) for off in range(7)]), 7)
+    app.settle()
     first = app.reputs()
     assert [len(r[0].metas) for r in first] == [2, 2] and len(q.in_flight) == 2   # the window is full
     assert len(timers.in_flight_ids()) == 4
@@ -296,8 +324,10 @@ def test_timer_reputs_are_pipelined_within_the_window(tmp_path):
     first[1][2](_env(ResponseCode.SUCCESS, ts=1, n=2))
     app.reputs()[2][2](_env(ResponseCode.SUCCESS, ts=1, n=2))
     app.reputs()[3][2](_env(ResponseCode.SUCCESS, ts=1, n=1))
+    app.settle()
     assert [len(r[0].metas) for r in app.reputs()] == [2, 2, 2, 1]
     assert db.pending_count() == 0 and not q.in_flight and app.stats.count == 7
+    app.writer.close()
     db.close()
 
 
