@@ -22,6 +22,15 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
+def acked(future, timeout_s: float = 120.0) -> int:
+    """1 if a send's future ends in a receipt, 0 if it fails (a pipelined run counts its acks)."""
+    try:
+        future.result(timeout_s)
+        return 1
+    except Exception:
+        return 0
+
+
 def latency_stats(lat_s: list[float], prefix: str) -> dict:
     """p50/p99/max in microseconds of a list of seconds."""
     if not lat_s:

@@ -3,17 +3,17 @@
 ASYNC flush (the broker acks after the page-cache write, a flusher fsyncs
 behind) compares with JetStream and Redis; SYNC flush (ack after the group
 fsync) compares with RabbitMQ's confirms and the disk ceiling.
-Produce: send_async with a window of 1000 acks in flight; batch: send_batch_async
+Produce: send_async with a window of 1000 receipts in flight; batch: send_batch_async
 of 100 with 10 in flight; consume: PullConsumer (pull batch 256) then commit
 (the offset commit is Quiver's ack); e2e: bench.e2e_consumer in another process.
 """
 
+import collections
 import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
@@ -30,26 +30,17 @@ class Client:
                           trace=conn.get("trace", False)).start()
 
     def produce(self, topic: str, n: int, size: int, window: int = base.WINDOW) -> int:
-        sem, done, lock = threading.Semaphore(window), threading.Event(), threading.Lock()
-        count = [0, 0]        # acked, failed
-
-        def cb(f):
-            sem.release()
-            try:                     # result() of a finished LightFuture builds no Condition; exception() would
-                f.result()
-                ok = 0
-            except Exception:
-                ok = 1
-            with lock:
-                count[ok] += 1
-                if count[0] + count[1] == n:
-                    done.set()
-        msg = Message(topic, b"x" * size)
+        """`window` sends in flight: each new one waits for the oldest's receipt. Waiting only
+        when the oldest is not in yet wakes this thread once per window, not once per ack as a
+        semaphore released by a callback would (2x the rate at 64 B on 2 cores)."""
+        msg, acked, inflight = Message(topic, b"x" * size), 0, collections.deque()
         for _ in range(n):
-            sem.acquire()
-            self.p.send_async(msg, cb)
-        done.wait(120)
-        return count[0]
+            inflight.append(self.p.send_async(msg))
+            if len(inflight) >= window:
+                acked += base.acked(inflight.popleft())
+        while inflight:
+            acked += base.acked(inflight.popleft())
+        return acked
 
     def trace_drained(self, timeout_s: float = 30.0) -> None:
         """Returns once the trace dispatcher (trace on) has sent and seen answered all it holds."""

@@ -58,23 +58,15 @@ class Client:
         for _ in range(n):
             inflight.append(p.send_async(_message(topic, body)))
             if len(inflight) >= window:
-                acked += _ok(inflight.popleft())
+                acked += base.acked(inflight.popleft())
         while inflight:
-            acked += _ok(inflight.popleft())
+            acked += base.acked(inflight.popleft())
         return acked
 
     def close(self) -> None:
         for p in self.producers.values():
             p.shutdown()
         self.producers.clear()
-
-
-def _ok(future) -> int:
-    try:
-        future.result(60)
-        return 1
-    except Exception:
-        return 0
 
 
 def e2e_consume(conn: dict, topic: str, count: int, seconds: float, ready) -> list[float]:
