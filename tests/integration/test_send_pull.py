@@ -14,7 +14,12 @@ def _drain(consumer, want, timeout=30.0):
     return got
 
 
-def test_10k_messages_over_4_queues_complete_and_in_queue_order(cluster):
+# direct_poll: poll() holds the pulls on its own socket; the same guarantees must hold
+DIRECT = pytest.mark.parametrize("direct", [False, True], ids=["io", "direct"])
+
+
+@DIRECT
+def test_10k_messages_over_4_queues_complete_and_in_queue_order(cluster, direct):
     admin = Admin(namesrv=cluster.namesrv)
     admin.create_topic("Orders", queues=4)
     with Producer("pg", namesrv=cluster.namesrv) as p:
@@ -24,7 +29,7 @@ def test_10k_messages_over_4_queues_complete_and_in_queue_order(cluster):
     assert {r.queue_id for r in results} == {0, 1, 2, 3}
     sent = {(r.queue_id, r.queue_offset): r.msg_id for r in results}
     assert len(sent) == 10_000
-    with PullConsumer("cg", namesrv=cluster.namesrv, consume_from="first") as c:
+    with PullConsumer("cg", namesrv=cluster.namesrv, consume_from="first", direct_poll=direct) as c:
         c.subscribe("Orders")
         got = _drain(c, 10_000)
     assert len(got) == 10_000
@@ -73,18 +78,20 @@ def test_tag_filter_on_broker_and_client(cluster):
     assert len(got) == 200 and {m.tags for m in got} == {"A", "C"}
 
 
-def test_offsets_commit_and_resume(cluster):
+@DIRECT
+def test_offsets_commit_and_resume(cluster, direct):
     with Producer("pg", namesrv=cluster.namesrv) as p:
         for i in range(100):
             p.send(Message("Resume", str(i).encode()))
-    with PullConsumer("resumer", namesrv=cluster.namesrv, consume_from="first", auto_commit=False) as c:
+    with PullConsumer("resumer", namesrv=cluster.namesrv, consume_from="first", auto_commit=False,
+                      direct_poll=direct) as c:
         c.subscribe("Resume")
         first = _drain(c, 100)
         c.commit()
     with Producer("pg", namesrv=cluster.namesrv) as p:
         for i in range(100, 150):
             p.send(Message("Resume", str(i).encode()))
-    with PullConsumer("resumer", namesrv=cluster.namesrv, consume_from="first") as c:
+    with PullConsumer("resumer", namesrv=cluster.namesrv, consume_from="first", direct_poll=direct) as c:
         c.subscribe("Resume")
         second = _drain(c, 50)
         time.sleep(0.3)
@@ -116,9 +123,10 @@ def test_consume_from_last_and_timestamp_and_seek(cluster):
         assert c.poll(0.5) == []
 
 
-def test_long_poll_wakes_on_arrival_not_on_a_tick(cluster):
+@DIRECT
+def test_long_poll_wakes_on_arrival_not_on_a_tick(cluster, direct):
     Admin(namesrv=cluster.namesrv).create_topic("Wake", queues=1)
-    with PullConsumer("waker", namesrv=cluster.namesrv, consume_from="last") as c, \
+    with PullConsumer("waker", namesrv=cluster.namesrv, consume_from="last", direct_poll=direct) as c, \
             Producer("pg", namesrv=cluster.namesrv) as p:
         c.subscribe("Wake")
         c.poll(0.5)              # the pull is now parked on the broker
@@ -135,15 +143,16 @@ def test_long_poll_wakes_on_arrival_not_on_a_tick(cluster):
     assert lat[len(lat) // 2] < 0.05 and lat[-1] < 0.5, lat
 
 
-def test_pull_consumers_of_one_group_share_the_queues(cluster):
+@DIRECT
+def test_pull_consumers_of_one_group_share_the_queues(cluster, direct):
     Admin(namesrv=cluster.namesrv).create_topic("Shared", queues=4)
     with Producer("pg", namesrv=cluster.namesrv) as p:
         for i in range(400):
             p.send_async(Message("Shared", str(i).encode()))
         p.send(Message("Shared", b"last"))
-    a = PullConsumer("sharers", namesrv=cluster.namesrv, consume_from="first").__enter__()
+    a = PullConsumer("sharers", namesrv=cluster.namesrv, consume_from="first", direct_poll=direct).__enter__()
     a.subscribe("Shared")
-    b = PullConsumer("sharers", namesrv=cluster.namesrv, consume_from="first")
+    b = PullConsumer("sharers", namesrv=cluster.namesrv, consume_from="first", direct_poll=direct)
     b.subscribe("Shared")
     b.start()
     try:

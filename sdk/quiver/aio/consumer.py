@@ -53,6 +53,8 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
     def __init__(self, group: str, namesrv: str | list[str] | None = None, **options: Any) -> None:
         super().__init__()
         self._sync = self._make(_WakingPullConsumer, group, namesrv, **options)
+        if self._sync.options.direct_poll:   # its poll never waits in PullConsumer.poll: nothing would hold pulls
+            raise ValueError("direct_poll is for PullConsumer.poll(); AsyncPullConsumer waits for the IO thread's pulls")
         self._arrived: asyncio.Event | None = None
 
     @property

@@ -20,6 +20,12 @@ An offset reset by the broker (`Admin.reset_offset` of a running group:
 RESET_CONSUMER_CLIENT_OFFSET) works like `seek` on the queues it names, and
 the new offset is committed at once, under the lock every commit takes, so
 no commit of the old position can reach the broker after it.
+With `direct_poll`, a poll() that finds nothing buffered holds the pulls of
+the idle queues on its own thread's sockets (direct_poll.py) and reads their
+answers itself; the IO thread then only fetches what is stored (suspend 0) and
+leaves a caught-up queue to the next poll(). A held pull its thread does not
+read in time (the thread stopped polling) is taken back: its answer is dropped
+and the IO thread pulls the queue again from the same offset.
 Settings: options.py's ConsumerOptions.
 """
 
@@ -33,7 +39,7 @@ from quiver.client import filter_route
 from quiver.wire import requests as rq
 from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode
-from quiver.wire.curve import Credentials
+from quiver.wire.curve import Credentials, credentials_from
 from quiver.wire.protocol import Envelope
 from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import MessageExt, MessageSelector
@@ -41,20 +47,30 @@ from quiver.wire.names import check_group
 from quiver.client.offset_store import query_offset, start_offset
 from quiver.client.options import ConsumerOptions, from_arguments
 from quiver.client.process_queue import DelayedCalls
-from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
+from quiver.client.direct_poll import DirectPolls, HeldPulls
+from quiver.client.queue_puller import FOUND, NO_FILTER_RETRY_S, NO_NEW_MSG, OFFSET_ILLEGAL, BadRecords, Pulled, \
+    QueuePuller
+from quiver.wire.transport import Transport
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
 from quiver.client.trace_dispatcher import enabled as trace_enabled
 
 log = logging.getLogger(__name__)
+
+HELD_GRACE_S = 1.0   # direct_poll: a held pull not read this long after its suspend ends is taken back
 
 # the constructor's settings by position, in their historical order
 _POSITIONAL = ("consume_from", "pull_batch_size", "suspend_ms", "auto_commit", "auto_commit_interval_s",
                "buffer_per_queue", "allocate", "rebalance_interval_s")
 
 
+def _caught_up(pulled: Pulled) -> bool:
+    """Nothing stored past this answer (a pull now would find nothing new)."""
+    return pulled.status is NO_NEW_MSG or (pulled.status is FOUND and pulled.next >= pulled.max)
+
+
 class _QueueState:
     __slots__ = ("mq", "_addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen",
-                 "narrow_until")
+                 "narrow_until", "held_id")
 
     def __init__(self, mq: MessageQueue, addr: str, offset: int) -> None:
         self.mq, self._addr = mq, addr
@@ -66,6 +82,7 @@ class _QueueState:
         self.paused = False
         self.gen = 0                # bumped by seek, reset and drop: replies of older pulls are dropped
         self.narrow_until = 0       # below this offset pull one record at a time (after an unwalkable answer)
+        self.held_id: int | None = None   # direct_poll: the pull a poll() thread holds for it
 
     @property
     def addr(self) -> str:
@@ -95,6 +112,7 @@ class PullConsumer(ClientBase):
 
     _timer: DelayedCalls     # built by start()
     _puller: QueuePuller
+    _direct: DirectPolls | None = None   # direct_poll on a real transport (start())
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *args: Any,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
@@ -147,6 +165,9 @@ class PullConsumer(ClientBase):
         self._stop.clear()
         self._timer = DelayedCalls(f"pull-consumer-{self.group}")
         self._puller = QueuePuller(self, self.group, self.options, self._timer.call_later, self._bad)
+        # quiver.testing's fake network has no sockets to hold pulls on: there the IO thread holds them
+        self._direct = (DirectPolls(credentials_from(self.credentials))
+                        if self.options.direct_poll and isinstance(self.transport, Transport) else None)
         self._rebalance.start("pull-consumer-rebalance")
         if self.options.auto_commit:
             threading.Thread(target=self._auto_commit, name="pull-consumer-commit", daemon=True).start()
@@ -318,10 +339,10 @@ class PullConsumer(ClientBase):
             st.in_flight = True
             gen, offset = st.gen, st.next
             single = offset < st.narrow_until
-        try:
+        try:   # direct_poll: the IO thread only fetches what is stored, poll() holds the waiting pulls
             self._puller.pull(st, offset, self.subscriptions.get(st.mq.topic),
                               lambda pulled, retry_s: self._pulled(st, gen, offset, single, pulled, retry_s),
-                              single=single)
+                              single=single, suspend_ms=0 if self._direct is not None else None)
         except Exception:
             log.exception("pull of %s not sent: trying again", st.mq)
             self._pulled(st, gen, offset, single, None, self._puller.error_delay_s)
@@ -340,7 +361,10 @@ class PullConsumer(ClientBase):
             if gen != st.gen:
                 return  # seek, reset or drop restarted the queue, in_flight included
             st.in_flight = False  # only now: st.next has moved, so the next pull starts past this batch
-        if pulled is not None:
+            st.held_id = None
+        if pulled is not None and self._direct is not None and _caught_up(pulled):
+            self._direct.wake()   # nothing more stored: the next poll() holds its pull
+        elif pulled is not None:
             self._pull(st)
         elif self._started:
             self._timer.call_later(retry_s, self._pull, st)
@@ -359,6 +383,8 @@ class PullConsumer(ClientBase):
                     self._buffer.append((st, msgs, nxt))
                     st.buffered += len(msgs)
                     self._cond.notify_all()
+                    if self._direct is not None:
+                        self._direct.wake()
                 elif st.consumed < nxt and st.buffered == 0:
                     st.consumed = nxt  # all filtered out (or undecodable): still consumed
             return True
@@ -390,6 +416,9 @@ class PullConsumer(ClientBase):
         topic exists, else after the wait. Once the topic is created, the next
         rebalance (asked for by the raise, at most once a second) clears it."""
         self._need_started()
+        if self._direct is not None and timeout > 0 and not self._buffer and not self._missing_topics(every=True):
+            self._poll_direct(self._direct, time.monotonic() + timeout)
+            timeout = 0
         out: list[MessageExt] = []
         resume: list[_QueueState] = []
         with self._cond:
@@ -423,6 +452,83 @@ class PullConsumer(ClientBase):
                                          "has no route): create it, or fix the subscription")
         return out
 
+    def _poll_direct(self, direct: DirectPolls, deadline: float) -> None:
+        """Until something is buffered or `deadline`: hold the pulls of idle queues on this
+        thread's sockets (direct_poll.py), reading their answers as they come."""
+        held = direct.mine()
+        if held is None:
+            return   # shut down
+        try:
+            while True:
+                for entry, env in direct.wait(held, 0):
+                    self._held_answered(entry, env)
+                left = deadline - time.monotonic()
+                with self._cond:
+                    if self._buffer or not self._started or left <= 0:
+                        return
+                    claims = self._claim_idle()   # each claim is held or handed back below
+                for claim in claims:
+                    self._hold(direct, held, claim, left)
+                for entry, env in direct.wait(held, left):
+                    self._held_answered(entry, env)
+        finally:
+            direct.release(held)
+
+    def _claim_idle(self) -> list[tuple[_QueueState, int, int, bool]]:
+        """Queues no pull is under way for (caller holds _cond): claimed, as `_pull` claims them."""
+        claims = []
+        for st in self._queues.values():
+            if st.in_flight or st.paused:
+                continue
+            if st.buffered >= self.options.cached_msgs_per_queue:
+                st.paused = True
+                continue
+            st.in_flight = True
+            claims.append((st, st.gen, st.next, st.next < st.narrow_until))
+        return claims
+
+    def _hold(self, direct: DirectPolls, held: HeldPulls, claim: tuple[_QueueState, int, int, bool],
+              left_s: float) -> None:
+        """Send a claimed queue's pull on this thread's socket, held by the broker at most until
+        this poll's deadline; without a live connection the IO thread pulls it instead."""
+        st, gen, offset, single = claim
+        suspend_ms = max(1, min(self.options.suspend_ms, int(left_s * 1000)))
+        try:
+            prepared = self._puller.prepare(st, offset, self.subscriptions.get(st.mq.topic), single=single,
+                                            suspend_ms=suspend_ms)
+        except Exception:
+            log.exception("pull of %s not prepared: trying again", st.mq)
+            prepared = None
+        if prepared is None:
+            self._pulled(st, gen, offset, single, None, NO_FILTER_RETRY_S)
+            return
+        via, sql, req = prepared
+        req_id = direct.send(held, via, req, (st, gen, offset, single, via, sql))
+        with self._cond:
+            if gen != st.gen:
+                return
+            if req_id is None:
+                st.in_flight = False
+            else:
+                st.held_id = req_id
+        if req_id is None:
+            self._pull(st)
+        else:   # not read by its thread in time (it stopped polling): the IO thread takes the queue back
+            self._timer.call_later(suspend_ms / 1000 + HELD_GRACE_S, self._take_back, st, gen, req_id)
+
+    def _held_answered(self, entry: tuple[_QueueState, int, int, bool, str, bool], env: Envelope) -> None:
+        st, gen, offset, single, via, sql = entry
+        pulled, retry_s = self._puller.answer(st, via, sql, env)
+        self._pulled(st, gen, offset, single, pulled, retry_s)
+
+    def _take_back(self, st: _QueueState, gen: int, req_id: int) -> None:
+        with self._cond:
+            if st.gen != gen or st.held_id != req_id or self._queues.get(st.mq) is not st:
+                return
+            st.gen += 1   # the held answer, if its thread reads it after all, is dropped
+            st.in_flight, st.held_id = False, None
+        self._pull(st)
+
     def _missing_topics(self, every: bool = False) -> list[str]:
         """Subscribed topics known not to exist (all of them, or none, with `every`)."""
         known = dict(self._missing)  # a copy: the rebalance thread updates it
@@ -453,4 +559,6 @@ class PullConsumer(ClientBase):
             except QuiverError as exc:
                 log.warning("final commit failed: %s", exc)
         self._timer.stop()
+        if self._direct is not None:
+            self._direct.close()
         super().shutdown()

@@ -239,42 +239,53 @@ class QueuePuller:
         self.client, self.group, self.call_later = client, group, call_later
         self.max_msgs = options.pull_batch_size
         self.suspend_ms = options.suspend_ms
-        self.timeout_s = options.suspend_ms / 1000 + REPLY_GRACE_S
         self.error_delay_s = options.pull_delay_on_error_ms / 1000
         self.bad_records = bad_records if bad_records is not None else BadRecords()
         self.filters = FilterServers(client.client_id)
         self._refreshing: set[str] = set()
         self._lock = threading.Lock()
 
-    def pull(self, q, offset: int, selector, done, commit_offset: int | None = None, single: bool = False) -> None:
-        """Pull `q` from `offset` (`single`: one record). `done(pulled, retry_in_s)` runs once (on
-        the IO thread, or here when nothing could be sent): a Pulled and 0, or None and how
-        long to wait before pulling this queue again."""
-        sql = is_sql(selector)
-        via = self._filter_server(q, selector) if sql else self._broker(q)
-        if via is None:
+    def pull(self, q, offset: int, selector, done, commit_offset: int | None = None, single: bool = False,
+             suspend_ms: int | None = None) -> None:
+        """Pull `q` from `offset` (`single`: one record; `suspend_ms`: how long the broker may hold
+        it, the consumer's setting by default). `done(pulled, retry_in_s)` runs once (on the IO
+        thread, or here when nothing could be sent): a Pulled and 0, or None and how long to
+        wait before pulling this queue again."""
+        prepared = self.prepare(q, offset, selector, commit_offset, single, suspend_ms)
+        if prepared is None:
             done(None, NO_FILTER_RETRY_S)
             return
-        req = request(q.mq.topic, q.mq.queue_id, offset, group=self.group, max_msgs=1 if single else self.max_msgs,
-                      suspend_ms=self.suspend_ms, selector=selector, commit_offset=commit_offset,
-                      broker_addr=q.addr if sql else None)
+        via, sql, req = prepared
         try:
-            self.client.transport.send(via, req, None, (), lambda env: self._answered(q, via, sql, env, done),
-                                       timeout=self.timeout_s)
+            self.client.transport.send(via, req, None, (), lambda env: done(*self.answer(q, via, sql, env)),
+                                       timeout=req.suspend_ms / 1000 + REPLY_GRACE_S)
         except QuiverError:   # shut down meanwhile
             done(None, self.error_delay_s)
 
-    def _answered(self, q, via: str, sql: bool, env, done) -> None:
+    def prepare(self, q, offset: int, selector, commit_offset: int | None = None, single: bool = False,
+                suspend_ms: int | None = None) -> tuple[str, bool, rq.PullMessage] | None:
+        """(where to send it, whether through a filter server, the request) of a pull as `pull`
+        makes it, for a caller sending it on a socket of its own; None when no filter server
+        can take a SQL92 pull now (try again in NO_FILTER_RETRY_S)."""
+        sql = is_sql(selector)
+        via = self._filter_server(q, selector) if sql else self._broker(q)
+        if via is None:
+            return None
+        req = request(q.mq.topic, q.mq.queue_id, offset, group=self.group, max_msgs=1 if single else self.max_msgs,
+                      suspend_ms=self.suspend_ms if suspend_ms is None else suspend_ms, selector=selector,
+                      commit_offset=commit_offset, broker_addr=q.addr if sql else None)
+        return via, sql, req
+
+    def answer(self, q, via: str, sql: bool, env) -> tuple[Pulled | None, float]:
+        """What the answer `env` (or the exception in its place) to a pull `prepare` made means:
+        (a Pulled, 0) or (None, how long to wait before pulling again)."""
         try:
-            pulled = read(env)
+            return read(env), 0.0
         except QuiverError as exc:
-            done(None, self._failed(q, via, sql, exc))
-            return
+            return None, self._failed(q, via, sql, exc)
         except Exception:   # an answer nobody foresaw is a failed pull: the queue is pulled again
             log.exception("answer to a pull of %s from %s unreadable", q.mq, via)
-            done(None, self.error_delay_s)
-            return
-        done(pulled, 0.0)
+            return None, self.error_delay_s
 
     def decode(self, q, pulled: Pulled, selector, offset: int, single: bool = False) -> Readable:
         """The messages of a FOUND answer to a pull of `q` from `offset` (`single`: of one record),
