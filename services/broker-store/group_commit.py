@@ -4,7 +4,8 @@ Owns the one waiting list of the broker. A put that must not be seen (and,
 with WAIT, not answered) before it is on disk is added with `wait`; the flush
 thread's progress comes back to the service thread as `on_flushed(offset)`,
 which completes every entry ending at or before it at once (RocketMQ's
-GroupCommitService); `expire(now)` answers FLUSH_DISK_TIMEOUT past the
+GroupCommitService); each `wait` first answers what a finished flush already
+covers (`catch_up`: the report queues behind the socket's drain); `expire(now)` answers FLUSH_DISK_TIMEOUT past the
 deadline (the data is stored, and the entry stays until its flush makes its
 queue visible). A flushed reply of a SYNC_MASTER is handed to `slave_wait`
 (ha_master.ReplicationMaster.wait_for_slave) instead of answered here.
@@ -48,6 +49,17 @@ class GroupCommit:
         for n, (topic, queue_id, end) in enumerate(touched):
             self.waiting.append(Waiter(end, deadline, req if n == last else None, reply_ext, topic, queue_id))
         self.store.request_flush(touched[-1][2])
+        self.catch_up()
+
+    def catch_up(self) -> None:
+        """Answer now what a flush the flush thread has finished already covers (service thread).
+
+        Its own report (`on_flushed`) waits behind the poll loop's drain of the socket;
+        `flushed_offset` moves only once an fdatasync returned, so reading it here is as
+        safe as that report and saves the wait for it."""
+        w = self.waiting
+        if w and w[0].end <= self.store.flushed_offset:
+            self.on_flushed(self.store.flushed_offset)
 
     def answer(self, req, reply_ext: dict, touched: list[tuple[str, int, int]]) -> None:
         """Answer once what was written is visible: after its group commit with SYNC flush, now with ASYNC."""

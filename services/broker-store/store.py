@@ -29,8 +29,11 @@ whole puts.
 
 Threading: every public method but `request_flush` runs on the broker's main
 thread. The flush thread shares only file descriptors: it holds `_flush_lock`
-for a whole pass, and anything that closes a descriptor (retention,
-delete_topic, close) takes that lock first.
+while it syncs (the CommitLog; every logic_flush_interval_ms the ConsumeQueues,
+index and checkpoint, serving a SYNC flush asked meanwhile between them), and
+anything that closes a descriptor (retention, delete_topic, close) takes that
+lock first. With SYNC flush it reports the flushed offset (`on_flushed`) before
+the ConsumeQueue/index syncs, so those never hold a reply back.
 """
 
 import collections
@@ -351,7 +354,8 @@ class MessageStore:
         return self.commit_log.min_offset
 
     def request_flush(self, offset: int) -> None:
-        self._wake.set()
+        if not self._wake.is_set():  # set() takes the Event's lock; once per flush pass is enough
+            self._wake.set()
 
     def flush_step(self, force: bool = False) -> int:
         """One flush pass: CommitLog always; ConsumeQueues, index and checkpoint every
@@ -361,18 +365,32 @@ class MessageStore:
         restart, CommitLog.flush says why); a ConsumeQueue/index/checkpoint error is
         logged and the old checkpoint kept — it is still true, only older — and tried
         next pass."""
-        with self._flush_lock:
-            dispatched = self._dispatched  # before the CommitLog sync: its entries exist
-            before, began = self.commit_log.flushed, time.monotonic()
-            flushed = self.commit_log.flush()
-            now = time.monotonic()
-            if flushed > before:  # a pass with nothing new to sync is no flush latency
-                self.flush_seconds.observe(now - began)
-            if (force or now - self._last_logic_flush >= self.logic_flush_interval_s) \
-                    and self._cp_file is not None:
-                self._last_logic_flush = now
-                self._flush_logic(flushed, dispatched)
+        flushed = self._flush_commit_log()
+        self._flush_logic_if_due(force)
         return flushed
+
+    def _flush_commit_log(self) -> int:
+        with self._flush_lock:
+            return self._sync_commit_log()
+
+    def _sync_commit_log(self) -> int:
+        """fdatasync the CommitLog (the caller holds the flush lock); its flush latency observed."""
+        before, began = self.commit_log.flushed, time.monotonic()
+        flushed = self.commit_log.flush()
+        if flushed > before:  # a pass with nothing new to sync is no flush latency
+            self.flush_seconds.observe(time.monotonic() - began)
+        return flushed
+
+    def _flush_logic_if_due(self, force: bool) -> None:
+        now = time.monotonic()
+        if not (force or now - self._last_logic_flush >= self.logic_flush_interval_s):
+            return
+        with self._flush_lock:
+            if self._cp_file is None:
+                return
+            self._last_logic_flush = now
+            # a failed put may have cut the log since the CommitLog sync: read both under the lock
+            self._flush_logic(self.commit_log.flushed, self._dispatched)
 
     def _flush_logic(self, flushed: int, dispatched: int) -> None:
         with self._files_lock:
@@ -380,7 +398,9 @@ class MessageStore:
         try:
             for cq in cqs:
                 cq.flush()
+                self._sync_flush_between()
             self.index.flush()
+            self._sync_flush_between()
             ts = int(time.time() * 1000)
             cp = Checkpoint(ts, ts, ts, flushed, min(dispatched, flushed))
             self._cp_file.write(cp)
@@ -395,6 +415,20 @@ class MessageStore:
             log.warning("checkpoint written again (last error: %s)", self._logic_error)
             self._logic_error = ""
 
+    def _sync_flush_between(self) -> None:
+        """A SYNC flush asked for while the ConsumeQueues and index are synced (tens of ms
+        with many queues) is served between two of their syncs, not after all of them."""
+        if not self._wake.is_set() or self._stop.is_set():
+            return
+        self._wake.clear()
+        before = self.commit_log.flushed
+        try:
+            flushed = self._sync_commit_log()
+        except OSError:  # sticky (CommitLog.flush): the loop's own pass raises it again and stops writes
+            return
+        if self.on_flushed is not None and flushed > before:
+            self.on_flushed(flushed)
+
     def _flush_loop(self) -> None:
         interval = self.flush_interval_ms / 1000
         while not self._stop.is_set():
@@ -408,9 +442,10 @@ class MessageStore:
                 break
             try:
                 before = self.commit_log.flushed
-                flushed = self.flush_step()
+                flushed = self._flush_commit_log()
                 if self.on_flushed is not None and (woke or flushed > before):
-                    self.on_flushed(flushed)
+                    self.on_flushed(flushed)  # before the ConsumeQueue/index syncs: they must not delay replies
+                self._flush_logic_if_due(False)
             except OSError as exc:  # nothing newer is acknowledged, nothing more is taken
                 self._counts["flush_errors"] += 1
                 self.disk.failed_for_good("a CommitLog fsync", exc)
