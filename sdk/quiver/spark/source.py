@@ -54,7 +54,7 @@ def session(master: str = "local[*]", app_name: str = "quiver", **conf):
 
 
 class QuiverDataSource(DataSource):
-    """spark.read / spark.readStream .format("quiver"); options are quiver.spark's."""
+    """spark.read / spark.readStream .format("quiver"); the options are planner.Options (README: Spark)."""
 
     @classmethod
     def name(cls) -> str:
