@@ -58,6 +58,15 @@ cancels_t = Table("cancels", _meta,
 
 _COLS = ("id", "broker", "due_ms", "queue_offset", "stored_ms", "flag", "sys_flag", "born_ts", "reconsume",
          "props", "body")
+_ROW_COLS = ("id", "broker", "due_ms", "state", "queue_offset", "stored_ms", "flag", "sys_flag", "born_ts",
+             "reconsume", "props", "body", "done_ms")
+# The hot statements go to the driver as they are, with tuples (executemany): SQLAlchemy's per-row
+# work would hold the GIL the service thread needs; in the driver the rows are bound in C.
+_UPSERT = (f"INSERT INTO timers ({', '.join(_ROW_COLS)}) VALUES ({', '.join('?' * len(_ROW_COLS))}) "
+           "ON CONFLICT (id) DO UPDATE SET queue_offset = excluded.queue_offset, stored_ms = excluded.stored_ms, "
+           f"broker = excluded.broker WHERE timers.state = {PENDING}")
+_MARK = f"UPDATE timers SET state = {DELIVERED}, body = NULL, done_ms = ? WHERE id = ? AND state = {PENDING}"
+_FETCH = f"SELECT {', '.join(_COLS)} FROM timers WHERE state = {PENDING} AND id IN "
 
 
 class StaleIngest(Exception):
@@ -74,6 +83,9 @@ class TimerDB:
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
         _meta.create_all(self.engine)
+        mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+        self._sql = {k: v.replace("?", mark) for k, v in (("upsert", _UPSERT), ("mark", _MARK))}
+        self._mark = mark
 
     def close(self) -> None:
         self.engine.dispose()
@@ -94,12 +106,7 @@ class TimerDB:
             if at is not None and at != start:
                 raise StaleIngest(f"{broker}: ingest from {start}, the index is at {at}")
         if rows:
-            ins = sqlite_insert(timers_t)
-            conn.execute(ins.on_conflict_do_update(
-                index_elements=["id"],
-                set_={"queue_offset": ins.excluded.queue_offset, "stored_ms": ins.excluded.stored_ms,
-                      "broker": ins.excluded.broker},
-                where=timers_t.c.state == PENDING), rows)
+            conn.exec_driver_sql(self._sql["upsert"], [tuple(r[c] for c in _ROW_COLS) for r in rows])
         self._set_progress(conn, broker, ingested)
 
     @staticmethod
@@ -137,19 +144,19 @@ class TimerDB:
                                                        t.due_ms > after_ms, t.due_ms <= until_ms))]
 
     def fetch_pending(self, ids: list[str]) -> list:
-        t = timers_t.c
+        """Pending rows of `ids` (at most max_reput_batch ids: one statement)."""
+        if not ids:
+            return []
         with self.engine.connect() as conn:
-            return list(conn.execute(select(*[timers_t.c[c] for c in _COLS])
-                                     .where(t.id.in_(ids), t.state == PENDING)))
+            return list(conn.exec_driver_sql(f"{_FETCH}({', '.join([self._mark] * len(ids))})", tuple(ids)))
 
     def mark_delivered(self, ids: list[str]) -> None:
         with self.engine.begin() as conn:
             self.write_delivered(conn, ids)
 
-    @staticmethod
-    def write_delivered(conn, ids: list[str]) -> None:
-        conn.execute(update(timers_t).where(timers_t.c.id.in_(ids), timers_t.c.state == PENDING)
-                     .values(state=DELIVERED, body=None, done_ms=_now()))
+    def write_delivered(self, conn, ids: list[str]) -> None:
+        now = _now()
+        conn.exec_driver_sql(self._sql["mark"], [(now, i) for i in ids])
 
     def min_pending_due(self, broker: str) -> int | None:
         with self.engine.connect() as conn:
