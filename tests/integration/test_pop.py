@@ -188,20 +188,24 @@ def test_pop_group_and_pull_group_each_get_everything(pop_cluster):
     assert sorted(popped) == bodies and sorted(pulled) == bodies
 
 
-def test_push_consumer_pop_mode_acks_and_retries(pop_cluster):
+# consume_inline: the listener runs on the receive thread, with the same acks and retries
+@pytest.mark.parametrize("inline", [False, True], ids=["pool", "inline"])
+def test_push_consumer_pop_mode_acks_and_retries(pop_cluster, inline):
     c, admin = pop_cluster
     admin.create_topic("PopPush", queues=2)
-    seen, lock = [], threading.Lock()
+    seen, lock, threads = [], threading.Lock(), set()
 
     def listener(msgs):
         m = msgs[0]
         with lock:
             seen.append((m.body, m.reconsume_times))
+            threads.add(threading.current_thread().name)
         if m.body == b"flaky" and m.reconsume_times == 0:
             return ConsumeResult.later(seconds=0.5)
         return ConsumeResult.SUCCESS
 
-    pc = PushConsumer("push-pop", namesrv=c.namesrv, consume_from="first", pop=True, pop_invisible_ms=20_000)
+    pc = PushConsumer("push-pop", namesrv=c.namesrv, consume_from="first", pop=True, pop_invisible_ms=20_000,
+                      consume_inline=inline)
     pc.subscribe("PopPush")
     pc.register(listener)
     _send(c, "PopPush", [b"ok-1", b"ok-2", b"flaky"])
@@ -209,3 +213,4 @@ def test_push_consumer_pop_mode_acks_and_retries(pop_cluster):
         wait_for(lambda: (b"flaky", 1) in seen and len(seen) >= 4, 20, "three messages and one retry")
         time.sleep(1)
     assert sorted(seen) == [(b"flaky", 0), (b"flaky", 1), (b"ok-1", 0), (b"ok-2", 0)]
+    assert (threads == {"pop-push-pop"}) is inline
