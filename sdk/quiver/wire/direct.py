@@ -84,16 +84,14 @@ class _Peer:
         """True if the monitor reported a disconnect (drains what it reported; a failed
         handshake is kept in `refused`)."""
         lost = False
-        while True:
-            try:
-                event = parse_monitor_message(self.mon.recv_multipart(zmq.NOBLOCK))["event"]
-            except zmq.Again:
-                return lost
+        while self.mon.getsockopt(zmq.EVENTS) & zmq.POLLIN:   # nothing to read is the common case: no Again raised
+            event = parse_monitor_message(self.mon.recv_multipart(zmq.NOBLOCK))["event"]
             if event & HANDSHAKE_FAILED:
                 self.refused = handshake_problem(self.addr, event, self.secured)
                 self.refused_at = time.monotonic()
             else:
                 lost = True
+        return lost
 
     def retry_refused(self) -> None:
         """ZeroMQ does not reconnect after a refused handshake; a key may become known a moment
