@@ -247,6 +247,7 @@ class App:
             self.aps.shutdown(wait=False)
         except Exception:
             pass
+        self.timers.flush_marks()
         if self.writer.sync(5.0):   # what is written hands back its progress: it goes out below
             self.service._run_inbox()
         self.levels.stop_all()

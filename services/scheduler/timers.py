@@ -15,8 +15,10 @@ Owns, per owned timer queue (one per broker; service thread only):
   re-put in batches (within reput.py's limits), up to `reput_window` batches
   under way per queue as level queues do (what does not fit goes back on the
   heap, due, and leaves with the next batch), marked DELIVERED once answered
-  (by the writer; until that is committed the ids stay in `sent`, so a cancel
-  says too late and nothing pushes them again); then the delivered watermark W (every ingested timer due at or before W is
+  (by the writer, gathered for MARK_EVERY_S into one write: a write and a
+  hand-back per re-put kept the writer busy and the service thread waiting for
+  the GIL; until it is committed the ids stay in `sent`, so a cancel says too
+  late and nothing pushes them again); then the delivered watermark W (every ingested timer due at or before W is
   delivered or cancelled, none under way) is stored on the broker as the
   offset of group `<group>_TIMER_WM` (once W >= 0).
 - takeover / lost index (`plan_start`): if the local index is behind the
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 _CHECKED = (TIMER_DELIVER_MS, REAL_TOPIC, REAL_QID)  # a timer with one malformed is not ingested
 _WRITES_PER_QUEUE = 2   # ingests of one queue waiting for the writer: pulls pause beyond
 MARK_RETRY_S = 1.0
+MARK_EVERY_S = 0.05     # delivered ids of a queue go to the writer in one write at most this often
 
 
 def wm_group(group: str) -> str:
@@ -82,7 +85,8 @@ def plan_start(client, db, group: str, unit, addr: str) -> dict:
 
 class TimerQueue:
     __slots__ = ("unit", "addr", "max_bytes", "next_pull", "stored", "writing", "rebuild_until", "wm", "heap",
-                 "in_heap", "sent", "loaded_until", "in_flight", "pulling", "timer", "active", "rolled", "committed")
+                 "in_heap", "sent", "marking", "mark_timer", "loaded_until", "in_flight", "pulling", "timer", "active",
+                 "rolled", "committed")
 
     def __init__(self, unit, addr, plan, max_bytes: int):
         self.unit, self.addr, self.max_bytes = unit, addr, max_bytes
@@ -93,6 +97,8 @@ class TimerQueue:
         self.heap: list = []
         self.in_heap: set[str] = set()
         self.sent: set[str] = set()       # re-put under way, or answered and not yet marked delivered
+        self.marking: list[str] = []      # answered, waiting for the next mark write
+        self.mark_timer = None
         self.loaded_until = -1
         self.in_flight: list[list] = []   # the rows of each SCHEDULE_REPUT under way
         self.pulling = False
@@ -131,6 +137,7 @@ class Timers:
             q.active = False
             if q.timer is not None:
                 self.app.service.cancel(q.timer)
+            self._write_marks(q)
             log.info("released %s", unit)
 
     def stop_all(self) -> None:
@@ -276,6 +283,23 @@ class Timers:
         self._arm(q)
 
     def _mark(self, q: TimerQueue, ids: list[str]) -> None:
+        q.marking.extend(ids)
+        if q.mark_timer is None:
+            q.mark_timer = self.app.service.call_later(MARK_EVERY_S, self._write_marks, q)
+
+    def flush_marks(self) -> None:
+        """Every queue's gathered marks to the writer now (shutting down)."""
+        for q in self.queues.values():
+            self._write_marks(q)
+
+    def _write_marks(self, q: TimerQueue) -> None:
+        if q.mark_timer is not None:
+            self.app.service.cancel(q.mark_timer)
+            q.mark_timer = None
+        ids, q.marking = q.marking, []
+        if not ids:
+            return
+
         def write(conn):
             self.db.write_delivered(conn, ids)
             return self.db.min_pending_in(conn, q.unit.broker)

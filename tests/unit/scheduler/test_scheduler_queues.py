@@ -33,7 +33,9 @@ class _SchedApp:
     def __init__(self, db=None, **config):
         self.config, self.db, self.stats, self.cancelled = Config(**config), db, DeliveryStats(), Cancels()
         self.trace = DeliveryTrace("127.0.0.1:1", "SCHEDULE_CONSUMER", "test")   # untraced messages: no client
-        self.service = types.SimpleNamespace(counters=collections.Counter(), call_later=lambda *a: object(),
+        self.later = []   # what the queues asked to run later: never run, but the timer queues' mark writes
+        self.service = types.SimpleNamespace(counters=collections.Counter(),
+                                             call_later=lambda *a: self.later.append(a) or object(),
                                              cancel=lambda t: None)
         self.requests = []
         self.handed = []
@@ -41,8 +43,13 @@ class _SchedApp:
         self.restarted = []
 
     def settle(self):
-        """Run what the writer handed back once its writes are committed, until it hands back no more."""
+        """Run the marks' writes now, and what the writer hands back once its writes are committed,
+        until it hands back no more."""
         while True:
+            marks = [a for a in self.later if getattr(a[1], "__name__", "") == "_write_marks"]
+            self.later = [a for a in self.later if a not in marks]
+            for _, fn, *args in marks:
+                fn(*args)
             assert self.writer.sync(10)
             if not self.handed:
                 return
