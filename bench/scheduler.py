@@ -2,6 +2,11 @@
 
 1. lateness: N timer messages due uniformly over S seconds; delivery time (the
    re-put's store timestamp) minus due time, p50/p99/max, and how many early.
+   Meanwhile a probe, every 50 ms: a delayed send (its ack: the broker's
+   request path) and a SCHEDULE_CANCEL of it straight to the scheduler (its
+   answer waits for the tombstone's commit: the scheduler's request path),
+   p50/p99/max in microseconds; and the scheduler's CPU seconds over the run,
+   all of its threads and its service thread alone.
 2. re-put throughput: N level-1 messages parked while no scheduler runs, then
    one scheduler starts: delivered messages per second.
 3. RSS of the scheduler process holding N pending timers (due in a day).
@@ -17,6 +22,7 @@ import time
 
 from quiver import Admin, Message, Producer, PullConsumer
 from quiver.tools.local import LocalCluster
+from quiver.wire import requests as rq
 
 LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -54,6 +60,38 @@ def _wait_status(admin, addr, pred, timeout):
     return admin.status(addr)
 
 
+def _us_summary(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    if not xs:
+        return {"n": 0}
+    pick = lambda q: round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1e6)
+    return {"n": len(xs), "p50_us": pick(0.5), "p99_us": pick(0.99), "max_us": round(xs[-1] * 1e6)}
+
+
+def _cpu_s(pid: int) -> dict:
+    """CPU seconds (user + system) of a process and of its main thread (a service's own loop)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def of(path):
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+    return {"process": round(of(f"/proc/{pid}/stat"), 1), "service_thread": round(of(f"/proc/{pid}/task/{pid}/stat"), 1)}
+
+
+def _probe(namesrv: str, sched_addr: str, topic: str, stop: threading.Event, out: dict) -> None:
+    """Every 50 ms, until `stop`: a delayed send (due in an hour) and its cancel at the scheduler."""
+    sends, cancels = out.setdefault("send", []), out.setdefault("cancel", [])
+    with Producer("bench-probe", namesrv=namesrv, auto_batch=False) as p:
+        while not stop.wait(0.05):
+            t0 = time.perf_counter()
+            r = p.send(Message(topic, b"probe", deliver_at=int(time.time() * 1000) + 3_600_000))
+            t1 = time.perf_counter()
+            p.transport.call_future(sched_addr, rq.ScheduleCancel(msg_id=r.msg_id, topic=topic)).result(5)
+            sends.append(t1 - t0)
+            cancels.append(time.perf_counter() - t1)
+
+
 def lateness(n: int, spread_s: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         c = _cluster(tmp)
@@ -70,19 +108,28 @@ def lateness(n: int, spread_s: float) -> dict:
                 _send_all(p, [Message("BenchLate", b"x" * 100, deliver_at=start + int(i * spread_s * 1000 / n))
                               for i in range(n)])
                 send_s = time.perf_counter() - t0
-            lates = []
+            lates, probes, stop = [], {}, threading.Event()
+            probe = threading.Thread(target=_probe, args=(c.namesrv, sched.addr, "BenchLate", stop, probes))
+            probe.start()
             with PullConsumer("bench-late", namesrv=c.namesrv, consume_from="first") as pc:
                 pc.subscribe("BenchLate")
                 deadline = time.monotonic() + lead_ms / 1000 + spread_s + 60
                 while len(lates) < n and time.monotonic() < deadline:
                     for m in pc.poll(0.5):
-                        lates.append(m.store_timestamp - int(m.properties["SCHEDULE_DUE_MS"]))
+                        if m.body != b"probe":
+                            lates.append(m.store_timestamp - int(m.properties["SCHEDULE_DUE_MS"]))
+            stop.set()
+            probe.join()
             lates.sort()
             st = admin.status(sched.addr)
+            cpu = _cpu_s(sched.pid)
             pick = lambda q: lates[min(len(lates) - 1, int(q * len(lates)))] if lates else None
             return {"timers": n, "spread_s": spread_s, "send_s": round(send_s, 1), "delivered": len(lates),
                     "early": sum(1 for x in lates if x < 0), "late_p50_ms": pick(0.5), "late_p99_ms": pick(0.99),
-                    "late_max_ms": lates[-1] if lates else None, "scheduler_lag": st["lag_ms"]}
+                    "late_max_ms": lates[-1] if lates else None, "scheduler_lag": st["lag_ms"],
+                    "scheduler_cpu_s": cpu,
+                    "delayed_send_ack": _us_summary(probes.get("send", [])),
+                    "cancel_answer": _us_summary(probes.get("cancel", []))}
         finally:
             c.stop()
 
