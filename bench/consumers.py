@@ -30,21 +30,6 @@ BODY = b"x" * 100
 TOPIC = "BenchConsume"
 
 
-def one_broker(data_dir: str) -> LocalCluster:
-    """A name server and one broker on loopback, the broker registered; the caller stops it."""
-    c = LocalCluster(data_dir)
-    try:
-        c.add_namesrv()
-        c.wait()
-        c.add_broker()
-        c.wait()
-        c.wait_registered(1)
-    except BaseException:
-        c.stop()
-        raise
-    return c
-
-
 def preload(namesrv: str, n: int) -> None:
     Admin(namesrv=namesrv).create_topic(TOPIC, queues=8)
     with Producer("bench-pg", namesrv=namesrv) as p:
@@ -122,8 +107,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     runs: dict[str, list[float]] = {"pull": [], "push": [], "inline": []}
     with tempfile.TemporaryDirectory() as tmp:
-        c = one_broker(tmp)
+        c = LocalCluster(tmp)
         try:
+            c.add_core()
             preload(c.namesrv, args.messages)
             for r in range(args.repeat):
                 runs["pull"].append(pull_rate(c.namesrv, args.messages, f"bench-pull-{r}"))

@@ -21,7 +21,7 @@ import tempfile
 import time
 
 from quiver import Admin, Message, Producer
-from bench.consumers import one_broker
+from quiver.tools.local import LocalCluster
 from bench.peers import base
 
 VARIANTS = ("io", "direct")
@@ -61,8 +61,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rounds = []
     with tempfile.TemporaryDirectory() as tmp:
-        c = one_broker(tmp)
+        c = LocalCluster(tmp)
         try:
+            c.add_core()
             with Admin(namesrv=c.namesrv) as admin, Producer("poll-latency", namesrv=c.namesrv) as p:
                 for r in range(args.rounds):
                     rounds.append(one_round(c.namesrv, admin, p, r, args.rate, args.seconds))

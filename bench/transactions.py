@@ -101,11 +101,7 @@ def main(argv=None) -> int:
         args.messages, args.checks = 1000, 3000
     c = LocalCluster(tempfile.mkdtemp(prefix="bench-tx-"))
     try:
-        c.add_namesrv()
-        c.wait()
-        c.add_broker()
-        c.wait()
-        c.wait_registered(1)
+        c.add_core()
         Admin(namesrv=c.namesrv).create_topic("BenchTx", queues=4)
         res = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "messages": args.messages,
                "threads": args.threads, **sends(c.namesrv, args.messages, args.threads),
