@@ -28,12 +28,13 @@ queue, and the receipt handle keeps naming the original message.
 """
 
 import logging
+import os
 import time
 
 from quiver.client.message import UNIQ_KEY, host_bytes
 from quiver.client.system_properties import DLQ_ORIGIN_TOPIC, RECONSUME_TIME
 from quiver.wire import record
-from quiver.wire.names import DLQ_PREFIX
+from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 
 from .pop import records_of
 from .pop_state import REVIVE_GROUP, ack_record, decode, encode, revive_topic
@@ -41,6 +42,8 @@ from .status_codes import check_stored
 from .store import GetStatus
 
 log = logging.getLogger(__name__)
+
+IN_MEMORY_RATIO = 0.4
 
 REVIVE_INTERVAL_S = 0.2
 REPLAY_BATCH = 256
@@ -91,6 +94,32 @@ class ReviveLog:
             off = res.next_offset
 
 
+def in_memory_bytes() -> int:
+    """How much of the CommitLog's tail counts as still in memory: RocketMQ's
+    accessMessageInMemoryMaxRatio, 40 % of physical RAM."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * IN_MEMORY_RATIO)
+    except (ValueError, OSError):
+        return 1 << 30
+
+
+def new_group_start(store, topic: str, queue_id: int, consume_from: str, memory_bytes: int) -> int:
+    """Where a group with no offset on a queue starts, as RocketMQ's POP does (getInitOffset):
+    "first", or any retry topic, at the queue's min offset; "last" at 0 while the queue still
+    starts at 0 and that first message is in memory (initPopOffsetByCheckMsgInMem: its
+    CommitLog position is within `memory_bytes` of the end), else at the last message (max - 1),
+    so a group started just after a send still receives it."""
+    lo = store.min_offset(topic, queue_id)
+    if consume_from == "first" or topic.startswith(RETRY_PREFIX):
+        return lo
+    hi = store.max_offset(topic, queue_id)
+    cq = store.cqs.get((topic, queue_id))
+    first = cq.entry(0) if cq is not None and lo <= 0 < hi else None
+    if first is not None and store.commit_log.write_end - first[0] <= memory_bytes:
+        return 0
+    return max(hi - 1, 0)
+
+
 class Revive:
     """The revive step and the restart replay. `wake(topic)` re-runs held pops; `expire_held()`
     answers those past their poll time; `limit(group)` is the group's max reconsume times;
@@ -110,14 +139,14 @@ class Revive:
         self.notify = notify
         self.writable = writable
         self.clock_ms = clock_ms
+        self.in_memory_bytes = in_memory_bytes()
 
     def start_of(self, group: str, topic: str, queue_id: int, consume_from: str) -> int:
-        """Where a queue of a group starts: its consumer offset, else the queue's min or max."""
+        """Where a queue of a group starts: its consumer offset, else `new_group_start`."""
         off = self.metadata.get_offset(group, topic, queue_id)
         if off is not None:
             return off
-        return self.store.min_offset(topic, queue_id) if consume_from == "first" else \
-            self.store.max_offset(topic, queue_id)
+        return new_group_start(self.store, topic, queue_id, consume_from, self.in_memory_bytes)
 
     def replay(self) -> int:
         start = self.metadata.get_offset(REVIVE_GROUP, self.log.topic, 0) or 0

@@ -35,7 +35,9 @@ class Config:
                                                  "then it comes back to the group like any unacked message")
     long_polling_ms: int = setting(5000, "long-polling time PushConsumers are told to use")
     max_long_polling_ms: int = setting(30_000, "longest long poll a receive may ask for")
-    pop_consume_from: str = setting("last", "where a POP group new to a queue starts: last or first")
+    pop_consume_from: str = setting("last", "where a POP group new to a queue starts: last (RocketMQ's rule: "
+                                            "at 0 while the queue's first message is in memory, else at its "
+                                            "last message) or first")
     transaction_group: str = setting("proxy_tx", "producer group of transactional sends (the txn-checker asks "
                                                  "it; the proxy forwards the check to a client)")
     topic_message_types: str = setting("", "'Topic=TYPE;...' a topic accepting only TYPE (NORMAL, DELAY, "

@@ -291,3 +291,21 @@ def test_forward_to_dead_letter_queue_moves_the_delivery_and_ends_it(env):
     assert [m.body for m in dlq] == [b"poison"]
     with simple_consumer(proxy, "px-dlq", "PxDlq") as sc:
         assert not sc.receive(4, 30)                                      # acked: never delivered again
+
+
+def test_quickstart_a_new_group_receives_what_was_sent_before_it_started(env):
+    """The 5.x quickstart (send, then start a SimpleConsumer of a new group) through a proxy with the
+    default --pop-consume-from: the new group starts at 0 while the queue's first message is in memory."""
+    c, _, admin = env
+    default = c.add_proxy()
+    try:
+        c.wait()
+        admin.create_topic("PxQuick", queues=2)
+        with producer(default, "PxQuick") as p:
+            sent = {p.send(_msg("PxQuick", f"q{i}".encode())).message_id for i in range(4)}
+        with simple_consumer(default, "px-quick-new", "PxQuick") as sc:
+            got = receive_until(sc, 4, 30)
+        assert {m.message_id for m in got} == sent
+    finally:
+        default.stop()
+        c.services.remove(default)

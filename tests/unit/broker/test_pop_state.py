@@ -217,3 +217,25 @@ def test_a_held_pop_is_answered_by_a_put_or_its_deadline(world):
     b.pop.pop(req2)
     b.pop.expire_held(now=float("inf"))
     assert req2.answered and req2.code == ResponseCode.SUCCESS and rq.PopReply.decode(req2.ext).handles == []
+
+
+def test_a_new_group_starts_where_rocketmq_pop_does(world):
+    """'last': at 0 while the queue's first message is in memory, else at the last message; 'first'
+    and a retry topic at the min offset; a group with an offset resumes there."""
+    store, topics, meta = world
+    b = Broker(store, topics, meta)
+    put(store, [b"a", b"b", b"c"], 0)
+    start = b.revive.start_of
+    assert start("new", T, 0, "last") == 0                         # the quickstart: send, then receive
+    b.revive.in_memory_bytes = 0                                   # the first message long out of memory
+    assert start("new", T, 0, "last") == 2                         # the last one (max - 1)
+    assert start("new", T, 0, "first") == 0
+    assert start("new", T, 1, "last") == 0                         # an empty queue
+    store.put_batch("%RETRY%new", 0, [b"r1", b"r2"], ["", ""], [0, 0], 0, 1, b"\x7f\0\0\x01\0\0\0\0")
+    assert start("new", "%RETRY%new", 0, "last") == 0              # a retry topic: always from its start
+    meta.offsets[("old", T, 0)] = 1
+    assert start("old", T, 0, "last") == 1
+    req = Req(rq.PopMessage(group="quick", topic=T, max_msgs=8, invisible_ms=1000))   # the wire's default
+    b.revive.in_memory_bytes = 1 << 30
+    b.pop.pop(req)
+    assert [m.body for m in decode_messages(req.bodies[0], "b1")] == [b"a", b"b", b"c"]
