@@ -1,10 +1,12 @@
-"""The console process: one Admin, the Flask app around it, waitress serving it.
+"""The console process: the Flask app, the Admin(s) it reads through, waitress serving it.
 
-`create_app(config, admin, stats)` builds the WSGI app (unit tests drive it with Flask's test
-client over `quiver.testing.stub_cluster`); `App(config).run()` serves it on --http-listen
-with --http-threads worker threads, and answers PING and STATUS on --listen like every
-service, until SIGTERM. Every page reads through the one Admin (thread-safe: its
-transport's IO thread owns the sockets), counted for /metrics (metrics.py)."""
+`create_app(config, admin, stats, users)` builds the WSGI app (unit tests drive it with
+Flask's test client over `quiver.testing.stub_cluster`); `App(config).run()` serves it on
+--http-listen with --http-threads worker threads, and answers PING and STATUS on --listen
+like every service, until SIGTERM. Auth off, every page reads through one Admin; auth on,
+the console holds no key of its own: each page reads through the Admin of the user logged
+in (sessions.py), so nobody sees more than her own key could read. Admins are thread-safe
+(their transport's IO thread owns the sockets); their calls are counted for /metrics."""
 
 import logging
 import secrets
@@ -12,12 +14,14 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from flask import Flask, g, request
+from flask import Flask, flash, g, redirect, render_template, request, url_for
 
 from . import routes
-from .guard import Guard
+from .guard import Guard, Refused
+from .login import Limiter, UserLogin
 from .metrics import ConsoleStats, CountingAdmin
 from .rates import Rates
+from .sessions import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -33,25 +37,59 @@ SECURITY_HEADERS = {
 }
 
 
-def create_app(config, admin, stats: ConsoleStats | None = None) -> Flask:
-    """The pages over `admin`; each request and Admin call counted in `stats` (a new one if None)."""
+OPEN_PAGES = frozenset({"login", "healthz", "static"})   # served before a login (auth on)
+MAX_SESSIONS_PER_USER = 8
+
+
+class SessionAdmin:
+    """Auth on: the logged-in user's Admin, looked up per request (the Guard put it in g)."""
+
+    def __getattr__(self, name):
+        s = g.get("user_session")
+        if s is None:
+            raise Refused("log in first")
+        return getattr(s.admin, name)
+
+
+def user_login(config, make_admin, server_key: str) -> UserLogin:
+    """Auth on: sessions and the login checks, from the settings."""
+    sessions = Sessions(config.session_idle_s, config.session_max_s, config.max_sessions, MAX_SESSIONS_PER_USER)
+    limiter = Limiter(config.login_max_failures, config.login_window_s, config.login_lockout_s)
+    return UserLogin(sessions, limiter, make_admin, server_key)
+
+
+def create_app(config, admin, stats: ConsoleStats | None = None, users: UserLogin | None = None) -> Flask:
+    """The pages over `admin` (auth off) or over each logged-in user's own Admin (`users`: auth
+    on, `admin` unused); each request and Admin call counted in `stats` (a new one if None)."""
     stats = stats if stats is not None else ConsoleStats()
     app = Flask(__name__)
     app.config.update(SECRET_KEY=secrets.token_bytes(32), SESSION_COOKIE_HTTPONLY=True,
-                      SESSION_COOKIE_SAMESITE="Strict", MAX_CONTENT_LENGTH=64 * 1024)
-    guard = Guard(config.actions_enabled, config.admin_token)
-    routes.register(app, CountingAdmin(admin, stats), config, Rates(), guard)
+                      SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_NAME="quiver_console",
+                      MAX_CONTENT_LENGTH=64 * 1024)
+    guard = Guard(config.actions_enabled, config.admin_token, users)
+    reader = SessionAdmin() if users is not None else admin
+    routes.register(app, CountingAdmin(reader, stats), config, Rates(), guard)
     app.jinja_env.filters.update(ts=fmt_ts, size=fmt_size, rate=fmt_rate, pct=fmt_pct)
 
     @app.context_processor
     def common():
+        s = g.get("user_session")
         return {"auth_on": config.auth_on, "actions_enabled": guard.actions_enabled,
                 "needs_login": guard.needs_login, "logged_in": guard.logged_in(), "can_act": guard.can_act(),
-                "csrf_token": guard.csrf_token, "namesrv": config.namesrv}
+                "csrf_token": guard.csrf_token, "namesrv": config.namesrv, "user_login": users is not None,
+                "user": s.access_key[:10] if s is not None else ""}
 
     @app.before_request
     def started():
         g.started = time.monotonic()
+        if users is None or guard.current() is not None or request.endpoint in OPEN_PAGES:
+            return None
+        if request.method != "GET":
+            return render_template("error.html", page="", title="Refused", message="log in first"), 403
+        if request.cookies.get(app.config["SESSION_COOKIE_NAME"]):
+            flash("your session ended (logged out, idle or too old): log in again", "error")
+        here = request.path + (f"?{request.query_string.decode('latin-1')}" if request.query_string else "")
+        return redirect(url_for("login", next=here), 303)
 
     @app.after_request
     def headers(response):
@@ -92,10 +130,15 @@ class App:
         from quiver.client.admin import Admin
         from quiver.runtime.service import Service
         self.config = config
-        self.admin = Admin(namesrv=config.namesrv, timeout=config.request_timeout_ms / 1000,
-                           credentials=config.key_file)
         self.stats = ConsoleStats()
-        self.wsgi = create_app(config, self.admin, self.stats)
+        timeout = config.request_timeout_ms / 1000
+        if config.auth_on:   # no key of its own: each user's Admin, made at her login
+            self.admin = None
+            self.users = user_login(config, lambda creds: Admin(namesrv=config.namesrv, timeout=timeout,
+                                                                credentials=creds), config.server_key())
+        else:
+            self.admin, self.users = Admin(namesrv=config.namesrv, timeout=timeout), None
+        self.wsgi = create_app(config, self.admin, self.stats, self.users)
         self.http = None
         self.url = ""
         self.service = Service(config.listen, {}, "console", self.status, security=_status_security(config))
@@ -108,8 +151,15 @@ class App:
         """HTTP first: once PING answers, the pages are served too."""
         from waitress.server import create_server
         host, port = self.config.http_listen.rsplit(":", 1)
-        self.http = create_server(self.wsgi, host=host.strip("[]"), port=int(port),
-                                  threads=self.config.http_threads, ident="quiver-console")
+        c = self.config
+        # idle connections are closed after --http-idle-timeout-s (checked every second) and up to
+        # --http-connection-limit are held (poll, not select: no 1024-descriptor ceiling), so idle
+        # sockets cannot take the place of people's requests
+        self.http = create_server(self.wsgi, host=host.strip("[]"), port=int(port), threads=c.http_threads,
+                                  ident="quiver-console", connection_limit=c.http_connection_limit,
+                                  channel_timeout=c.http_idle_timeout_s, cleanup_interval=1,
+                                  asyncore_use_poll=True, max_request_body_size=64 * 1024,
+                                  max_request_header_size=16 * 1024, backlog=1024)
         self.url = f"http://{host}:{self.http.effective_port}/"
         self.service.bind()
         log.info("console on %s (name servers %s, auth %s, actions %s)", self.url, self.config.namesrv,
@@ -126,7 +176,10 @@ class App:
         finally:
             self.http.close()
             self.http.task_dispatcher.shutdown(timeout=5)
-            self.admin.shutdown()
+            if self.users is not None:
+                self.users.sessions.close_all()
+            if self.admin is not None:
+                self.admin.shutdown()
 
     def _serve_http(self) -> None:
         try:
@@ -146,7 +199,7 @@ def _status_security(config):
     """Auth on: the PING/STATUS socket is a CURVE server with the cluster's key; it admits the
     auth dir's admin key and the services' keys (the ACL's other users are not followed here).
     `Security` wants a service key for outgoing calls; the console makes none under it (its
-    Admin holds the admin key), so the name server's key, in every auth dir, stands in."""
+    Admins hold the logged-in users' keys), so the name server's key, in every auth dir, stands in."""
     if not config.auth_dir:
         return None
     from quiver.runtime.security import Security

@@ -17,6 +17,14 @@ TXN_GROUP = "CID_RMQ_SYS_TRANS"      # the txn-checkers' consumer group (quiver_
 MAX_STATUS_CHARS = 20_000            # a STATUS shown raw is cut here (it comes from a peer)
 
 
+DENIED = "NoPermissionError: "   # how `attempt` words the cluster's refusal of this user's key
+
+
+def denied(error: str | None) -> bool:
+    """The error is the ACL's refusal (with auth on, the user looking lacks the right)."""
+    return bool(error) and error.startswith(DENIED)
+
+
 def attempt(fn, *args, **kw):
     """(value, None) or (None, error text): a down broker is a row, not a failed page."""
     try:

@@ -15,15 +15,25 @@ class Config:
     namesrv: str = setting("127.0.0.1:9876", "name servers, 'host:port;host:port'")
     auth_dir: str = setting("", "auth on: the cluster's auth dir; the console uses its admin.key "
                                 "(unless --credentials names another key)")
-    credentials: str = setting("", "auth on: the key file the console's Admin uses (a SUPER user's for actions)")
-    admin_token: str = setting("", "password a browser gives on /login to run actions; with auth on, "
-                                   "no actions without one")
-    allow_actions: bool = setting(False, "auth off: allow actions (reset offset, DLQ resend, create topic); "
-                                         "off: read-only")
+    credentials: str = setting("", "auth on without --auth-dir: a key file naming the cluster's server key "
+                                   "(the console reads with each logged-in user's key, never this one)")
+    admin_token: str = setting("", "auth off: password a browser gives on /login to run actions "
+                                   "(auth on: users log in with their own keys)")
+    allow_actions: bool = setting(False, "allow actions (reset offset, DLQ resend, create topic); auth on: "
+                                         "each runs with the logged-in user's rights; off: read-only")
     groups: str = setting("", "consumer groups listed even before they have a retry or DLQ topic, 'g1;g2'")
     request_timeout_ms: int = setting(2000, "how long one Admin request waits (a down broker costs this)")
     preview_bytes: int = setting(2048, "bytes of a message body shown")
     http_threads: int = setting(4, "HTTP worker threads")
+    http_connection_limit: int = setting(500, "HTTP connections held at once; more wait in the listen backlog")
+    http_idle_timeout_s: int = setting(30, "an HTTP connection idle this long is closed (seconds)")
+    session_idle_s: int = setting(900, "auth on: a login ends after this long without a page (seconds)")
+    session_max_s: int = setting(28800, "auth on: a login ends this long after it began (seconds)")
+    max_sessions: int = setting(256, "auth on: logins open at once (a user's oldest of more than 8 ends)")
+    login_max_failures: int = setting(5, "auth on: failed logins of one access key or from one address "
+                                         "within --login-window-s that lock it out")
+    login_window_s: int = setting(300, "auth on: the window failed logins are counted in (seconds)")
+    login_lockout_s: int = setting(300, "auth on: how long a locked-out key or address is refused (seconds)")
     metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
     log_level: str = setting("INFO", "logging level")
     log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
@@ -40,10 +50,20 @@ class Config:
             raise ValueError("--preview-bytes must be in 16..1048576")
         if not 1 <= self.http_threads <= 64:
             raise ValueError("--http-threads must be in 1..64")
+        for flag, value, low, high in (("--http-connection-limit", self.http_connection_limit, 10, 10_000),
+                                       ("--http-idle-timeout-s", self.http_idle_timeout_s, 1, 3600),
+                                       ("--session-idle-s", self.session_idle_s, 10, 86_400),
+                                       ("--session-max-s", self.session_max_s, 10, 7 * 86_400),
+                                       ("--max-sessions", self.max_sessions, 1, 10_000),
+                                       ("--login-max-failures", self.login_max_failures, 1, 1000),
+                                       ("--login-window-s", self.login_window_s, 1, 86_400),
+                                       ("--login-lockout-s", self.login_lockout_s, 1, 86_400)):
+            if not low <= value <= high:
+                raise ValueError(f"{flag} must be in {low}..{high}")
 
     @property
     def key_file(self) -> str | None:
-        """The Admin's key: --credentials, else the auth dir's admin.key, else None (QUIVER_CREDENTIALS
+        """Auth on: --credentials, else the auth dir's admin.key, else None (QUIVER_CREDENTIALS
         is the env var of --credentials, so it is already in `credentials`)."""
         if self.credentials:
             return self.credentials
@@ -57,8 +77,16 @@ class Config:
 
     @property
     def actions_enabled(self) -> bool:
-        """Auth on: actions only with a token to log in with; auth off: only with --allow-actions."""
-        return bool(self.admin_token) if self.auth_on else self.allow_actions
+        """Auth off: only with --allow-actions. Auth on: with --allow-actions, or a token set (which
+        turned them on before users logged in with their keys)."""
+        return self.allow_actions or (self.auth_on and bool(self.admin_token))
+
+    def server_key(self) -> str:
+        """Auth on: the cluster's server public key (the auth dir's server.key, else the key file's)."""
+        from quiver.wire.curve import AuthDir, read_credentials
+        if self.auth_dir:
+            return AuthDir(self.auth_dir).server.public_key
+        return read_credentials(self.credentials).server_key
 
     @property
     def known_groups(self) -> list[str]:

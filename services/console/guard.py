@@ -1,19 +1,21 @@
-"""Who may run an action (reset offset, DLQ resend, create topic), and the CSRF token.
+"""Who may see pages and run actions (reset offset, DLQ resend, create topic), and the CSRF token.
 
-The rules, from the settings (config.Config.actions_enabled):
-- auth on (the console holds an admin key): actions only after /login with --admin-token;
-  no token set: read-only;
-- auth off: read-only unless --allow-actions; then, with --admin-token set, still only
-  after /login.
+The rules, from the settings (config.Config):
+- auth on: every page but /login and /healthz needs a login as a Quiver user (her access
+  key and secret key, login.py); each page reads, and each action (when actions are on)
+  runs, with her key, so the console never has more rights than the person looking;
+- auth off: every page open (the console listens on loopback by default); read-only unless
+  --allow-actions, and then, with --admin-token set, actions only after /login with it.
 Every POST carries the session's CSRF token (a hidden field), compared in constant time.
 The session is Flask's signed cookie (HttpOnly, SameSite=Strict) under a key made at
-start, so a restart logs everybody out. Not owned: what an action does (routes.py)."""
+start, so a restart logs everybody out; with auth on it holds only a random token naming
+the server-side session (sessions.py). Not owned: what an action does (routes.py)."""
 
 import hashlib
 import hmac
 import secrets
 
-from flask import session
+from flask import g, session
 
 CSRF_FIELD = "csrf_token"
 
@@ -23,13 +25,15 @@ class Refused(Exception):
 
 
 class Guard:
-    def __init__(self, actions_enabled: bool, admin_token: str):
+    def __init__(self, actions_enabled: bool, admin_token: str, users=None):
         self.actions_enabled = actions_enabled
-        self._token_digest = hashlib.sha256(admin_token.encode()).digest() if admin_token else None
+        self.users = users   # login.UserLogin with auth on: users log in with their keys
+        self._token_digest = (hashlib.sha256(admin_token.encode()).digest()
+                              if admin_token and users is None else None)
 
     @property
     def needs_login(self) -> bool:
-        return self.actions_enabled and self._token_digest is not None
+        return self.users is not None or (self.actions_enabled and self._token_digest is not None)
 
     def csrf_token(self) -> str:
         if CSRF_FIELD not in session:
@@ -42,7 +46,22 @@ class Guard:
             raise Refused("the form's CSRF token is missing or stale: reload the page and try again")
 
     def logged_in(self) -> bool:
+        if self.users is not None:
+            return g.get("user_session") is not None
         return session.get("admin") is True
+
+    def current(self):
+        """Auth on: this request's live user session (None: not logged in, or it ended); kept in g."""
+        g.user_session = self.users.sessions.get(session.get("sid"))
+        return g.user_session
+
+    def login_user(self, form, ip: str) -> None:
+        """Auth on: log in with an access key and secret key (login.LoginRefused if not)."""
+        self.check_csrf(form)
+        token = self.users.login(form.get("access_key", ""), form.get("secret_key", ""), ip)
+        self.users.sessions.close(session.get("sid"))
+        session.clear()   # a new session: nothing fixed before login is kept
+        session["sid"] = token
 
     def can_act(self) -> bool:
         return self.actions_enabled and (not self.needs_login or self.logged_in())
@@ -53,7 +72,7 @@ class Guard:
         if not self.actions_enabled:
             raise Refused("actions are off: this console is read-only (README, Web console)")
         if self.needs_login and not self.logged_in():
-            raise Refused("log in with the console's admin token first")
+            raise Refused("log in first" + ("" if self.users is not None else " with the console's admin token"))
 
     def login(self, form) -> bool:
         self.check_csrf(form)
@@ -69,4 +88,6 @@ class Guard:
 
     def logout(self, form) -> None:
         self.check_csrf(form)
+        if self.users is not None:
+            self.users.sessions.close(session.get("sid"))
         session.clear()

@@ -6,6 +6,7 @@ Owns the URL table and the action calls; not the data gathering (cluster_pages,
 topic_pages, message_pages) nor the rules of who may act (guard.py)."""
 
 import logging
+import re
 
 from flask import abort, flash, redirect, render_template, request, url_for
 
@@ -13,15 +14,21 @@ from quiver.errors import QuiverError
 
 from . import cluster_pages, inputs, message_pages, topic_pages
 from .guard import Refused
+from .login import LoginRefused
 
 log = logging.getLogger(__name__)
 
 MAX_LIST = 256   # messages, transactions on one page
+_LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%?=&;+-]{0,1000}")   # where a login may send back to
 
 
 def register(app, admin, config, rates, guard) -> None:
     """Add every URL of the console to the Flask `app` (collaborators passed in, none looked up)."""
     cap = config.preview_bytes
+
+    def readable(groups: list[str]) -> list[str]:
+        """Auth on: only the groups the user looking may see (auth off: every one)."""
+        return topic_pages.readable_groups(admin, groups[:topic_pages.MAX_GROUPS]) if guard.users else groups
 
     @app.get("/")
     def index():
@@ -59,7 +66,7 @@ def register(app, admin, config, rates, guard) -> None:
     def groups():
         name = inputs.group(request.args, required=False)
         names, error = cluster_pages.attempt(admin.topic_list)
-        known = topic_pages.known_groups(names or [], config.known_groups)
+        known = readable(topic_pages.known_groups(names or [], config.known_groups))
         data = topic_pages.group(admin, name) if name else None
         return render_template("groups.html", page="groups", known=known, group=data, list_error=error)
 
@@ -92,7 +99,7 @@ def register(app, admin, config, rates, guard) -> None:
         name = inputs.group(request.args, required=False)
         limit = inputs.count(request.args, "max", 1, MAX_LIST, 64)
         names, error = cluster_pages.attempt(admin.topic_list)
-        known = [g for g in topic_pages.known_groups(names or [], []) if f"%DLQ%{g}" in (names or [])]
+        known = readable([g for g in topic_pages.known_groups(names or [], []) if f"%DLQ%{g}" in (names or [])])
         data = message_pages.dlq(admin, name, limit, cap) if name else None
         return render_template("dlq.html", page="dlq", known=known, dlq=data, list_error=error)
 
@@ -121,6 +128,8 @@ def register(app, admin, config, rates, guard) -> None:
     def login():
         if not guard.needs_login:
             abort(404)
+        if guard.users is not None:
+            return _user_login()
         if request.method == "POST":
             if guard.login(request.form):
                 log.info("console login from %s", request.remote_addr)
@@ -133,7 +142,23 @@ def register(app, admin, config, rates, guard) -> None:
     @app.post("/logout")
     def logout():
         guard.logout(request.form)
-        return redirect(url_for("cluster"), 303)
+        return redirect(url_for("login" if guard.users is not None else "cluster"), 303)
+
+    def _user_login():
+        """Auth on: log in with a user's access key and secret key, then back where she was going."""
+        back = request.values.get("next", "")
+        back = back if isinstance(back, str) and _LOCAL_PATH.fullmatch(back) else url_for("cluster")
+        if request.method == "GET":
+            return render_template("login.html", page="login", failed="", back=back)
+        ip = request.remote_addr or ""
+        try:
+            guard.login_user(request.form, ip)
+        except LoginRefused as exc:
+            log.warning("console login refused from %s: %s", ip, exc)
+            headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}
+            return render_template("login.html", page="login", failed=str(exc), back=back), exc.status, headers
+        log.info("console login from %s", ip)
+        return redirect(back, 303)
 
     @app.errorhandler(inputs.InputError)
     def bad_input(exc):

@@ -5,11 +5,13 @@ in = growth of the summed max offsets, out = growth of the summed consumer offse
 groups the console knows. Groups are known from the settings and from their retry and
 dead-letter topics (`%RETRY%G`, `%DLQ%G`): the cluster keeps no list of groups a client
 could ask for. A broker that fails once is skipped for the rest of the page (one timeout,
-not one per queue). Not owned: HTML, input checks (inputs.py)."""
+not one per queue). What the cluster refuses the user looking (auth on: her key lacks the
+right) is left out, counted, not shown as an error: a topic or group she may not read is not
+listed. Not owned: HTML, input checks (inputs.py)."""
 
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX, is_system_topic
 
-from .cluster_pages import attempt
+from .cluster_pages import attempt, denied
 
 MAX_GROUPS = 64     # groups asked for their offsets on one topics page
 
@@ -39,11 +41,15 @@ def queue_rows(admin, topic: str, down: set[str]) -> tuple[list[dict], str | Non
     return rows, None
 
 
-def group_offsets(admin, groups: list[str], down_errors: list[str]) -> dict[str, dict]:
-    """group -> consumer_stats rows (only groups that answered)."""
+def group_offsets(admin, groups: list[str], down_errors: list[str], refused: set | None = None) -> dict[str, dict]:
+    """group -> consumer_stats rows (only groups that answered; refused ones go to `refused`, unnamed)."""
     out = {}
     for g in groups[:MAX_GROUPS]:
         stats, error = attempt(admin.consumer_stats, g)
+        if denied(error):
+            if refused is not None:
+                refused.add(g)
+            continue
         if error:
             down_errors.append(f"group {g}: {error}")
             continue
@@ -56,14 +62,19 @@ def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dic
     if error:
         return {"topics": [], "error": error, "groups": [], "problems": []}
     problems: list[str] = []
+    refused: set[str] = set()
     groups = known_groups(names, configured_groups)
-    consumed = group_offsets(admin, groups, problems)
+    consumed = group_offsets(admin, groups, problems, refused)
+    groups = [g for g in groups if g not in refused]
     down: set[str] = set()
-    rows = []
+    rows, hidden = [], 0
     for name in sorted(names):
         if is_system_topic(name) and not show_system:
             continue
         queues, qerror = queue_rows(admin, name, down)
+        if denied(qerror) or (queues and all(denied(q["error"]) for q in queues)):
+            hidden += 1
+            continue
         ok = [q for q in queues if q["error"] is None]
         total_max = sum(q["max"] for q in ok)
         out_total = sum(r["consumer_offset"] or 0 for rows_ in consumed.values() for r in rows_ if r["topic"] == name)
@@ -73,7 +84,18 @@ def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dic
                      "in_rate": rates.sample(("in", name), total_max) if not qerror else None,
                      "out_rate": rates.sample(("out", name), out_total) if consumed else None,
                      "brokers": sorted({q["broker"] for q in queues})})
-    return {"topics": rows, "error": None, "groups": groups, "problems": problems}
+    return {"topics": rows, "error": None, "groups": groups, "problems": problems, "hidden": hidden}
+
+
+def readable_groups(admin, groups: list[str]) -> list[str]:
+    """`groups` less those whose retry topic's route the cluster refuses this user (any right on a
+    group lets her see its route; a group with no retry topic yet stays)."""
+    out = []
+    for g in groups:
+        _, error = attempt(admin.topic_route, RETRY_PREFIX + g)
+        if not denied(error):
+            out.append(g)
+    return out
 
 
 def topic(admin, rates, name: str, configured_groups: list[str]) -> dict:
