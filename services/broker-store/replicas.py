@@ -69,6 +69,7 @@ class Replicas:
         self.lease_until = 0.0
         self.leader = ""
         self.ha = None                     # the ReplicationMaster or ReplicationSlave of the current role
+        self.term = 0                      # the newest controller Raft term an answer carried
         self.took_office = 0.0
         self.switches = 0
         self.last_answer = 0.0
@@ -113,6 +114,9 @@ class Replicas:
         if self.role == "master" and self.config.ha_acks == "sync":
             self.ha.wait_for_slave(end, req, out)
         else:
+        elif not self.lease_valid():
+            # async acks: the lease may have run out while the write was flushed; stored, not acknowledged
+            req.reply(ResponseCode.FLUSH_SLAVE_TIMEOUT, f"master lease of epoch {self.epoch} expired", out)
             req.reply(ResponseCode.SUCCESS, "", out)
 
     def expire_step(self) -> None:
@@ -179,6 +183,10 @@ class Replicas:
         if a.epoch < self.epoch or a.role == "none":
             return  # an answer older than what this broker already knows
         self.broker_id = a.broker_id or self.broker_id
+        if a.term < self.term:
+            log.info("assignment of controller term %d ignored: term %d answered already", a.term, self.term)
+            return  # a deposed controller leader's answer
+        self.term = a.term
         if a.role == "master":
             lease = sent + a.lease_ms / 1000
             if self.role != "master" or a.epoch != self.epoch:
@@ -290,7 +298,8 @@ class Replicas:
     def status(self) -> dict:
         out = {"auto_failover": True, "role": self.role, "epoch": self.epoch, "master_addr": self.master_addr,
                "sync_state_set": self.sss, "epochs": [list(e) for e in self.epochs.entries],
-               "lease_valid": self.lease_valid(), "controller_leader": self.leader, "switches": self.switches,
+               "lease_valid": self.lease_valid(), "controller_leader": self.leader, "controller_term": self.term,
+               "switches": self.switches,
                "member_id": self.broker_id}
         if self.ha is not None:
             out.update(self.ha.status())

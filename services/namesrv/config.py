@@ -27,6 +27,9 @@ class Config:
                                         "(this one's included)")
     controller_raft: str = setting("", "this controller's Raft HOST:PORT among --controller-peers (default: the "
                                        "peer whose port is --listen's + 1)")
+    controller_key_file: str = setting("", "with --controller: the Raft key every controller shares (`quiver auth "
+                                           "controller-key FILE` makes one; mode 600); empty: derived from "
+                                           "--auth-dir, and with auth off the controller refuses to start")
     controller_heartbeat_timeout_ms: int = setting(1500, "a master silent this long is replaced by a member of "
                                                          "its SyncStateSet")
     controller_scan_interval_ms: int = setting(100, "how often the controller leader looks for silent masters")
@@ -40,6 +43,9 @@ class Config:
             if self.raft_self not in self.raft_peers:
                 raise ValueError(f"--controller-raft {self.raft_self or '(none)'} is not one of --controller-peers "
                                  f"{self.controller_peers!r}")
+            if not self.controller_key_file and not self.auth_dir:
+                raise ValueError("--controller needs a Raft key: --controller-key-file FILE (make one: quiver auth "
+                                 "controller-key FILE) or --auth-dir; Raft traffic is never plain")
             if self.controller_heartbeat_timeout_ms < 300:
                 raise ValueError("controller_heartbeat_timeout_ms must be >= 300")
 

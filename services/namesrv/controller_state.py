@@ -49,12 +49,18 @@ class Groups:
         m["ha"] = ha_addr
         return m["id"]
 
-    def elect(self, key: str, expect_epoch: int, new_master: str) -> bool:
-        """`new_master` leads epoch + 1 if the epoch is still `expect_epoch`. The SyncStateSet keeps
+    def elect(self, key: str, expect_epoch: int, new_master: str, expect_sss: list[str] | None = None) -> bool:
+        """`new_master` leads epoch + 1 if the epoch is still `expect_epoch` and, once the group has
+        had a master, `new_master` is in the SyncStateSet (equal to `expect_sss` when given) as this
+        applies: a set changed since the choice was made changes nothing. The SyncStateSet keeps
         the old one's other members: each has everything acknowledged so far, and the new master
         acknowledges only what each of them has too."""
         g = self.data.get(key)
         if g is None or g["epoch"] != expect_epoch or new_master not in g["members"]:
+            return False
+        if g["master"] and new_master not in g["sss"]:
+            return False  # anyone outside the set may lack acknowledged messages
+        if expect_sss is not None and list(g["sss"]) != list(expect_sss):
             return False
         old = g["master"]
         g["sss"] = [new_master] + [a for a in g["sss"] if a not in (old, new_master)]

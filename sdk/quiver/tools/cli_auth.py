@@ -15,6 +15,7 @@ def auth():
     \b
     Examples:
       quiver auth init ./auth
+      quiver auth controller-key ./controller.key
     """
 
 
@@ -33,6 +34,35 @@ def auth_init(dir):
     say(f"auth dir {os.path.abspath(dir)}: server key, service keys, and the SUPER user {admin.user!r} in {key}")
     say(f"  every service: --auth-dir {os.path.abspath(dir)}  (or QUIVER_AUTH_DIR)")
     say(f"  the CLI:       --credentials {key}  (or QUIVER_CREDENTIALS)")
+
+
+def write_controller_key(path: str) -> None:
+    """A new Raft key (32 random bytes, hex) in a new file only its owner may read."""
+    import secrets
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(secrets.token_hex(32) + "\n")
+
+
+@auth.command("controller-key")
+@click.argument("file")
+@click.option("--if-missing", is_flag=True, help="keep FILE if it already holds a key (exit 0)")
+def auth_controller_key(file, if_missing):
+    """Write a new Raft key to FILE (mode 600): give every controller the same file with
+    --controller-key-file (QUIVER_CONTROLLER_KEY_FILE). With auth on, the auth dir's server key
+    serves instead.
+
+    \b
+    Examples:
+      quiver auth controller-key ./controller.key
+    """
+    if os.path.exists(file):
+        if if_missing:
+            say(f"{os.path.abspath(file)} kept")
+            return
+        raise click.ClickException(f"{file} exists; remove it first (every controller must share one key)")
+    write_controller_key(file)
+    say(f"Raft key in {os.path.abspath(file)}: every controller --controller-key-file {os.path.abspath(file)}")
 
 
 @click.group()

@@ -143,8 +143,18 @@ class LocalCluster:
     def add_controller(self, raft: str, peers: list[str], *extra: str, port: int | None = None) -> ServiceProcess:
         """A name server that also runs the failover controller: Raft on `raft`, one of `peers`."""
         n = sum(s.role == "namesrv" for s in self.services)
+        key = () if self.auth_dir else ("--controller-key-file", self.controller_key())
         return self.add_namesrv(port, "--controller", "--controller-peers", ";".join(peers), "--controller-raft",
-                                raft, "--data-dir", os.path.join(self.data_dir, f"controller-{n}"), *extra)
+                                raft, "--data-dir", os.path.join(self.data_dir, f"controller-{n}"), *key, *extra)
+
+    def controller_key(self) -> str:
+        """Auth off: the controllers' shared Raft key file (made once, under data_dir)."""
+        from quiver.tools.cli_auth import write_controller_key
+        path = os.path.join(self.data_dir, "controller.key")
+        if not os.path.exists(path):
+            os.makedirs(self.data_dir, exist_ok=True)
+            write_controller_key(path)
+        return path
 
     def add_controllers(self, count: int = 3, *extra: str) -> list[ServiceProcess]:
         """`count` name servers forming one controller Raft group (3 tolerate one failure)."""

@@ -284,6 +284,7 @@ class ControllerAssignment(Schema):
     broker_id: int = wire("id", U31, 0)
     sync_state_set: list = wire("sss", ListOf(ADDR, 64, skip_bad=True), [])
     lease_ms: int = wire("lease_ms", U31, 0)
+    term: int = wire("term", U31, 0)  # the answering leader's Raft term: a broker ignores older terms' answers
 
 
 @schema

@@ -81,3 +81,18 @@ def test_assignment():
     m, s = g.assignment(K, A, 1200), g.assignment(K, B, 1200)
     assert (m["role"], m["ep"], m["lease_ms"]) == ("master", 1, 1200)
     assert (s["role"], s["master"], s["master_ha"], s["id"]) == ("slave", A, A + "1", 2)
+
+
+def test_election_checks_the_sync_state_set_as_it_applies():
+    """The choice was made from one set, the set changed before the entry applied: nothing changes."""
+    g = _group()
+    assert g.elect(K, 0, A)
+    assert g.alter(K, A, 1, [A, B])
+    assert not g.elect(K, 1, C)                      # never in the set: may lack acknowledged messages
+    assert not g.elect(K, 1, B, [A, B, C])           # picked from a set that is no longer the set
+    assert g.alter(K, A, 1, [A])                     # B left the set after the scan chose it
+    assert not g.elect(K, 1, B, [A, B])
+    assert not g.elect(K, 1, B)
+    assert g.get(K)["master"] == A and g.get(K)["epoch"] == 1
+    assert g.alter(K, A, 1, [A, B])
+    assert g.elect(K, 1, B, [A, B]) and g.get(K)["master"] == B and g.get(K)["epoch"] == 2
