@@ -13,8 +13,8 @@ class Config:
     listen: str = setting("0.0.0.0:10951", "HOST:PORT answering PING and STATUS, like every service "
                                            "(quiver ping, quiver status, compose healthchecks)")
     namesrv: str = setting("127.0.0.1:9876", "name servers, 'host:port;host:port'")
-    auth_dir: str = setting("", "auth on: the cluster's auth dir; the console uses its admin.key "
-                                "(unless --credentials names another key)")
+    auth_dir: str = setting("", "auth on: the cluster's auth dir (its server key); every page needs a login "
+                                "as a Quiver user and reads with her key")
     credentials: str = setting("", "auth on without --auth-dir: a key file naming the cluster's server key "
                                    "(the console reads with each logged-in user's key, never this one)")
     admin_token: str = setting("", "auth off: password a browser gives on /login to run actions "
