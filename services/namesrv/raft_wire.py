@@ -19,7 +19,6 @@ Also records when each peer was last heard (`heard`): the controller's majority-
 and reads the Raft key (`raft_password`).
 """
 
-import codecs
 import errno
 import hashlib
 import hmac
@@ -52,12 +51,22 @@ class UnsafePickle(pickle.UnpicklingError):
 
 def _latin1(text, encoding="latin1"):
     """Protocol 2 pickles bytes as _codecs.encode(str, 'latin1'); only that encoding is allowed."""
-    if not isinstance(text, str) or codecs.lookup(encoding).name != "iso8859-1":
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1", "iso-8859-1", "iso8859-1"):
         raise UnsafePickle("bytes in a Raft message must be latin-1 text")
     return text.encode("latin1")
 
 
-_ALLOWED = {("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+def _empty_bytes(*args):
+    """Protocol 2 pickles b"" as bytes(); bytes(n) would allocate n bytes, so no arguments."""
+    if args:
+        raise UnsafePickle("bytes() with arguments in a Raft message")
+    return b""
+
+
+# protocol 2 names builtins `__builtin__`
+_ALLOWED = {("builtins", "bytes"): _empty_bytes, ("__builtin__", "bytes"): _empty_bytes,
+            ("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+            ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
             ("_codecs", "encode"): _latin1, ("codecs", "encode"): _latin1,
             ("pysyncobj.node", "Node"): Node, ("pysyncobj.node", "TCPNode"): TCPNode}
 

@@ -2,6 +2,8 @@
 change made on the leader is applied everywhere, a restarted node gets its state back from disk,
 a node with another key learns nothing, and no node starts without a key."""
 
+import os
+import shutil
 import socket
 import time
 from types import SimpleNamespace
@@ -106,3 +108,31 @@ def test_no_key_no_controller(tmp_path):
         raft_password(SimpleNamespace(controller_key_file=str(key), auth_dir=""))
     key.chmod(0o600)
     assert raft_password(SimpleNamespace(controller_key_file=str(key), auth_dir="")) == KEY
+
+
+def test_a_node_with_an_empty_disk_catches_up_from_a_snapshot(tmp_path):
+    """Snapshots (a set of pysyncobj nodes and the groups) go through the restricted decoder too:
+    the leader compacts its log, a follower that lost its disk gets the snapshot streamed."""
+    peers = _ports(3)
+    states = [ReplicatedGroups() for _ in peers]
+    nodes = [raft_node(p, peers, str(tmp_path / str(i)), s, KEY) for i, (p, s) in enumerate(zip(peers, states))]
+    try:
+        _wait(lambda: any(n._isLeader() and n.isReady() for n in nodes))
+        lead = next(i for i, n in enumerate(nodes) if n._isLeader())
+        f = next(i for i in range(3) if i != lead)
+        nodes[f].destroy_synchronous()
+        nodes[f] = None
+        done = []
+        for i in range(20):
+            states[lead].register("C", "b", f"h:{i}", "ha", callback=lambda r, e: done.append(e))
+        _wait(lambda: len(done) == 20)
+        for n in nodes:
+            if n is not None:
+                n.forceLogCompaction()
+        _wait(lambda: os.path.exists(tmp_path / str(lead) / "raft.snapshot"))
+        shutil.rmtree(tmp_path / str(f))
+        states[f] = ReplicatedGroups()
+        nodes[f] = raft_node(peers[f], peers, str(tmp_path / str(f)), states[f], KEY)
+        _wait(lambda: len(states[f].read(lambda gs: (gs.get("C/b") or {}).get("members", {}))) == 20)
+    finally:
+        _stop(nodes)
