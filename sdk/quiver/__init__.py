@@ -1,5 +1,9 @@
 """Quiver's client SDK: messages, producers, consumers, admin, and the wire protocol."""
 
+# The release, as pyproject.toml's version (a test keeps them equal): `quiver --version`, every
+# service's STATUS and /metrics (quiver_build_info). First, before any import that may need it.
+__version__ = "0.1.0"
+
 import importlib.abc
 import importlib.util
 import sys
@@ -24,7 +28,7 @@ from quiver.errors import (error_for, QuiverError, ProtocolError, FieldError, Cl
 from quiver.client.message import (ConsumeResult, Message, MessageExt, MessageSelector, PullStatus, SendResult,
                                    SendStatus, TransactionState)
 
-__all__ = ["Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "SimpleConsumer",
+__all__ = ["__version__", "Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "SimpleConsumer",
            "Admin", "SendStatus", "SendResult", "ConsumeResult", "TransactionState", "MessageSelector",
            "PullStatus", "error_for", "QuiverError", "ProtocolError", "FieldError", "ClientError",
            "RequestTimeoutError", "BrokerSystemError", "SystemBusyError", "RequestCodeNotSupportedError",

@@ -12,7 +12,7 @@ import logging
 from quiver.wire import protocol
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, QueryNotFoundError, TopicNotExistError
+from quiver.errors import IllegalOperationError, InvalidParameterError, QueryNotFoundError, TopicNotExistError
 from quiver.wire.access import GET, SUB, topic_resource
 from quiver.wire.names import check_topic
 from quiver.wire.transport import next_request_id
@@ -61,6 +61,9 @@ class TopicRequests:
         a = req.args
         check_topic(a.topic, for_create=True)
         write = a.read if a.write is None else a.write
+        behind = {} if a.force else self.topics.shrink_backlog(a.topic, a.read)
+        if behind:
+            raise IllegalOperationError(shrink_refusal(a.topic, a.read, behind))
         conf = self.topics.put(a.topic, a.read, write, a.perm, order=a.order)
         req.reply(ResponseCode.SUCCESS, "", {"topic": a.topic, "config": conf})
 
@@ -74,6 +77,14 @@ class TopicRequests:
 
     def all_topics(self, req) -> None:
         req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows})
+
+
+def shrink_refusal(topic: str, read: int, behind: dict[int, list[str]]) -> str:
+    """The remark of a refused shrink: which queues hold what, and RocketMQ's safe way."""
+    held = "; ".join(f"queue {q}: {', '.join(groups)}" for q, groups in sorted(behind.items()))
+    return (f"lowering {topic}'s read queues to {read} would hide unconsumed messages ({held}): lower the "
+            f"write queues to {read} first, let consumers drain the rest, then the read queues "
+            f"(quiver topic shrink {topic} --queues {read}); force=true drops them from consumption")
 
 
 class OffsetRequests:

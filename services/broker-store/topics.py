@@ -58,6 +58,24 @@ class Topics:
             raise InvalidParameterError(f"queue {queue_id} is not a queue of {topic!r} "
                                         f"(it has {max(conf['read'], conf['write'])})")
 
+    def shrink_backlog(self, topic: str, read: int) -> dict[int, list[str]]:
+        """What lowering `topic`'s read queues to `read` would hide: queue id -> the groups whose
+        offset there is behind the queue's max ("no group" when messages are held but no group
+        has an offset). Empty when nothing unconsumed would be left behind."""
+        conf = self.rows.get(topic)
+        if conf is None or read >= conf["read"]:
+            return {}
+        behind: dict[int, list[str]] = {}
+        for q in range(read, conf["read"]):
+            hi = self.store.max_offset(topic, q)
+            if hi <= self.store.min_offset(topic, q):
+                continue
+            offsets = {g: o for (g, t, qid), o in list(self.metadata.offsets.items()) if t == topic and qid == q}
+            groups = sorted(g for g, o in offsets.items() if o < hi)
+            if groups or not offsets:
+                behind[q] = groups or ["no group"]
+        return behind
+
     def put(self, topic: str, read: int, write: int, perm: int = 6, order: bool = False) -> dict:
         conf = self.metadata.put_topic(topic, read, write, perm, order=order)
         self.changed()

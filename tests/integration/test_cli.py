@@ -101,7 +101,7 @@ def test_consumer_and_broker_verbs_over_processes(ns):
     shown = quiver(ns, "consumer", "config", "cli-g")
     assert shown.returncode == 1 and "no stored config" in shown.stderr
     assert "cli-g" not in as_json(ns, "consumer", "list")["groups"]        # showing wrote nothing
-    as_json(ns, "consumer", "config", "cli-g", "--retry-max-times", "2")
+    as_json(ns, "consumer", "config", "cli-g", "--retry-max-times", "2", "--create")
     assert as_json(ns, "consumer", "config", "cli-g")["brokers"]["broker-a"]["retry_max_times"] == 2
 
     plan = as_json(ns, "consumer", "reset", "cli-g", "--topic", "CliWork", "--to", "latest", "--dry-run")

@@ -15,6 +15,7 @@ from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
 from quiver.client.message import RESERVED_PROPERTIES, Message, MessageExt, SendResult, parse_offset_msg_id
+from quiver.client.system_properties import BROKER_WRITTEN, DLQ_ORIGIN_TOPIC
 from quiver.wire.curve import Credentials
 from quiver.wire.protocol import Envelope
 from quiver.wire.validation import DLQ_PREFIX, check_group, check_topic
@@ -59,9 +60,14 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     # ---- topics ---------------------------------------------------------------------
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
-                     brokers: list[str] | None = None, wait_s: float = 5.0) -> dict[str, Any]:
-        """Create (or update) a topic on every broker, or on the named ones.
+                     brokers: list[str] | None = None, wait_s: float = 5.0, *, write_queues: int | None = None,
+                     force: bool = False) -> dict[str, Any]:
+        """Create (or update) a topic on every broker, or on the named ones: `queues` read queues
+        and `write_queues` (default as many) write queues.
 
+        Lowering the read queues of a topic whose removed queues hold messages some group has
+        not consumed raises IllegalOperationError naming them, unless `force`: lower the write
+        queues first and the read queues once the backlog drained (`shrink_topic`).
         Returns once every name server routes it (up to `wait_s`), so a producer or
         consumer started right after sees the topic.
         """
@@ -74,12 +80,13 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             addrs = {b: addrs[b] for b in brokers}
         if not addrs:
             raise ClientError("no broker is registered with the name servers")
-        req = rq.CreateTopic(topic=topic, read=queues, write=queues, perm=perm, order=order)
+        write = queues if write_queues is None else write_queues
+        req = rq.CreateTopic(topic=topic, read=queues, write=write, perm=perm, order=order, force=force)
         out = {name: dataclasses.asdict(rq.TopicConfigReply.decode(self.call_broker(addr, req).ext).config)
                for name, addr in addrs.items()}
         self._routes.pop(topic, None)
         if wait_s > 0:
-            self._wait_routed(topic, set(addrs), queues, wait_s)
+            self._wait_routed(topic, set(addrs), write, wait_s)
         return out
 
     def _wait_routed(self, topic: str, brokers: set[str], queues: int, wait_s: float) -> None:
@@ -318,11 +325,14 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         p.transport_factory = self.transport_factory   # the admin's network (quiver.testing's too)
         with p:
             for m in chosen:
-                topic = m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC")
+                # the topic the broker recorded when it dead-lettered (clients cannot send this
+                # property): never one the message's sender chose, as this writes with our rights
+                topic = m.properties.get(DLQ_ORIGIN_TOPIC)
                 if not topic:
-                    raise ClientError(f"dead letter {m.msg_id} does not name its original topic")
+                    raise ClientError(f"dead letter {m.msg_id} has no {DLQ_ORIGIN_TOPIC} recorded by the broker: "
+                                      "not resent (read it with quiver consumer dlq and send it yourself)")
                 props = {k: v for k, v in m.properties.items()
-                         if k not in RESERVED_PROPERTIES and not k.startswith("DLQ_")}
+                         if k not in RESERVED_PROPERTIES and k not in BROKER_WRITTEN and not k.startswith("DLQ_")}
                 results.append(p.send(Message(topic, m.body, tags=m.tags, keys=m.keys or None, properties=props,
                                               flag=m.flag)))
         return results

@@ -7,12 +7,13 @@ quiver.wire.requests, like the rest of Admin. Does not own the topic and offset 
 (admin.py) nor the ACL commands (acl_admin.py).
 """
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from quiver.client import queue_puller
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.client.message import MessageExt
-from quiver.errors import QuiverError, SubscriptionGroupNotExistError, TopicNotExistError
+from quiver.errors import IllegalOperationError, QuiverError, SubscriptionGroupNotExistError, TopicNotExistError
 from quiver.wire import requests as rq
 from quiver.wire.validation import check_group, check_topic
 
@@ -33,7 +34,8 @@ class InspectCommands(_Base):
         def clean_expired(self, broker_addr: str) -> int: ...
         def delete_topic(self, topic: str) -> None: ...
         def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
-                         brokers: list[str] | None = None, wait_s: float = 5.0) -> dict[str, Any]: ...
+                         brokers: list[str] | None = None, wait_s: float = 5.0, *, write_queues: int | None = None,
+                         force: bool = False) -> dict[str, Any]: ...
 
     # ---- topics ----------------------------------------------------------------------
 
@@ -78,8 +80,37 @@ class InspectCommands(_Base):
         out: dict[str, dict[str, Any]] = {}
         for broker, conf in had.items():
             out.update(self.create_topic(topic, queues=conf["read"], perm=conf["perm"],
-                                         order=bool(conf.get("order")), brokers=[broker]))
+                                         order=bool(conf.get("order")), brokers=[broker],
+                                         write_queues=conf.get("write", conf["read"])))
         return out
+
+    def shrink_topic(self, topic: str, queues: int, wait_s: float = 0.0, poll_s: float = 2.0) -> dict[str, Any]:
+        """RocketMQ's safe way to take queues from a topic: every broker's write queues go down to
+        `queues` at once (no new message lands on the others), the read queues only once every
+        group consumed what the others hold (the broker refuses earlier). Tries for up to
+        `wait_s`; returns {"brokers", "write_done", "read_done", "behind": the broker's remark
+        while a backlog remains}. Raises TopicNotExistError when no broker has the topic."""
+        check_topic(topic, for_create=True)
+        had = {b: topics[topic] for b, topics in self.topic_configs().items() if topic in topics}
+        if not had:
+            raise TopicNotExistError(f"topic {topic!r} is on no broker")
+        for broker, conf in sorted(had.items()):
+            if conf["write"] > queues:
+                self.create_topic(topic, queues=conf["read"], perm=conf["perm"], order=bool(conf.get("order")),
+                                  brokers=[broker], write_queues=queues)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                for broker, conf in sorted(had.items()):
+                    if conf["read"] > queues:
+                        self.create_topic(topic, queues=queues, perm=conf["perm"], order=bool(conf.get("order")),
+                                          brokers=[broker])
+                        conf["read"] = queues
+                return {"brokers": sorted(had), "write_done": True, "read_done": True, "behind": None}
+            except IllegalOperationError as exc:
+                if time.monotonic() + poll_s > deadline:
+                    return {"brokers": sorted(had), "write_done": True, "read_done": False, "behind": exc.remark}
+            time.sleep(poll_s)
 
     # ---- groups ------------------------------------------------------------------------
 

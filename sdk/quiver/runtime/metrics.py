@@ -12,13 +12,15 @@ is logged and left out of that scrape; the others are served.
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from quiver import __version__
 from quiver.wire.codes import RequestCode, ResponseCode
 
 from .histogram import snapshot
+from .metrics_http import BoundedHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ class ServiceCollector(Collector):
         stats = svc.request_stats
         yield gauge("quiver_service_info", "1, labelled with the service and its listen address",
                     ("service", "listen"), [((svc.name, svc.listen), 1)])
+        yield gauge("quiver_build_info", "1, labelled with the release this service runs", ("version",),
+                    [((__version__,), 1)])
         yield gauge("quiver_service_uptime_seconds", "seconds since the service started",
                     rows=[((), round(time.time() - svc.started_at, 3))])
         counts = snapshot(svc.counters)
@@ -114,8 +118,8 @@ class ServiceCollector(Collector):
 # ---- the endpoint ---------------------------------------------------------------------------
 
 class MetricsServer:
-    """prometheus_client's HTTP server on a daemon thread, serving `collector` plus the
-    process, platform and GC collectors from a registry of its own (no global one)."""
+    """`collector` plus the process, platform and GC collectors, from a registry of its own (no
+    global one), served by one bounded thread (metrics_http: connection cap, 5 s per connection)."""
 
     def __init__(self, listen: str, collector: Collector):
         self.host, self.port = parse_listen(listen)
@@ -127,12 +131,12 @@ class MetricsServer:
 
     def start(self) -> str:
         """Bind and serve; returns the bound HOST:PORT (port 0 picks a free one)."""
-        self._server, _thread = start_http_server(self.port, self.host, self.registry)
+        self._server = BoundedHttpServer(self.host, self.port, self.registry)
+        self._server.start()
         host, port = self._server.server_address[:2]
         return f"{host}:{port}"
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None

@@ -23,6 +23,7 @@ import time
 
 import zmq
 
+from quiver import __version__
 from quiver.wire import protocol
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
@@ -353,7 +354,7 @@ class Service:
         request that carries "r" by mistake is visible in STATUS, not lost silently."""
 
     def _status(self, req: Request):
-        status = {"service": self.name, "listen": self.listen, "pid": os.getpid(),
+        status = {"service": self.name, "version": __version__, "listen": self.listen, "pid": os.getpid(),
                   "uptime_s": round(time.time() - self.started_at, 1), "counters": dict(self.counters),
                   "gc": {"frozen_objects": gc.get_freeze_count(),
                          "collections": [g["collections"] for g in gc.get_stats()]}}

@@ -147,10 +147,21 @@ def user_delete(obj, name):
         _report(a.acl_delete_user(name))
 
 
+def _actions(ctx, param, value: str) -> list[str]:
+    """The comma list, each checked against the wire's ACTIONS before any call (exit 2)."""
+    from quiver.wire.access import ACTIONS
+    acts = [x.strip().upper() for x in value.split(",") if x.strip()]
+    bad = [x for x in acts if x not in ACTIONS]
+    if bad:
+        raise click.BadParameter(f"{', '.join(bad)}: choose from {', '.join(ACTIONS)}")
+    return acts
+
+
 def _rule_options(f):
     f = click.option("--source", help="only from this CIDR, e.g. 10.0.0.0/8")(f)
     f = click.option("--deny", is_flag=True, help="a DENY rule (deny wins)")(f)
-    f = click.option("--actions", default="", help="comma list of PUB,SUB,CREATE,UPDATE,DELETE,GET,LIST or ALL")(f)
+    f = click.option("--actions", default="", callback=_actions,
+                     help="comma list of PUB,SUB,CREATE,UPDATE,DELETE,GET,LIST or ALL")(f)
     f = click.option("--resource", required=True, help="cluster | topic:NAME | group:NAME, '*' suffix for a prefix")(f)
     return click.argument("name")(f)
 
@@ -166,11 +177,10 @@ def grant(obj, name, resource, actions, deny, source):
       quiver acl grant frank --resource topic:Orders --actions PUB
       quiver acl grant frank --resource 'group:billing-*' --actions SUB --source 10.0.0.0/8
     """
-    acts = [x for x in actions.split(",") if x]
-    if not acts:
+    if not actions:
         raise click.UsageError("quiver acl grant: --actions PUB,SUB,... (or ALL) is required")
     with obj.admin() as a:
-        _report(a.acl_grant(name, resource, acts, deny=deny, source=source))
+        _report(a.acl_grant(name, resource, actions, deny=deny, source=source))
 
 
 @acl.command()
@@ -183,9 +193,8 @@ def revoke(obj, name, resource, actions, deny, source):
     Examples:
       quiver acl revoke frank --resource topic:Orders --actions PUB
     """
-    acts = [x for x in actions.split(",") if x]
     with obj.admin() as a:
-        _report(a.acl_revoke(name, resource, acts or None, deny=deny, source=source))
+        _report(a.acl_revoke(name, resource, actions or None, deny=deny, source=source))
 
 
 @acl.command("list")

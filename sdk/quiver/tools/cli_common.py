@@ -1,8 +1,8 @@
 """What every `quiver` verb shares: the context (name servers, credentials, how clients are made),
 output (`-o table|json`), exit codes and the mapping of QuiverError classes onto them.
 
-Exit codes: 0 ok, 1 nothing found or a check failed, 2 usage (click's own), 3 a server or
-connection error. Tables are rich tables: coloured only on a terminal (and never with NO_COLOR,
+Exit codes: 0 ok, 1 nothing found, a check failed or a prompt declined, 2 usage or input found
+invalid before any call (names, bodies, ids, files, choices), 3 a server or connection error. Tables are rich tables: coloured only on a terminal (and never with NO_COLOR,
 which rich honours); piped, they are plain text at full width so scripts can grep whole ids.
 `-o json` prints one JSON document with stable keys (sorted), never a table.
 
@@ -83,6 +83,58 @@ def output_option(f):
                         help="table (default; colour on a terminal) or json (one document, stable keys)")(f)
 
 
+def confirm(question: str) -> None:
+    """Ask; a "no" (or no answer) ends the verb with exit 1, having changed nothing."""
+    try:
+        yes = click.confirm(question, default=False)
+    except click.Abort:   # no terminal to answer from, or Ctrl-C at the prompt
+        yes = False
+    if not yes:
+        finish(EXIT_NOT_FOUND, "declined: nothing changed")
+
+
+class NameType(click.ParamType):
+    """A topic or group name checked by the wire's own rules before any call (exit 2)."""
+
+    def __init__(self, kind: str):
+        self.name = kind
+
+    def convert(self, value, param, ctx):
+        from quiver.wire.names import group_problem, topic_problem
+        problem = (topic_problem if self.name == "topic" else group_problem)(value)
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return value
+
+
+TOPIC, GROUP = NameType("topic"), NameType("group")
+
+
+class MsgIdType(click.ParamType):
+    """A msgId (unique or offset): 32 hex characters, checked before any call (exit 2)."""
+    name = "msgid"
+
+    def convert(self, value, param, ctx):
+        try:
+            bytes.fromhex(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a msgId: 32 hex characters, as send() returned it", param, ctx)
+        if len(value) != 32:
+            self.fail(f"{value!r} is not a msgId: 32 hex characters (got {len(value)})", param, ctx)
+        return value.upper()
+
+
+MSG_ID = MsgIdType()
+
+
+def check_brokers(admin, names) -> None:
+    """Broker names the name servers do not know are a typo, not an outage: exit 2."""
+    known = admin.all_broker_addrs()
+    unknown = sorted(set(n for n in names if n) - set(known))
+    if unknown:
+        finish(EXIT_USAGE, f"error: unknown broker {', '.join(unknown)} (known: {', '.join(sorted(known)) or 'none'})")
+
+
 def finish(code: int, message: str | None = None):
     """End the verb with an exit code (and a line on stderr)."""
     if message:
@@ -160,14 +212,22 @@ def ms_text(ts) -> str | None:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000)) + f".{int(ts) % 1000:03d}"
 
 
+WHEN_HINT = "an ISO datetime (2024-05-01T12:00:00[+02:00]) or epoch seconds (10 digits) or ms (13 digits)"
+
+
 def parse_when(text: str) -> int:
-    """An ISO-8601 datetime (local time unless it has an offset) or epoch ms -> epoch ms."""
+    """An ISO-8601 datetime (local time unless it has an offset), or epoch seconds (10 digits)
+    or ms (13 digits) -> epoch ms. Other digit strings are refused: never guessed."""
     if text.isdigit():
-        return int(text)
+        if len(text) == 13:
+            return int(text)
+        if len(text) == 10:
+            return int(text) * 1000
+        raise click.BadParameter(f"{text!r}: use {WHEN_HINT}")
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r}: use an ISO datetime (2024-05-01T12:00:00[+02:00]) or epoch ms")
+        raise click.BadParameter(f"{text!r}: use {WHEN_HINT}")
     return int(dt.timestamp() * 1000)
 
 

@@ -12,7 +12,9 @@ import click
 from quiver.tools.cli_common import EXIT_NOT_FOUND, finish, output_option, say
 
 STATE_FILE = "quiver-up.json"
-DATA_DIR = click.option("--data-dir", default="./data", show_default=True, help="where `quiver up` keeps data")
+DEFAULT_DATA_DIR = "./data"
+DATA_DIR = click.option("--data-dir", envvar="QUIVER_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
+                        help="where `quiver up` keeps data and its state file (env QUIVER_DATA_DIR)")
 
 
 def _compose_path(given: str | None) -> str:
@@ -31,6 +33,27 @@ def _state(data_dir: str) -> dict | None:
             return json.load(f)
     except OSError:
         return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True   # someone else's process: it exists
+    return True
+
+
+def state_namesrv(data_dir: str | None = None) -> str | None:
+    """The name servers of the cluster `quiver up` runs from `data_dir` (QUIVER_DATA_DIR, else
+    ./data), None when there is no state file or none of its services is alive any more."""
+    state = _state(data_dir or os.environ.get("QUIVER_DATA_DIR") or DEFAULT_DATA_DIR)
+    if not state or not state.get("namesrv"):
+        return None
+    if not any(_alive(svc.get("pid", 0)) for svc in state.get("services", []) if svc.get("pid")):
+        return None
+    return state["namesrv"]
 
 
 def _secure_dir(data_dir: str) -> str:
@@ -71,6 +94,13 @@ def up(data_dir, compose, scale, free_ports, flush, auto_create, demo, detach, s
         if name not in {s.name for s in specs} or not n.isdigit():
             raise click.BadParameter(f"{item}: use SERVICE=N with a service of compose.yaml", param_hint="--scale")
         counts[name] = int(n)
+    if not free_ports:
+        from quiver.tools.ports import conflicts
+        taken = conflicts("127.0.0.1", compose_mod.planned_ports(specs, counts))
+        if taken:
+            finish(EXIT_NOT_FOUND, "quiver up: nothing started: " + "; ".join(taken)
+                   + ". Stop that process, or run `quiver up --free-ports` (the CLI then finds this cluster "
+                     "through the state file in --data-dir)")
     auth_dir = _secure_dir(data_dir) if secure else None
     cluster = LocalCluster(data_dir, auth_dir=auth_dir)
     os.makedirs(cluster.data_dir, exist_ok=True)
@@ -87,7 +117,9 @@ def up(data_dir, compose, scale, free_ports, flush, auto_create, demo, detach, s
     for svc in cluster.describe():
         metrics = f"  metrics http://{svc['metrics']}/metrics" if svc["metrics"] else ""
         say(f"  {svc['role']:<12} {svc['name']:<16} {svc['addr']:<22} pid {svc['pid']}{metrics}")
-    say(f"  namesrv for clients: {cluster.namesrv}")
+    say(f"  namesrv for clients: {cluster.namesrv}  (in {state}: quiver verbs run from here, or with "
+        f"QUIVER_DATA_DIR={cluster.data_dir}, use it)")
+    say(f"export QUIVER_NAMESRV='{cluster.namesrv}'")
     if auth_dir:
         key = os.path.join(auth_dir, "admin.key")
         os.environ["QUIVER_CREDENTIALS"] = key  # the demo's clients

@@ -8,8 +8,8 @@ import time
 
 import click
 
-from quiver.tools.cli_common import (EXIT_NOT_FOUND, EXIT_SERVER, finish, ms_text, output_option, parse_props,
-                                     parse_when, print_json, say, show)
+from quiver.tools.cli_common import (EXIT_NOT_FOUND, EXIT_SERVER, MSG_ID, TOPIC, check_brokers, finish, ms_text,
+                                     output_option, parse_props, parse_when, print_json, say, show)
 
 BODY_SHOWN = 200   # characters of a body in a table (json has it whole)
 TAIL_IDLE_S = 0.2  # nothing new on any queue: look again this soon
@@ -52,14 +52,14 @@ def msg():
 
 
 @msg.command()
-@click.option("--topic", required=True)
+@click.option("--topic", type=TOPIC, required=True)
 @click.option("--body", help="the body as text")
 @click.option("--file", "path", type=click.File("rb"), help="the body from a file, '-' for stdin")
 @click.option("--tags")
 @click.option("--keys", multiple=True, help="a key (repeatable, or comma separated)")
 @click.option("--props", multiple=True, metavar="KEY=VALUE", help="a user property (repeatable)")
 @click.option("--delay-level", type=click.IntRange(0, 64), default=0, help="deliver after the level's delay (1 = 1s ...)")
-@click.option("--deliver-at", help="deliver at this time: ISO datetime or epoch ms")
+@click.option("--deliver-at", help="deliver at this time: ISO datetime, epoch s (10 digits) or ms (13 digits)")
 @click.option("--count", type=click.IntRange(1), default=1, show_default=True, help="send the message this many times")
 @output_option
 @click.pass_obj
@@ -77,6 +77,9 @@ def send(obj, topic, body, path, tags, keys, props, delay_level, deliver_at, cou
     if (body is None) == (path is None):
         raise click.UsageError("give the body with exactly one of --body TEXT or --file PATH|-")
     data = body.encode() if path is None else path.read()
+    if not data:
+        raise click.BadParameter("the body is empty: a message needs at least one byte",
+                                 param_hint="--body" if path is None else "--file")
     if delay_level and deliver_at:
         raise click.UsageError("--delay-level and --deliver-at exclude each other")
     key_list = [k for item in keys for k in item.split(",") if k] or None
@@ -108,7 +111,7 @@ def _send_all(p, m, count: int) -> list:
 
 
 @msg.command()
-@click.option("--topic", required=True)
+@click.option("--topic", type=TOPIC, required=True)
 @click.option("--key", required=True)
 @click.option("--max", "max_num", type=click.IntRange(1, 1024), default=32, show_default=True)
 @output_option
@@ -128,8 +131,8 @@ def query(obj, topic, key, max_num, output):
 
 
 @msg.command()
-@click.option("--id", "msg_id", required=True, help="offset msgId, or unique msgId with --topic")
-@click.option("--topic", help="the topic, to look up a unique msgId")
+@click.option("--id", "msg_id", type=MSG_ID, required=True, help="offset msgId, or unique msgId with --topic")
+@click.option("--topic", type=TOPIC, help="the topic, to look up a unique msgId")
 @output_option
 @click.pass_obj
 def view(obj, msg_id, topic, output):
@@ -138,7 +141,7 @@ def view(obj, msg_id, topic, output):
     \b
     Examples:
       quiver msg view --id 7F00000100002A9F0000000000000000
-      quiver msg view --id 0A0000017B3C18B4AAC2 --topic Orders -o json
+      quiver msg view --id 7F00000125D48DA90F7C8E85B65B0000 --topic Orders -o json
     """
     with obj.admin() as a:
         m = a.view_message(msg_id, topic)
@@ -146,7 +149,7 @@ def view(obj, msg_id, topic, output):
 
 
 @msg.command()
-@click.option("--topic", required=True)
+@click.option("--topic", type=TOPIC, required=True)
 @click.option("--broker", required=True, help="broker name (see `quiver topic status`)")
 @click.option("--queue", "queue_id", type=click.IntRange(0), required=True)
 @click.option("--offset", type=click.IntRange(0), required=True, help="queue offset")
@@ -161,6 +164,7 @@ def get(obj, topic, broker, queue_id, offset, output):
     """
     from quiver.client.base import MessageQueue
     with obj.admin() as a:
+        check_brokers(a, [broker])
         m = a.message_at(MessageQueue(topic, broker, queue_id), offset)
     if m is None:
         finish(EXIT_NOT_FOUND, f"no message at {topic} {broker}:{queue_id} offset {offset}")
@@ -168,8 +172,8 @@ def get(obj, topic, broker, queue_id, offset, output):
 
 
 @msg.command()
-@click.option("--id", "msg_id", required=True, help="the msgId send() returned")
-@click.option("--topic", help="the message's topic (needed with auth on)")
+@click.option("--id", "msg_id", type=MSG_ID, required=True, help="the msgId send() returned")
+@click.option("--topic", type=TOPIC, help="the message's topic (needed with auth on)")
 @output_option
 @click.pass_obj
 def cancel(obj, msg_id, topic, output):
@@ -177,7 +181,7 @@ def cancel(obj, msg_id, topic, output):
 
     \b
     Examples:
-      quiver msg cancel --id 0A0000017B3C18B4AAC2 --topic Orders
+      quiver msg cancel --id 7F00000125D48DA90F7C8E85B65B0000 --topic Orders
     """
     with obj.producer() as p:
         ok = p.cancel_scheduled(msg_id, topic)
@@ -188,7 +192,7 @@ def cancel(obj, msg_id, topic, output):
 
 
 @msg.command()
-@click.option("--topic", required=True)
+@click.option("--topic", type=TOPIC, required=True)
 @click.option("--from", "start", type=click.Choice(["latest", "earliest"]), default="latest", show_default=True,
               help="new messages only, or everything held first")
 @click.option("--count", type=click.IntRange(1), help="stop after this many messages")
@@ -258,7 +262,7 @@ def follow(admin, topic: str, start: str, tags: str | None):
 
 
 @msg.command()
-@click.option("--id", "msg_id", required=True, help="the msgId send() returned")
+@click.option("--id", "msg_id", type=MSG_ID, required=True, help="the msgId send() returned")
 @output_option
 @click.pass_obj
 def trace(obj, msg_id, output):
@@ -268,7 +272,7 @@ def trace(obj, msg_id, output):
 
     \b
     Examples:
-      quiver msg trace --id 0A0000017B3C18B4AAC2
+      quiver msg trace --id 7F00000125D48DA90F7C8E85B65B0000
     """
     try:
         from quiver.tools.trace_view import format_trace

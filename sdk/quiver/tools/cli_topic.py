@@ -1,9 +1,11 @@
-"""`quiver topic create | delete | list | route | status | purge` (mqadmin updateTopic,
-deleteTopic, topicList, topicRoute, topicStatus). Does not own the calls (Admin does)."""
+"""`quiver topic create | shrink | delete | list | route | status | purge` (mqadmin updateTopic,
+deleteTopic, topicList, topicRoute, topicStatus). Does not own the calls (Admin does) nor the
+shrink rule (the broker refuses to lower read queues that hold a backlog, for every client)."""
 
 import click
 
-from quiver.tools.cli_common import EXIT_NOT_FOUND, finish, ms_text, output_option, say, show
+from quiver.tools.cli_common import (EXIT_NOT_FOUND, TOPIC, check_brokers, confirm, finish, ms_text, output_option,
+                                     say, show)
 
 
 @click.group()
@@ -24,27 +26,65 @@ def _configs(per_broker: dict) -> list[dict]:
 
 
 @topic.command()
-@click.argument("name")
-@click.option("--queues", type=click.IntRange(1, 1024), default=4, show_default=True, help="read and write queues")
+@click.argument("name", type=TOPIC)
+@click.option("--queues", type=click.IntRange(1, 1024), default=4, show_default=True,
+              help="read queues (and write queues unless --write-queues)")
+@click.option("--write-queues", type=click.IntRange(1, 1024), help="write queues, if not as many as --queues")
 @click.option("--order", is_flag=True, help="an ordered topic (one queue per sharding key, locked consumption)")
 @click.option("--broker", "brokers", multiple=True, help="only on this broker (repeatable; default: every broker)")
+@click.option("--force", is_flag=True, help="lower the read queues even if the removed ones hold unconsumed messages")
 @output_option
 @click.pass_obj
-def create(obj, name, queues, order, brokers, output):
-    """Create a topic on every broker, or update its queue count (mqadmin updateTopic).
+def create(obj, name, queues, write_queues, order, brokers, force, output):
+    """Create a topic on every broker, or update its queue counts (mqadmin updateTopic).
+
+    Lowering the read queues is refused (exit 1, naming the queues and groups) while the removed
+    queues hold messages a group has not consumed: use `quiver topic shrink`, or --force.
 
     \b
     Examples:
       quiver topic create Orders --queues 8
       quiver topic create Payments --order --broker broker-a
+      quiver topic create Orders --queues 8 --write-queues 2
     """
+    from quiver.errors import IllegalOperationError
     with obj.admin() as a:
-        done = a.create_topic(name, queues=queues, order=order, brokers=list(brokers) or None)
+        check_brokers(a, brokers)
+        try:
+            done = a.create_topic(name, queues=queues, order=order, brokers=list(brokers) or None,
+                                  write_queues=write_queues, force=force)
+        except IllegalOperationError as exc:
+            finish(EXIT_NOT_FOUND, f"refused: {exc.remark}")
     show(obj, output, done, _configs(done), ["broker", "read", "write", "perm", "order"], f"topic {name}")
 
 
 @topic.command()
-@click.argument("name")
+@click.argument("name", type=TOPIC)
+@click.option("--queues", type=click.IntRange(1, 1024), required=True, help="the queue count to end with")
+@click.option("--wait", type=click.FloatRange(0), default=0, show_default=True,
+              help="seconds to wait for consumers to drain the removed queues")
+@output_option
+@click.pass_obj
+def shrink(obj, name, queues, wait, output):
+    """Take queues from a topic without hiding messages (RocketMQ's way): the write queues go down
+    to --queues at once, so nothing new lands on the others; the read queues follow once every
+    group consumed what those hold. Exit 0 when both are done; exit 1 while a backlog remains
+    (the write queues stay lowered: run it again later, or `quiver topic create --force`).
+
+    \b
+    Examples:
+      quiver topic shrink Orders --queues 2
+      quiver topic shrink Orders --queues 2 --wait 600
+    """
+    with obj.admin() as a:
+        res = a.shrink_topic(name, queues, wait_s=wait)
+    show(obj, output, {"topic": name, "queues": queues, **res})
+    if not res["read_done"]:
+        finish(EXIT_NOT_FOUND, f"write queues of {name} are {queues} now; read queues wait: {res['behind']}")
+
+
+@topic.command()
+@click.argument("name", type=TOPIC)
 @click.pass_obj
 def delete(obj, name):
     """Delete a topic on every broker (its messages, queues and offsets); exit 1 if no broker has it.
@@ -80,7 +120,7 @@ def list_(obj, show_all, output):
 
 
 @topic.command()
-@click.argument("name")
+@click.argument("name", type=TOPIC)
 @output_option
 @click.pass_obj
 def route(obj, name, output):
@@ -101,7 +141,7 @@ def route(obj, name, output):
 
 
 @topic.command()
-@click.argument("name")
+@click.argument("name", type=TOPIC)
 @output_option
 @click.pass_obj
 def status(obj, name, output):
@@ -121,7 +161,7 @@ def status(obj, name, output):
 
 
 @topic.command()
-@click.argument("name")
+@click.argument("name", type=TOPIC)
 @click.option("--yes", is_flag=True, help="do not ask")
 @output_option
 @click.pass_obj
@@ -137,7 +177,7 @@ def purge(obj, name, yes, output):
       quiver topic purge Scratch --yes
     """
     if not yes:
-        click.confirm(f"drop every message of topic {name}?", abort=True)
+        confirm(f"drop every message of topic {name}?")
     with obj.admin() as a:
         done = a.purge_topic(name)
     show(obj, output, done, _configs(done), ["broker", "read", "write", "perm", "order"], f"purged {name}")

@@ -139,6 +139,24 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
                 log(f"{spec.name} {svc.name}: {'open' if svc.url.startswith('http') else 'endpoints'} {svc.url}")
 
 
+PORT_SETTINGS = ("QUIVER_METRICS_LISTEN", "QUIVER_HTTP_LISTEN", "QUIVER_GRPC_LISTEN")
+
+
+def planned_ports(specs: list[ServiceSpec], scale: dict[str, int]) -> list[tuple[str, int]]:
+    """(replica, port) of every port `start` binds without --free-ports, as it computes them."""
+    out = []
+    for spec in specs:
+        if not available(spec.module):
+            continue
+        for i in range(scale.get(spec.name, 1)):
+            out.append((f"{spec.name}-{i}", spec.port + 1000 * i))
+            for key in PORT_SETTINGS:
+                port = (spec.env.get(key) or "").rsplit(":", 1)[-1]
+                if port.isascii() and port.isdigit() and int(port):
+                    out.append((f"{spec.name}-{i} {key}", int(port) + 1000 * i))
+    return out
+
+
 def _metrics_addr(value: str, host: str, replica: int, free_ports: bool) -> str:
     """compose's metrics port (+ 1000 per replica, like the service port) on `host`, or a free one."""
     port = value.rsplit(":", 1)[-1]

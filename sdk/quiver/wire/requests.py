@@ -311,6 +311,7 @@ class CreateTopic(Schema):
     write: int | None = wire("write", Opt(QUEUE_COUNT), None)   # None: as many as read
     perm: int = wire("perm", Int(0, 15), 6)                     # READ=4, WRITE=2, INHERIT=1
     order: bool = wire("order", Bool(), False)
+    force: bool = wire("force", Bool(), False)                  # lower read queues that still hold a backlog
 
 
 @request(RequestCode.DELETE_TOPIC_IN_BROKER, needs(topic("topic", DELETE)))

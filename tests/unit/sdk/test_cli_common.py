@@ -42,7 +42,7 @@ def test_every_verb_has_help_with_examples():
 
 def test_every_verb_that_prints_data_takes_output_json():
     quiet = {("down",), ("up",), ("ping",), ("ingest",), ("topic", "delete"), ("consumer", "delete"),
-             ("filter", "check"), ("auth", "init"), ("acl", "grant"), ("acl", "revoke"), ("acl", "user", "add"),
+             ("filter", "check"), ("auth", "init"), ("auth", "controller-key"), ("acl", "grant"), ("acl", "revoke"), ("acl", "user", "add"),
              ("acl", "user", "delete")}   # they print what they did, no data to parse
     for path, cmd in _verbs(root):
         names = {o for p in cmd.params for o in getattr(p, "opts", [])}
@@ -53,7 +53,12 @@ def test_every_verb_that_prints_data_takes_output_json():
                                   ["msg", "send", "--topic", "T"], ["consumer", "reset", "g", "--topic", "T"],
                                   ["consumer", "reset", "g", "--topic", "T", "--to", "earliest", "--offset", "1"],
                                   ["msg", "send", "--topic", "T", "--body", "x", "--props", "novalue"],
-                                  ["consumer", "reset", "g", "--topic", "T", "--to", "yesterday-ish"]])
+                                  ["consumer", "reset", "g", "--topic", "T", "--to", "yesterday-ish"],
+                                  ["consumer", "reset", "g", "--topic", "T", "--to", "1200"],
+                                  ["topic", "create", "bad topic!"], ["consumer", "progress", "bad group!"],
+                                  ["msg", "view", "--id", "garbage"], ["msg", "send", "--topic", "T", "--body", ""],
+                                  ["acl", "grant", "u", "--resource", "topic:T", "--actions", "FLY"],
+                                  ["--credentials", "/nonexistent.key", "topic", "list"]])
 def test_usage_errors_exit_2(argv, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err.strip()   # click says what was wrong
@@ -102,11 +107,22 @@ def test_piped_tables_are_plain_and_uncut(qcli):
     assert "\x1b[" not in res.stdout
 
 
-def test_parse_when_reads_iso_and_epoch_ms():
+def test_parse_when_reads_iso_and_epoch_seconds_or_ms():
     assert parse_when("1700000000000") == 1700000000000
+    assert parse_when("1700000000") == 1700000000000
     assert parse_when("2023-11-14T22:13:20+00:00") == 1700000000000
-    with pytest.raises(click.BadParameter):
-        parse_when("next tuesday")
+    for bad in ("next tuesday", "1200", "17000000000"):   # other digit counts are never guessed
+        with pytest.raises(click.BadParameter):
+            parse_when(bad)
+
+
+def test_version_matches_the_package_metadata():
+    import pathlib
+    import tomllib
+    import quiver
+    pyproject = pathlib.Path(__file__).resolve().parents[3] / "pyproject.toml"
+    assert quiver.__version__ == tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert main(["--version"]) == 0
 
 
 def test_trace_without_a_trace_exits_1(qcli):

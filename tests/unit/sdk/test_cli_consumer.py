@@ -31,7 +31,7 @@ def test_config_without_flags_shows_and_never_writes(stub):
     res = qcli("consumer", "config", "shown-only")
     assert res.exit_code == 1 and "no stored config" in res.stderr
     assert "shown-only" not in c.broker().metadata.groups          # the trap: it used to store 16
-    assert qcli.json("consumer", "config", "shown-only", "--retry-max-times", "3")["brokers"]["broker-a"] == {
+    assert qcli.json("consumer", "config", "shown-only", "--retry-max-times", "3", "--create")["brokers"]["broker-a"] == {
         "retry_max_times": 3, "consume_enable": True}
     again = qcli.json("consumer", "config", "shown-only")
     assert again["brokers"]["broker-a"]["retry_max_times"] == 3     # shown as stored, not reset to 16
@@ -40,7 +40,7 @@ def test_config_without_flags_shows_and_never_writes(stub):
 
 def test_list_and_delete(stub):
     c, qcli = stub
-    qcli.json("consumer", "config", "listed", "--retry-max-times", "5")
+    qcli.json("consumer", "config", "listed", "--retry-max-times", "5", "--create")
     qcli.json("consumer", "reset", "listed", "--topic", "Work", "--to", "latest")
     groups = qcli.json("consumer", "list")["groups"]
     assert groups["listed"] == {"brokers": ["broker-a"], "config": {"retry_max_times": 5, "consume_enable": True},
@@ -55,14 +55,14 @@ def test_list_and_delete(stub):
 
 def test_reset_to_earliest_latest_offset_time_and_dry_run(stub):
     _, qcli = stub
-    late = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", "latest")
+    late = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", "latest", "--create")
     assert late["online"] is False and sum(q["offset"] for q in late["queues"]) == 8
     plan = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", "earliest", "--dry-run")
     assert plan["dry_run"] and [q["new"] for q in plan["queues"]] == [0, 0]
     assert sum(q["current"] for q in plan["queues"]) == 8           # unchanged by the dry run
     assert sum(q["current"] for q in qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to",
                                                "earliest", "--dry-run")["queues"]) == 8
-    one = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", "1")
+    one = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", "offset:1")
     assert [q["offset"] for q in one["queues"]] == [1, 1]
     future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
     by_time = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", future)
@@ -74,7 +74,7 @@ def test_reset_to_earliest_latest_offset_time_and_dry_run(stub):
 def test_progress_of_an_unknown_group_exits_1(stub):
     _, qcli = stub
     assert qcli("consumer", "progress", "nobody-here").exit_code == 1
-    qcli.json("consumer", "reset", "progressing", "--topic", "Work", "--to", "2")
+    qcli.json("consumer", "reset", "progressing", "--topic", "Work", "--to", "offset:2", "--create")
     doc = qcli.json("consumer", "progress", "progressing")
     assert doc["lag"] == 4 and {r["topic"] for r in doc["rows"]} == {"Work"}
 

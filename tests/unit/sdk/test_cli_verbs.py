@@ -70,7 +70,8 @@ def test_msg_send_delay_level_and_deliver_at_are_scheduled(qcli):
 def test_msg_get_query_view_of_nothing_exit_1(qcli):
     assert qcli("msg", "get", "--topic", "Orders", "--broker", "broker-a", "--queue", 0, "--offset", 10_000).exit_code == 1
     assert qcli("msg", "query", "--topic", "Orders", "--key", "no-such-key").exit_code == 1
-    assert qcli("msg", "view", "--id", "X" * 32, "--topic", "Orders").exit_code == 1
+    assert qcli("msg", "view", "--id", "F" * 32, "--topic", "Orders").exit_code == 1
+    assert qcli("msg", "view", "--id", "X" * 32, "--topic", "Orders").exit_code == 2   # not a msgId at all
 
 
 def test_topic_status_counts_and_last_store_time(qcli):
