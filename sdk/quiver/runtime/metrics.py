@@ -12,7 +12,7 @@ is logged and left out of that scrape; the others are served.
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -20,7 +20,6 @@ from quiver import __version__
 from quiver.wire.codes import RequestCode, ResponseCode
 
 from .histogram import snapshot
-from .metrics_http import BoundedHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +117,8 @@ class ServiceCollector(Collector):
 # ---- the endpoint ---------------------------------------------------------------------------
 
 class MetricsServer:
-    """`collector` plus the process, platform and GC collectors, from a registry of its own (no
-    global one), served by one bounded thread (metrics_http: connection cap, 5 s per connection)."""
+    """prometheus_client's HTTP server on a daemon thread, serving `collector` plus the
+    process, platform and GC collectors from a registry of its own (no global one)."""
 
     def __init__(self, listen: str, collector: Collector):
         self.host, self.port = parse_listen(listen)
@@ -131,12 +130,12 @@ class MetricsServer:
 
     def start(self) -> str:
         """Bind and serve; returns the bound HOST:PORT (port 0 picks a free one)."""
-        self._server = BoundedHttpServer(self.host, self.port, self.registry)
-        self._server.start()
+        self._server, _thread = start_http_server(self.port, self.host, self.registry)
         host, port = self._server.server_address[:2]
         return f"{host}:{port}"
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop()
+            self._server.shutdown()
+            self._server.server_close()
             self._server = None
