@@ -15,6 +15,8 @@ import zmq
 from rocketmq.grpc_protocol.service_pb2_grpc import add_MessagingServiceServicer_to_server
 
 from .clients import Clients
+from .grants import Grants
+from .limits import Limits
 from .servicer import Servicer
 from .users import Backends
 
@@ -33,6 +35,8 @@ class App:
         self.config = config
         self.clients = Clients(self._is_fifo, config.long_polling_ms, config.max_body_bytes)
         self.backends = None
+        self.grants = None
+        self.limits = Limits.of(config)
         self.servicer = None
         self.grpc = None
         self.grpc_port = 0
@@ -46,13 +50,18 @@ class App:
             return False
 
     def _renew(self) -> None:
-        """PushConsumer deliveries kept invisible until acked (renewals.py), every backend's."""
+        """PushConsumer deliveries kept invisible until acked (renewals.py), every backend's; and the
+        ACL snapshot the proxy's own decisions follow (grants.py)."""
         while not self._stop.wait(RENEW_INTERVAL_S):
             for b in self.backends.every():
                 try:
                     b.receiving.renewals.renew_due()
                 except Exception:    # the loop outlives any round
                     log.exception("renewal round failed")
+            try:
+                self.grants.refresh()
+            except Exception:
+                log.exception("ACL snapshot refresh failed")
 
     def checks_forwarded(self) -> int:
         return sum(b.tx.checks_forwarded for b in self.backends.every()) if self.backends else 0
@@ -62,14 +71,19 @@ class App:
         return {"role": "proxy", "grpc": self.config.grpc_listen, "grpc_port": self.grpc_port,
                 "namesrv": self.config.namesrv, "checks_forwarded": self.checks_forwarded(),
                 "access_key_users": users, "closed": self.config.closed, **self.clients.count(),
-                "renewing": sum(len(b.receiving.renewals) for b in self.backends.every()) if self.backends else 0}
+                "renewing": sum(len(b.receiving.renewals) for b in self.backends.every()) if self.backends else 0,
+                **self.limits.counts()}
 
     def bind(self) -> None:
         self.backends = Backends(self.config, self.clients.forward_check)
-        self.servicer = Servicer(self.config, self.clients, self.backends)
+        self.grants = self.clients.grants = Grants(self.backends.own.client, self.backends.keys)
+        self.grants.refresh()
+        self.servicer = Servicer(self.config, self.clients, self.backends, self.limits)
+        # past --grpc-threads RPCs at once, RESOURCE_EXHAUSTED at once rather than a wait in the pool's queue
         self.grpc = grpc.server(futures.ThreadPoolExecutor(self.config.grpc_threads, thread_name_prefix="grpc"),
                                 options=[("grpc.max_receive_message_length", self.config.max_body_bytes + (1 << 20)),
-                                         ("grpc.so_reuseport", 0)])
+                                         ("grpc.so_reuseport", 0)],
+                                maximum_concurrent_rpcs=self.config.grpc_threads)
         add_MessagingServiceServicer_to_server(self.servicer, self.grpc)
         self.grpc_port = self.grpc.add_insecure_port(self.config.grpc_listen)
         if not self.grpc_port:

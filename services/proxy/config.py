@@ -27,6 +27,15 @@ class Config:
                                             "the proxy's key; off: every RPC answers UNAUTHORIZED")
     grpc_threads: int = setting(256, "gRPC worker threads: each connected client's telemetry stream holds one, "
                                      "each long-polling receive another")
+    max_streams: int = setting(0, "Telemetry streams open at once, all clients (each holds a gRPC worker "
+                                  "thread; the other workers serve calls); 0: half of --grpc-threads")
+    max_streams_per_key: int = setting(16, "Telemetry streams open at once per access key (one per client "
+                                           "instance), at most --max-streams; more are TOO_MANY_REQUESTS")
+    max_calls_per_key: int = setting(0, "calls in flight per access key (a long-polling receive counts while it "
+                                        "waits); more are TOO_MANY_REQUESTS; 0: half of the workers the streams "
+                                        "leave")
+    signature_window_s: int = setting(900, "auth on: a signature's x-mq-date-time must be within this many "
+                                           "seconds of the proxy's clock (UTC or local time)")
     request_timeout_ms: int = setting(3000, "how long one broker request waits")
     max_body_bytes: int = setting(4 * 1024 * 1024, "largest message body accepted")
     default_invisible_ms: int = setting(30_000, "invisible duration of a receive that names none "
@@ -57,6 +66,14 @@ class Config:
             raise ValueError(f"--advertise {self.advertise!r}: {addr_problem(self.advertise)}")
         if not 4 <= self.grpc_threads <= 1024:
             raise ValueError("--grpc-threads must be in 4..1024")
+        if not 0 <= self.max_streams < self.grpc_threads:
+            raise ValueError("--max-streams must be in 0..--grpc-threads - 1 (the rest of the workers serve calls)")
+        if not 1 <= self.max_streams_per_key <= 100_000:
+            raise ValueError("--max-streams-per-key must be in 1..100000")
+        if not 0 <= self.max_calls_per_key <= self.grpc_threads - self.streams_cap:
+            raise ValueError("--max-calls-per-key must be in 0..--grpc-threads - --max-streams")
+        if not 1 <= self.signature_window_s <= 86_400:
+            raise ValueError("--signature-window-s must be in 1..86400")
         if not 100 <= self.request_timeout_ms <= 60_000:
             raise ValueError("--request-timeout-ms must be in 100..60000")
         if not 1 <= self.max_body_bytes <= 64 * 1024 * 1024:
@@ -70,6 +87,19 @@ class Config:
         if self.pop_consume_from not in ("first", "last"):
             raise ValueError("--pop-consume-from is first or last")
         self.message_types()   # a bad --topic-message-types fails at start
+
+    @property
+    def streams_cap(self) -> int:
+        return self.max_streams or self.grpc_threads // 2
+
+    @property
+    def calls_cap(self) -> int:
+        """All calls in flight: the workers the streams leave."""
+        return self.grpc_threads - self.streams_cap
+
+    @property
+    def calls_per_key_cap(self) -> int:
+        return self.max_calls_per_key or max(1, self.calls_cap // 2)
 
     @property
     def key_file(self) -> str | None:

@@ -18,6 +18,7 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceServicer
 from quiver.errors import QuiverError
 
 from .clients import QUEUE_BOUND, Clients, client_id_of
+from .limits import Limits
 from .messages import inbound
 from .pulling import Pulling
 from .receiving import check_group_name
@@ -38,7 +39,9 @@ def answered(response_cls):
     def wrap(fn):
         def rpc(self, request, context):
             try:
-                reply = fn(self, request, context, self.backends.for_call(context.invocation_metadata()))
+                b = self.backends.for_call(context.invocation_metadata())
+                with self.limits.call(b.access_key):
+                    reply = fn(self, request, context, b)
             except (Refused, QuiverError) as exc:
                 reply = response_cls(status=status_of(exc))
             except Exception as exc:
@@ -52,10 +55,11 @@ def answered(response_cls):
 
 
 class Servicer(MessagingServiceServicer):
-    def __init__(self, config, clients: Clients, backends: Backends):
+    def __init__(self, config, clients: Clients, backends: Backends, limits: Limits | None = None):
         self.config = config
         self.clients = clients
         self.backends = backends
+        self.limits = limits or Limits.of(config)
         self.pulling = Pulling(config)
         self.counts: collections.Counter = collections.Counter()   # (rpc, code name) -> answers (metrics.py)
 
@@ -77,19 +81,19 @@ class Servicer(MessagingServiceServicer):
         return pb.QueryAssignmentResponse(status=OK, assignments=[{"message_queue": q} for q in queues])
 
     @answered(pb.HeartbeatResponse)
-    def Heartbeat(self, request, context, _b):
+    def Heartbeat(self, request, context, b):
         cid = client_id_of(context.invocation_metadata())
         if request.client_type == ClientType.CLIENT_TYPE_UNSPECIFIED:
             raise Refused(Code.UNRECOGNIZED_CLIENT_TYPE, "heartbeat names no client_type")
         if request.HasField("group"):
             check_group_name(request.group.name)
-        self.clients.session(cid).client_type = request.client_type
+        self.clients.session(cid, b.access_key).client_type = request.client_type
         return pb.HeartbeatResponse(status=OK)
 
     @answered(pb.NotifyClientTerminationResponse)
     def NotifyClientTermination(self, request, context, b):
         cid = client_id_of(context.invocation_metadata())
-        self.clients.drop(cid)
+        self.clients.drop(cid, b.access_key)     # FORBIDDEN for another key's client id
         b.receiving.renewals.drop_client(cid)   # what it did not ack comes back after its invisible time
         return pb.NotifyClientTerminationResponse(status=OK)
 
@@ -104,8 +108,9 @@ class Servicer(MessagingServiceServicer):
         b.routes.check_type(m.msg.topic, m.kind)
         entry = pb.SendResultEntry(status=OK)
         if m.kind == MessageType.TRANSACTION:
-            self.clients.published(cid, m.msg.topic)
+            self.clients.owned(cid, b.access_key)
             entry.message_id, entry.transaction_id = b.tx.send_half(m.msg)
+            self.clients.published(cid, m.msg.topic, b.access_key, entry.message_id)
         else:
             if m.group is not None:
                 res = b.producer.send_orderly(m.msg, m.group)
@@ -144,7 +149,9 @@ class Servicer(MessagingServiceServicer):
         """`call(backend, seconds left)` of a streaming RPC: (its result, None), or (None, the Status of what
         it raised, counted)."""
         try:
-            return call(self.backends.for_call(context.invocation_metadata()), context.time_remaining() or 30.0), None
+            b = self.backends.for_call(context.invocation_metadata())
+            with self.limits.call(b.access_key):
+                return call(b, context.time_remaining() or 30.0), None
         except Exception as exc:
             if not isinstance(exc, (Refused, QuiverError)):
                 log.exception("%s failed", rpc)
@@ -154,8 +161,11 @@ class Servicer(MessagingServiceServicer):
 
     def ReceiveMessage(self, request, context):
         cid = next((v for k, v in context.invocation_metadata() if k == "x-mq-client-id"), "")
-        msgs, refused = self._streamed("ReceiveMessage", context,
-                                       lambda b, left: b.receiving.receive(request, left, cid))
+
+        def receive(b, left):
+            self.clients.owned(cid, b.access_key)   # its renewals are that client's
+            return b.receiving.receive(request, left, cid)
+        msgs, refused = self._streamed("ReceiveMessage", context, receive)
         if refused is not None:
             yield pb.ReceiveMessageResponse(status=refused)
             return
@@ -190,9 +200,11 @@ class Servicer(MessagingServiceServicer):
 
     def Telemetry(self, request_iterator, context):
         try:
-            self.backends.for_call(context.invocation_metadata())
-            session = self.clients.session(client_id_of(context.invocation_metadata()))
+            b = self.backends.for_call(context.invocation_metadata())
+            session = self.clients.session(client_id_of(context.invocation_metadata()), b.access_key)
+            self.limits.open_stream(b.access_key)     # TOO_MANY_REQUESTS past the stream caps
         except Refused as exc:
+            self.count("Telemetry", exc.code)
             yield pb.TelemetryCommand(status=status_of(exc))
             return
         session.streaming = True
@@ -210,6 +222,7 @@ class Servicer(MessagingServiceServicer):
                 yield item
         finally:
             session.streaming = False
+            self.limits.close_stream(b.access_key)
 
     def _read_commands(self, commands, session, out) -> None:
         try:

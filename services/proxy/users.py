@@ -11,15 +11,19 @@ the proxy checks the signature and serves the request with a `Backend` (SDK clie
 that user's CURVE key, built on first use, so the cluster's ACL decides as it does for the
 user's own SDK (a refusal comes back FORBIDDEN). Without it: auth off, or auth on with
 --serve-unverified, every request gets the proxy's own backend; auth on otherwise, every
-request is UNAUTHORIZED. Like RocketMQ's, the signature covers the date header only and its
-age is not bounded (clients send local time labelled Z).
+request is UNAUTHORIZED. Like RocketMQ's, the signature covers the date header only; its date
+must be within --signature-window-s (15 minutes, as AWS SigV4) of the proxy's clock, read as UTC
+or as the proxy's local time (the 5.x clients send their local time labelled Z), so a captured
+header stops working after the window.
 """
 
 import hmac
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from hashlib import sha1
 
 from rocketmq.grpc_protocol.definition_pb2 import Code
@@ -40,15 +44,16 @@ MAX_ACCESS_KEYS = 10_000
 
 @dataclass
 class Backend:
-    """One Quiver identity's SDK clients."""
+    """One Quiver identity's SDK clients; `access_key` "" for the proxy's own."""
     client: ClientBase
     producer: Producer
     tx: TxProducer
     routes: Routes
     receiving: Receiving
+    access_key: str = ""
 
     @classmethod
-    def start(cls, config, credentials, forward) -> "Backend":
+    def start(cls, config, credentials, forward, access_key: str = "") -> "Backend":
         timeout = config.request_timeout_ms / 1000
         client = ClientBase(config.namesrv, timeout, credentials=credentials)
         producer = Producer("proxy", config.namesrv, send_timeout=timeout,
@@ -57,7 +62,8 @@ class Backend:
                         max_message_bytes=config.max_body_bytes, credentials=credentials)
         for c in (client, producer, tx):
             c.start()
-        return cls(client, producer, tx, Routes(client, config.message_types()), Receiving(client, config))
+        return cls(client, producer, tx, Routes(client, config.message_types()), Receiving(client, config),
+                   access_key)
 
     def shutdown(self) -> None:
         for c in (self.tx, self.producer, self.client):
@@ -84,8 +90,9 @@ def load_access_keys(path: str) -> dict[str, tuple[bytes, Credentials]]:
     return out
 
 
-def signed_access_key(metadata, keys: dict) -> str:
-    """The access key whose secret signed this call; Refused(UNAUTHORIZED) otherwise."""
+def signed_access_key(metadata, keys: dict, window_s: int = 900, now: float | None = None) -> str:
+    """The access key whose secret signed this call, its date within `window_s` of now;
+    Refused(UNAUTHORIZED) otherwise."""
     headers = {k: v for k, v in metadata if k in ("authorization", "x-mq-date-time")}
     m = _AUTH.fullmatch(headers.get("authorization", ""))
     date = headers.get("x-mq-date-time", "")
@@ -96,7 +103,24 @@ def signed_access_key(metadata, keys: dict) -> str:
     want = hmac.new(entry[0], date.encode(), sha1).hexdigest() if entry else ""
     if entry is None or not hmac.compare_digest(want, m.group(2).lower()):
         raise Refused(Code.UNAUTHORIZED, "unknown access key or wrong signature")
+    skew = date_skew_s(date, time.time() if now is None else now)
+    if skew is None or skew > window_s:
+        raise Refused(Code.UNAUTHORIZED, f"x-mq-date-time {date!r} is not within {window_s} s of the proxy's clock "
+                                         "(UTC or its local time): sign each call with the current time "
+                                         "(yyyyMMddTHHmmssZ) and keep the client's clock right")
     return m.group(1)
+
+
+def date_skew_s(date: str, now: float) -> float | None:
+    """Seconds between a signature's date and `now`, read as UTC or as local time (the nearer);
+    None when it is not yyyyMMddTHHmmssZ."""
+    try:
+        stamp = datetime.strptime(date, "%Y%m%dT%H%M%SZ")
+    except ValueError:
+        return None
+    as_utc = stamp.replace(tzinfo=timezone.utc).timestamp()
+    as_local = stamp.timestamp()     # naive: the proxy's local time
+    return min(abs(now - as_utc), abs(now - as_local))
 
 
 class Backends:
@@ -112,11 +136,11 @@ class Backends:
 
     def for_call(self, metadata) -> Backend:
         if self.keys:
-            ak = signed_access_key(metadata, self.keys)
+            ak = signed_access_key(metadata, self.keys, self.config.signature_window_s)
             with self._lock:
                 b = self._users.get(ak)
                 if b is None:
-                    b = self._users[ak] = Backend.start(self.config, self.keys[ak][1], self.forward)
+                    b = self._users[ak] = Backend.start(self.config, self.keys[ak][1], self.forward, ak)
                 return b
         if self.config.closed:
             raise Refused(Code.UNAUTHORIZED, "auth is on and this proxy has no --access-keys: it serves no "
