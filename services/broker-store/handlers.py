@@ -112,7 +112,7 @@ class OffsetRequests:
     def update(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
-        self.metadata.set_offset(a.group, a.topic, a.queue_id, a.offset)
+        self.metadata.commit_offset(a.group, a.topic, a.queue_id, a.offset)   # not over a held reset
         req.reply(ResponseCode.SUCCESS)
 
     def max_offset(self, req) -> None:
@@ -164,7 +164,7 @@ class OffsetResets:
         queue_ids = range(conf["read"]) if a.queue_id is None else (a.queue_id,)
         offsets = [(q, self._target(a, q)) for q in queue_ids]
         for q, off in offsets:
-            self.metadata.set_offset(a.group, a.topic, q, off)
+            self.metadata.reset_offset(a.group, a.topic, q, off)
         told = self._tell(a.group, a.topic, offsets)
         log.info("offsets of group %s on %s reset to %s (%s); %d online member(s) told", a.group, a.topic,
                  dict(offsets), f"time {a.timestamp}" if a.offset is None else f"offset {a.offset}", told)

@@ -36,6 +36,9 @@ from . import migrations
 log = logging.getLogger(__name__)
 
 MAX_OFFSET = 2 ** 63 - 1
+# how long a reset offset overrides a group's commits and pulls of a queue at most (RocketMQ's
+# resetOffsetTable): longer than a held pull and a client's heartbeat expiry
+RESET_HOLD_S = 150.0
 # the database itself is unusable (locked, gone, disk I/O): trying the next row would fail the same way
 _DB_DOWN = (OperationalError, InterfaceError, DisconnectionError)
 
@@ -81,6 +84,7 @@ class Metadata:
         self.groups: dict[str, dict] = {}
         self.offsets: dict[tuple[str, str, int], int] = {}
         self._dirty: set = set()
+        self._resets: dict[tuple[str, str, int], tuple[int, float]] = {}  # key -> (offset, held until)
         self._lock = threading.Lock()  # the persist job runs on another thread
         self._load()
 
@@ -165,6 +169,57 @@ class Metadata:
             if offset > self.offsets.get(key, -1):
                 self.offsets[key] = offset
                 self._dirty.add(key)
+
+    def reset_offset(self, group: str, topic: str, queue_id: int, offset: int, now: float | None = None) -> None:
+        """An admin's reset: the offset is set, and until a pull of the group arrives at it
+        (`reset_target`) the group's commits of other offsets of the queue are ignored: they
+        were made before its consumers learnt of the reset (a pull in flight, a queue given up
+        in a rebalance, a consumer shutting down) and would undo it."""
+        _check_offset(offset)
+        key = (group, topic, queue_id)
+        with self._lock:
+            self.offsets[key] = offset
+            self._dirty.add(key)
+            self._resets[key] = (offset, (time.monotonic() if now is None else now) + RESET_HOLD_S)
+
+    def _held_reset(self, key, now: float | None) -> int | None:
+        held = self._resets.get(key)
+        if held is None:
+            return None
+        if held[1] <= (time.monotonic() if now is None else now):
+            del self._resets[key]
+            return None
+        return held[0]
+
+    def reset_target(self, group: str, topic: str, queue_id: int, offset: int, now: float | None = None) -> int | None:
+        """Where a pull of the group at `offset` must go instead: the reset offset while one
+        is held and the pull is elsewhere (a consumer that has not moved yet), else None. A
+        pull at the reset offset ends the hold: its consumer consumes from there."""
+        key = (group, topic, queue_id)
+        with self._lock:
+            target = self._held_reset(key, now)
+            if target is None:
+                return None
+            if target == offset:
+                del self._resets[key]
+                return None
+            return target
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int, advance: bool = False,
+                      now: float | None = None) -> bool:
+        """A consumer's commit (`advance`: a pull's piggy-backed one, never backwards); ignored
+        while a reset of the queue to another offset is held (see reset_offset). True if taken."""
+        _check_offset(offset)
+        key = (group, topic, queue_id)
+        with self._lock:
+            held = self._held_reset(key, now)
+            if held is not None and held != offset:
+                return False
+            if advance and offset <= self.offsets.get(key, -1):
+                return False
+            self.offsets[key] = offset
+            self._dirty.add(key)
+            return True
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return {(t, q): o for (g, t, q), o in self.offsets.items() if g == group}

@@ -71,9 +71,15 @@ class Puller:
             raise InvalidParameterError(f"queue {queue_id} is not a read queue of {topic!r} (it has {conf['read']})")
         if a.expression_type not in ("TAG", None):
             raise InvalidParameterError("SQL92 subscriptions are pulled through a filter server, not the broker")
+        if a.group and (moved := self.metadata.reset_target(a.group, topic, queue_id, offset)) is not None:
+            # the group's offsets were reset and this consumer has not moved yet: its commit is stale
+            lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
+            req.reply(ResponseCode.PULL_OFFSET_MOVED, f"the group's offset was reset: pull from {moved}",
+                      {"next": moved, "min": lo, "max": hi})
+            return
         if a.group and a.commit_offset is not None and a.commit_offset >= 0:
             # forward only: a pull sent before its queue moved may arrive after the final commit
-            self.metadata.advance_offset(a.group, topic, queue_id, a.commit_offset)
+            self.metadata.commit_offset(a.group, topic, queue_id, a.commit_offset, advance=True)
         suspend_ms = min(a.suspend_ms, self.max_suspend_ms)
         task = HeldPull(req, topic, queue_id, offset, min(a.max_msgs, 1024), tags.hashes(a.expression), a.max_bytes)
         if not self._try(task, final=suspend_ms <= 0):

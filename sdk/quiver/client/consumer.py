@@ -399,6 +399,9 @@ class PullConsumer(ClientBase):
             st.next = nxt
             if moved:
                 st.narrow_until = 0
+                if st.buffered:   # what is buffered lies elsewhere (the group's offset was reset meanwhile)
+                    self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+                    st.buffered = 0
             if st.buffered == 0 and (moved or st.consumed < nxt):
                 st.consumed = nxt
         return True

@@ -360,23 +360,29 @@ class PushConsumer(ConsumeService, ClientBase):
         named gets a new ProcessQueue at its new offset, whose commit is queued at once."""
         for mq, offset in offsets.items():
             old = self._pqs.get(mq)
-            if old is None:
-                continue
-            # orderly: the batch under way finishes first (it cannot commit once the queue is replaced)
-            with old.consume_lock if self._orderly else contextlib.nullcontext(), self._state_lock:
-                if self._pqs.get(mq) is not old:
-                    continue   # dropped meanwhile
-                old.dropped = True
-                pq = self._pqs[mq] = ProcessQueue(mq, old.addr, offset)
-                pq.locked, pq.lock_ts = old.locked, old.lock_ts
-                self.offsets.update(mq, offset, increase_only=False)
-                try:
-                    self.offsets.persist(mq, pq.addr)
-                except (QuiverError, OSError) as exc:
-                    log.warning("commit of the reset offset of %s failed: %s", mq, exc)
-            self._resets += 1
-            log.info("%s reset to offset %d by its broker (%d cached message(s) dropped)", mq, offset, len(old.msgs))
-            self._pull(pq)
+            if old is not None and self._replace(old, offset):
+                self._resets += 1
+
+    def _replace(self, old: ProcessQueue, offset: int) -> bool:
+        """Consume `old`'s queue from `offset` with a new ProcessQueue: what `old` cached, its pull
+        under way and its unfinished messages no longer count; the new offset is committed.
+        False if the queue was dropped or replaced meanwhile."""
+        mq = old.mq
+        # orderly: the batch under way finishes first (it cannot commit once the queue is replaced)
+        with old.consume_lock if self._orderly else contextlib.nullcontext(), self._state_lock:
+            if self._pqs.get(mq) is not old:
+                return False
+            old.dropped = True
+            pq = self._pqs[mq] = ProcessQueue(mq, old.addr, offset)
+            pq.locked, pq.lock_ts = old.locked, old.lock_ts
+            self.offsets.update(mq, offset, increase_only=False)
+            try:
+                self.offsets.persist(mq, pq.addr)
+            except (QuiverError, OSError) as exc:
+                log.warning("commit of the new offset of %s failed: %s", mq, exc)
+        log.info("%s now consumed from offset %d (%d cached message(s) dropped)", mq, offset, len(old.msgs))
+        self._pull(pq)
+        return True
 
     # ---- broker locks (orderly) -----------------------------------------------------------------------
 
@@ -443,7 +449,8 @@ class PushConsumer(ConsumeService, ClientBase):
             return
         if pulled is not None:
             try:
-                self._apply(pq, offset, single, pulled)
+                if not self._apply(pq, offset, single, pulled):
+                    return
             except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
                 log.exception("answer to the pull of %s from offset %d not taken: pulling again", pq.mq, offset)
                 pulled, retry_s = None, self._puller.error_delay_s
@@ -452,35 +459,43 @@ class PushConsumer(ConsumeService, ClientBase):
         else:
             self._pull(pq)
 
-    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled) -> None:
-        """Cache and dispatch what a pull found, or move the queue's position."""
+    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled) -> bool:
+        """Cache and dispatch what a pull found, or move the queue's position; False when the
+        queue is being replaced (its new ProcessQueue pulls)."""
         if pulled.status is FOUND:
             got = self._puller.decode(pq, pulled, self.subscriptions.get(pq.mq.topic), offset, single)
             msgs = self._as_delivered(pq, got.msgs)
             with self._state_lock:
                 if pq.dropped:
-                    return
+                    return False
                 pq.add(msgs, got.next)  # cached before the position moves: the commit offset never skips them
                 pq.narrow_until = max(pq.narrow_until, got.narrow_until)
                 if not msgs and not pq.msgs:
                     self.offsets.update(pq.mq, got.next)
             if msgs:   # outside the lock: an inline listener must not hold up commits and resets
                 self._dispatch(pq, msgs)
-            return
+            return True
         nxt = pulled.next
         moved = pulled.status is OFFSET_ILLEGAL
         if moved:
             log.info("offset of %s moved from %d to %d", pq.mq, offset, nxt)
         with self._state_lock:
             if pq.dropped:
-                return
+                return False
             with pq.lock:
-                pq.next_offset = nxt
-                empty = not pq.msgs
+                cached = bool(pq.msgs)
+                if not (moved and cached):
+                    pq.next_offset = nxt
+            if moved and cached:
+                # what is cached lies elsewhere (the group's offset was reset before this consumer
+                # was told): a new ProcessQueue there, off the IO thread (orderly waits for its batch)
+                self._timer.call_later(0, self._replace, pq, nxt)
+                return False
             if moved:
                 pq.narrow_until = 0
-            if empty:  # nothing cached: the position itself is consumed
+            if not cached:  # nothing cached: the position itself is consumed
                 self.offsets.update(pq.mq, nxt, increase_only=not moved)
+        return True
 
     def _as_delivered(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         if pq.mq.topic == self.retry_topic:   # back under their own topic, with their delivery count

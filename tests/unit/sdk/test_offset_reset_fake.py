@@ -89,11 +89,8 @@ def test_push_consumer_consumes_everything_again_after_a_live_reset(two_queues):
     assert _offsets(cl, "push-cg") == [10, 10]
 
 
-def test_a_reset_while_messages_are_cached_and_being_consumed_is_not_undone(two_queues):
-    """The listener is stuck in its first batch when the reset comes: that batch finishing
-    afterwards, the cached messages behind it, the pull under way and the periodic and
-    piggy-backed commits of the old position must not move the group past the reset point."""
-    cl = two_queues
+def _stuck_consumer(cl, group):
+    """40 messages in queue 0 and a PushConsumer whose listener waits for `gate` (one thread)."""
     gate, seen, lock = threading.Event(), [], threading.Lock()
 
     def listener(msgs):
@@ -102,9 +99,18 @@ def test_a_reset_while_messages_are_cached_and_being_consumed_is_not_undone(two_
             seen.extend(m.body.decode() for m in msgs)
         return ConsumeResult.SUCCESS
     _send(cl, [f"m{i}".encode() for i in range(40)], queue_ids=(0,))
-    c = cl.client(PushConsumer, "stuck", consume_from="first", threads=1, commit_interval_ms=20)
+    c = cl.client(PushConsumer, group, consume_from="first", threads=1, commit_interval_ms=20)
     c.subscribe("T")
     c.register(listener)
+    return c, gate, seen
+
+
+def test_a_reset_while_messages_are_cached_and_being_consumed_is_not_undone(two_queues):
+    """The listener is stuck in its first batch when the reset comes: that batch finishing
+    afterwards, the cached messages behind it, the pull under way and the periodic and
+    piggy-backed commits of the old position must not move the group past the reset point."""
+    cl = two_queues
+    c, gate, seen = _stuck_consumer(cl, "stuck")
     with c:
         assert wait_until(lambda: c._pqs.get(MQ0) is not None and len(c._pqs[MQ0].msgs) == 40)
         c.offsets.update(MQ0, 30)   # as if 30 had been consumed: the commits under way carry it
@@ -181,3 +187,48 @@ def test_a_consumer_ignores_a_reset_of_another_group_or_of_queues_it_does_not_ow
 def _envelope(req):
     from quiver.wire import protocol
     return protocol.decode(protocol.request(req, 1))
+
+
+def _deaf(c):
+    """A member the broker's reset notice does not reach (it was leaving, or not connected then)."""
+    c.push_handlers = {k: v for k, v in type(c).push_handlers.items() if k != RequestCode.RESET_CONSUMER_CLIENT_OFFSET}
+
+
+def test_a_push_consumer_not_told_of_a_reset_is_moved_there_by_its_next_pull(two_queues):
+    """Its commits of the old position are ignored by the broker and its next pull is answered
+    OFFSET_MOVED: it drops what it cached and consumes everything again from the reset offset."""
+    cl = two_queues
+    c, gate, seen = _stuck_consumer(cl, "deaf")
+    _deaf(c)
+    with c:
+        assert wait_until(lambda: c._pqs.get(MQ0) is not None and len(c._pqs[MQ0].msgs) == 40)
+        c.offsets.update(MQ0, 30)
+        assert wait_until(lambda: _offsets(cl, "deaf")[0] == 30)
+        assert cl.admin().reset_offset("deaf", "T", 0).online
+        time.sleep(0.1)             # its commits of 30 meanwhile do not count
+        assert _offsets(cl, "deaf")[0] == 0
+        _send(cl, [b"later"], queue_ids=(0,))   # its held pull is answered; the next one is moved
+        gate.set()
+        assert wait_until(lambda: len(seen) >= 41 + 41 - 1, 10)
+        time.sleep(0.1)
+    assert sorted(seen[-41:]) == sorted(_names(40) + ["later"])   # all of them again from the reset
+    assert _offsets(cl, "deaf")[0] == 41
+
+
+def test_a_pull_consumer_not_told_of_a_reset_drops_its_buffer_and_consumes_again(two_queues):
+    cl = two_queues
+    _send(cl, [f"m{i}".encode() for i in range(20)], queue_ids=(0,))
+    with cl.client(PullConsumer, "deaf-pull", consume_from="first", auto_commit=False) as c:
+        _deaf(c)
+        c.subscribe("T")
+        assert _drain(c, 20) == _names(20)
+        c.commit()
+        assert _offsets(cl, "deaf-pull")[0] == 20
+        assert cl.admin().reset_offset("deaf-pull", "T", 0).online
+        c.commit()                                  # nothing new: the broker keeps the reset
+        _send(cl, [b"later"], queue_ids=(0,))       # answers the held pull; the next is moved back
+        got = set()
+        assert wait_until(lambda: got.update(m.body.decode() for m in c.poll(0.05)) or got >= {*_names(20), "later"})
+        c.commit()
+        assert _offsets(cl, "deaf-pull")[0] == 21
+        assert c.stats()["offset_resets"] == 0   # it never heard of the reset
