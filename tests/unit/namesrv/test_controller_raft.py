@@ -41,13 +41,22 @@ def _stop(nodes):
             n.destroy_synchronous()
 
 
-def test_three_nodes_agree_and_state_survives_a_restart(tmp_path):
-    peers = _ports(3)
+def _group(tmp_path, keys=(KEY,) * 3):
+    peers = _ports(len(keys))
     states = [ReplicatedGroups() for _ in peers]
-    nodes = [raft_node(p, peers, str(tmp_path / str(i)), s, KEY) for i, (p, s) in enumerate(zip(peers, states))]
+    return peers, states, [raft_node(p, peers, str(tmp_path / str(i)), s, k)
+                           for i, (p, s, k) in enumerate(zip(peers, states, keys))]
+
+
+def _leader(nodes) -> int:
+    _wait(lambda: any(n is not None and n._isLeader() and n.isReady() for n in nodes))
+    return next(i for i, n in enumerate(nodes) if n is not None and n._isLeader())
+
+
+def test_three_nodes_agree_and_state_survives_a_restart(tmp_path):
+    peers, states, nodes = _group(tmp_path)
     try:
-        _wait(lambda: any(n._isLeader() and n.isReady() for n in nodes))
-        lead = next(i for i, n in enumerate(nodes) if n._isLeader())
+        lead = _leader(nodes)
         done = []
         st = states[lead]
         st.register("C", "b", "h:1", "h:2", callback=lambda r, e: done.append((r, e)))
@@ -78,13 +87,9 @@ def test_a_node_with_another_key_learns_nothing(tmp_path):
     ours = raft_password(SimpleNamespace(controller_key_file="", auth_dir=str(tmp_path / "ours")))
     theirs = raft_password(SimpleNamespace(controller_key_file="", auth_dir=str(tmp_path / "theirs")))
     assert ours and theirs and ours != theirs
-    peers = _ports(3)
-    states = [ReplicatedGroups() for _ in peers]
-    keys = [ours, ours, theirs]
-    nodes = [raft_node(p, peers, str(tmp_path / str(i)), s, k) for i, (p, s, k) in enumerate(zip(peers, states, keys))]
+    peers, states, nodes = _group(tmp_path, (ours, ours, theirs))
     try:
-        _wait(lambda: any(n._isLeader() and n.isReady() for n in nodes[:2]))
-        lead = next(i for i in range(2) if nodes[i]._isLeader())
+        lead = _leader(nodes[:2])
         done = []
         states[lead].register("C", "b", "h:1", "h:2", callback=lambda r, e: done.append(r))
         _wait(lambda: done and all(s.read(lambda gs: gs.get("C/b")) for s in states[:2]))
@@ -113,12 +118,9 @@ def test_no_key_no_controller(tmp_path):
 def test_a_node_with_an_empty_disk_catches_up_from_a_snapshot(tmp_path):
     """Snapshots (a set of pysyncobj nodes and the groups) go through the restricted decoder too:
     the leader compacts its log, a follower that lost its disk gets the snapshot streamed."""
-    peers = _ports(3)
-    states = [ReplicatedGroups() for _ in peers]
-    nodes = [raft_node(p, peers, str(tmp_path / str(i)), s, KEY) for i, (p, s) in enumerate(zip(peers, states))]
+    peers, states, nodes = _group(tmp_path)
     try:
-        _wait(lambda: any(n._isLeader() and n.isReady() for n in nodes))
-        lead = next(i for i, n in enumerate(nodes) if n._isLeader())
+        lead = _leader(nodes)
         f = next(i for i in range(3) if i != lead)
         nodes[f].destroy_synchronous()
         nodes[f] = None
