@@ -14,7 +14,7 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from flask import Flask, flash, g, redirect, render_template, request, url_for
+from flask import Flask, flash, g, redirect, render_template, request, session, url_for
 
 from . import routes
 from .guard import Guard, Refused
@@ -65,6 +65,7 @@ def create_app(config, admin, stats: ConsoleStats | None = None, users: UserLogi
     app = Flask(__name__)
     app.config.update(SECRET_KEY=secrets.token_bytes(32), SESSION_COOKIE_HTTPONLY=True,
                       SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_NAME="quiver_console",
+                      SESSION_COOKIE_SECURE=config.cookie_secure,
                       MAX_CONTENT_LENGTH=64 * 1024)
     guard = Guard(config.actions_enabled, config.admin_token, users)
     reader = SessionAdmin() if users is not None else admin
@@ -86,7 +87,7 @@ def create_app(config, admin, stats: ConsoleStats | None = None, users: UserLogi
             return None
         if request.method != "GET":
             return render_template("error.html", page="", title="Refused", message="log in first"), 403
-        if request.cookies.get(app.config["SESSION_COOKIE_NAME"]):
+        if session.pop("sid", None):
             flash("your session ended (logged out, idle or too old): log in again", "error")
         here = request.path + (f"?{request.query_string.decode('latin-1')}" if request.query_string else "")
         return redirect(url_for("login", next=here), 303)
@@ -144,8 +145,11 @@ class App:
         self.service = Service(config.listen, {}, "console", self.status, security=_status_security(config))
 
     def status(self) -> dict:
-        return {"role": "console", "url": self.url, "namesrv": self.config.namesrv,
-                "auth": self.config.auth_on, "actions": self.config.actions_enabled}
+        st = {"role": "console", "url": self.url, "namesrv": self.config.namesrv,
+              "auth": self.config.auth_on, "actions": self.config.actions_enabled}
+        if self.users is not None:
+            st.update(sessions=len(self.users.sessions), users=self.users.sessions.users())
+        return st
 
     def bind(self) -> None:
         """HTTP first: once PING answers, the pages are served too."""
@@ -165,6 +169,9 @@ class App:
         log.info("console on %s (name servers %s, auth %s, actions %s)", self.url, self.config.namesrv,
                  "on" if self.config.auth_on else "off", "on" if self.config.actions_enabled else "off")
         warn_if_exposed(self.config, host, self.url)
+        if self.config.auth_on and self.config.admin_token:
+            log.warning("auth is on: --admin-token is not asked at /login (users log in with their own keys); "
+                        "it only turns actions on, as --allow-actions does")
 
     def run(self) -> None:
         if self.http is None:

@@ -27,6 +27,8 @@ class Config:
     http_threads: int = setting(4, "HTTP worker threads")
     http_connection_limit: int = setting(500, "HTTP connections held at once; more wait in the listen backlog")
     http_idle_timeout_s: int = setting(30, "an HTTP connection idle this long is closed (seconds)")
+    cookie_secure: bool = setting(False, "mark the session cookie Secure (a TLS proxy in front serves the pages "
+                                         "over HTTPS)")
     session_idle_s: int = setting(900, "auth on: a login ends after this long without a page (seconds)")
     session_max_s: int = setting(28800, "auth on: a login ends this long after it began (seconds)")
     max_sessions: int = setting(256, "auth on: logins open at once (a user's oldest of more than 8 ends)")
