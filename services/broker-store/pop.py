@@ -102,8 +102,13 @@ class PopRequests:
             self.held.setdefault(a.topic, []).append(HeldPop(req, self.clock() + poll_ms / 1000))
             self.counters["pops_held"] += 1
 
-    def _serve(self, req, final: bool) -> bool:
+    def _serve(self, req, final: bool, held: bool = False) -> bool:
         a = req.args
+        if held and (denied := req.denied_now()) is not None:
+            # held since before its user was deleted or lost SUB: nothing stored since
+            self.counters["held_pops_denied"] += 1
+            req.reply(ResponseCode.NO_PERMISSION, denied)
+            return True
         conf = self.topics.get(a.topic)
         if conf is None:
             req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic {a.topic!r} was deleted")
@@ -238,7 +243,7 @@ class PopRequests:
             if task.req.answered:
                 continue
             try:
-                if not self._serve(task.req, final=False):
+                if not self._serve(task.req, final=False, held=True):
                     keep.append(task)
             except Exception as exc:   # one pop's failure is its own: answer it, keep the others
                 log.exception("held pop of %s failed", topic)
@@ -261,7 +266,7 @@ class PopRequests:
                     keep.append(task)
                     continue
                 try:
-                    self._serve(task.req, final=True)
+                    self._serve(task.req, final=True, held=True)
                 except Exception as exc:
                     log.exception("expiring a held pop of %s failed", topic)
                     task.req.reply(getattr(exc, "code", ResponseCode.SYSTEM_ERROR), str(exc)[:500])

@@ -91,6 +91,11 @@ class Puller:
 
     def _try(self, task: HeldPull, final: bool) -> bool:
         """Run the pull; answer unless it found nothing new and may wait. True if answered."""
+        if task.deadline and (denied := task.req.denied_now()) is not None:
+            # held since before the sender's user was deleted or lost SUB: nothing stored since
+            self.counters["held_pulls_denied"] += 1
+            task.req.reply(ResponseCode.NO_PERMISSION, denied)
+            return True
         offset = task.offset
         res = self.store.get_messages(task.topic, task.queue_id, offset, task.max_msgs, task.hashes, task.max_bytes)
         code, remark = pull_code(res.status, offset, res.min_offset, res.max_offset)

@@ -7,8 +7,9 @@ re-puts it when due), or, once the reconsume count reached the group's max
 (or the consumer asked with delay < 0), to `%DLQ%<group>`. Both topics have one
 queue and are created on demand. The reconsume count travels in the record's
 RECONSUMETIMES field (and the RECONSUME_TIME property, for re-puts that copy
-only properties). The origin topic (RETRY_TOPIC, or the consumer's origin
-topic) must be a valid topic name (MESSAGE_ILLEGAL otherwise); a malformed
+only properties). The origin topic is the message's own, or for a retry
+topic's copy the RETRY_TOPIC the broker wrote (never the request's origin topic
+field nor a client's property: a DLQ resend writes there); a malformed
 RECONSUME_TIME is ignored and counted (`bad_system_properties`). Handlers read
 the typed request (`req.args`: quiver.wire.requests.ConsumerSendMsgBack,
 UpdateSubscriptionGroup), already checked and ranged. This module does not
@@ -45,19 +46,18 @@ def max_reconsume_times(groups: dict, group: str, asked: int | None) -> int:
     return asked if asked is not None and 0 <= asked <= INT32_MAX else DEFAULT_MAX_RECONSUME_TIMES
 
 
-def _origin(rec, props: dict, origin_topic: str | None) -> str:
-    """The topic the message was first sent to: its RETRY_TOPIC, else the consumer's origin topic
-    for a message of a retry topic, else its own topic. Raises MessageIllegalError for a name that
-    is not a valid topic (it becomes RETRY_TOPIC / DLQ_ORIGIN_TOPIC, where apps send back to)."""
-    if props.get(RETRY_TOPIC):
-        origin, source = props[RETRY_TOPIC], f"property {RETRY_TOPIC}"
-    elif rec.topic.startswith(RETRY_PREFIX) and origin_topic:
-        origin, source = origin_topic, "the origin topic field"
-    else:
+def _origin(rec, props: dict) -> str:
+    """The topic the message was first sent to, as the broker recorded it: a retry topic's copy
+    keeps the RETRY_TOPIC the broker wrote when it sent it back (clients cannot send one), any
+    other message is from its own topic. Never a field of the request: the DLQ resend writes
+    there with an administrator's rights. Raises MessageIllegalError for a name that is not a
+    valid topic."""
+    if not rec.topic.startswith(RETRY_PREFIX) or not props.get(RETRY_TOPIC):
         return rec.topic
+    origin = props[RETRY_TOPIC]
     problem = names.topic_problem(origin)
     if problem is not None:
-        raise MessageIllegalError(f"{source} must be a topic name: {problem}")
+        raise MessageIllegalError(f"property {RETRY_TOPIC} must be a topic name: {problem}")
     return origin
 
 
@@ -88,7 +88,7 @@ class Retry:
         props = rec.properties()
         for name in _DROP:
             props.pop(name, None)
-        origin = _origin(rec, props, a.origin_topic)
+        origin = _origin(rec, props)
         origin_id = props.get(ORIGIN_MESSAGE_ID) or a.origin_msg_id or props.get(UNIQ_KEY) or ""
 
         def bad_property(remark: str) -> None:

@@ -23,7 +23,7 @@ from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
 from quiver.wire.record import get_property as get_props_value
 from quiver.wire.requests import SendMessage
-from quiver.client.system_properties import check_put
+from quiver.client.system_properties import check_client_put, check_put
 
 from .status_codes import check_stored
 from .tracing import trace_topic
@@ -119,6 +119,7 @@ class Sender:
         if max(lens) > self.max_bytes:
             raise MessageIllegalError(f"body is {max(lens)} bytes; the limit is {self.max_bytes} (max_message_bytes)")
         check_put(props)  # properties with system meaning (DELAY, REAL_TOPIC ...): MESSAGE_ILLEGAL if out of range
+        check_client_put(props)  # and none of those only the broker writes (where a re-put goes)
         if batch and sum(lens) > self.max_bytes:
             raise MessageIllegalError(f"batch is {sum(lens)} bytes; the limit is {self.max_bytes}: split it")
 

@@ -146,11 +146,21 @@ class FilteredPull:
         if res.matched:
             self.app.counters["replies_found"] += 1
             body = b"".join(res.chunks)
-            self.app.service.call_soon_threadsafe(self.req.reply, ResponseCode.SUCCESS, "", ext, (body,))
+            self.app.service.call_soon_threadsafe(self._found, ext, body)
         else:
             self.app.counters["replies_not_found"] += 1
             self.app.service.call_soon_threadsafe(self.req.reply, ResponseCode.PULL_NOT_FOUND,
                                                   "no matching message", ext)
+
+    def _found(self, ext: dict, body: bytes) -> None:
+        """On the service thread: the messages, unless the consumer's user was deleted or lost
+        SUB while the broker held the pull (the ACL checked again as it is now)."""
+        denied = self.req.denied_now()
+        if denied is not None:
+            self.app.counters["held_pulls_denied"] += 1
+            self.req.reply(ResponseCode.NO_PERMISSION, denied)
+            return
+        self.req.reply(ResponseCode.SUCCESS, "", ext, (body,))
 
     def _finish_error(self, code, remark: str) -> None:
         if self.result.matched:

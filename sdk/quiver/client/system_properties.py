@@ -20,6 +20,10 @@ loop can count it, log it once and go on. Does not own the properties string
     MAX_RECONSUME_TIMES              retries before the DLQ              -1..2^31-1
     RECONSUME_TIME                   retries so far                      0..2^31-1
 
+A client may not send the properties only the broker writes (BROKER_WRITTEN: REAL_*,
+RETRY_TOPIC, DLQ_ORIGIN_*, ORIGIN_MESSAGE_ID, the transaction's and the scheduler's own):
+`check_client_put` refuses them at the door of the send path.
+
 Integers are ASCII digits with an optional '-' (no '+', spaces, '_', exponents
 or other scripts' digits): what str(int) writes.
 """
@@ -30,7 +34,8 @@ from typing import Callable
 
 from quiver.wire import names
 from quiver.errors import MessageIllegalError
-from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, RETRY_TOPIC, TIMER_DELIVER_MS
+from quiver.client.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, TIMER_DELIVER_MS,
+                                   TRANSACTION_ID)
 from quiver.wire.record import NAME_SEP, PROP_SEP, get_property
 
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
@@ -42,6 +47,17 @@ TRAN_BORN_MS = "TRAN_BORN_MS"
 TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
 RECONSUME_TIME = "RECONSUME_TIME"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+SCHEDULE_ORIGIN_ID = "SCHEDULE_ORIGIN_ID"
+SCHEDULE_DUE_MS = "SCHEDULE_DUE_MS"
+
+# Written only by the broker and its services: where a re-put writes (REAL_*, RETRY_TOPIC,
+# DLQ_ORIGIN_TOPIC: the scheduler, a commit, a retry and a DLQ resend write there with the
+# service's rights) or which message and transaction a copy stands for. A client's send carrying
+# one is refused (`check_client_put`), so a re-put only ever writes where its sender could.
+BROKER_WRITTEN = (REAL_TOPIC, REAL_QID, RETRY_TOPIC, DLQ_ORIGIN_TOPIC, ORIGIN_MESSAGE_ID, DLQ_ORIGIN_MESSAGE_ID,
+                  TRANSACTION_ID, TRANSACTION_CHECK_TIMES, TRAN_BORN_MS, TRAN_PREPARED_QUEUE_OFFSET,
+                  SCHEDULE_ORIGIN_ID, SCHEDULE_DUE_MS)
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -96,6 +112,8 @@ def _alternation(words) -> str:
 _NAMES = _alternation(name + NAME_SEP for name in RULES)
 _FIRST = re.compile(_NAMES)              # .match: the first property of a string
 _LATER = re.compile(PROP_SEP + _NAMES)   # .search: every later one (one C-level pass)
+_OWNED = _alternation(name + NAME_SEP for name in BROKER_WRITTEN)
+_OWNED_FIRST, _OWNED_LATER = re.compile(_OWNED), re.compile(PROP_SEP + _OWNED)
 
 
 def value_problem(name: str, value) -> str | None:
@@ -143,6 +161,17 @@ def check_put(props) -> None:
     problem = first_problem(props)
     if problem is not None:
         raise MessageIllegalError(problem)
+
+
+def check_client_put(props) -> None:
+    """Raise MessageIllegalError if a client's send (properties strings) carries a property only
+    the broker writes (BROKER_WRITTEN): one regex pass in C when none is there."""
+    joined = props if isinstance(props, str) else PROP_SEP.join(props)
+    found = _OWNED_FIRST.match(joined) or _OWNED_LATER.search(joined)
+    if found is not None:
+        name = found.group().strip(PROP_SEP).rstrip(NAME_SEP)
+        raise MessageIllegalError(f"property {name} is written by the broker, never by a client (it says where a "
+                                  f"re-put or resend writes or what a copy stands for): send without it")
 
 
 def read_int(props, name: str, default: int, on_bad: OnBad | None = None) -> int:

@@ -59,6 +59,15 @@ class Request:
         if security is not None and self.user_id is not None:
             security.authorize(self.user_id, self.source, resource, actions)
 
+    def denied_now(self) -> str | None:
+        """Why the sender may no longer make this request, checked against the ACL as it is now
+        (a held request answered later: its user deleted or its right revoked meanwhile), else None.
+        Covers the access its code declares; checks declared `later` are the handler's."""
+        security = self.service.security
+        if security is None or self.user_id is None:
+            return None
+        return security.check(self.user_id, self.source, SCHEMAS[self.env.code].ACCESS, self.args)
+
     @property
     def ext(self) -> dict:
         return self.env.ext

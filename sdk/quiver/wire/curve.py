@@ -20,6 +20,7 @@ for every outgoing socket (`use_process_credentials`).
 import dataclasses
 import json
 import os
+import stat
 import threading
 
 import zmq
@@ -78,7 +79,23 @@ def write_private(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def check_private(path: str, what: str) -> None:
+    """Refuse a key file or an auth dir that group or others may read or write: a secret key
+    another account could copy is not one to authenticate with (nor a dir it could swap keys in)."""
+    if os.name != "posix":
+        return
+    try:
+        st = os.stat(path)
+    except OSError:
+        return   # the reader says what is wrong with it
+    is_dir = stat.S_ISDIR(st.st_mode)
+    if st.st_mode & (0o077 if is_dir else 0o066):
+        raise ClientError(f"{what} {path} is open to group or others (mode {stat.S_IMODE(st.st_mode):04o}): "
+                          f"run chmod {'700' if is_dir else '600'} {path}")
+
+
 def _read_json(path: str, what: str) -> dict:
+    check_private(path, what)
     try:
         with open(path) as f:
             data = json.load(f)
@@ -123,6 +140,8 @@ class AuthDir:
 
     def __init__(self, path: str):
         self.path = path
+        check_private(path, "auth dir")
+        check_private(os.path.join(path, "services"), "auth dir")
         server = _read_json(os.path.join(path, "server.key"), "server key file")
         try:
             self.server = KeyPair(server["public_key"], server["secret_key"])
@@ -154,6 +173,7 @@ def init_auth_dir(path: str, admin_user: str = "admin") -> Credentials:
     if os.path.exists(os.path.join(path, "server.key")):
         raise ClientError(f"{path} already holds a server key; remove it first to start over")
     os.makedirs(os.path.join(path, "services"), mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)   # makedirs gives only the last level its mode
     server = KeyPair.generate()
     write_private(os.path.join(path, "server.key"), {"public_key": server.public_key,
                                                      "secret_key": server.secret_key})

@@ -42,6 +42,10 @@ class Meta:
 class Req:
     def __init__(self, args):
         self.args, self.answered, self.code, self.ext, self.bodies, self.remark = args, False, None, {}, (), ""
+        self.denied = None       # what the ACL says now (Request.denied_now)
+
+    def denied_now(self):
+        return self.denied
 
     def reply(self, code=0, remark="", ext=None, bodies=()):
         self.answered, self.code, self.remark, self.ext, self.bodies = True, code, remark, ext or {}, bodies

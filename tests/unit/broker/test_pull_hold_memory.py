@@ -56,6 +56,10 @@ class Request:
                                           max_bytes=1 << 20)
         self.answered = False
         self.code = None
+        self.denied = None       # what the ACL says now (Request.denied_now)
+
+    def denied_now(self):
+        return self.denied
 
     def reply(self, code, remark="", ext=None, bodies=()):
         self.answered, self.code = True, code
@@ -63,7 +67,7 @@ class Request:
 
 def _puller():
     store, service, clock, counters = Store(), Service(), Clock(), {"pulls_held": 0, "pulled_messages": 0,
-                                                                    "pull_expiry_errors": 0}
+                                                                    "pull_expiry_errors": 0, "held_pulls_denied": 0}
     topics = types.SimpleNamespace(get=lambda topic: {"read": 4, "write": 4})
     p = Puller(store, topics, types.SimpleNamespace(advance_offset=lambda *a: None), service, counters,
                30_000, clock=clock)
@@ -99,6 +103,27 @@ def test_a_pull_woken_by_a_put_is_not_kept_anywhere():
     gc.collect()
     assert [ref for ref in refs if ref() is not None] == []   # nothing (a timer) still holds them
     assert len(service.timers) <= 1                            # one sweep timer, not one per pull
+
+
+def test_a_held_pull_is_checked_against_the_acl_again_when_answered():
+    """Its user deleted (or its SUB revoked) while held: NO_PERMISSION, not what was stored since."""
+    p, store, service, clock = _puller()
+    gone, kept = Request(), Request()
+    p.handle(gone)
+    p.handle(kept)
+    gone.denied = "this key is no longer a user's (deleted or rotated): get a new key file"
+    store.ends[("T", 0)] = 1
+    p.notify("T", 0)
+    assert gone.code == ResponseCode.NO_PERMISSION and kept.code == ResponseCode.SUCCESS
+    late = Request(offset=1, suspend_ms=500)
+    p.handle(late)
+    late.denied = "lacks SUB"
+    _advance(service, clock, 0.6)            # answered at expiry: checked too
+    assert late.code == ResponseCode.NO_PERMISSION and p.counters["held_pulls_denied"] == 2
+    fresh = Request(offset=0)
+    fresh.denied = "never asked: a pull not held was checked at the door"
+    p.handle(fresh)
+    assert fresh.code == ResponseCode.SUCCESS
 
 
 def test_held_pulls_expire_at_their_own_deadlines_with_one_live_timer():
