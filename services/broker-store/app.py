@@ -94,6 +94,7 @@ class App:
                            c.disk_check_bytes, c.disk_check_interval_ms),
             logic_flush_interval_ms=c.logic_flush_interval_ms, prop_crc=c.append_prop_crc,
             on_flushed=self._flushed_from_thread)
+        self.store.on_confirmed = self._visible  # the in-sync replicas' bound moved: held reads go on
         self.metadata = Metadata(c.metadata_url.strip() or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}",
                                  broker=metadata_owner(c.name, c.broker_id), wait_s=c.metadata_wait_ms / 1000)
         self.acl = AclStore(self.metadata.engine, self.security.set_acl if self.security else None)
@@ -250,7 +251,11 @@ class App:
     # ---- threads -> service thread ---------------------------------------------------
 
     def _flushed_from_thread(self, offset: int) -> None:
-        self.service.call_soon_threadsafe(self.group_commit.on_flushed, offset)
+        self.service.call_soon_threadsafe(self._flushed, offset)
+
+    def _flushed(self, offset: int) -> None:
+        self.group_commit.on_flushed(offset)
+        self.store.wake_confirmed()
 
     def _jobs(self) -> None:
         soon = self.service.call_soon_threadsafe
@@ -295,7 +300,7 @@ class App:
         if not self.config.is_slave and not self.config.auto_failover:
             # before serving: offsets committed on a slave meanwhile
             ha_master.pull_slave_offsets(self.transport, self.namesrvs, self.config.name, self.config.advertised,
-                                         self.metadata)
+                                         self.metadata, store=self.store)
         self.ha.start()
         self.register_all()
         self._jobs()

@@ -71,7 +71,7 @@ log = logging.getLogger(__name__)
 
 class _Link:
     __slots__ = ("identity", "addr", "broker_id", "acked", "sent", "seen", "sent_at", "diverged", "since",
-                 "handshake", "caught_at", "caught_target")
+                 "handshake", "caught_at", "caught_target", "confirm_sent")
 
     def __init__(self, identity: bytes, addr: str, broker_id: int, offset: int, now: float):
         self.identity, self.addr, self.broker_id = identity, addr, broker_id
@@ -81,6 +81,7 @@ class _Link:
         self.handshake = False      # --auto-failover: epoch lists not compared yet, nothing streamed
         self.caught_at = 0.0        # when it last acked what was this master's end at its previous report
         self.caught_target = 0
+        self.confirm_sent = -1      # --auto-failover: the confirm offset the last frame carried
 
 
 class ReplicationMaster:
@@ -124,6 +125,9 @@ class ReplicationMaster:
     # ---- lifecycle --------------------------------------------------------------
 
     def start(self) -> None:
+        n = clamp_offsets(self.metadata, self.store)
+        if n:
+            log.warning("%d consumer offsets were past their queue's end (a cut log): moved back to it", n)
         sock = zmq.Context.instance().socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.SNDHWM, 10_000)
@@ -206,6 +210,7 @@ class ReplicationMaster:
         acks = self.link_acks
         best = min((acks[a][0] if a in acks else 0 for a in required), default=self.store.max_phys_offset)
         self.best_acked, self.connected = best, len(acks)
+        self.terms.update_confirm(best if required else None)
         if self._may_ack():
             for w in self.pending.acked(best):
                 w.req.reply(ResponseCode.SUCCESS, "", w.reply_ext)
@@ -235,7 +240,7 @@ class ReplicationMaster:
     def sync_metadata(self, req) -> None:
         """A slave's offsets in (max of both kept); topics, groups and offsets out."""
         meta = self.metadata
-        merge_offsets(meta, req.args.offsets)
+        merge_offsets(meta, req.args.offsets, self.store)
         offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
         req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows, "groups": meta.groups, "offsets": offsets,
                                              "max_offset": self.store.max_phys_offset,
@@ -289,8 +294,9 @@ class ReplicationMaster:
                 continue
             if not link.diverged:
                 self._pump(link, end, now)
-            if now - link.sent_at >= self.hb_s:
-                self._send(link, link.sent, b"", end)
+            if now - link.sent_at >= self.hb_s or (self.terms is not None and
+                                                    link.confirm_sent != self.store.confirm_offset):
+                self._send(link, link.sent, b"", end)  # a heartbeat, or a new confirm offset for its reads
         # No slave: nothing to measure against; keeping every put's end grew 72 bytes a put.
         self.lag.trim(min(l.acked for l in self.links.values()) if self.links else end)
         self._post()
@@ -462,13 +468,14 @@ class ReplicationMaster:
         return self.store.commit_log.read(offset, nxt - offset)
 
     def _send(self, link: _Link, offset: int, data: bytes, end: int, epoch: int = 0, start: int = 0) -> None:
-        master_epoch = 0
+        master_epoch, confirm = 0, None
         if self.terms is not None:
             master_epoch = self.terms.epoch  # fencing: a replica drops frames of a deposed master
             if not data:
                 epoch = master_epoch  # a heartbeat names the current epoch
+            confirm = link.confirm_sent = self.store.confirm_offset
         head = rq.HaTransfer(offset=offset, segment_bytes=self.store.segment_bytes, master_end=end, epoch=epoch,
-                             epoch_start=start, master_epoch=master_epoch)
+                             epoch_start=start, master_epoch=master_epoch, confirm=confirm)
         frames = protocol.request(head, next_request_id(), None, (data,) if data else ())
         try:
             self._sock.send_multipart([link.identity, *frames], zmq.NOBLOCK, copy=len(data) < 65536)
@@ -501,11 +508,15 @@ class ReplicationMaster:
 
 # ---- metadata sync (master side) --------------------------------------------------------
 
-def merge_offsets(meta, rows) -> int:
-    """Keep max(mine, theirs) per (group, topic, queue); `rows` are schema-checked
+def merge_offsets(meta, rows, store=None) -> int:
+    """Keep max(mine, theirs) per (group, topic, queue), theirs capped at the queue's end in `store`
+    (a deposed master's offsets may be past what it was cut back to); `rows` are schema-checked
     (group, topic, queue id, offset) tuples. Returns how many moved forward."""
     moved = 0
     for g, t, q, o in rows:
+        cq = store.cqs.get((t, q)) if store is not None else None
+        if cq is not None:
+            o = min(o, cq.max_offset)
         cur = meta.get_offset(g, t, q)
         if cur is None or o > cur:
             meta.set_offset(g, t, q, o)
@@ -513,8 +524,20 @@ def merge_offsets(meta, rows) -> int:
     return moved
 
 
+def clamp_offsets(meta, store) -> int:
+    """Consumer offsets past their queue's end (its log was cut: a failover, a crash's lost tail) go
+    back to the end, so the group reads what this broker stores there next. Returns how many moved."""
+    moved = 0
+    for (g, t, q), o in list(meta.offsets.items()):
+        cq = store.cqs.get((t, q))
+        if cq is not None and o > cq.max_offset:
+            meta.set_offset(g, t, q, cq.max_offset)
+            moved += 1
+    return moved
+
+
 def pull_slave_offsets(transport, namesrvs: list[str], broker_name: str, own_addr: str, metadata,
-                       timeout_s: float = 1.0) -> None:
+                       timeout_s: float = 1.0, store=None) -> None:
     """A master about to serve: fold in what its slaves stored while it was away."""
     slaves = []
     for ns in namesrvs:
@@ -534,7 +557,7 @@ def pull_slave_offsets(transport, namesrvs: list[str], broker_name: str, own_add
         except QuiverError as exc:
             log.info("slave %s not asked for offsets: %s", addr, exc)
             continue
-        n = merge_offsets(metadata, rows)
+        n = merge_offsets(metadata, rows, store)
         if n:
             log.info("took %d consumer offsets committed on slave %s while this master was away", n, addr)
 

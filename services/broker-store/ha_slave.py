@@ -61,7 +61,7 @@ from quiver.errors import ProtocolError, QuiverError
 from quiver.wire.curve import process_credentials, secure_client
 from quiver.wire.transport import next_request_id
 
-from . import epochs, replica_append
+from . import epochs, ha_master, replica_append
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,7 @@ class ReplicationSlave:
 
     def _drain(self, sock) -> bool:
         got = False
+        confirm_seen = None
         for _ in range(100):
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=True)
@@ -238,6 +239,9 @@ class ReplicationSlave:
             got = True
             self.last_frame = time.monotonic()
             self.master_max = t.master_end
+            if t.confirm is not None and t.confirm != confirm_seen:
+                confirm_seen = t.confirm  # after the chunks before it: the service thread runs them in order
+                self.service.call_soon_threadsafe(self.note_confirm, t.confirm)
             if env.bodies and env.bodies[0]:
                 self.service.call_soon_threadsafe(self.apply, t.offset, env.bodies[0], t.segment_bytes, t.epoch,
                                                   t.epoch_start)
@@ -257,6 +261,9 @@ class ReplicationSlave:
                         file.entries, end, master_epochs, master_end, point)
             replica_append.truncate(store, point)
             self.counters["truncated_bytes"] += end - point
+            n = ha_master.clamp_offsets(self.metadata, store)
+            if n:
+                log.warning("%d consumer offsets were past their queue's end after the cut: moved back to it", n)
         # also when nothing is cut: an epoch this broker led without writing a byte is not the
         # master's, and the bytes that follow come labelled with the master's epochs
         file.truncate(point)
@@ -316,6 +323,11 @@ class ReplicationSlave:
         if unknown and not self._sync_soon:
             self._sync_soon = True
             self.service.call_later(0.2, self.sync_metadata)
+
+    def note_confirm(self, confirm: int) -> None:
+        """--auto-failover: the master's confirm offset; reads here go up to it (visibility.py)."""
+        if not self._stop.is_set() and self.handshaken:
+            self.terms.follow_confirm(confirm)
 
     def _pause(self, offset: int, why: str) -> None:
         """The disk refused a chunk (nothing of it kept): stop writing and asking, retry with backoff."""

@@ -17,6 +17,8 @@ from quiver.wire.access import GET, SUB, topic_resource
 from quiver.wire.names import check_topic
 from quiver.wire.transport import next_request_id
 
+from . import visibility
+
 log = logging.getLogger(__name__)
 
 # A slave only replicates: what writes the store or the topic table goes to the master.
@@ -196,6 +198,7 @@ class MessageRequests:
     def query(self, req) -> None:
         a = req.args
         recs = self.store.query_by_key(a.topic, a.key, min(a.max_msgs, 1024), a.begin_ts, a.end_ts)
+        recs = [r for r in recs if visibility.record_visible(self.store, r)]
         if not recs:
             raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
         req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [r.stored for r in recs])
@@ -203,7 +206,7 @@ class MessageRequests:
     def view(self, req) -> None:
         off = req.args.offset
         rec = self.store.lookup(off)
-        if rec is None:
+        if rec is None or not visibility.record_visible(self.store, rec):
             raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
         req.authorize(topic_resource(rec.topic), SUB, GET)
         req.reply(ResponseCode.SUCCESS, "", {}, [rec.stored])

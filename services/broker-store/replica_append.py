@@ -26,7 +26,7 @@ import logging
 
 from quiver.wire import names, record
 
-from . import ha_stream
+from . import ha_stream, visibility
 from .consume_queue import ENTRY
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,7 @@ def append(store, offset: int, data, state: ReplicaState | None = None) -> tuple
             for key, mark in marks.items():
                 store.cqs[key].truncate_to(mark)
             cl.truncate(start)
+            visibility.cut(store, start)
         store._counts["puts_rolled_back"] += 1
         log.error("replicated bytes at %d failed and were rolled back: %r", offset, exc)
         raise DiskRefused(f"replicated bytes at {offset} not stored: "
@@ -150,6 +151,10 @@ def _run(store, run: list, marks: dict, state: ReplicaState, touched: set) -> No
         if queued:
             store._dispatch(*args, [r.phys_offset for r in queued], [r.size for r in queued],
                             [r.props for r in queued], to_index=False)
+    if queued and store.replica_confirm is not None:  # each served once the master's confirm offset covers it
+        r0 = queued[0]
+        visibility.note(store, store.cqs[key], r0.phys_offset + r0.size, r0.queue_offset,
+                        [(r.phys_offset + r.size, r.queue_offset) for r in queued[1:]])
 
 
 def _fill_gap(cq, nxt: int, rec, state: ReplicaState) -> None:
@@ -210,5 +215,6 @@ def truncate(store, end: int) -> int:
         cl.flushed = min(cl.flushed, end)
         store._dispatched = end
         store.index.clamp_end(end)
+        visibility.cut(store, end)
     log.warning("CommitLog cut from %d back to %d (%d bytes its new master does not have)", end + cut, end, cut)
     return cut

@@ -39,6 +39,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 
 from . import replica_append
 from .epochs import EpochFile
+from .visibility import FOLLOW_LOCAL
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,7 @@ class Replicas:
         self.sss: list[str] = []
         self.required: frozenset = frozenset()
         self.adding: set[str] = set()
+        self.adding_since: dict[str, float] = {}
         self.altering = False
         self.lease_until = 0.0
         self.leader = ""
@@ -138,6 +140,8 @@ class Replicas:
         self.ha.handlers()[code](req)
 
     def start(self) -> None:
+        # nothing on disk is served before the role's confirm offset says it is held by the in-sync replicas
+        self.store.set_replica_confirm(0)
         self.epochs.load(self.store.max_phys_offset)
         if not self.epochs.entries and self.store.max_phys_offset > self.store.min_phys_offset:
             # bytes from before --auto-failover: epoch 0, shared with replicas that have them
@@ -223,6 +227,8 @@ class Replicas:
     def _become_slave(self, epoch: int, master_addr: str, master_ha: str) -> None:
         log.warning("controller: this broker is a slave of %s (%s) at epoch %d", master_addr, master_ha, epoch)
         self._stop_role(f"deposed: {master_addr} is the master of epoch {epoch}; stored here, not acknowledged")
+        if self.store.replica_confirm == FOLLOW_LOCAL:  # was alone in its set: what it had, not what comes
+            self.store.set_replica_confirm(self.store.confirm_offset)
         self.role, self.epoch, self.master_addr = "slave", epoch, master_addr
         self.lease_until = 0.0
         self.ha = self.make_slave(self)
@@ -238,6 +244,31 @@ class Replicas:
             self.ha.fail_pending(why)
         self.ha.stop()
         self.ha = None
+
+    # ---- confirm offset: what reads may see (visibility.py) ----------------------------------------
+
+    def update_confirm(self, acked: int | None) -> None:
+        """Master: `acked` is the least offset every other member of `required` acked (None: there is
+        none, the master's own end counts). Never moves back: a member still to connect or being added
+        holds it where it is until it has caught up to it."""
+        store = self.store
+        if acked is None:
+            store.set_replica_confirm(FOLLOW_LOCAL)
+            return
+        cur = store.replica_confirm
+        floor = store.confirm_offset if cur is None or cur == FOLLOW_LOCAL else cur
+        new = max(floor, min(acked, store.max_phys_offset))
+        if new != cur:
+            store.set_replica_confirm(new)
+
+    def follow_confirm(self, confirm: int) -> None:
+        """Replica: the master's confirm offset, as far as this log has its bytes."""
+        store = self.store
+        cur = store.replica_confirm
+        floor = 0 if cur is None else store.confirm_offset if cur == FOLLOW_LOCAL else cur
+        new = max(floor, min(confirm, store.max_phys_offset))
+        if new != cur:
+            store.set_replica_confirm(new)
 
     # ---- SyncStateSet (master) -------------------------------------------------------------------
 
@@ -258,11 +289,22 @@ class Replicas:
                 log.warning("replica %s not caught up for %.1f s: leaving the SyncStateSet", addr, now - caught)
                 self._alter([a for a in self.sss if a != addr], None)
                 return
+        for addr in [a for a in self.adding if a not in self.sss]:
+            # a joiner holds the confirm offset where it was; it is proposed once it has all of it, so the
+            # controller never counts a member that lacks a record a consumer may have read (RocketMQ's rule)
+            if addr in acks and acks[addr][0] >= self.store.confirm_offset:
+                self._alter(self.sss + [addr], addr)
+                return
+            if addr not in acks or now - self.adding_since.get(addr, now) > limit:
+                log.info("replica %s did not catch up to the confirm offset: not added to the SyncStateSet", addr)
+                self.adding.discard(addr)
+                self._set_sss(self.sss)
+                return
         for addr, (acked, caught) in acks.items():
             if addr not in self.sss and addr not in self.adding and (acked >= end or now - caught < SSS_CHECK_S * 2):
-                self.adding.add(addr)  # waited for before the controller may count it
-                self.required = self.required | {addr}
-                self._alter(self.sss + [addr], addr)
+                self.adding.add(addr)  # waited for (SYNC acks, the confirm offset) before the controller may count it
+                self.adding_since[addr] = now
+                self._set_sss(self.sss)
                 return
 
     def _alter(self, sss: list[str], adding: str | None) -> None:

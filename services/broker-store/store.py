@@ -54,7 +54,7 @@ from quiver.client.message import TIMER_DELIVER_MS, tag_hash
 from quiver.wire.speedups import fast
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC
 
-from . import lookups, queue_reads, recovery, replica_append, retention
+from . import lookups, queue_reads, recovery, replica_append, retention, visibility
 from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
 from .config import DEFAULT_DELAY_LEVELS_MS
@@ -131,6 +131,10 @@ class MessageStore:
         self.flush_seconds = Histogram()  # CommitLog fsync time, on the flush thread: /metrics
         self.bad_logged: set[int] = set()  # CommitLog offsets of corrupt records already logged
         self._logic_error = ""  # the last ConsumeQueue/index/checkpoint sync error, "" once one succeeds
+        # --auto-failover: what every SyncStateSet member holds (visibility.py); None: no such bound
+        self.replica_confirm: int | None = None
+        self.unconfirmed: collections.deque[tuple[int, str, int]] = collections.deque()
+        self.on_confirmed: Callable[[str, int], None] | None = None  # a queue's batches became visible
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -242,8 +246,8 @@ class MessageStore:
                 raise
             return PutResult(PutStatus.WRITE_FAILED, -1, [], start, 0, remark)
         self._dispatched = end
-        if in_cq and self.flush_sync:
-            cq.pending.append((end, qoff))
+        if in_cq and (self.flush_sync or self.replica_confirm is not None):
+            visibility.note(self, cq, end, qoff)
         self._counts["put_msgs"] += len(bodies)
         self._counts["put_batches"] += 1
         return PutResult(PutStatus.PUT_OK, qoff, phys_offsets, end, store_ts)
@@ -295,6 +299,7 @@ class MessageStore:
             if cq is not None and cq.max_offset > qoff:
                 cq.truncate_to(qoff)
             self.commit_log.truncate(start)
+            visibility.cut(self, start)
         self._counts["puts_rolled_back"] += 1
         log.error("%s failed and was rolled back to CommitLog offset %d: %r", what, start, exc)
         if isinstance(exc, OSError):
@@ -336,8 +341,23 @@ class MessageStore:
 
     @property
     def confirm_offset(self) -> int:
+        """What consumers may read up to: flushed (SYNC flush) or written, and held by the in-sync replicas."""
         cl = self.commit_log
-        return cl.flushed if self.flush_sync else cl.write_end
+        local = cl.flushed if self.flush_sync else cl.write_end
+        rc = self.replica_confirm
+        return local if rc is None or rc > local else rc
+
+    def set_replica_confirm(self, offset: int) -> None:
+        """The replication role's bound (visibility.py); held pulls and pops it uncovers are woken."""
+        if self.replica_confirm is None:
+            visibility.seed(self, offset)
+        self.replica_confirm = offset
+        visibility.wake(self)
+
+    def wake_confirmed(self) -> None:
+        """The flush moved (service thread): wake what the replica bound had already confirmed."""
+        if self.replica_confirm is not None:
+            visibility.wake(self)
 
     @property
     def flushed_offset(self) -> int:
@@ -456,13 +476,7 @@ class MessageStore:
 
     def visible_max(self, cq: ConsumeQueue) -> int:
         """Queue max offset consumers may see: entries whose record is confirmed."""
-        pend = cq.pending
-        if not pend:
-            return cq.max_offset
-        confirm = self.confirm_offset
-        while pend and pend[0][0] <= confirm:
-            pend.popleft()
-        return pend[0][1] if pend else cq.max_offset
+        return visibility.visible_max(self, cq)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         cq = self.cqs.get((topic, queue_id))
@@ -534,6 +548,7 @@ class MessageStore:
             "get_calls": c["get_calls"], "get_msgs": c["get_msgs"],
             "min_phys_offset": cl.min_offset, "max_phys_offset": cl.write_end,
             "flushed_offset": cl.flushed, "confirm_offset": self.confirm_offset,
+            "replica_confirm": self.replica_confirm,
             "segments": len(cl.segments), "queues": len(self.cqs),
             "index_files": len(self.index.files), **self.disk.stats(),
             "replicated_bytes": c["replicated_bytes"], "skipped_queue_dirs": c["skipped_queue_dirs"],

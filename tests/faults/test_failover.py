@@ -4,20 +4,17 @@ acknowledged message byte for byte, none corrupt, and the restarted old master r
 SyncStateSet every cycle; a consumer reading all along ends with every acknowledged message
 (duplicates counted: at least once). QUIVER_FAILOVER_CYCLES sets the cycles (10, as the issue asks)."""
 
-import collections
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
 from faults.store_checks import read_topic
-from quiver import Admin, PullConsumer
-from quiver.errors import QuiverError
-from support.failover import Load, Rig, kill_cycle
+from quiver import Admin
+from support.failover import Load, Reader, Rig, kill_cycle
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -73,43 +70,4 @@ def test_kill_master_cycles_lose_nothing_acknowledged(rig):
     assert f"epoch {g['epoch']}, master {g['master']}" in out and "SyncStateSet" in out, out
     assert not stuck, f"cycle {len(took)}: a restarted replica did not rejoin the SyncStateSet: {stuck}"
     assert g["epoch"] == 1 + CYCLES
-
-
-class Reader:
-    """A pull consumer reading the topic all along (committing as it goes): how often each
-    msg id was delivered."""
-
-    def __init__(self, namesrv: str, topic: str):
-        self.c = PullConsumer("fo-reader", namesrv=namesrv, consume_from="first")
-        self.c.subscribe(topic)
-        self.seen: collections.Counter = collections.Counter()
-        self.stop_ev = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> "Reader":
-        self.c.start()
-        self.thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self.stop_ev.is_set():
-            try:
-                for m in self.c.poll(0.3):
-                    self.seen[m.msg_id] += 1
-            except QuiverError:
-                time.sleep(0.1)   # a broker of the group is down: the next poll goes on
-
-    def wait_for(self, ids: set, timeout_s: float) -> set:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            unseen = ids - set(self.seen)
-            if not unseen:
-                return unseen
-            time.sleep(0.2)
-        return ids - set(self.seen)
-
-    def stop(self) -> None:
-        self.stop_ev.set()
-        self.thread.join(10)
-        self.c.shutdown()
 

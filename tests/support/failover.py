@@ -3,12 +3,13 @@ tests/faults/test_failover*.py and bench/failover.py: kill or pause members, tim
 SEND_OK on the new master, check every acknowledged message on it and compare the members'
 CommitLogs byte for byte."""
 
+import collections
 import os
 import signal
 import threading
 import time
 
-from quiver import Message, Producer, SendStatus
+from quiver import Message, Producer, PullConsumer, SendStatus
 from quiver.client.message import host_bytes
 from quiver.errors import QuiverError
 from quiver.tools.local import LocalCluster
@@ -199,6 +200,51 @@ class Load:
         self.stop_ev.set()
         for th in self.threads:
             th.join(10)
+
+
+class Reader:
+    """A pull consumer reading a topic all along (committing as it goes): how often each msg id was
+    delivered, and every delivery as (msg id, queue offset, body)."""
+
+    def __init__(self, namesrv: str, topic: str, group: str = "fo-reader", **options):
+        self.c = PullConsumer(group, namesrv=namesrv, consume_from="first", **options)
+        self.c.route_refresh_s = 0.5
+        self.c.subscribe(topic)
+        self.seen: collections.Counter = collections.Counter()
+        self.got: list[tuple[str, int, bytes]] = []
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "Reader":
+        self.c.start()
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.stop_ev.is_set():
+            try:
+                for m in self.c.poll(0.3):
+                    self.seen[m.msg_id] += 1
+                    self.got.append((m.msg_id, m.queue_offset, m.body))
+            except QuiverError:
+                time.sleep(0.1)   # a broker of the group is down or paused: the next poll goes on
+
+    def bodies(self) -> set[bytes]:
+        return {b for _, _, b in list(self.got)}
+
+    def wait_for(self, ids: set, timeout_s: float) -> set:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            unseen = ids - set(self.seen)
+            if not unseen:
+                return unseen
+            time.sleep(0.2)
+        return ids - set(self.seen)
+
+    def stop(self) -> None:
+        self.stop_ev.set()
+        self.thread.join(10)
+        self.c.shutdown()
 
 
 def kill_cycle(rig: Rig, load: Load, goal_s: float = 6.0) -> tuple[float, str | None]:

@@ -431,6 +431,9 @@ class HaTransfer(Schema):
     epoch_start: int = wire("es", OFFSET, 0)
     epochs: list | None = wire("el", Opt(ListOf(EPOCH_ROW, 1 << 16)), None)
     master_epoch: int = wire("mep", U31, 0)
+    # --auto-failover: the master's confirm offset (what every in-sync replica holds): a replica
+    # serves reads up to it, so none is served that a failover may cut
+    confirm: int | None = wire("co", Opt(OFFSET), None)
 
 
 @request(RequestCode.HA_REPORT, service("replica"))

@@ -12,6 +12,7 @@ def _master(end):
     m._puts = __import__("collections").deque()
     m.lag = LagTracker()
     m.links = {}
+    m.terms = None  # master/slave mode: no confirm offset to send
     m._post = lambda: None
     return m
 
