@@ -96,3 +96,22 @@ def test_a_new_leader_replaces_no_master_before_a_lease_has_passed(tmp_path):
         assert ctl.scan_step() == [("C/b", "h:1")]
     finally:
         ctl.stop()
+
+
+def test_leading_needs_a_majority_heard_within_the_fallback(tmp_path):
+    """pysyncobj may still call itself leader; without a majority heard lately the controller does not."""
+    key = tmp_path / "controller.key"
+    key.write_text("ab" * 32)
+    key.chmod(0o600)
+    peers = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"]
+    node = SimpleNamespace(_isLeader=lambda: True, isReady=lambda: True, raftCurrentTerm=1)
+    config = SimpleNamespace(controller_heartbeat_timeout_ms=1500, raft_self=peers[0], raft_peers=peers,
+                             auth_dir="", controller_key_file=str(key), data_dir=str(tmp_path),
+                             controller_scan_interval_ms=100)
+    ctl = Controller(config, service=FakeService(), node_factory=lambda *a: node)
+    assert ctl.fallback_s < ctl.lease_ms / 1000    # steps down before a lease it granted runs out
+    assert not ctl.is_leader and ctl.scan_step() == []
+    ctl.heard["127.0.0.1:2"] = time.monotonic()     # itself + one of three: a majority
+    assert ctl.is_leader
+    ctl.heard["127.0.0.1:2"] = time.monotonic() - ctl.fallback_s - 0.01
+    assert not ctl.is_leader
