@@ -297,9 +297,11 @@ class Controller:
 
     def scan_step(self) -> list[tuple[str, str]]:
         """Elect where a group has no live master (leader only); returns the (group, master) proposed."""
+        now = time.monotonic()
+        if self.confirming is not None and now - self.confirming[0] >= WITNESS_STALE_S:
+            self._confirmed(self.confirming, "not committed in time")  # a leader that lost its majority
         if not self.is_leader:
             return []
-        now = time.monotonic()
         term = self.term
         if term != self.lead_term:
             self.lead_term, self.lead_since = term, now

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 PRE_AUTH_MAX = 4096          # the handshake's frames are ~200 bytes
 MAX_FRAME = 8 << 20          # pysyncobj batches entries and snapshot chunks at 64 KiB
 _HEADER = struct.Struct("i")  # pysyncobj's length prefix (native int)
+MAX_UNKNOWN = 256            # accepted connections that have not yet named their node
+HANDSHAKE_S = 3.0            # ... and how long each may take to
 
 
 class UnsafePickle(pickle.UnpicklingError):
@@ -203,7 +205,20 @@ class SafeTransport(TCPTransport):
 
     def _onNewIncomingConnection(self, conn):
         conn.__class__ = SafeConnection  # TcpServer made it; nothing was read yet
+        if len(self._unknownConnections) >= MAX_UNKNOWN:
+            log.warning("Raft port: %d connections not yet identified; refusing another", MAX_UNKNOWN)
+            conn.disconnect()
+            return
+        conn.accepted_at = time.monotonic()
         super()._onNewIncomingConnection(conn)
+
+    def _onTick(self):
+        super()._onTick()
+        # a peer has HANDSHAKE_S to say who it is; an idle stranger does not hold a slot longer
+        now = time.monotonic()
+        for conn in [c for c in self._unknownConnections if now - getattr(c, "accepted_at", now) > HANDSHAKE_S]:
+            conn.disconnect()
+            self._unknownConnections.discard(conn)
 
     def _onIncomingMessageReceived(self, conn, message):
         # pysyncobj's admin commands (lists: status, add, remove, ...) are not served here
