@@ -162,7 +162,7 @@ def test_caps_on_streams_and_calls_per_key_and_in_all():
     with limits.call("B"):
         pass
     assert limits.counts() == {"open_streams": 3, "calls_in_flight": 0, "refused_over_caps": 4}
-    c = Config(grpc_threads=48)
-    assert (c.streams_cap, c.calls_cap, c.calls_per_key_cap) == (24, 24, 12)
-    with pytest.raises(ValueError):
-        Config(grpc_threads=8, max_streams=8)
+    assert Config(grpc_threads=48).calls_per_key_cap == 24
+    for bad in (dict(max_streams=10, max_streams_per_key=11), dict(grpc_threads=8, max_calls_per_key=9)):
+        with pytest.raises(ValueError):
+            Config(**bad)
