@@ -120,6 +120,7 @@ EXIT_CODES = [
     (("msg", "cancel", "--id", "0" * 31, "--topic", "Codes"), 2),
     (("topic", "create", "Codes", "--broker", "nope"), 2),
     (("msg", "get", "--topic", "Codes", "--broker", "nope", "--queue", 0, "--offset", 0), 2),
+    (("broker", "status", "--broker", "nope"), 2),
     (("--credentials", "/nonexistent/user.key", "topic", "list"), 2),
     (("acl", "grant", "frank", "--resource", "topic:Codes", "--actions", "PUB,FLY"), 2),
     (("consumer", "progress", "bad group!"), 2),

@@ -38,9 +38,12 @@ class AsyncAdmin(AsyncClient[Admin]):
     # ---- topics -----------------------------------------------------------------------------
 
     async def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
-                           brokers: list[str] | None = None, wait_s: float = 5.0) -> dict[str, Any]:
-        """Create (or update) a topic on every broker (or the named ones); returns once routed."""
-        return await self._blocking(self._sync.create_topic, topic, queues, perm, order, brokers, wait_s)
+                           brokers: list[str] | None = None, wait_s: float = 5.0, *,
+                           write_queues: int | None = None, force: bool = False) -> dict[str, Any]:
+        """Create (or update) a topic on every broker (or the named ones); returns once routed.
+        Lowering read queues that hold a backlog raises IllegalOperationError unless `force`."""
+        return await self._blocking(self._sync.create_topic, topic, queues, perm, order, brokers, wait_s,
+                                    write_queues=write_queues, force=force)
 
     async def delete_topic(self, topic: str) -> None:
         """Delete the topic on every broker (`Admin.delete_topic`)."""

@@ -47,8 +47,8 @@ def broker():
 
 def _statuses(a, only: str | None) -> dict:
     st = a.broker_statuses()
-    if only and only not in st:
-        finish(EXIT_NOT_FOUND, f"no broker {only} (known: {', '.join(st) or 'none'})")
+    if only and only not in st:   # a name typed wrong, like any unknown --broker: exit 2
+        finish(EXIT_USAGE, f"error: unknown broker {only} (known: {', '.join(st) or 'none'})")
     return {only: st[only]} if only else st
 
 
