@@ -156,14 +156,16 @@ class App:
         from waitress.server import create_server
         host, port = self.config.http_listen.rsplit(":", 1)
         c = self.config
-        # idle connections are closed after --http-idle-timeout-s (checked every second) and up to
-        # --http-connection-limit are held (poll, not select: no 1024-descriptor ceiling), so idle
-        # sockets cannot take the place of people's requests
+        # idle connections are closed after --http-idle-timeout-s (checked every second), up to
+        # --http-connection-limit are held (poll, not select: no 1024-descriptor ceiling) and at
+        # most --http-connections-per-address from one client, so idle sockets cannot take the
+        # place of other people's requests
         self.http = create_server(self.wsgi, host=host.strip("[]"), port=int(port), threads=c.http_threads,
                                   ident="quiver-console", connection_limit=c.http_connection_limit,
                                   channel_timeout=c.http_idle_timeout_s, cleanup_interval=1,
                                   asyncore_use_poll=True, max_request_body_size=64 * 1024,
                                   max_request_header_size=16 * 1024, backlog=1024)
+        self.http.channel_class = per_address_cap(self.http, c.http_connections_per_address)
         self.url = f"http://{host}:{self.http.effective_port}/"
         self.service.bind()
         log.info("console on %s (name servers %s, auth %s, actions %s)", self.url, self.config.namesrv,
@@ -193,6 +195,22 @@ class App:
             self.http.run()
         except Exception:   # the socket map emptied by close() during shutdown lands here too
             log.debug("http loop ended", exc_info=True)
+
+
+def per_address_cap(server, cap: int):
+    """waitress's channel maker, refusing (closing at once) a connection from an address that
+    already holds `cap`: one client cannot take every connection the server holds."""
+    make = server.channel_class
+
+    def channel(srv, conn, addr, adj, map=None):
+        host = addr[0] if isinstance(addr, tuple) else addr
+        held = sum(1 for ch in list(srv.active_channels.values())
+                   if isinstance(ch.addr, tuple) and ch.addr[0] == host)
+        if held >= cap:
+            conn.close()
+            return None
+        return make(srv, conn, addr, adj, map=map)
+    return channel
 
 
 def warn_if_exposed(config, host: str, url: str) -> None:

@@ -26,6 +26,8 @@ class Config:
     preview_bytes: int = setting(2048, "bytes of a message body shown")
     http_threads: int = setting(4, "HTTP worker threads")
     http_connection_limit: int = setting(500, "HTTP connections held at once; more wait in the listen backlog")
+    http_connections_per_address: int = setting(100, "HTTP connections held at once from one client address; "
+                                                     "more are closed as they arrive")
     http_idle_timeout_s: int = setting(30, "an HTTP connection idle this long is closed (seconds)")
     cookie_secure: bool = setting(False, "mark the session cookie Secure (a TLS proxy in front serves the pages "
                                          "over HTTPS)")
@@ -53,6 +55,8 @@ class Config:
         if not 1 <= self.http_threads <= 64:
             raise ValueError("--http-threads must be in 1..64")
         for flag, value, low, high in (("--http-connection-limit", self.http_connection_limit, 10, 10_000),
+                                       ("--http-connections-per-address", self.http_connections_per_address,
+                                        1, 10_000),
                                        ("--http-idle-timeout-s", self.http_idle_timeout_s, 1, 3600),
                                        ("--session-idle-s", self.session_idle_s, 10, 86_400),
                                        ("--session-max-s", self.session_max_s, 10, 7 * 86_400),
