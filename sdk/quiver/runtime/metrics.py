@@ -2,7 +2,7 @@
 service shares (requests, errors by response code, latency by request code, its counters).
 
 Each service's metrics.py subclasses ServiceCollector with its own sections. A
-scrape runs on prometheus_client's HTTP thread and only reads what the service
+scrape runs on the metrics server's one thread (metrics_http) and only reads what the service
 thread already keeps (the Service's counters and RequestStats, the app's own
 state), copying dicts first (quiver.runtime.histogram.snapshot): it never calls
 into the service loop nor takes a lock that loop takes. A section that fails
@@ -12,7 +12,7 @@ is logged and left out of that scrape; the others are served.
 import logging
 import time
 
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -20,6 +20,7 @@ from quiver import __version__
 from quiver.wire.codes import RequestCode, ResponseCode
 
 from .histogram import snapshot
+from .metrics_http import BoundedHttpServer
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,8 @@ class ServiceCollector(Collector):
 # ---- the endpoint ---------------------------------------------------------------------------
 
 class MetricsServer:
-    """prometheus_client's HTTP server on a daemon thread, serving `collector` plus the
-    process, platform and GC collectors from a registry of its own (no global one)."""
+    """`collector` plus the process, platform and GC collectors, from a registry of its own (no
+    global one), served by one bounded thread (metrics_http: connection cap, 5 s per connection)."""
 
     def __init__(self, listen: str, collector: Collector):
         self.host, self.port = parse_listen(listen)
@@ -130,12 +131,12 @@ class MetricsServer:
 
     def start(self) -> str:
         """Bind and serve; returns the bound HOST:PORT (port 0 picks a free one)."""
-        self._server, _thread = start_http_server(self.port, self.host, self.registry)
+        self._server = BoundedHttpServer(self.host, self.port, self.registry)
+        self._server.start()
         host, port = self._server.server_address[:2]
         return f"{host}:{port}"
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
