@@ -143,6 +143,8 @@ class App:
         self.http = None
         self.url = ""
         self.service = Service(config.listen, {}, "console", self.status, security=_status_security(config))
+        if self.users is not None:   # an expired session's Admin goes even when no page is loaded
+            self.service.every("sessions", 30.0, self.users.sessions.sweep)
 
     def status(self) -> dict:
         st = {"role": "console", "url": self.url, "namesrv": self.config.namesrv,

@@ -108,6 +108,12 @@ class Sessions:
             ended = self._end_locked(s) if s is not None else []
         self._shutdown(ended)
 
+    def sweep(self) -> None:
+        """End the expired sessions now (pages sweep as they go; this also runs with nobody looking)."""
+        with self._lock:
+            ended = self._sweep_locked(self._clock(), force=True)
+        self._shutdown(ended)
+
     def close_all(self) -> None:
         with self._lock:
             ended = [a for a, _ in self._admins.values()]

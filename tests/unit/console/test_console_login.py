@@ -51,6 +51,11 @@ def test_sessions_expire_idle_and_old_and_share_one_admin_per_key():
         s.get(t1)
     assert s.get(t1) is None and a.down   # 32 s after login: too old even though active; last session
     assert s.get("made-up") is None and s.get(None) is None
+    b = FakeAdmin()
+    s.open("L", b, "")
+    clock.now += 11
+    s.sweep()                              # nobody loads a page: the sweep ends it
+    assert b.down and len(s) == 0 and s.users() == 0
 
 
 def test_sessions_cap_per_key_and_in_all():
