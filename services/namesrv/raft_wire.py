@@ -105,6 +105,20 @@ def _inflate(data: bytes) -> bytes:
     return out
 
 
+_drops = {"count": 0, "logged_at": 0.0}
+DROP_LOG_S = 10.0
+
+
+def _note_drop(why: str) -> None:
+    """One log line per DROP_LOG_S however many connections a peer makes us drop."""
+    _drops["count"] += 1
+    now = time.monotonic()
+    if now - _drops["logged_at"] >= DROP_LOG_S:
+        log.warning("Raft port: dropped %d connection(s) in the last %.0f s; the last: %s", _drops["count"],
+                    DROP_LOG_S, why)
+        _drops["count"], _drops["logged_at"] = 0, now
+
+
 class SafeConnection(TcpConnection):
     """pysyncobj's TcpConnection with its read path replaced (its buffer and socket are private:
     these methods carry the mangled names its other methods call)."""
@@ -122,7 +136,7 @@ class SafeConnection(TcpConnection):
         return MAX_FRAME if self.authenticated else PRE_AUTH_MAX
 
     def _refuse(self, why: str) -> None:
-        log.warning("Raft peer connection dropped: %s", why)
+        _note_drop(why)
         self.disconnect()
 
     def _frame_len(self, buf: bytearray) -> int | None:
@@ -206,7 +220,7 @@ class SafeTransport(TCPTransport):
     def _onNewIncomingConnection(self, conn):
         conn.__class__ = SafeConnection  # TcpServer made it; nothing was read yet
         if len(self._unknownConnections) >= MAX_UNKNOWN:
-            log.warning("Raft port: %d connections not yet identified; refusing another", MAX_UNKNOWN)
+            _note_drop(f"{MAX_UNKNOWN} connections not yet identified")
             conn.disconnect()
             return
         conn.accepted_at = time.monotonic()
