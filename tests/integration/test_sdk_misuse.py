@@ -13,8 +13,23 @@ from quiver.errors import MessageIllegalError, QuiverError, TopicNotExistError
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 
+def test_poll_waits_for_a_missing_topic_and_consumes_it_once_created(cluster):
+    pc = PullConsumer("g-waits", namesrv=cluster.namesrv, consume_from="first")
+    pc.subscribe("%DLQ%billing")     # a dead-letter topic before the first dead letter
+    with pc:
+        assert pc.poll(1.0) == [] and pc.stats()["missing_topics"] == ["%DLQ%billing"]
+        with Admin(namesrv=cluster.namesrv) as admin, Producer("pg", namesrv=cluster.namesrv) as p:
+            admin.create_topic("%DLQ%billing", queues=1)
+            sent = p.send(Message("%DLQ%billing", b"dead")).msg_id
+            got, deadline = [], time.monotonic() + 15
+            while not got and time.monotonic() < deadline:
+                got = pc.poll(0.3)
+        assert pc.stats()["missing_topics"] == []
+    assert [m.msg_id for m in got] == [sent]
+
+
 def test_poll_on_a_missing_topic_raises_until_it_is_created(cluster):
-    pc = PullConsumer("g-missing", namesrv=cluster.namesrv, consume_from="first")
+    pc = PullConsumer("g-missing", namesrv=cluster.namesrv, consume_from="first", wait_for_topic=False)
     pc.subscribe("NoSuchTopic")
     with pc:
         t0 = time.monotonic()
@@ -36,7 +51,7 @@ def test_poll_on_a_missing_topic_raises_until_it_is_created(cluster):
 def test_poll_returns_messages_of_existing_topics_before_reporting_a_missing_one(cluster):
     with Producer("pg", namesrv=cluster.namesrv) as p:
         sent = p.send(Message("Exists", b"x")).msg_id
-        pc = PullConsumer("g-mixed", namesrv=cluster.namesrv, consume_from="first")
+        pc = PullConsumer("g-mixed", namesrv=cluster.namesrv, consume_from="first", wait_for_topic=False)
         pc.subscribe("Exists")
         pc.subscribe("Missing")
         with pc:

@@ -38,7 +38,8 @@ class _WakingPullConsumer(PullConsumer):
 class AsyncPullConsumer(AsyncClient[PullConsumer]):
     """A PullConsumer for asyncio: `async for msg in consumer`, `await consumer.poll()`,
     `await consumer.commit()`. Options are PullConsumer's (`consume_from`, `auto_commit`,
-    `options=ConsumerOptions(...)`, `credentials=` ...). Subscribe before starting:
+    `options=ConsumerOptions(...)`, `credentials=` ...). `subscribe` and `unsubscribe` work
+    before and while running (the group rebalances on a thread of the consumer's own):
 
         c = AsyncPullConsumer("cg", namesrv=ns, consume_from="first", auto_commit=False)
         c.subscribe("Orders", "*")
@@ -63,10 +64,21 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         return self._sync.group
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
-        """A tag expression ("TagA || TagB", "*") or MessageSelector.sql(...); before start()."""
+        """A tag expression ("TagA || TagB", "*") or MessageSelector.sql(...). While running it
+        does not wait: the group rebalances off the loop (an SQL92 expression is then checked by
+        its first pulls, not here)."""
         if self._started:
-            raise ClientError("subscribe before start(): AsyncPullConsumer subscriptions are fixed once started")
-        self._sync.subscribe(topic, expression)
+            self._sync._change_soon(topic, expression)
+        else:
+            self._sync.subscribe(topic, expression)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming `topic`: nothing more of it is handed out; its queues commit their
+        consumed offsets and are given up off the loop (PullConsumer.unsubscribe)."""
+        if self._started:
+            self._sync._change_soon(topic, None)
+        else:
+            self._sync.unsubscribe(topic)
 
     async def start(self) -> AsyncPullConsumer:
         """Start the PullConsumer (off the loop) and wake `poll` whenever a pull buffered messages."""
@@ -93,8 +105,9 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
 
     async def poll(self, timeout: float = 1.0, max_messages: int | None = None) -> list[MessageExt]:
         """Messages pulled so far, waiting up to `timeout` s for the first (never blocking the loop).
-        Polled messages count as consumed (committed by `commit()` or auto_commit). Raises
-        TopicNotExistError as `PullConsumer.poll` does: only when there is nothing to return."""
+        Polled messages count as consumed (committed by `commit()` or auto_commit). A subscribed
+        topic that does not exist yet is waited for; with wait_for_topic=False TopicNotExistError
+        is raised as `PullConsumer.poll` does: only when there is nothing to return."""
         loop = self._need_started()
         assert self._arrived is not None
         deadline = loop.time() + timeout
@@ -166,5 +179,6 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         await self._blocking(self._sync.seek_to_begin)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: records skipped as undecodable, offset resets applied."""
+        """Counters: records skipped as undecodable, offset resets applied; subscribed topics
+        that do not exist yet ("missing_topics")."""
         return self._sync.stats()

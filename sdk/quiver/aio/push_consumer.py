@@ -106,5 +106,6 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
         return self._sync.assignment(include_retry)
 
     def stats(self) -> dict[str, Any]:
-        """Counters: records skipped as undecodable, offset resets applied."""
+        """Counters: records skipped as undecodable, offset resets applied; subscribed topics
+        that do not exist yet ("missing_topics": waited for unless wait_for_topic=False)."""
         return self._sync.stats()

@@ -10,6 +10,11 @@ broker (also every `commit_interval_ms` with auto_commit, and on shutdown).
 Consumers of one group share the queues like push consumers (rebalance.py's
 RebalanceLoop): heartbeats carry the subscriptions, a NOTIFY_CONSUMER_IDS_CHANGED
 from a broker rebalances at once, and a queue given up is committed first.
+`subscribe` and `unsubscribe` work while running (RocketMQ's lite pull
+consumer): the group rebalances, an unsubscribed topic's buffer is dropped and
+its queues committed and given up. A subscribed topic that does not exist yet
+is waited for (logged once, `stats()["missing_topics"]`) unless
+`wait_for_topic=False`, when poll() raises TopicNotExistError instead.
 SQL92 subscriptions (`MessageSelector.sql(...)`) are checked at subscribe /
 start time and pulled through a filter server of each queue's broker
 (filter_route.py); offsets are still committed to the broker.
@@ -37,7 +42,7 @@ from typing import Any, Self
 
 from quiver.client import filter_route
 from quiver.wire import requests as rq
-from quiver.client.base import ClientBase, MessageQueue, Route
+from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import RequestCode
 from quiver.wire.curve import Credentials, credentials_from
 from quiver.wire.protocol import Envelope
@@ -134,8 +139,8 @@ class PullConsumer(ClientBase):
         self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
         self._bad = BadRecords(opts.on_bad_record)
         self._resets = 0
-        self._missing: dict[str, float] = {}  # topic -> when a name server said TOPIC_NOT_EXIST
-        self._rebalance = RebalanceLoop(Rebalancer(self, group, opts.allocate), opts.rebalance_interval_ms / 1000,
+        self._rebalancer = Rebalancer(self, group, opts.allocate)   # .missing: subscribed topics not there yet
+        self._rebalance = RebalanceLoop(self._rebalancer, opts.rebalance_interval_ms / 1000,
                                         lambda: list(self.subscriptions), self._queues, self._take, self._drop)
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -147,8 +152,42 @@ class PullConsumer(ClientBase):
             filter_route.check_subscription(self, topic, sel, self.group)
         self.subscriptions[topic] = sel
         if self._started:
-            self.send_heartbeats()
-            self.rebalance()
+            self._resubscribed()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming `topic`, as RocketMQ's lite pull consumer does: nothing more of it is
+        handed out, its queues' consumed offsets are committed and the queues given up, and the
+        group rebalances. Allowed before start() and while running; an unknown topic is ignored."""
+        if self._forget(topic) and self._started:
+            self._resubscribed()
+
+    def _forget(self, topic: str) -> bool:
+        """Drop the subscription and what is buffered of it (its queues pause until released)."""
+        if self.subscriptions.pop(topic, None) is None:
+            return False
+        with self._cond:
+            self._buffer = collections.deque(m for m in self._buffer if m[0].mq.topic != topic)
+            for st in self._queues.values():
+                if st.mq.topic == topic:
+                    st.gen += 1   # a pull under way is ignored
+                    st.buffered, st.paused, st.in_flight = 0, True, False
+        return True
+
+    def _resubscribed(self) -> None:
+        """The subscriptions changed: brokers learn them, the group rebalances (a queue given up
+        commits its consumed offset first)."""
+        self.send_heartbeats()
+        self.rebalance()
+
+    def _change_soon(self, topic: str, expression: str | MessageSelector | None) -> None:
+        """subscribe (`expression`) or unsubscribe (None) without waiting for the brokers: the
+        rebalance runs on a thread of its own (AsyncPullConsumer, on an event loop)."""
+        if expression is None:
+            if not self._forget(topic):
+                return
+        else:
+            self.subscriptions[topic] = filter_route.as_selector(expression)   # SQL92: checked by its pulls
+        threading.Thread(target=self._resubscribed, name="pull-consumer-subscribe", daemon=True).start()
 
     def start(self) -> Self:
         """Connect, check SQL92 subscriptions (SubscriptionParseError), take this client's share
@@ -177,9 +216,11 @@ class PullConsumer(ClientBase):
         """The queues this consumer owns now (they change as group members come and go)."""
         return sorted(self._queues)
 
-    def stats(self) -> dict[str, int]:
-        """Counters: records skipped as undecodable, offset resets applied."""
-        return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
+    def stats(self) -> dict[str, Any]:
+        """Counters: records skipped as undecodable, offset resets applied; and the subscribed
+        topics that do not exist yet (waited for: `wait_for_topic`)."""
+        return {"undecodable_records": self._bad.count, "offset_resets": self._resets,
+                "missing_topics": self._missing_topics()}
 
     # ---- assignment and offsets ---------------------------------------------------
 
@@ -199,16 +240,6 @@ class PullConsumer(ClientBase):
 
     push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
-
-    def route(self, topic: str, refresh: bool = False) -> Route:
-        """The route, remembering which subscribed topics a name server says do not exist (poll)."""
-        try:
-            route = super().route(topic, refresh)
-        except TopicNotExistError:
-            self._missing[topic] = time.monotonic()
-            raise
-        self._missing.pop(topic, None)
-        return route
 
     def rebalance(self) -> None:
         """Take this client's share of every subscribed topic's queues; give up the rest."""
@@ -413,20 +444,23 @@ class PullConsumer(ClientBase):
 
         A subscribed topic that a name server answered TOPIC_NOT_EXIST for (at
         start, subscribe or a rebalance; not merely unreachable name servers) is
-        reported by raising TopicNotExistError naming it, where RocketMQ's client
-        only logs "topic route not exist" and returns nothing forever. It is
-        raised only when there is nothing to return: at once if no subscribed
-        topic exists, else after the wait. Once the topic is created, the next
-        rebalance (asked for by the raise, at most once a second) clears it."""
+        waited for, as RocketMQ's lite pull consumer and Kafka do: logged once,
+        listed in `stats()["missing_topics"]`, looked for every second and
+        consumed once created (a dead-letter topic before the first dead
+        letter). With `wait_for_topic=False` it is reported by raising
+        TopicNotExistError naming it, only when there is nothing to return: at
+        once if no subscribed topic exists, else after the wait."""
         self._need_started()
-        if self._direct is not None and timeout > 0 and not self._buffer and not self._missing_topics(every=True):
+        raising = not self.options.wait_for_topic
+        if (self._direct is not None and timeout > 0 and not self._buffer
+                and not (raising and self._missing_topics(every=True))):
             self._poll_direct(self._direct, time.monotonic() + timeout)
             timeout = 0
         out: list[MessageExt] = []
         resume: list[_QueueState] = []
         with self._cond:
             if not self._buffer:
-                if not self._missing_topics(every=True):
+                if not (raising and self._missing_topics(every=True)):
                     self._cond.wait(timeout)
             while self._buffer and (max_messages is None or len(out) < max_messages):
                 st, msgs, nxt = self._buffer[0]
@@ -448,7 +482,7 @@ class PullConsumer(ClientBase):
         tracer = self.tracer
         if out and tracer is not None:   # as RocketMQ's lite pull consumer: handed over counts as consumed
             tracer.sub_after(out, tracer.sub_before(out), True)
-        if not out:
+        if not out and raising:
             missing = self._missing_topics()
             if missing:
                 raise TopicNotExistError(f"topic {', '.join(map(repr, missing))} does not exist (the name server "
@@ -533,13 +567,11 @@ class PullConsumer(ClientBase):
         self._pull(st)
 
     def _missing_topics(self, every: bool = False) -> list[str]:
-        """Subscribed topics known not to exist (all of them, or none, with `every`)."""
-        known = dict(self._missing)  # a copy: the rebalance thread updates it
-        missing = sorted(t for t in known if t in self.subscriptions)
+        """Subscribed topics known not to exist (all of them, or none, with `every`); the
+        rebalance loop looks for them every second."""
+        missing = sorted(t for t in list(self._rebalancer.missing) if t in self.subscriptions)
         if every and len(missing) < len(self.subscriptions):
             return []
-        if missing and time.monotonic() - min(known[t] for t in missing) >= 1.0:
-            self._rebalance.wake()  # look again: the topic may have been created meanwhile
         return missing
 
     def _auto_commit(self) -> None:

@@ -48,6 +48,9 @@ class ConsumerOptions:
     max_offset_span: int = _option(2000, "push, concurrent: pulls pause while a queue's cached offsets span more")
     commit_interval_ms: int = _option(5000, "consumed offsets are stored on the broker this often")
     auto_commit: bool = _option(True, "pull: store offsets every commit_interval_ms and on shutdown")
+    wait_for_topic: bool = _option(True, "a subscribed topic that does not exist yet is waited for (logged once, "
+                                   "in stats()['missing_topics'], its queues taken once created); False: "
+                                   "TopicNotExistError instead (pull: from poll(); push: from start()/subscribe())")
     direct_poll: bool = _option(False, "pull: poll() with nothing buffered holds the idle queues' pulls on the "
                                 "calling thread's own socket (no IO-thread hand-off on the latency path); the IO "
                                 "thread then only prefetches what is stored, and a queue nobody polls is not "
@@ -90,7 +93,7 @@ class ConsumerOptions:
             raise ValueError(f"instance_name must be a non-empty string, not {self.instance_name!r}")
         if self.offset_dir is not None and not isinstance(self.offset_dir, str):
             raise ValueError(f"offset_dir must be a path string, not {self.offset_dir!r}")
-        for name in ("pop", "consume_inline", "direct_poll"):
+        for name in ("pop", "consume_inline", "direct_poll", "wait_for_topic"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.on_bad_record is not None and not callable(self.on_bad_record):

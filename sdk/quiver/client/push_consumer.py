@@ -139,11 +139,25 @@ class PushConsumer(ConsumeService, ClientBase):
         an SQL92 expression is checked then (SubscriptionParseError), else at start()."""
         sel = filter_route.as_selector(expression)
         if self._running:
+            self._check_topic(topic)
             filter_route.check_subscription(self, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
         self.subscriptions[topic] = sel
         if self._running:
             self.send_heartbeats()
             self._rebalance.wake()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop consuming `topic`: its queues are given up (each commits its offset first) and
+        the group rebalances at once. Allowed before start() and while running; an unknown
+        topic is ignored."""
+        if self.subscriptions.pop(topic, None) is not None and self._running:
+            self.send_heartbeats()
+            self._rebalance.wake()
+
+    def _check_topic(self, topic: str) -> None:
+        """With wait_for_topic=False: TopicNotExistError for a topic no name server knows."""
+        if not self.options.wait_for_topic:
+            self.route(topic, refresh=True)
 
     def register(self, fn: Listener, orderly: bool = False) -> None:
         """fn(msgs: list[MessageExt]) -> ConsumeResult; raising counts as RECONSUME_LATER."""
@@ -155,7 +169,9 @@ class PushConsumer(ConsumeService, ClientBase):
     def start(self) -> Self:
         """Connect, check SQL92 subscriptions (SubscriptionParseError), take this client's share
         of the queues (none with pop=True: the broker hands out messages) and start consuming;
-        returns the consumer. ClientError without a listener or a subscription."""
+        returns the consumer. ClientError without a listener or a subscription. A subscribed
+        topic that does not exist yet is waited for (logged once, `stats()["missing_topics"]`);
+        with wait_for_topic=False TopicNotExistError instead."""
         if self._running:
             return self
         if self._listener is None:
@@ -170,6 +186,7 @@ class PushConsumer(ConsumeService, ClientBase):
         super().start()
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
             for topic, sel in list(self.subscriptions.items()):
+                self._check_topic(topic)
                 filter_route.check_subscription(self, topic, sel, self.group)
         except QuiverError:
             self.shutdown()
@@ -196,9 +213,11 @@ class PushConsumer(ConsumeService, ClientBase):
         """The queues this consumer owns now (with `include_retry`, its %RETRY% queue too)."""
         return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self.retry_topic)
 
-    def stats(self) -> dict[str, int]:
-        """Counters: records skipped as undecodable, offset resets applied."""
-        return {"undecodable_records": self._bad.count, "offset_resets": self._resets}
+    def stats(self) -> dict[str, Any]:
+        """Counters: records skipped as undecodable, offset resets applied; and the subscribed
+        topics that do not exist yet (waited for, logged once: `wait_for_topic`)."""
+        missing = sorted(t for t in list(self._rebalance.rebalancer.missing) if t in self.subscriptions)
+        return {"undecodable_records": self._bad.count, "offset_resets": self._resets, "missing_topics": missing}
 
     def shutdown(self) -> None:
         """Stop pulling, let running listener calls finish, store the offsets and leave the

@@ -8,7 +8,10 @@ the one loop both consumers run: a round at start, every interval, at once
 when a broker says the group changed (NOTIFY_CONSUMER_IDS_CHANGED) and a
 second after a round that could not take a queue it was given. A round
 releases the queues no longer this client's and takes the new ones through
-the consumer's `release(mq)` and `take(mq, notified_at)`. It does not own
+the consumer's `release(mq)` and `take(mq, notified_at)`. A subscribed topic
+that does not exist is logged once, listed in `Rebalancer.missing` and looked
+for every second until it is created (RocketMQ's lite pull consumer and Kafka
+wait for it too). It does not own
 process queues, offsets or pulling: the consumer does.
 """
 
@@ -96,6 +99,7 @@ class Rebalancer:
         self.group = group
         self.allocate = strategy(allocate)
         self.broadcast = broadcast
+        self.missing: dict[str, float] = {}   # subscribed topics a name server says do not exist: since when
 
     def client_ids(self, route) -> list[str]:
         for broker in sorted(route.addrs):
@@ -111,10 +115,15 @@ class Rebalancer:
         try:
             route = self.client.route(topic, refresh=True)
         except TopicNotExistError:
+            if topic not in self.missing:   # logged once: it is looked for every RETRY_S
+                self.missing[topic] = time.monotonic()
+                log.warning("topic %s does not exist (yet): %s takes its queues once it is created", topic, self.group)
             return []
         except QuiverError as exc:
             log.warning("route of %s unavailable: %s", topic, exc)
             return None
+        if self.missing.pop(topic, None) is not None:
+            log.info("topic %s exists now: %s takes its queues", topic, self.group)
         mqs = sorted(route.read_queues)
         if self.broadcast:
             return mqs
@@ -124,10 +133,15 @@ class Rebalancer:
         return sorted(self.allocate(self.client.client_id, mqs, cids))
 
     def assignment(self, topics) -> dict[str, list[MessageQueue] | None]:
+        topics = list(topics)
+        for gone in set(self.missing) - set(topics):   # unsubscribed meanwhile
+            self.missing.pop(gone, None)
         return {t: self.topic_queues(t) for t in topics}
 
 
-RETRY_S = 1.0   # after a round that could not take every queue it was given (a lock held elsewhere)
+# after a round that could not take every queue it was given (a lock held elsewhere), and while a
+# subscribed topic does not exist (its route is asked for again)
+RETRY_S = 1.0
 
 
 class RebalanceLoop:
@@ -183,7 +197,11 @@ class RebalanceLoop:
                 return
             notified_at, self.notified_at = self.notified_at, None
             missing = False
-            for topic, mqs in self.rebalancer.assignment(self.topics()).items():
+            topics = list(self.topics())
+            for mq in [m for m in list(self.owned) if m.topic not in topics]:   # unsubscribed
+                self.release(mq)
+                changed = True
+            for topic, mqs in self.rebalancer.assignment(topics).items():
                 if mqs is None:
                     continue  # unknown right now: keep what we have
                 want = set(mqs)
@@ -195,7 +213,9 @@ class RebalanceLoop:
                         changed = True
                     else:
                         missing = True
-            self._retry_soon = missing
+            soon, self._retry_soon = self._retry_soon, missing or bool(self.rebalancer.missing)
+            if self._retry_soon and not soon:
+                self._wake.set()   # the loop may be in a full interval's wait: from now on RETRY_S
         if changed:
             log.info("%s of %s now owns %s", self.rebalancer.client.client_id, self.group,
                      [f"{m.topic}:{m.broker}:{m.queue_id}" for m in sorted(self.owned)])

@@ -78,15 +78,17 @@ async def _drain(c):
     return [m async for m in c]
 
 
-def test_poll_of_a_missing_topic_raises(one):
+def test_poll_of_a_missing_topic_raises_with_wait_for_topic_false(one):
     async def main():
-        c = one.client(AsyncPullConsumer, "cg")
+        c = one.client(AsyncPullConsumer, "cg", wait_for_topic=False)
         c.subscribe("NoSuchTopic")
         async with c:
             with pytest.raises(TopicNotExistError):
                 await c.poll(2.0)
-            with pytest.raises(ClientError):
-                c.subscribe("Late")
+        waiting = one.client(AsyncPullConsumer, "cg-waits")
+        waiting.subscribe("NoSuchTopic")
+        async with waiting:
+            assert await waiting.poll(0.5) == [] and waiting.stats()["missing_topics"] == ["NoSuchTopic"]
     asyncio.run(main())
 
 

@@ -7,8 +7,8 @@ import pytest
 from quiver.wire import requests as rq
 from quiver.client.base import MessageQueue
 from quiver.wire.protocol import Envelope
-from quiver.client.rebalance import (RebalanceLoop, allocate_averagely, allocate_circle, allocate_consistent_hash,
-                                     strategy)
+from quiver.client.rebalance import (RebalanceLoop, Rebalancer, allocate_averagely, allocate_circle,
+                                     allocate_consistent_hash, strategy)
 
 MQS = [MessageQueue("T", "broker-a", i) for i in range(8)]
 CIDS = ["c0", "c1", "c2"]
@@ -69,14 +69,14 @@ class _Allocation:
     """A Rebalancer stand-in: `assignment` answers what the test set."""
 
     def __init__(self, group="G"):
-        self.group, self.queues = group, {}
+        self.group, self.queues, self.missing = group, {}, {}
         self.client = types.SimpleNamespace(client_id="me")
 
     def assignment(self, topics):
         return {t: self.queues.get(t) for t in topics}
 
 
-def _loop(alloc, refuse=()):
+def _loop(alloc, refuse=(), topics=("T",)):
     owned, log = {}, []
 
     def take(mq, notified_at):
@@ -90,7 +90,7 @@ def _loop(alloc, refuse=()):
         owned.pop(mq)
         log.append(("release", mq))
     changed = []
-    loop = RebalanceLoop(alloc, 20.0, lambda: ["T"], owned, take, release, changed=lambda: changed.append(1))
+    loop = RebalanceLoop(alloc, 20.0, lambda: list(topics), owned, take, release, changed=lambda: changed.append(1))
     return loop, owned, log, changed
 
 
@@ -141,3 +141,28 @@ def test_a_stopped_loop_takes_nothing_and_release_all_gives_everything_up():
     assert list(owned) == [MessageQueue("T", "b", 0)]
     loop.release_all()
     assert owned == {}
+
+
+def test_a_topic_no_longer_subscribed_has_its_queues_released():
+    alloc, subscribed = _Allocation(), ["T", "U"]
+    t, u = MessageQueue("T", "b", 0), MessageQueue("U", "b", 0)
+    alloc.queues.update({"T": [t], "U": [u]})
+    loop, owned, log, changed = _loop(alloc, topics=subscribed)
+    loop.step()
+    assert sorted(owned) == [t, u]
+    subscribed.remove("U")             # unsubscribed: released even though U still has queues
+    loop.step()
+    assert list(owned) == [t] and log[-1] == ("release", u) and len(changed) == 2
+
+
+def test_a_missing_topic_is_logged_once_and_looked_for_every_second(caplog):
+    from quiver.client import rebalance
+    client = types.SimpleNamespace(client_id="me", route=lambda topic, refresh: (_ for _ in ()).throw(
+        rebalance.TopicNotExistError(topic)))
+    r = Rebalancer(client, "G")
+    owned = {}
+    loop = RebalanceLoop(r, 20.0, lambda: ["Gone"], owned, lambda mq, at: True, owned.pop)
+    for _ in range(3):
+        loop.step()
+    assert list(r.missing) == ["Gone"] and loop._retry_soon and loop._wake.is_set()
+    assert sum("Gone does not exist" in rec.getMessage() for rec in caplog.records) == 1
