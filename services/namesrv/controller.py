@@ -201,6 +201,9 @@ class Controller:
             if error != FAIL_REASON.SUCCESS:
                 req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, f"registration not committed (Raft: {error})")
                 return
+            if self.term != term or not self.node._isLeader():  # committed, but by a leader of another term
+                req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, f"registered; leader now: {self.leader() or 'none'}")
+                return
             log.info("controller: %s joined %s as member %d", a.addr, key, result)
             self.scan_step()  # a new group elects its first master at once
             self._answer(req, key, a.addr, term)  # the commit came after the heartbeat: a confirmation
