@@ -19,7 +19,7 @@ import pytest
 
 from quiver import Admin, Message, Producer
 from quiver.client.system_properties import BROKER_WRITTEN
-from quiver.errors import ClientError
+from quiver.errors import ClientError, QuiverError
 from quiver.tools.local import LocalCluster
 from quiver.wire import record
 from quiver.wire import replies
@@ -196,6 +196,61 @@ def test_a_held_pop_of_a_user_who_lost_sub_returns_nothing_stored_after(cluster)
     assert erin.code == ResponseCode.NO_PERMISSION and not erin.bodies, (erin.code, erin.remark)
     assert "SUB" in erin.remark and "topic:HeldPop" in erin.remark
     assert grace.code == ResponseCode.SUCCESS and _records(grace) == [b"stored after the revoke"], grace.remark
+
+
+def test_a_held_sql92_pull_through_the_filter_of_a_deleted_user_returns_nothing(cluster):
+    """The filter forwards a held SQL92 pull to the broker with its own service key: it checks the
+    consumer against its copy of the ACL (fetched every 3 s) when the messages come back."""
+    c, admin = cluster.c, cluster.admin
+    admin.create_topic("Sql", queues=1)
+    flt = c.add_service("filter", "quiver_filter", "--register-interval-ms", "500")
+    c.wait()
+    wait_for(lambda: admin.status(flt.addr).get("registered"), 30, "the filter to attach to the broker")
+
+    def pull(name, suspend_ms=20_000):
+        return rq.PullMessage(topic="Sql", queue_id=0, offset=0, group=f"Sql-{name}", max_msgs=32,
+                              suspend_ms=suspend_ms, expression="colour = 'red'", expression_type="SQL92",
+                              broker_addr=cluster.broker.addr)
+
+    def refused_now(t) -> bool:   # the filter's copy of the ACL knows the deletion
+        try:
+            env = t.call(flt.addr, pull("fiona", 0), timeout=2, ok=ALL_CODES)
+        except QuiverError:       # the handshake of a key it no longer knows
+            return True
+        return env.code == ResponseCode.NO_PERMISSION
+
+    def delete(name):
+        probe = Transport("probe", credentials=creds["fiona"])
+        admin.acl_delete_user(name)
+        try:
+            wait_for(lambda: refused_now(probe), 30, "the filter to learn the deletion")
+        finally:
+            probe.close()
+
+    creds = {}
+    transports = {}
+    for name in ("fiona", "gus"):
+        creds[name] = admin.acl_add_user(name)
+        admin.acl_grant(name, "topic:Sql", ["SUB"])
+        admin.acl_grant(name, "group:Sql-*", ["SUB"])
+        transports[name] = Transport(name, credentials=creds[name])
+    before = admin.status(cluster.broker.addr)["counters"].get("pulls_held", 0)
+    out, threads = {}, []
+    for name, t in transports.items():
+        def run(name=name, t=t):
+            out[name] = t.call(flt.addr, pull(name), timeout=40, ok=ALL_CODES)
+        threads.append(threading.Thread(target=run, daemon=True))
+        threads[-1].start()
+    wait_for(lambda: admin.status(cluster.broker.addr)["counters"].get("pulls_held", 0) >= before + 2, 30,
+             "the filter's two held pulls")
+    delete("fiona")
+    with Producer("held-pg", c.namesrv, credentials=cluster.admin_creds, auto_batch=False) as p:
+        p.send(Message("Sql", b"red, after the deletion", properties={"colour": "red"}))
+    for th in threads:
+        th.join(40)
+    fiona, gus = out["fiona"], out["gus"]
+    assert fiona.code == ResponseCode.NO_PERMISSION and not fiona.bodies, (fiona.code, fiona.remark)
+    assert gus.code == ResponseCode.SUCCESS and _records(gus) == [b"red, after the deletion"], gus.remark
 
 
 # ---- key files and the auth dir others can read ----------------------------------------------------
