@@ -151,3 +151,28 @@ def test_async_pull_consumer_subscribes_unsubscribes_and_waits_while_running(cl)
                 await asyncio.sleep(0.1)
             assert {mq.topic for mq in c.assignment()} == {"Refunds"}
     asyncio.run(main())
+
+
+def test_a_push_consumer_unsubscribes_while_running(cl):
+    seen, lock = [], threading.Lock()
+
+    def listener(msgs):
+        with lock:
+            seen.extend(m.body.decode() for m in msgs)
+        return ConsumeResult.SUCCESS
+    _send(cl, "Orders", 4, "o")
+    c = cl.client(PushConsumer, "push-live", consume_from="first", commit_interval_ms=50)
+    c.subscribe("Orders")
+    c.subscribe("Refunds")
+    c.register(listener)
+    with c:
+        assert wait_until(lambda: len(seen) >= 4)
+        c.unsubscribe("Orders")
+        assert wait_until(lambda: {mq.topic for mq in c.assignment()} == {"Refunds"})
+        meta = cl.broker().metadata
+        assert sum(meta.get_offset("push-live", "Orders", q) or 0 for q in (0, 1)) == 4   # committed on release
+        _send(cl, "Orders", 2, "late")
+        _send(cl, "Refunds", 2, "r")
+        assert wait_until(lambda: {"r0", "r1"} <= set(seen))
+        time.sleep(0.3)
+    assert not any(b.startswith("late") for b in seen)
