@@ -128,6 +128,18 @@ def test_origin_topic_field_of_a_send_back_does_not_steer_the_resend(cluster):
     assert [r.topic for r in sent] == ["%RETRY%mallory-b"]
 
 
+def test_a_letter_sent_straight_into_the_dlq_is_not_resent_and_stops_nothing(cluster):
+    """She may send into her group's %DLQ% (PUB on the group), but not with an origin: such a letter
+    has none the broker recorded, so a bulk resend skips it and resends the others."""
+    env = cluster.send_raw("%DLQ%mallory-c", "DLQ_ORIGIN_TOPIC\x01Pay\x02")
+    assert env.code == ResponseCode.MESSAGE_ILLEGAL and "DLQ_ORIGIN_TOPIC" in env.remark, env.remark
+    assert cluster.send_raw("%DLQ%mallory-c", "").code == ResponseCode.SUCCESS
+    ok = cluster.send_raw("Mallory", "")
+    assert cluster.dead_letter("mallory-c", ok).code == ResponseCode.SUCCESS
+    assert len(cluster.admin.dlq_messages("mallory-c")) == 2
+    assert [r.topic for r in cluster.admin.resend_dlq("mallory-c")] == ["Mallory"]
+
+
 @pytest.mark.parametrize("name", BROKER_WRITTEN)
 def test_properties_only_the_broker_writes_are_refused_at_the_door(cluster, name):
     """REAL_TOPIC on a delayed message, TRAN_* on a half ...: each would tell a scheduler re-put, a

@@ -314,7 +314,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         return out[:max_num]
 
     def resend_dlq(self, group: str, msg_ids: list[str] | None = None) -> list[SendResult]:
-        """Send chosen dead letters (by msg id or origin msg id; all when None) back to their original topic."""
+        """Send chosen dead letters (by msg id or origin msg id; all when None) back to their original topic:
+        the DLQ_ORIGIN_TOPIC the broker recorded (a letter without one is skipped and logged)."""
         from quiver.client.producer import Producer
         chosen = [m for m in self.dlq_messages(group, max_num=1 << 20)
                   if msg_ids is None or m.msg_id in msg_ids or m.properties.get("DLQ_ORIGIN_MESSAGE_ID") in msg_ids]
@@ -328,9 +329,10 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                 # the topic the broker recorded when it dead-lettered (clients cannot send this
                 # property): never one the message's sender chose, as this writes with our rights
                 topic = m.properties.get(DLQ_ORIGIN_TOPIC)
-                if not topic:
-                    raise ClientError(f"dead letter {m.msg_id} has no {DLQ_ORIGIN_TOPIC} recorded by the broker: "
-                                      "not resent (read it with quiver consumer dlq and send it yourself)")
+                if not topic:   # put there by a send, not by the broker: skipped, the others go on
+                    log.warning("dead letter %s of %s has no %s recorded by the broker: not resent (read it with "
+                                "quiver consumer dlq and send it yourself)", m.msg_id, group, DLQ_ORIGIN_TOPIC)
+                    continue
                 props = {k: v for k, v in m.properties.items()
                          if k not in RESERVED_PROPERTIES and k not in BROKER_WRITTEN and not k.startswith("DLQ_")}
                 results.append(p.send(Message(topic, m.body, tags=m.tags, keys=m.keys or None, properties=props,
