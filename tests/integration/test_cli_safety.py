@@ -44,7 +44,7 @@ def test_shrinking_queues_that_hold_a_backlog_is_refused_and_the_safe_way_works(
     try:
         as_json(ns, "topic", "create", "Shrink", "--queues", 8)
         _send(ns, "Shrink", 16)                                   # round robin: 2 per queue
-        as_json(ns, "consumer", "reset", "billing", "--topic", "Shrink", "--to", "earliest", "--create")
+        admin.reset_offset("billing", "Shrink", offset=0)          # billing has read nothing yet
 
         refused = quiver(ns, "topic", "create", "Shrink", "--queues", 2)
         assert refused.returncode == 1, refused.stdout + refused.stderr
@@ -59,7 +59,7 @@ def test_shrinking_queues_that_hold_a_backlog_is_refused_and_the_safe_way_works(
         status = as_json(ns, "topic", "status", "Shrink")["queues"]
         assert [q["max_offset"] for q in status] == [4, 4, 2, 2, 2, 2, 2, 2]
 
-        as_json(ns, "consumer", "reset", "billing", "--topic", "Shrink", "--to", "offset:2")   # billing drains 2-7
+        admin.reset_offset("billing", "Shrink", offset=2)          # billing drained queues 2-7
         done = as_json(ns, "topic", "shrink", "Shrink", "--queues", 2, "--wait", 30)
         assert done["read_done"] is True
         assert (_config(admin, "Shrink")["write"], _config(admin, "Shrink")["read"]) == (2, 2)
@@ -82,7 +82,6 @@ def test_reset_to_a_bare_number_is_a_time_never_an_offset(cluster):
     cut_s = int(time.time()) + 1
     time.sleep(max(0.0, cut_s - time.time()) + 0.1)
     _send(ns, "Times", 4)
-    as_json(ns, "consumer", "reset", "billing", "--topic", "Times", "--to", "earliest", "--create")
 
     for when in (str(cut_s * 1000), str(cut_s)):                  # epoch ms (13 digits), epoch s (10)
         plan = as_json(ns, "consumer", "reset", "billing", "--topic", "Times", "--to", when, "--dry-run")
