@@ -175,6 +175,9 @@ class Controller:
         return "" if node is None else str(getattr(node, "address", node))
 
     def _not_leader(self) -> ServiceNotAvailableError:
+        if self.node._isLeader():
+            return ServiceNotAvailableError(f"controller leader without a majority heard in {self.fallback_s:.1f} s "
+                                            f"(Raft {self.raft_self}): deciding nothing")
         return ServiceNotAvailableError(f"not the controller leader (Raft {self.raft_self}); "
                                         f"leader: {self.leader() or 'none yet'}")
 
