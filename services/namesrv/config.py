@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from quiver.runtime.settings import setting
 
+from .raft_key import read_key_file
+
 
 @dataclass(frozen=True)
 class Config:
@@ -43,7 +45,12 @@ class Config:
             if self.raft_self not in self.raft_peers:
                 raise ValueError(f"--controller-raft {self.raft_self or '(none)'} is not one of --controller-peers "
                                  f"{self.controller_peers!r}")
-            if not self.controller_key_file and not self.auth_dir:
+            if self.controller_key_file:
+                try:
+                    read_key_file(self.controller_key_file)
+                except OSError as exc:
+                    raise ValueError(f"--controller-key-file: {exc}") from None
+            elif not self.auth_dir:
                 raise ValueError("--controller needs a Raft key: --controller-key-file FILE (make one: quiver auth "
                                  "controller-key FILE) or --auth-dir; Raft traffic is never plain")
             if self.controller_heartbeat_timeout_ms < 300:

@@ -46,7 +46,8 @@ from quiver.wire.codes import RequestCode, ResponseCode
 
 from . import raft_wire
 from .controller_state import Groups, Liveness, group_key, pick_master
-from .raft_wire import SafeTransport, raft_password
+from .raft_key import raft_password
+from .raft_wire import SafeTransport
 
 log = logging.getLogger(__name__)
 

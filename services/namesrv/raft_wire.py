@@ -15,18 +15,14 @@ when it has a password, and reads a frame whole before looking at it. Here:
   through the same restricted decoder (`install()`), so a key holder's bytes cannot run code
   either.
 
-Also records when each peer was last heard (`heard`): the controller's majority-contact check;
-and reads the Raft key (`raft_password`).
+Also records when each peer was last heard (`heard`): the controller's majority-contact check.
+The key itself: raft_key.
 """
 
 import errno
-import hashlib
-import hmac
 import io
 import logging
-import os
 import pickle
-import stat
 import struct
 import time
 import zlib
@@ -35,8 +31,6 @@ import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 from pysyncobj.transport import TCPTransport
-
-from quiver.wire.curve import AuthDir
 
 log = logging.getLogger(__name__)
 
@@ -247,27 +241,3 @@ class SafeTransport(TCPTransport):
             self.heard[node.id] = time.monotonic()
         super()._onMessageReceived(node, message)
 
-
-def read_key_file(path: str) -> str:
-    """The key `quiver auth controller-key` wrote (64 hex digits), refused when others may read it."""
-    st = os.stat(path)
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(f"{path} is readable by others (mode {stat.S_IMODE(st.st_mode):04o}): chmod 600 it")
-    with open(path, encoding="ascii") as f:
-        key = f.read().strip()
-    if len(key) < 32 or any(c not in "0123456789abcdef" for c in key.lower()):
-        raise ValueError(f"{path} holds no Raft key (64 hex digits; make one: quiver auth controller-key FILE)")
-    return key
-
-
-def raft_password(config) -> str:
-    """The key every Raft message is encrypted and authenticated with (pysyncobj: Fernet, from
-    PBKDF2 of it): --controller-key-file, else derived from the auth dir's server secret (shared
-    by the cluster's services, readable only by its owner). No key, no controller."""
-    if config.controller_key_file:
-        return read_key_file(config.controller_key_file)
-    if config.auth_dir:
-        secret = AuthDir(config.auth_dir).server.secret_key.encode()
-        return hmac.new(secret, b"quiver controller raft", hashlib.sha256).hexdigest()
-    raise ValueError("--controller needs a Raft key: --controller-key-file FILE (make one: quiver auth "
-                     "controller-key FILE) or --auth-dir")

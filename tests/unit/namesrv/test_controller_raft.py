@@ -14,7 +14,7 @@ from pysyncobj import FAIL_REASON
 from quiver_namesrv.config import Config
 from quiver_namesrv.controller import ReplicatedGroups, raft_node
 from quiver_namesrv.controller_state import group_key
-from quiver_namesrv.raft_wire import raft_password
+from quiver_namesrv.raft_key import raft_password
 
 KEY = "11" * 32
 
@@ -111,6 +111,9 @@ def test_no_key_no_controller(tmp_path):
     key.chmod(0o644)
     with pytest.raises(ValueError, match="readable by others"):
         raft_password(SimpleNamespace(controller_key_file=str(key), auth_dir=""))
+    with pytest.raises(ValueError, match="readable by others"):   # refused at the door, like any bad flag
+        Config(controller=True, data_dir=str(tmp_path), controller_peers="127.0.0.1:1", controller_raft="127.0.0.1:1",
+               controller_key_file=str(key))
     key.chmod(0o600)
     assert raft_password(SimpleNamespace(controller_key_file=str(key), auth_dir="")) == KEY
 
