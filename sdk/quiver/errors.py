@@ -13,6 +13,7 @@ class QuiverError(Exception):
     """A failure that carries a response code and a remark saying what to fix."""
 
     code: ResponseCode | int = ResponseCode.SYSTEM_ERROR  # an int only for a code this SDK does not know
+    from_server = False  # True when built from a reply's code (error_for), False when raised here
 
     def __init__(self, remark: str = "", code: int | None = None):
         super().__init__(remark)
@@ -279,6 +280,6 @@ _BY_CODE: dict[int, type[QuiverError]] = {
 def error_for(code: int, remark: str = "") -> QuiverError:
     """The exception instance the server meant by `code`."""
     cls = _BY_CODE.get(code)
-    if cls is None:
-        return QuiverError(remark, code)
-    return cls(remark)
+    exc = QuiverError(remark, code) if cls is None else cls(remark)
+    exc.from_server = True
+    return exc

@@ -116,6 +116,8 @@ EXIT_CODES = [
     (("msg", "send", "--topic", "Codes", "--body", ""), 2),
     (("msg", "send", "--topic", "Codes", "--file", "/nonexistent/body"), 2),
     (("msg", "view", "--id", "garbage"), 2),
+    (("msg", "send", "--topic", "SCHEDULE_TOPIC_XXXX", "--body", "x"), 2),      # refused by the SDK, unsent
+    (("msg", "send", "--topic", "Codes", "--body", "x", "--props", "UNIQ_KEY=1"), 2),
     (("msg", "cancel", "--id", "0" * 31, "--topic", "Codes"), 2),
     (("topic", "create", "Codes", "--broker", "nope"), 2),
     (("msg", "get", "--topic", "Codes", "--broker", "nope", "--queue", 0, "--offset", 0), 2),

@@ -24,12 +24,17 @@ FORMATS = ("table", "json")
 
 
 def exit_code_for(exc: Exception) -> int:
-    """1 for "nothing there" answers, 3 for every other server or connection error."""
-    from quiver.errors import (QueryNotFoundError, SubscriptionGroupNotExistError, SubscriptionNotExistError,
-                               TopicNotExistError)
+    """1 for "nothing there" answers, 2 for input the SDK refused before sending it (a bad name,
+    body, property or field), 3 for every other server or connection error."""
+    from quiver.errors import (FieldError, InvalidParameterError, MessageIllegalError, NoPermissionError,
+                               PropertiesSizeExceededError, QueryNotFoundError, SubscriptionGroupNotExistError,
+                               SubscriptionNotExistError, TopicNotExistError)
     if isinstance(exc, (QueryNotFoundError, TopicNotExistError, SubscriptionGroupNotExistError,
                         SubscriptionNotExistError)):
         return EXIT_NOT_FOUND
+    if not getattr(exc, "from_server", True) and isinstance(exc, (
+            FieldError, InvalidParameterError, MessageIllegalError, NoPermissionError, PropertiesSizeExceededError)):
+        return EXIT_USAGE
     return EXIT_SERVER
 
 

@@ -7,9 +7,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from quiver.errors import (ClientError, QueryNotFoundError, RequestTimeoutError, ServiceNotAvailableError,
-                           SubscriptionGroupNotExistError, TopicNotExistError)
+from quiver.errors import (ClientError, MessageIllegalError, QueryNotFoundError, RequestTimeoutError,
+                           ServiceNotAvailableError, SubscriptionGroupNotExistError, TopicNotExistError, error_for)
 from quiver.testing import stub_cluster
+from quiver.wire.codes import ResponseCode
 from quiver.tools.cli import cli as root
 from quiver.tools.cli import main
 from quiver.tools.cli_common import exit_code_for, parse_when
@@ -76,6 +77,8 @@ def test_exit_codes_of_quiver_errors():
     assert exit_code_for(ServiceNotAvailableError("x")) == 3
     assert exit_code_for(RequestTimeoutError("x")) == 3
     assert exit_code_for(ClientError("x")) == 3
+    assert exit_code_for(MessageIllegalError("bad name")) == 2                     # refused before sending
+    assert exit_code_for(error_for(ResponseCode.MESSAGE_ILLEGAL, "bad name")) == 3  # the server's answer
 
 
 def test_no_name_server_is_exit_3(capsys):
