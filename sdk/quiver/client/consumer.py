@@ -11,10 +11,7 @@ Consumers of one group share the queues like push consumers (rebalance.py's
 RebalanceLoop): heartbeats carry the subscriptions, a NOTIFY_CONSUMER_IDS_CHANGED
 from a broker rebalances at once, and a queue given up is committed first.
 `subscribe` and `unsubscribe` work while running (RocketMQ's lite pull
-consumer): the group rebalances, an unsubscribed topic's buffer is dropped and
-its queues committed and given up. A subscribed topic that does not exist yet
-is waited for (logged once, `stats()["missing_topics"]`) unless
-`wait_for_topic=False`, when poll() raises TopicNotExistError instead.
+consumer); a subscribed topic that does not exist yet is waited for (see poll).
 SQL92 subscriptions (`MessageSelector.sql(...)`) are checked at subscribe /
 start time and pulled through a filter server of each queue's broker
 (filter_route.py); offsets are still committed to the broker.
@@ -24,7 +21,9 @@ whatever goes wrong with a pull's answer, the queue is pulled again.
 An offset reset by the broker (`Admin.reset_offset` of a running group:
 RESET_CONSUMER_CLIENT_OFFSET) works like `seek` on the queues it names, and
 the new offset is committed at once, under the lock every commit takes, so
-no commit of the old position can reach the broker after it.
+no commit of the old position can reach the broker after it. A pull answered
+OFFSET_MOVED (also how the broker moves a member not told of a reset) drops
+what is buffered of the queue.
 With `direct_poll`, a poll() that finds nothing buffered holds the pulls of
 the idle queues on its own thread's sockets (direct_poll.py) and reads their
 answers itself; the IO thread then only fetches what is stored (suspend 0) and
@@ -162,8 +161,7 @@ class PullConsumer(ClientBase):
             self._resubscribed()
 
     def _forget(self, topic: str) -> bool:
-        """Drop the subscription and what is buffered of it (its queues pause until released)."""
-        if self.subscriptions.pop(topic, None) is None:
+        if self.subscriptions.pop(topic, None) is None:   # else its buffer goes, its queues pause until released
             return False
         with self._cond:
             self._buffer = collections.deque(m for m in self._buffer if m[0].mq.topic != topic)
@@ -174,9 +172,7 @@ class PullConsumer(ClientBase):
         return True
 
     def _resubscribed(self) -> None:
-        """The subscriptions changed: brokers learn them, the group rebalances (a queue given up
-        commits its consumed offset first)."""
-        self.send_heartbeats()
+        self.send_heartbeats()   # brokers learn the subscriptions; a queue given up commits first
         self.rebalance()
 
     def _change_soon(self, topic: str, expression: str | MessageSelector | None) -> None:

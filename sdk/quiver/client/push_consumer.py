@@ -22,7 +22,9 @@ whatever goes wrong with a pull's answer, the queue is pulled again. An offset
 reset by the broker (`Admin.reset_offset` of a running group:
 RESET_CONSUMER_CLIENT_OFFSET) replaces the queue's ProcessQueue (what it
 cached, its pull under way and its unfinished messages no longer count) and
-queues a commit of the new offset. The state lock orders it with everything
+queues a commit of the new offset; so does a pull answered OFFSET_MOVED while
+messages are cached (a reset this member was not told of: the broker moves
+the group's pulls until one arrives at the reset offset). The state lock orders it with everything
 else that moves or sends an offset: a pull's piggy-backed commit, the
 periodic commit and finished messages; commits leave in the order they were
 queued, so none of the old position reaches the broker after the new one.

@@ -202,17 +202,19 @@ def test_a_push_consumer_not_told_of_a_reset_is_moved_there_by_its_next_pull(two
     _deaf(c)
     with c:
         assert wait_until(lambda: c._pqs.get(MQ0) is not None and len(c._pqs[MQ0].msgs) == 40)
+        old = c._pqs[MQ0]
         c.offsets.update(MQ0, 30)
         assert wait_until(lambda: _offsets(cl, "deaf")[0] == 30)
         assert cl.admin().reset_offset("deaf", "T", 0).online
         time.sleep(0.1)             # its commits of 30 meanwhile do not count
         assert _offsets(cl, "deaf")[0] == 0
         _send(cl, [b"later"], queue_ids=(0,))   # its held pull is answered; the next one is moved
-        gate.set()
-        assert wait_until(lambda: len(seen) >= 41 + 41 - 1, 10)
+        assert wait_until(lambda: c._pqs.get(MQ0) is not old, 10)   # a new ProcessQueue at 0
+        gate.set()   # the stuck call ends; the rest of the old queue's work is dropped with it
+        assert wait_until(lambda: len(seen) >= 42, 10)
         time.sleep(0.1)
-    assert sorted(seen[-41:]) == sorted(_names(40) + ["later"])   # all of them again from the reset
-    assert _offsets(cl, "deaf")[0] == 41
+    assert seen[0] == "m0" and sorted(seen[1:]) == sorted(_names(40) + ["later"])   # all again, once
+    assert _offsets(cl, "deaf")[0] == 41 and c.stats()["offset_resets"] == 0
 
 
 def test_a_pull_consumer_not_told_of_a_reset_drops_its_buffer_and_consumes_again(two_queues):
