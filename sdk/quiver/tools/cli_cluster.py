@@ -9,8 +9,8 @@ import time
 
 import click
 
-from quiver.tools.cli_common import (EXIT_NOT_FOUND, EXIT_SERVER, EXIT_USAGE, finish, output_option, print_json,
-                                     print_table, say, show)
+from quiver.tools.cli_common import (EXIT_NOT_FOUND, EXIT_SERVER, EXIT_USAGE, GROUP, TOPIC, finish, output_option,
+                                     print_json, print_table, say, show)
 
 
 @click.command()
@@ -213,8 +213,8 @@ def txn_list(obj, max_num, output):
 @click.command()
 @click.option("--interval", type=click.FloatRange(0.1, 600), default=2.0, show_default=True,
               help="seconds between the two samples")
-@click.option("--topic", "topics", multiple=True, help="only this topic (repeatable)")
-@click.option("--group", "groups", multiple=True, help="only this consumer group (repeatable)")
+@click.option("--topic", "topics", type=TOPIC, multiple=True, help="only this topic (repeatable)")
+@click.option("--group", "groups", type=GROUP, multiple=True, help="only this consumer group (repeatable)")
 @output_option
 @click.pass_obj
 def stats(obj, interval, topics, groups, output):

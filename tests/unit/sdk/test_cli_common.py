@@ -59,7 +59,16 @@ def test_every_verb_that_prints_data_takes_output_json():
                                   ["topic", "create", "bad topic!"], ["consumer", "progress", "bad group!"],
                                   ["msg", "view", "--id", "garbage"], ["msg", "send", "--topic", "T", "--body", ""],
                                   ["acl", "grant", "u", "--resource", "topic:T", "--actions", "FLY"],
-                                  ["--credentials", "/nonexistent.key", "topic", "list"]])
+                                  ["--credentials", "/nonexistent.key", "topic", "list"],
+                                  ["topic", "route", "bad topic!"], ["topic", "delete", "bad topic!"],
+                                  ["topic", "purge", "bad topic!", "--yes"], ["topic", "shrink", "T"],
+                                  ["msg", "query", "--topic", "bad topic!", "--key", "k"],
+                                  ["msg", "trace", "--id", "garbage"], ["msg", "cancel", "--id", "12", "--topic", "T"],
+                                  ["msg", "tail", "--topic", "bad topic!"],
+                                  ["consumer", "dlq", "bad group!"], ["consumer", "resend", "g", "--id", "nothex"],
+                                  ["consumer", "delete", "bad group!"], ["consumer", "config", "bad group!"],
+                                  ["stats", "--topic", "bad topic!"], ["stats", "--group", "bad group!"],
+                                  ["acl", "revoke", "u", "--resource", "topic:T", "--actions", "FLY"]])
 def test_usage_errors_exit_2(argv, capsys):
     assert main(argv) == 2
     assert capsys.readouterr().err.strip()   # click says what was wrong
