@@ -214,10 +214,11 @@ class PopRequests:
     def _skip_deleted(self, topic: str, q: int, st) -> None:
         """Retention deleted what the group had not consumed: carry on from the queue's min (and
         from its max when the queue is shorter than the group's position: deleted and made anew)."""
-        hi = self.store.max_offset(topic, q)
-        if st.next > hi and not st.inflight:
+        # past what is stored (confirmed or not): the queue was made anew or its log cut; on from what
+        # consumers may see (a position merely past the confirmed end waits for it)
+        if st.next > self.store.queue_end(topic, q) and not st.inflight:
             st.done.clear()
-            st.base = st.next = hi
+            st.base = st.next = self.store.max_offset(topic, q)
         lo = self.store.min_offset(topic, q)
         if st.base < lo:
             for off in [o for o in st.inflight if o < lo]:

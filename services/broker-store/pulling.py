@@ -80,8 +80,7 @@ class Puller:
         if a.group and a.commit_offset is not None and a.commit_offset >= 0:
             # forward only: a pull sent before its queue moved may arrive after the final commit; never
             # past the queue's end (a consumer that read what a failover cut is moved back by this pull)
-            cq = self.store.cqs.get((topic, queue_id))
-            commit = min(a.commit_offset, cq.max_offset if cq is not None else 0)
+            commit = min(a.commit_offset, self.store.queue_end(topic, queue_id))
             self.metadata.commit_offset(a.group, topic, queue_id, commit, advance=True)
         suspend_ms = min(a.suspend_ms, self.max_suspend_ms)
         task = HeldPull(req, topic, queue_id, offset, min(a.max_msgs, 1024), tags.hashes(a.expression), a.max_bytes)

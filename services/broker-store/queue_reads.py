@@ -52,13 +52,15 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msgs: int = 
     cq = store.cqs.get((topic, queue_id))
     hi = store.visible_max(cq) if cq else 0
     lo = min(cq.min_offset, hi) if cq else 0
-    if hi == 0:
+    end = cq.max_offset if cq else 0   # past `hi`: stored, not confirmed yet (visibility.py)
+    if end == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, b"", 0)
     if offset < lo:
         return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi, b"", 0)
-    if offset == hi:
+    if hi <= offset <= end:
+        # nothing new yet; a consumer between the two waits for them, it is not moved back
         return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, b"", 0)
-    if offset > hi:
+    if offset > end:  # past what is stored (a log cut back): from the confirmed end on
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi, b"", 0)
     max_msgs = max(1, max_msgs)
     scan = max_msgs if tag_hashes is None else max(max_msgs, FILTER_SCAN_ENTRIES)

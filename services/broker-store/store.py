@@ -482,6 +482,11 @@ class MessageStore:
         cq = self.cqs.get((topic, queue_id))
         return self.visible_max(cq) if cq else 0
 
+    def queue_end(self, topic: str, queue_id: int) -> int:
+        """The queue's max offset as stored, confirmed or not (max_offset is what consumers see)."""
+        cq = self.cqs.get((topic, queue_id))
+        return cq.max_offset if cq else 0
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self.cqs.get((topic, queue_id))
         return min(cq.min_offset, cq.max_offset) if cq else 0

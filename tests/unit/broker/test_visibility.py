@@ -57,7 +57,10 @@ def test_reads_stop_at_what_the_replicas_acked_and_wake_as_it_moves(tmp_path):
     assert _visible(s) == 3 and s.confirm_offset == first.end_offset
     g = s.get_messages("T", 0, 3)
     assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and g.max_offset == 3
-    assert s.get_messages("T", 0, 5).status is GetStatus.OFFSET_OVERFLOW_BADLY
+    g = s.get_messages("T", 0, 5)   # stored, not confirmed: it waits there, it is not moved back
+    assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and g.next_offset == 5
+    g = s.get_messages("T", 0, 20)  # past what is stored (a cut log): moved to the confirmed end
+    assert g.status is GetStatus.OFFSET_OVERFLOW_BADLY and g.next_offset == 3
     assert len(s.query_by_key("T", "k")) == 9  # the index has them; the handler filters
     assert sum(record_visible(s, r) for r in s.query_by_key("T", "k")) == 3
     woken.clear()
@@ -93,6 +96,9 @@ def test_entries_from_before_the_bound_wait_for_it(tmp_path):
     put(s, 2, topic="U")
     s.set_replica_confirm(a.end_offset)
     assert _visible(s) == 3 and _visible(s, "U") == 0
+    # a consumer further on (its offset from before a restart) waits; it is not sent back to the start
+    g = s.get_messages("U", 0, 1)
+    assert g.status is GetStatus.OFFSET_OVERFLOW_ONE and g.next_offset == 1
     s.set_replica_confirm(FOLLOW_LOCAL)
     assert _visible(s) == 6 and _visible(s, "U") == 2
     s.close()
