@@ -56,7 +56,11 @@ def seed(store, offset: int) -> None:
         last = cq.entry(cq.max_offset - 1) if cq.max_offset > cq.min_offset else None
         if last is None or last[0] + last[1] <= offset:
             continue
-        first = cq.first_offset_where(lambda e: e[0] + e[1] > offset, lo=cq.min_offset)
+        head = cq.entry(cq.min_offset)  # a restart's bound of 0: all of it, no search
+        if head is not None and head[0] + head[1] > offset:
+            first = cq.min_offset
+        else:
+            first = cq.first_offset_where(lambda e: e[0] + e[1] > offset, lo=cq.min_offset)
         if not cq.pending or first < cq.pending[0][1]:
             cq.pending.appendleft((end, first))  # the latest end: confirmed only with all it covers
             store.unconfirmed.append((end, cq.topic, cq.queue_id))

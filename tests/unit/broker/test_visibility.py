@@ -1,15 +1,18 @@
 """Reads bounded by the confirm offset (visibility.py): what every in-sync replica holds, with
 fake replicas (the acks handed in directly) and real stores."""
 
+import threading
 import time
 import types
 
 import pytest
 
 from quiver.errors import QueryNotFoundError
-from quiver.wire import record
+from quiver.wire import protocol, record
+from quiver.wire import requests as rq
 from quiver_broker import replica_append
-from quiver_broker.ha_master import clamp_offsets, merge_offsets
+from quiver_broker.ha_master import ReplicationMaster, clamp_offsets, merge_offsets
+from quiver_broker.ha_slave import ReplicationSlave
 from quiver_broker.replicas import Replicas
 from quiver_broker.store import GetStatus, MessageStore
 from quiver_broker.handlers import MessageRequests
@@ -223,3 +226,35 @@ def test_a_joining_replica_is_proposed_only_once_it_has_the_confirm_offset(tmp_p
     t._set_sss(["me"])
     assert not t.required and _visible(s) == 5
     s.close()
+
+
+def test_replication_frames_carry_the_confirm_offset_and_a_replica_serves_up_to_it(tmp_path):
+    """The master's side puts its confirm offset in every frame (a heartbeat as soon as it moves);
+    the replica's side takes it once handshaken, as far as its own log goes."""
+    m = _store(tmp_path / "m")
+    m.set_replica_confirm(0)
+    _, a = put(m, 3)
+    put(m, 2)
+    hm = ReplicationMaster.__new__(ReplicationMaster)
+    sent = []
+    hm.store, hm.terms = m, types.SimpleNamespace(epoch=4)
+    hm._sock = types.SimpleNamespace(send_multipart=lambda frames, *a, **k: sent.append(frames))
+    link = types.SimpleNamespace(identity=b"s", addr="r", sent_at=0.0, confirm_sent=-1)
+    hm._send(link, 0, b"", m.max_phys_offset)
+    m.set_replica_confirm(a.end_offset)
+    hm._send(link, 0, b"", m.max_phys_offset)
+    confirms = [rq.HaTransfer.decode(protocol.decode(f[1:]).ext).confirm for f in sent]
+    assert confirms == [0, a.end_offset] and link.confirm_sent == a.end_offset
+    r = _store(tmp_path / "r")
+    r.set_replica_confirm(0)
+    _replicate(m, r)
+    hs = ReplicationSlave.__new__(ReplicationSlave)
+    hs.terms, hs.handshaken = _terms(r), False
+    hs._stop = threading.Event()
+    hs.note_confirm(confirms[-1])   # before the handshake cut: not taken
+    assert _visible(r) == 0
+    hs.handshaken = True
+    hs.note_confirm(confirms[-1])
+    assert _visible(r) == 3
+    m.close()
+    r.close()
