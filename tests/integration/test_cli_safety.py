@@ -234,6 +234,9 @@ def test_up_refuses_a_taken_port_and_verbs_find_the_cluster_it_started(tmp_path)
         assert made.returncode == 0, made.stdout + made.stderr
         elsewhere = quiver(None, "topic", "list", "-o", "json", cwd="/", env={"QUIVER_DATA_DIR": str(data)})
         assert "FoundByState" in json.loads(elsewhere.stdout)["topics"]
+        import quiver as sdk
+        st = quiver(None, "status", "--data-dir", data)
+        assert st.returncode == 0 and st.stdout.count(f"version {sdk.__version__}") == 2, st.stdout
         assert quiver(None, "down", "--data-dir", data).returncode == 0
     finally:
         squatter.close()

@@ -70,7 +70,8 @@ def summary(row: dict) -> str:
     st = row["status"]
     ha = f" {_safe(st['ha_role'])} id {_safe(st.get('broker_id'))}" if st.get("ha_role") else ""
     metrics = f" metrics http://{_safe(st['metrics'])}/metrics" if st.get("metrics") else ""
-    return f"{head} UP   pid {_safe(st.get('pid'))} uptime {_safe(st.get('uptime_s'))}s{ha}{metrics}"
+    version = f" version {_safe(st['version'])}" if st.get("version") else ""
+    return f"{head} UP   pid {_safe(st.get('pid'))} uptime {_safe(st.get('uptime_s'))}s{version}{ha}{metrics}"
 
 
 def pretty(obj, depth: int = 0) -> list[str]:
