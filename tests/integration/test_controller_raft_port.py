@@ -1,5 +1,6 @@
-"""The controller's Raft port against a hostile peer (real name server processes, auth off, which
-is where pysyncobj once unpickled the first frame of anyone): a frame that would run a command,
+"""The controller's Raft port against a hostile peer (real name server processes; auth off, where
+pysyncobj once unpickled the first frame of anyone, and auth on, where a 2^31-1 length prefix
+once made the leader buffer 117 MiB before authenticating and lose leadership): a frame that would run a command,
 plain or sealed with the cluster's own Raft key, runs nothing; a 2^31-1 length prefix is refused
 before its body is buffered (the process stays small); idle half-frames from many connections
 change nothing and are dropped after a few seconds; meanwhile routes are served and the controller stays leader. A name server with
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import zlib
+from types import SimpleNamespace
 
 import pytest
 from pysyncobj.encryptor import getEncryptor
@@ -21,7 +23,9 @@ from quiver import Admin
 from quiver.tools.local import LocalCluster, free_port
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
+from quiver.wire.curve import init_auth_dir
 from quiver.wire.transport import Transport
+from quiver_namesrv.raft_key import raft_password
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -55,17 +59,25 @@ def _closed_by_peer(sock: socket.socket, timeout: float = 10.0) -> bool:
         return False
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = LocalCluster(str(tmp_path / "c"))
+@pytest.fixture(params=["auth-off", "auth-on"])
+def cluster(tmp_path, request):
+    """(cluster, the controller, its Raft address, the Raft key): auth off, the key file the
+    cluster made; auth on, the key derived from the auth dir."""
+    auth = None
+    if request.param == "auth-on":
+        auth = str(tmp_path / "auth")
+        init_auth_dir(auth)
+    c = LocalCluster(str(tmp_path / "c"), auth_dir=auth)
     try:
         (ctl,) = c.add_controllers(1)
         c.wait()
         c.add_broker()
         c.wait()
         c.wait_registered(1)
-        Admin(namesrv=c.namesrv).create_topic(TOPIC, queues=2)
-        yield c, ctl, ctl.args[ctl.args.index("--controller-raft") + 1]
+        with Admin(namesrv=c.namesrv, credentials=c.credentials) as admin:
+            admin.create_topic(TOPIC, queues=2)
+        key = raft_password(SimpleNamespace(controller_key_file="" if auth else c.controller_key(), auth_dir=auth))
+        yield c, ctl, ctl.args[ctl.args.index("--controller-raft") + 1], key
     finally:
         c.stop()
 
@@ -83,9 +95,9 @@ def _leader(t: Transport, ns: str) -> bool:
 
 
 def test_hostile_frames_run_nothing_buffer_nothing_and_routes_stay_served(cluster, tmp_path):
-    c, ctl, raft = cluster
+    c, ctl, raft, key = cluster
     host, port = raft.rsplit(":", 1)
-    t = Transport("raft-attack")
+    t = Transport("raft-attack", credentials=c.credentials)
     try:
         deadline = time.monotonic() + 30
         while not _leader(t, ctl.addr):
@@ -102,7 +114,6 @@ def test_hostile_frames_run_nothing_buffer_nothing_and_routes_stay_served(cluste
 
         # 2. the same frame sealed with the cluster's own key (a key holder): still no code runs
         sealed = tmp_path / "pwned-sealed"
-        key = open(os.path.join(c.data_dir, "controller.key")).read().strip()
         token = getEncryptor(key).encrypt_at_time(zlib.compress(pickle.dumps(RunsCommand(sealed), protocol=2)),
                                                   int(time.monotonic()))
         with socket.create_connection((host, int(port))) as s:
