@@ -208,3 +208,12 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
 
 # The scheduler's readers (poison_of, refused, its queues going on past poison) are tested in
 # tests/unit/scheduler/test_scheduler_queues.py.
+
+
+@pytest.mark.parametrize("name", sp.BROKER_WRITTEN)
+def test_a_client_may_not_send_what_only_the_broker_writes(name):
+    for props in ([f"{name}\x01x\x02"], [f"KEYS\x01k\x02{name}\x01x\x02"], ["TAGS\x01a\x02", f"UNIQ_KEY\x01u\x02{name}\x01\x02"]):
+        with pytest.raises(MessageIllegalError, match=f"property {name} is written by the broker"):
+            sp.check_client_put(props)
+    # names that only share a prefix or a suffix, and the system properties clients do send, pass
+    sp.check_client_put([f"{name}X\x01x\x02X{name}\x01x\x02", "DELAY\x013\x02PGROUP\x01pg\x02TRAN_MSG\x01true\x02"])
