@@ -1,6 +1,8 @@
 """The partition suite's cluster fixture: namespaces and processes made per test and always
-removed; the records and logs stay in /tmp/quiver-partition-* only when the test failed."""
+removed; the records and logs stay in /tmp/quiver-partition-* only when the test failed (or
+QUIVER_PARTITION_KEEP=1)."""
 
+import os
 import shutil
 import tempfile
 
@@ -30,7 +32,7 @@ def cluster(request):
 
     def remove():
         errors = c.stop()
-        if getattr(request.node, "partition_failed", False):
+        if getattr(request.node, "partition_failed", False) or os.environ.get("QUIVER_PARTITION_KEEP"):
             print(f"partition records and logs kept in {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)

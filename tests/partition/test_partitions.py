@@ -29,7 +29,7 @@ def run(cluster: PartitionCluster, cut, fenced: bool = True) -> None:
     g = s.setup()
     master = cluster.node_of(g["master"])
     s.start_load()
-    s.wait_acks(200)
+    s.wait_acks(150)
     s.note(f"cut: {cut(s, master)}")
     cut_at = s.events[-1][0]
     s.hold(CUT_S)
@@ -114,7 +114,7 @@ def test_random_flapping(cluster):
     s = Scenario(cluster)
     s.setup()
     s.start_load()
-    s.wait_acks(200)
+    s.wait_acks(150)
     s.note("flapping")
     steps = s.flap(FLAP_S, seed)
     rep = s.finish()

@@ -127,8 +127,10 @@ def controllers(t: Transport, namesrv: str) -> dict:
         except QuiverError:
             out["answers"][ns] = None
             continue
-        out["answers"][ns] = {"leader": r.leader}
-        if r.leader:
+        g = next((g for g in r.groups if g.get("broker_name") == "pg"), {})
+        out["answers"][ns] = {"leader": r.leader, "master": g.get("master"), "epoch": g.get("epoch"),
+                              "term": r.raft.get("term")}
+        if r.leader and out["leader"] is None:
             out["leader"], out["groups"] = ns, r.groups
     return out
 

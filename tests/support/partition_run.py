@@ -65,7 +65,7 @@ class Scenario:
                 raise AssertionError(f"no more than {more_than} SEND_OK within {timeout} s; see {self.c.root}")
             time.sleep(0.2)
 
-    def finish(self, settle_s: float = 2.0, catch_up_s: float = 45.0) -> Report:
+    def finish(self, settle_s: float = 1.0, catch_up_s: float = 45.0) -> Report:
         """After the heal: the group whole again, a little more load, producers stopped, the log
         read back from the master, the consumers given until they have every acked message it
         holds (or nothing new came for 10 s), then everything checked."""
@@ -115,7 +115,17 @@ class Scenario:
     # ---- the cuts ------------------------------------------------------------------------------
 
     def hold(self, seconds: float) -> None:
-        time.sleep(seconds)
+        """Wait out the cut, noting each change of who claims the Raft lead and which master
+        (epoch) each leader names, as the clients' namespace sees the controllers."""
+        end, seen = time.monotonic() + seconds, None
+        while time.monotonic() < end:
+            answers = self.c.call("info")["answers"]
+            now = sorted((self.c.node_of(ns), a["master"] and self.c.node_of(a["master"]), a["epoch"])
+                         for ns, a in answers.items() if a and a["leader"])
+            if now != seen:
+                self.note(f"Raft leaders (node, master, epoch): {now}")
+                seen = now
+            time.sleep(0.2)
 
     def flap(self, seconds: float, seed: int) -> list[str]:
         """Random cuts for `seconds`: each step a random partition, a one-way cut of a random
