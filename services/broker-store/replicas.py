@@ -70,8 +70,8 @@ class Replicas:
         self.altering = False
         self.lease_until = 0.0
         self.leader = ""
-        self.ha = None                     # the ReplicationMaster or ReplicationSlave of the current role
         self.term = 0                      # the newest controller Raft term an answer carried
+        self.ha = None                     # the ReplicationMaster or ReplicationSlave of the current role
         self.took_office = 0.0
         self.switches = 0
         self.last_answer = 0.0
@@ -115,10 +115,10 @@ class Replicas:
     def wait_for_slave(self, end: int, req, out: dict) -> None:
         if self.role == "master" and self.config.ha_acks == "sync":
             self.ha.wait_for_slave(end, req, out)
-        else:
         elif not self.lease_valid():
             # async acks: the lease may have run out while the write was flushed; stored, not acknowledged
             req.reply(ResponseCode.FLUSH_SLAVE_TIMEOUT, f"master lease of epoch {self.epoch} expired", out)
+        else:
             req.reply(ResponseCode.SUCCESS, "", out)
 
     def expire_step(self) -> None:
@@ -184,13 +184,13 @@ class Replicas:
 
     def apply(self, a, sent: float) -> None:
         """An assignment answered to a heartbeat sent at `sent` (time.monotonic())."""
-        if a.epoch < self.epoch or a.role == "none":
-            return  # an answer older than what this broker already knows
-        self.broker_id = a.broker_id or self.broker_id
         if a.term < self.term:
             log.info("assignment of controller term %d ignored: term %d answered already", a.term, self.term)
             return  # a deposed controller leader's answer
         self.term = a.term
+        if a.epoch < self.epoch or a.role == "none":
+            return  # an answer older than what this broker already knows
+        self.broker_id = a.broker_id or self.broker_id
         if a.role == "master":
             lease = sent + a.lease_ms / 1000
             if self.role != "master" or a.epoch != self.epoch:
