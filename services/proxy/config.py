@@ -25,14 +25,15 @@ class Config:
                                    "file}}: RocketMQ 5 clients' AK/SK, checked, each served as that user")
     serve_unverified: bool = setting(False, "auth on, no --access-keys: serve RocketMQ 5 clients anyway, all with "
                                             "the proxy's key; off: every RPC answers UNAUTHORIZED")
-    grpc_threads: int = setting(256, "gRPC worker threads: every call but Telemetry runs on one (a long-polling "
-                                     "receive for its poll); Telemetry streams run on an event loop")
-    max_streams: int = setting(4096, "Telemetry streams open at once, all clients (one per client instance; "
-                                     "each a task on the event loop, no worker thread)")
-    max_streams_per_key: int = setting(64, "Telemetry streams open at once per access key, at most --max-streams; "
-                                           "more are TOO_MANY_REQUESTS")
+    grpc_threads: int = setting(256, "gRPC worker threads: each connected client's telemetry stream holds one, "
+                                     "each long-polling receive another")
+    max_streams: int = setting(0, "Telemetry streams open at once, all clients (each holds a gRPC worker "
+                                  "thread; the other workers serve calls); 0: half of --grpc-threads")
+    max_streams_per_key: int = setting(16, "Telemetry streams open at once per access key (one per client "
+                                           "instance), at most --max-streams; more are TOO_MANY_REQUESTS")
     max_calls_per_key: int = setting(0, "calls in flight per access key (a long-polling receive counts while it "
-                                        "waits); more are TOO_MANY_REQUESTS; 0: half of --grpc-threads")
+                                        "waits); more are TOO_MANY_REQUESTS; 0: half of the workers the streams "
+                                        "leave")
     signature_window_s: int = setting(900, "auth on: a signature's x-mq-date-time must be within this many "
                                            "seconds of the proxy's clock (UTC or local time)")
     request_timeout_ms: int = setting(3000, "how long one broker request waits")
@@ -65,12 +66,12 @@ class Config:
             raise ValueError(f"--advertise {self.advertise!r}: {addr_problem(self.advertise)}")
         if not 4 <= self.grpc_threads <= 1024:
             raise ValueError("--grpc-threads must be in 4..1024")
-        if not 1 <= self.max_streams <= 100_000:
-            raise ValueError("--max-streams must be in 1..100000")
-        if not 1 <= self.max_streams_per_key <= self.max_streams:
-            raise ValueError("--max-streams-per-key must be in 1..--max-streams")
-        if not 0 <= self.max_calls_per_key <= self.grpc_threads:
-            raise ValueError("--max-calls-per-key must be in 0..--grpc-threads")
+        if not 0 <= self.max_streams < self.grpc_threads:
+            raise ValueError("--max-streams must be in 0..--grpc-threads - 1 (the rest of the workers serve calls)")
+        if not 1 <= self.max_streams_per_key <= 100_000:
+            raise ValueError("--max-streams-per-key must be in 1..100000")
+        if not 0 <= self.max_calls_per_key <= self.grpc_threads - self.streams_cap:
+            raise ValueError("--max-calls-per-key must be in 0..--grpc-threads - --max-streams")
         if not 1 <= self.signature_window_s <= 86_400:
             raise ValueError("--signature-window-s must be in 1..86400")
         if not 100 <= self.request_timeout_ms <= 60_000:
@@ -88,8 +89,17 @@ class Config:
         self.message_types()   # a bad --topic-message-types fails at start
 
     @property
+    def streams_cap(self) -> int:
+        return self.max_streams or self.grpc_threads // 2
+
+    @property
+    def calls_cap(self) -> int:
+        """All calls in flight: the workers the streams leave."""
+        return self.grpc_threads - self.streams_cap
+
+    @property
     def calls_per_key_cap(self) -> int:
-        return self.max_calls_per_key or self.grpc_threads // 2
+        return self.max_calls_per_key or max(1, self.calls_cap // 2)
 
     @property
     def key_file(self) -> str | None:

@@ -1,12 +1,19 @@
-"""Caps on what one access key (and everyone together) holds of the proxy.
+"""Caps on what one access key (and everyone together) holds of the proxy's gRPC workers.
 
-Telemetry streams are tasks on the gRPC server's event loop (server.py): an idle one holds
-no worker, but each is a session and a task, so: at most --max-streams-per-key per access
-key and --max-streams in all. Every other call runs on a --grpc-threads worker for its whole
-life (a long-polling receive for its poll), so: at most --max-calls-per-key in flight per
-access key (half the workers by default) and --grpc-threads in all; one user's held polls
-leave the other half to everyone else. A refusal is TOO_MANY_REQUESTS saying which cap.
-Without access keys every client is one identity (""), held to the totals only.
+grpcio's synchronous server runs every RPC on a worker of its thread pool for the RPC's whole
+life: a Telemetry stream holds its worker as long as the client is connected, a long-polling
+receive for its poll. Without caps, idle streams of one user take every worker and everyone
+else's calls wait in the pool's queue until they time out. So:
+
+  - open Telemetry streams: at most --max-streams-per-key per access key and --max-streams in
+    all (below --grpc-threads, so the other workers always serve calls);
+  - calls in flight: at most --max-calls-per-key per access key (half the workers the streams
+    leave), and those workers in all.
+
+So one user holds at most its stream cap and half the call workers; the rest serve everyone else.
+
+A refusal is TOO_MANY_REQUESTS saying which cap. Without access keys every client is one
+identity (""), held to the totals only.
 """
 
 import contextlib
@@ -33,7 +40,8 @@ class Limits:
 
     @classmethod
     def of(cls, config) -> "Limits":
-        return cls(config.max_streams_per_key, config.max_streams, config.calls_per_key_cap, config.grpc_threads)
+        return cls(min(config.max_streams_per_key, config.streams_cap), config.streams_cap,
+                   config.calls_per_key_cap, config.calls_cap)
 
     def counts(self) -> dict:
         with self._lock:

@@ -8,6 +8,8 @@ saying so.
 
 import collections
 import logging
+import queue
+import threading
 
 from rocketmq.grpc_protocol import service_pb2 as pb
 from rocketmq.grpc_protocol.definition_pb2 import ClientType, Code, MessageType, TransactionSource
@@ -15,19 +17,19 @@ from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceServicer
 
 from quiver.errors import QuiverError
 
-from .clients import Clients, client_id_of
+from .clients import QUEUE_BOUND, Clients, client_id_of
 from .limits import Limits
 from .messages import inbound
 from .pulling import Pulling
 from .receiving import check_group_name
 from .routes import check_topic_name, endpoints_for
 from .statuses import OK, Refused, status, status_of
-from .telemetry import telemetry
 from .users import Backends
 
 log = logging.getLogger(__name__)
 
 MAX_SEND_ENTRIES = 1   # the 5.x clients send one message per call
+_STREAM_END = object()
 _CODE_NAMES = {number: name for name, number in Code.items()}
 
 
@@ -194,9 +196,47 @@ class Servicer(MessagingServiceServicer):
         b.receiving.to_dead_letter(request)
         return pb.ForwardMessageToDeadLetterQueueResponse(status=OK)
 
-    # ---- telemetry (a coroutine on the server's event loop: telemetry.py) ---------------------------
+    # ---- telemetry -----------------------------------------------------------------------------
 
-    Telemetry = telemetry
+    def Telemetry(self, request_iterator, context):
+        try:
+            b = self.backends.for_call(context.invocation_metadata())
+            session = self.clients.session(client_id_of(context.invocation_metadata()), b.access_key)
+            self.limits.open_stream(b.access_key)     # TOO_MANY_REQUESTS past the stream caps
+        except Refused as exc:
+            self.count("Telemetry", exc.code)
+            yield pb.TelemetryCommand(status=status_of(exc))
+            return
+        session.streaming = True
+        out = session.out = queue.Queue(QUEUE_BOUND)   # this stream's: a reconnect gets a fresh one
+        threading.Thread(target=self._read_commands, args=(request_iterator, session, out), daemon=True,
+                         name="telemetry-in").start()
+        try:
+            while context.is_active():
+                try:
+                    item = out.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if item is _STREAM_END:
+                    break
+                yield item
+        finally:
+            session.streaming = False
+            self.limits.close_stream(b.access_key)
+
+    def _read_commands(self, commands, session, out) -> None:
+        try:
+            for cmd in commands:
+                if cmd.HasField("settings"):
+                    try:
+                        answer = self.clients.settings(session, cmd.settings)
+                    except Refused as exc:
+                        answer = pb.TelemetryCommand(status=status_of(exc))
+                    out.put(answer)
+                # thread stack traces and verify results: nothing asks for them here
+        except Exception as exc:   # the stream ended or broke: its writer stops too
+            log.debug("telemetry stream of %s ended: %s", session.client_id, exc)
+        out.put(_STREAM_END)
 
     # ---- pulling (PullConsumer: the client owns its queues and offsets) --------------------------
 

@@ -162,7 +162,9 @@ def test_caps_on_streams_and_calls_per_key_and_in_all():
     with limits.call("B"):
         pass
     assert limits.counts() == {"open_streams": 3, "calls_in_flight": 0, "refused_over_caps": 4}
-    assert Config(grpc_threads=48).calls_per_key_cap == 24
-    for bad in (dict(max_streams=10, max_streams_per_key=11), dict(grpc_threads=8, max_calls_per_key=9)):
+    c = Config(grpc_threads=48)
+    assert (c.streams_cap, c.calls_cap, c.calls_per_key_cap) == (24, 24, 12)
+    assert Limits.of(c).streams_per_key == 16
+    for bad in (dict(grpc_threads=8, max_streams=8), dict(grpc_threads=8, max_streams=4, max_calls_per_key=5)):
         with pytest.raises(ValueError):
             Config(**bad)
