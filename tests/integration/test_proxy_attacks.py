@@ -34,7 +34,7 @@ THREADS = 48          # the proxy's workers: 24 for streams (16 a key), 24 for c
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("proxy-attacks")
-    with secure_cluster(root, services=(("txn-checker", "quiver_txn", *TXN_FLAGS),),
+    with secure_cluster(root, services=(("txn-checker", "quiver_txn", *TXN_FLAGS, "--max-checks", "500"),),
                         topics=("AtkPay", "AtkMine")) as (c, admin, _):
         keys = {}
         for name, grants in (("payer", [("topic:AtkPay", ["PUB", "SUB"]), ("group:atk-pay", ["SUB"])]),
