@@ -38,8 +38,8 @@ log = logging.getLogger(__name__)
 class SimpleConsumer(ClientBase):
     """RocketMQ 5's SimpleConsumer, over POP: `receive` takes messages that stay invisible to the
     group for a while, `ack` finishes each one; no queue is owned, the broker hands them out.
-    `consume_from`: where a group new to a queue starts, "last" (RocketMQ's default) or
-    "first"; `fifo`: FIFO delivery per message group on any topic; `max_reconsume_times`: the
+    `consume_from`: where a group new to a queue starts, "last" (RocketMQ's default: at 0 while
+    the queue's first message is in memory, else at its last message) or "first"; `fifo`: FIFO delivery per message group on any topic; `max_reconsume_times`: the
     deliveries before the DLQ when the group has no config on the broker (None: 16);
     `await_duration_s`: how long a receive waits for a message by default (long polling).
     `namesrv` and `credentials` as for Producer; ValueError for a bad setting.
