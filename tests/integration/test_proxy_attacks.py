@@ -46,7 +46,7 @@ def env(tmp_path_factory):
         os.chmod(path, 0o600)
         proxy = c.add_proxy("--access-keys", str(path), "--grpc-threads", str(THREADS))
         c.wait()
-        yield proxy
+        yield proxy, admin
 
 
 def _sign(ak, date=None, client_id="atk-client"):
@@ -121,7 +121,7 @@ class _Commit(TransactionChecker):
 
 
 def test_settings_naming_a_topic_without_pub_are_refused_and_get_no_check_back(env):
-    proxy = env
+    proxy, _ = env
     with started(Producer(_cfg(proxy, "PAYER"), ("AtkPay",), checker=_Commit())) as p:   # an open half, its
         # producer gone before any check
         tx = p.begin_transaction()
@@ -144,7 +144,7 @@ def test_settings_naming_a_topic_without_pub_are_refused_and_get_no_check_back(e
 
 
 def test_another_keys_client_id_is_refused(env):
-    proxy = env
+    proxy, _ = env
     with grpc.insecure_channel(proxy.url) as ch:
         stub = MessagingServiceStub(ch)
         own = _Stream(stub, _sign("PAYER", client_id="payer-1"), ("AtkPay",))
@@ -168,7 +168,7 @@ def test_another_keys_client_id_is_refused(env):
 
 
 def test_a_signature_dated_outside_fifteen_minutes_is_unauthorized(env):
-    proxy = env
+    proxy, _ = env
     with grpc.insecure_channel(proxy.url) as ch:
         stub = MessagingServiceStub(ch)
         for skew in (timedelta(minutes=-16), timedelta(hours=3), timedelta(days=-400)):
@@ -231,7 +231,7 @@ def _hold_poll(stub, md, codes):
 def test_idle_streams_and_held_polls_of_one_user_leave_workers_for_everyone_else(env):
     """300 idle streams (as many as the issue's) and 30 held long polls of one user; another user's calls
     are still answered at once: past 16 a key the streams are refused, past 12 the polls."""
-    proxy = env
+    proxy, admin = env
     flood = _Flood(proxy.url, 300, lambda i: _sign("MALLORY", client_id=f"idle-{i}"))
     codes: list = []
     with grpc.insecure_channel(proxy.url) as poll_ch, grpc.insecure_channel(proxy.url) as ch:
@@ -256,5 +256,7 @@ def test_idle_streams_and_held_polls_of_one_user_leave_workers_for_everyone_else
             served_at_once()
             with started(Producer(_cfg(proxy, "PAYER"), ("AtkPay",))) as p:
                 assert p.send(_message("AtkPay", b"still served")).message_id
+            status = admin.status(proxy.addr)
+            assert status["open_streams"] >= 16 and status["refused_over_caps"] >= 300 - 16 + 30 - 12, status
         finally:
             flood.close()
