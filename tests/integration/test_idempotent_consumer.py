@@ -7,7 +7,7 @@ import time
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, func, select
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.idempotent import SqlDedupe
+from quiver.client.idempotent import SqlDedupe
 
 N = 60
 

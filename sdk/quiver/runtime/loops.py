@@ -1,10 +1,7 @@
 """Periodic loops that no single bad item can stop.
 
-`Loop(name, interval_s, step)` runs `step()` every interval on its own daemon
-thread (SDK clients): `wake()` runs it early, `stop()` ends it, `run_once()`
-is the step a test calls directly. Services run their loops on the service
-thread with `Service.every(name, interval_s, step)` instead. Either way a
-failing step is counted and logged, and the loop goes on.
+Services run their loops on the service thread with `Service.every(name,
+interval_s, step)`: a failing step is counted and logged, and the loop goes on.
 
 Inside a step, `Failures.each(name, items, fn)` runs `fn` per item (a broker,
 a group, a message), so one bad item is skipped, counted (`<name>_failed` in
@@ -67,51 +64,3 @@ class Failures:
             self.record(name, exc)
             return False
 
-
-class Loop:
-    """`step()` every `interval_s` on a daemon thread, until `stop()`."""
-
-    def __init__(self, name: str, interval_s: float, step, failures: Failures | None = None,
-                 first_delay_s: float | None = None):
-        self.name = name
-        self.interval_s = interval_s
-        self.step = step
-        self.failures = failures if failures is not None else Failures()
-        self.first_delay_s = interval_s if first_delay_s is None else first_delay_s
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "Loop":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-            self._thread.start()
-        return self
-
-    def wake(self) -> None:
-        """Run the step now instead of at the end of the interval."""
-        self._wake.set()
-
-    def stop(self, join_s: float | None = None) -> None:
-        self._stop.set()
-        self._wake.set()
-        thread = self._thread
-        if join_s and thread is not None and thread is not threading.current_thread():
-            thread.join(join_s)
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
-
-    def run_once(self) -> bool:
-        return self.failures.guard(self.name, self.step)
-
-    def _run(self) -> None:
-        delay = self.first_delay_s
-        while not self._stop.is_set():
-            self._wake.wait(delay)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            self.run_once()
-            delay = self.interval_s

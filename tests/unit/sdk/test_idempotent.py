@@ -6,7 +6,7 @@ import types
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, func, select
 
-from quiver.idempotent import SqlDedupe
+from quiver.client.idempotent import SqlDedupe
 
 
 def _msg(msg_id="7F000001000000000000000000000001", keys=()):

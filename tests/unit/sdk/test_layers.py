@@ -44,14 +44,10 @@ def test_every_sdk_module_lives_in_a_layer_or_is_one_of_the_few_top_level_ones()
     assert top == ["__init__.py", "errors.py"]   # and the packages quiver.spark and quiver.testing
 
 
-def test_the_flat_names_of_before_are_the_layer_modules():
+def test_no_name_of_before_the_layers_imports():
     import importlib
-    import quiver
-    from quiver.wire import protocol, record
-    assert importlib.import_module("quiver.record") is record
-    assert importlib.import_module("quiver.protocol") is protocol
-    for old, new in quiver._MOVED.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
-    from quiver.client import MessageQueue       # quiver.client was a module: its names still import
-    from quiver.client.base import MessageQueue as moved
-    assert MessageQueue is moved
+    for old in ("quiver.record", "quiver.protocol", "quiver.codes", "quiver.consumer", "quiver.settings"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(old)
+    import quiver.client
+    assert not hasattr(quiver.client, "MessageQueue")   # it lives in quiver.client.base
