@@ -25,7 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from quiver.wire import names, protocol
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
-from quiver.client.message import host_bytes, host_str
+from quiver.wire.ids import host_bytes, host_str
 from quiver.runtime.security import service_security
 from quiver.runtime.service import Service
 from quiver.runtime.settings import split_addrs

@@ -6,7 +6,7 @@ the index is rechecked on the record (hashes only narrow the search).
 """
 
 from quiver.wire import record
-from quiver.client.message import KEYS, UNIQ_KEY
+from quiver.wire.properties import KEYS, UNIQ_KEY
 
 from .index_file import key_hash, prefix_crc
 

@@ -29,8 +29,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from quiver.client import tags as tag_expr
-from quiver.client.message import SHARDING_KEY
+from quiver.wire import tags as tag_expr
+from quiver.wire.properties import SHARDING_KEY
 from quiver.errors import InvalidParameterError, ReceiptHandleExpiredError, TopicNotExistError
 from quiver.wire import record
 from quiver.wire import requests as rq

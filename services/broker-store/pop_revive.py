@@ -31,8 +31,8 @@ import logging
 import os
 import time
 
-from quiver.client.message import UNIQ_KEY, host_bytes
-from quiver.client.system_properties import DLQ_ORIGIN_TOPIC, RECONSUME_TIME
+from quiver.wire.ids import host_bytes
+from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, RECONSUME_TIME, UNIQ_KEY
 from quiver.wire import record
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 
@@ -47,7 +47,6 @@ IN_MEMORY_RATIO = 0.4
 
 REVIVE_INTERVAL_S = 0.2
 REPLAY_BATCH = 256
-DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 _HOST = host_bytes("127.0.0.1", 0)
 
 

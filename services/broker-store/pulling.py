@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from quiver.client import tags
+from quiver.wire import tags
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, TopicNotExistError
 

@@ -22,18 +22,18 @@ import time
 from quiver.wire import names, record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError, QueryNotFoundError, SubscriptionGroupNotExistError
-from quiver.client.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY,
-                                   host_str)
+from quiver.wire.ids import host_str
 from quiver.wire.access import SUB, topic_resource
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 from quiver.wire.requests import SendMessage
-from quiver.client.system_properties import DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES, RECONSUME_TIME, read_int
+from quiver.wire.properties import (DELAY, DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES,
+                                    ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RECONSUME_TIME, RETRY_TOPIC,
+                                    TIMER_DELIVER_MS, UNIQ_KEY, read_int)
 
 from .tracing import is_traced
 
 log = logging.getLogger(__name__)
 
-DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 DEFAULT_MAX_RECONSUME_TIMES = 16
 _DROP = (DELAY, REAL_TOPIC, REAL_QID)
 

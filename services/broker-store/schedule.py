@@ -19,7 +19,7 @@ itself (services/scheduler) owns waiting, progress and cancellation.
   CommitLog retention). Consecutive entries for one queue are one put.
   A message whose real topic is gone or is the half topic is dropped and
   reported in `dropped` (indices). The properties of every entry are checked
-  again (quiver.client.system_properties: REAL_TOPIC a valid topic name, REAL_QID
+  again (quiver.wire.properties: REAL_TOPIC a valid topic name, REAL_QID
   0..1023 and a queue of the real topic, i.e. below max(read, write), ...): a
   request with a bad entry is answered MESSAGE_ILLEGAL, the remark naming the
   entry and the property, `bad` listing every bad entry, and nothing is put,
@@ -30,11 +30,12 @@ import logging
 import time
 
 from quiver.wire import record
-from quiver.client import system_properties
+from quiver.wire import properties
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import QuiverError
-from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY
+from quiver.wire.properties import (DELAY, REAL_QID, REAL_TOPIC, SCHEDULE_DUE_MS, SCHEDULE_ORIGIN_ID, TIMER_DELAY_MS,
+                                    TIMER_DELAY_SEC, TIMER_DELIVER_MS, UNIQ_KEY)
 from quiver.wire.names import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
 
 from .sending import born_host
@@ -42,16 +43,14 @@ from .status_codes import check_stored
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_ORIGIN_ID = "SCHEDULE_ORIGIN_ID"
-SCHEDULE_DUE_MS = "SCHEDULE_DUE_MS"
-_DROP = (DELAY, TIMER_DELIVER_MS, "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+_DROP = (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 
 
 def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str]:
     """(real topic, real queue id, properties to store) of a parked message."""
     p = record.parse_properties(props)
     topic = p.get(REAL_TOPIC)
-    qid = system_properties.read_int(p, REAL_QID, 0)  # the caller checks the kept REAL_* again
+    qid = properties.read_int(p, REAL_QID, 0)  # the caller checks the kept REAL_* again
     for name in _DROP:
         p.pop(name, None)
     uniq = p.get(UNIQ_KEY)
@@ -109,7 +108,7 @@ class Schedule:
         for i, (body, meta) in enumerate(zip(bodies, metas)):
             flag, props, born_ts, reconsume, sys_flag, due = meta[:6]
             if roll:
-                topic, qid, problem = TIMER_TOPIC, 0, system_properties.first_problem(props)
+                topic, qid, problem = TIMER_TOPIC, 0, properties.first_problem(props)
             else:
                 topic, qid, props, problem = real_queue(self.topics, self.counters, props, due)
             if problem is not None:
@@ -146,7 +145,7 @@ def real_queue(topics, counters, props: str, due) -> tuple[str | None, int, str,
     """(real topic, queue id, properties to store, problem) of a parked entry; a problem makes
     the request MESSAGE_ILLEGAL, a None topic (gone, or the half topic) drops the entry."""
     topic, qid, props = restore(props, due)
-    problem = system_properties.first_problem(props)
+    problem = properties.first_problem(props)
     if problem is not None:
         return topic, qid, props, problem
     target = _target(topics, counters, topic)

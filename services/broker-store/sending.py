@@ -19,11 +19,10 @@ import time
 from quiver.wire import record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
-from quiver.client.message import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
-from quiver.wire.record import get_property as get_props_value
+from quiver.wire.record import NAME_SEP, PROP_SEP, get_property as get_props_value
 from quiver.wire.requests import SendMessage
-from quiver.client.system_properties import check_client_put, check_put
+from quiver.wire.properties import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put
 
 from .status_codes import check_stored
 from .tracing import trace_topic
@@ -31,8 +30,8 @@ from .traffic import Traffic
 
 log = logging.getLogger(__name__)
 
-_DELAY_AT = DELAY + "\x01"
-_TIMER_AT = TIMER_DELIVER_MS + "\x01"
+_DELAY_AT = DELAY + NAME_SEP
+_TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
 _LOOPBACK_HOST = b"\x7f\x00\x00\x01\x00\x00\x00\x00"
 
 
@@ -102,7 +101,7 @@ class Sender:
         sys_flag = a.sys_flag
         if sys_flag & record.TX_MASK:  # a half message: transaction.py decides where it is stored
             topic, queue_id, props, sys_flag = self.prepare_half(topic, queue_id, props, sys_flag, batch)
-        joined = "\x02".join(props)
+        joined = PROP_SEP.join(props)
         if _DELAY_AT in joined or _TIMER_AT in joined:  # two C-level scans, no per-message parse
             if batch and len(bodies) > 1:
                 raise MessageIllegalError("a batch cannot carry a delay or delivery time: send delayed messages one by one")
@@ -135,7 +134,7 @@ class Sender:
 
     def park(self, topic, queue_id, prop, delay, deliver_at):
         """Move a delayed message to its schedule topic, keeping where it belongs."""
-        extra = f"{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}\x02"
+        extra = record.format_properties(((REAL_TOPIC, topic), (REAL_QID, queue_id)))
         if delay:
             try:
                 level = int(delay)

@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 from quiver.runtime.histogram import Histogram
 from quiver.wire import record
 from quiver.errors import QuiverError
-from quiver.client.message import TIMER_DELIVER_MS, tag_hash
+from quiver.wire.properties import TIMER_DELIVER_MS, tag_hash
 from quiver.wire.speedups import fast
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC
 

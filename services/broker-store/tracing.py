@@ -9,14 +9,14 @@ socket is involved; untraced messages cost one dict lookup. A failed trace put
 is counted (`trace_put_failed`) and never fails the send-back.
 The trace topic (RMQ_SYS_TRACE_TOPIC, a system topic) is made here, for these
 puts and for the first client send to it (sending.py). Record format:
-quiver.client.trace, the only encoder.
+quiver.wire.trace, the only encoder.
 """
 
 import logging
 import time
 
-from quiver.client import trace
-from quiver.client.message import KEYS, TAGS
+from quiver.wire import record, trace
+from quiver.wire.properties import KEYS, TAGS
 from quiver.wire.names import TRACE_TOPIC
 
 from .store import PutStatus
@@ -58,9 +58,8 @@ class BrokerTrace:
         try:
             trace_topic(self.topics)
             for body, ids in trace.pack(events, 200):
-                res = self.store.put_batch(TRACE_TOPIC, 0, [body],
-                                           [f"{KEYS}\x01{' '.join(ids)}\x02"], [0], 0, int(time.time() * 1000),
-                                           _LOOPBACK)
+                keys = record.format_properties(((KEYS, " ".join(ids)),))
+                res = self.store.put_batch(TRACE_TOPIC, 0, [body], [keys], [0], 0, int(time.time() * 1000), _LOOPBACK)
                 if res.status is not PutStatus.PUT_OK:
                     raise OSError(res.remark)
             self.counters["trace_events"] += len(events)

@@ -33,7 +33,7 @@ TransactionProducer owns the local transaction.
   "D" op (never committed). Re-puts keep the first offset
   (TRAN_PREPARED_QUEUE_OFFSET) and birth time (TRAN_BORN_MS).
 - TRANSACTION_LIST_OPEN: open transactions with age and check count.
-- Properties with system meaning are read back through quiver.client.system_properties
+- Properties with system meaning are read back through quiver.wire.properties
   (they were checked when the half was put): a malformed value
   (TRANSACTION_CHECK_TIMES=x, CHECK_IMMUNITY_TIME_IN_SECONDS=inf) is counted in
   `bad_system_properties`, logged, and its default used; a COMMIT whose
@@ -48,13 +48,13 @@ from quiver.wire import protocol, record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, NoPermissionError, QuiverError, error_for
 from quiver.wire.access import PUB, topic_resource
-from quiver.client.message import (DELAY, PGROUP, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS, TRAN_MSG,
-                                   TRANSACTION_ID, UNIQ_KEY)
 from quiver.wire.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from quiver.wire.record import get_property
-from quiver.client.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, INT32_MAX,
-                                             TRAN_BORN_MS as BORN_MS, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF,
-                                             TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int, read_topic)
+from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, DELAY, INT32_MAX, PGROUP,
+                                    REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS,
+                                    TRANSACTION_CHECK_TIMES as CHECK_TIMES, TRANSACTION_ID, TRAN_BORN_MS as BORN_MS,
+                                    TRAN_STATE, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF, UNIQ_KEY,
+                                    read_int, read_topic)
 from quiver.wire.transport import next_request_id
 
 from .status_codes import check_stored
@@ -63,7 +63,6 @@ from .store import GetStatus
 
 log = logging.getLogger(__name__)
 
-TX_STATE = "TRAN_STATE"
 OP_TAG = "d"
 COMMIT, ROLLBACK, NOT = record.TX_COMMIT, record.TX_ROLLBACK, record.TX_NOT
 _STATE_CODE = {COMMIT: "C", ROLLBACK: "R"}
@@ -131,7 +130,7 @@ class Transactions:
         if not txid or not get_property(p, PGROUP):
             raise InvalidParameterError("a half message needs UNIQ_KEY and PGROUP properties")
         self.topics.config(HALF_TOPIC, create=True, system=True, queues=1)
-        p += f"{REAL_TOPIC}\x01{topic}\x02{REAL_QID}\x01{queue_id}\x02{TRANSACTION_ID}\x01{txid}\x02"
+        p += record.format_properties(((REAL_TOPIC, topic), (REAL_QID, queue_id), (TRANSACTION_ID, txid)))
         self.counters["txn_half"] += 1
         return HALF_TOPIC, 0, [p], sys_flag & ~record.TX_MASK
 
@@ -150,7 +149,7 @@ class Transactions:
             for rec in record.decode_many(res.data):
                 txid = get_property(rec.props, TRANSACTION_ID)
                 if txid:
-                    self.resolved.add(txid, get_property(rec.props, TX_STATE) or "C")
+                    self.resolved.add(txid, get_property(rec.props, TRAN_STATE) or "C")
                     n += 1
             off = res.next_offset
         if n:
@@ -261,7 +260,8 @@ class Transactions:
             return []
         self.topics.config(OP_HALF_TOPIC, create=True, system=True, queues=1)
         bodies = [f"{qoff},".encode() for qoff, _, _ in ops]
-        props = [f"{TAGS}\x01{OP_TAG}\x02{TRANSACTION_ID}\x01{txid}\x02{TX_STATE}\x01{st}\x02" for _, txid, st in ops]
+        props = [record.format_properties(((TAGS, OP_TAG), (TRANSACTION_ID, txid), (TRAN_STATE, st)))
+                 for _, txid, st in ops]
         res = self.store.put_batch(OP_HALF_TOPIC, 0, bodies, props, [0] * len(ops), 0, int(time.time() * 1000),
                                    self.store_host)
         check_stored(res, "transaction writes")

@@ -8,6 +8,8 @@ input checks (inputs.py), HTML."""
 
 from dataclasses import dataclass
 
+from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID
+
 from .cluster_pages import attempt
 
 TRACE_KEYS = ("type", "time_ms", "cost_ms", "status", "topic", "broker", "group", "client")
@@ -83,6 +85,6 @@ def dlq(admin, group: str, limit: int, cap: int) -> dict:
     for m in found or []:
         row = message_row(m, cap)
         row["origin_topic"] = m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC") or ""
-        row["origin_id"] = m.properties.get("DLQ_ORIGIN_MESSAGE_ID") or ""
+        row["origin_id"] = m.properties.get(DLQ_ORIGIN_MESSAGE_ID) or ""
         rows.append(row)
     return {"group": group, "messages": rows, "error": error, "limit": limit}

@@ -9,8 +9,8 @@ Checking a delivery costs one set lookup; the message's REAL_TOPIC is read only
 for an id that was cancelled at all.
 """
 
-from quiver.client import system_properties
-from quiver.client.message import REAL_TOPIC
+from quiver.wire import properties
+from quiver.wire.properties import REAL_TOPIC
 
 
 class Cancels:
@@ -38,4 +38,4 @@ class Cancels:
 
 def topic_of(props) -> str | None:
     """The real topic a parked message goes back to (None if absent or malformed)."""
-    return system_properties.read_topic(props, REAL_TOPIC)
+    return properties.read_topic(props, REAL_TOPIC)

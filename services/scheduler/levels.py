@@ -21,13 +21,15 @@ import collections
 import logging
 import time
 
-from quiver.client import queue_puller, system_properties
+from quiver.client import queue_puller
+from quiver.wire import properties
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
 from quiver.errors import QuiverError
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL
-from quiver.client.message import REAL_QID, REAL_TOPIC, UNIQ_KEY, offset_msg_id
+from quiver.wire.properties import REAL_QID, REAL_TOPIC, UNIQ_KEY
+from quiver.wire.ids import offset_msg_id
 from quiver.wire.validation import SCHEDULE_TOPIC
 
 from . import reput
@@ -68,7 +70,7 @@ def msg_id_of(rec) -> str:
 def poison_of(props: str) -> str | None:
     """Why a parked message cannot go back to its real queue (REAL_TOPIC / REAL_QID
     malformed), or None. The broker checks again, and also the real topic's queue count."""
-    return system_properties.first_problem(props, (REAL_TOPIC, REAL_QID))
+    return properties.first_problem(props, (REAL_TOPIC, REAL_QID))
 
 
 def skip_poisoned(app, unit, msg_id: str, remark: str) -> None:

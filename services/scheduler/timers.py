@@ -38,11 +38,11 @@ Owns, per owned timer queue (one per broker; service thread only):
 import heapq
 import logging
 
-from quiver.client import system_properties
+from quiver.wire import properties
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
 from quiver.errors import QueryNotFoundError
-from quiver.client.message import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
+from quiver.wire.properties import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL
 from quiver.wire.validation import TIMER_TOPIC
 
@@ -167,11 +167,11 @@ class Timers:
             if rec.queue_offset < q.next_pull:
                 continue
             mid = msg_id_of(rec)
-            problem = system_properties.first_problem(rec.props, _CHECKED)
+            problem = properties.first_problem(rec.props, _CHECKED)
             if problem is not None:
                 skip_poisoned(self.app, q.unit, mid, problem)
                 continue
-            due = system_properties.read_int(rec.props, TIMER_DELIVER_MS, 0)
+            due = properties.read_int(rec.props, TIMER_DELIVER_MS, 0)
             if rec.queue_offset < q.rebuild_until and due <= q.wm:
                 continue  # delivered by the previous owner
             q.rolled.discard(mid)

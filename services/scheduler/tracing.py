@@ -6,16 +6,15 @@ time, the due time and how late it was. Events go through the SDK's
 TraceDispatcher (its bounded queue and its own Producer, with this process's
 service key when auth is on), made at the first traced delivery, so a
 scheduler that never sees one starts no client. Untraced messages cost one
-substring scan of their properties. Record format: quiver.client.trace.
+substring scan of their properties. Record format: quiver.wire.trace.
 """
 
-from quiver.client import trace
-from quiver.client.message import REAL_QID, REAL_TOPIC
-from quiver.client.system_properties import read_int
+from quiver.wire import trace
+from quiver.wire.properties import REAL_QID, REAL_TOPIC, read_int
 from quiver.client.trace_dispatcher import TraceDispatcher
 from quiver.wire import record
 
-_MARK = f"{trace.TRACE_ON}\x01true"
+_MARK = f"{trace.TRACE_ON}{record.NAME_SEP}true"
 
 
 class DeliveryTrace:

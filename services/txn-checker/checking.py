@@ -33,10 +33,10 @@ from quiver.wire import requests as rq
 from quiver.client.base import ClientBase
 from quiver.wire.codes import ResponseCode
 from quiver.errors import QueryNotFoundError, QuiverError
-from quiver.client.message import TRANSACTION_ID
 from quiver.client.rebalance import Rebalancer, allocate_averagely
-from quiver.client.system_properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, TRAN_BORN_MS as BORN_MS,
-                                             TRANSACTION_CHECK_TIMES as CHECK_TIMES, read_int)
+from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY,
+                                    TRANSACTION_CHECK_TIMES as CHECK_TIMES, TRANSACTION_ID, TRAN_BORN_MS as BORN_MS,
+                                    read_int)
 from quiver.wire.validation import HALF_TOPIC, OP_HALF_TOPIC
 
 log = logging.getLogger(__name__)

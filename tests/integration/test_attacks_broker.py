@@ -18,7 +18,7 @@ import time
 import pytest
 
 from quiver import Admin, Message, Producer
-from quiver.client.system_properties import BROKER_WRITTEN
+from quiver.wire.properties import BROKER_WRITTEN
 from quiver.errors import ClientError, QuiverError
 from quiver.tools.local import LocalCluster
 from quiver.wire import record

@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from quiver.client import queue_puller, trace as msg_trace
+from quiver.client import queue_puller
+from quiver.wire import trace as msg_trace
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.client.acl_admin import AclCommands
@@ -14,8 +15,9 @@ from quiver.client.admin_inspect import InspectCommands
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, QueryNotFoundError, QuiverError, TopicNotExistError
-from quiver.client.message import RESERVED_PROPERTIES, Message, MessageExt, SendResult, parse_offset_msg_id
-from quiver.client.system_properties import BROKER_WRITTEN, DLQ_ORIGIN_TOPIC
+from quiver.client.message import Message, MessageExt, SendResult
+from quiver.wire.ids import parse_offset_msg_id
+from quiver.wire.properties import BROKER_WRITTEN, DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, RESERVED_PROPERTIES
 from quiver.wire.curve import Credentials
 from quiver.wire.protocol import Envelope
 from quiver.wire.validation import DLQ_PREFIX, check_group, check_topic
@@ -156,7 +158,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         """The message's trace timeline, oldest first: one dict per event and message with at least
         type (Pub, SubBefore, SubAfter, EndTransaction, Delayed, Retry, DLQ), time_ms, cost_ms
         (or None), status, topic, broker, group, client, msg_id, keys, tags, queue_id,
-        queue_offset, plus the type's extras (quiver.client.trace). Asks every broker for the
+        queue_offset, plus the type's extras (quiver.wire.trace). Asks every broker for the
         trace messages keyed by `msg_id` (IndexFile); [] when nothing traced it. With auth on the
         trace topic is a system topic: a SUPER user's key reads it."""
         rows: list[dict[str, Any]] = []
@@ -318,7 +320,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         the DLQ_ORIGIN_TOPIC the broker recorded (a letter without one is skipped and logged)."""
         from quiver.client.producer import Producer
         chosen = [m for m in self.dlq_messages(group, max_num=1 << 20)
-                  if msg_ids is None or m.msg_id in msg_ids or m.properties.get("DLQ_ORIGIN_MESSAGE_ID") in msg_ids]
+                  if msg_ids is None or m.msg_id in msg_ids or m.properties.get(DLQ_ORIGIN_MESSAGE_ID) in msg_ids]
         if not chosen:
             return []
         results: list[SendResult] = []

@@ -20,7 +20,8 @@ import time
 
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
-from quiver.client.message import ORIGIN_MESSAGE_ID, RECONSUME_DEFAULT, ConsumeResult, MessageExt, ReconsumeLater
+from quiver.client.message import RECONSUME_DEFAULT, ConsumeResult, MessageExt, ReconsumeLater
+from quiver.wire.properties import ORIGIN_MESSAGE_ID
 from quiver.client.process_queue import ProcessQueue
 
 log = logging.getLogger(__name__)

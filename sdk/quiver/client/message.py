@@ -1,7 +1,8 @@
-"""Messages as apps see them, ids, and the property names Quiver reserves.
+"""Messages as apps see them.
 
-Owns: Message, MessageExt, SendResult and the small enums of the public API,
-unique-id (msgId) and offset-msgId making, Java String.hashCode for tags.
+Owns: Message, MessageExt, SendResult and the small enums of the public API, the
+producer's unique id (UNIQ_KEY). Re-exports the property names, the tag hash and the
+offset msgId, which are wire facts (quiver.wire.properties, quiver.wire.ids).
 Does not own the on-disk record (record.py) nor the wire (protocol.py).
 
 A MessageExt's `properties` never hold the store's record CRC, `__CRC32#`
@@ -21,31 +22,21 @@ from typing import Any
 
 import orjson
 
-from quiver.wire.speedups import fast
 from quiver.wire import record
 
-# Property names (RocketMQ's MessageConst)
-TAGS, KEYS, UNIQ_KEY = record.TAGS, record.KEYS, record.UNIQ_KEY
-WAIT = "WAIT"
-DELAY = "DELAY"
-REAL_TOPIC = "REAL_TOPIC"
-REAL_QID = "REAL_QID"
-RETRY_TOPIC = "RETRY_TOPIC"
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-TRAN_MSG = "TRAN_MSG"
-PGROUP = "PGROUP"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-MIN_OFFSET = "MIN_OFFSET"
-MAX_OFFSET = "MAX_OFFSET"
-SHARDING_KEY = "__SHARDINGKEY"
-TRANSACTION_ID = "__transactionId__"
+# The property names, the tag hash and the ids are wire facts (quiver.wire.properties, quiver.wire.ids):
+# re-exported here, where apps meet them.
+from quiver.wire.ids import host_bytes, host_str, offset_msg_id, parse_offset_msg_id
+from quiver.wire.properties import (DELAY, KEYS, MAX_OFFSET, MIN_OFFSET, ORIGIN_MESSAGE_ID, PGROUP, REAL_QID,
+                                    REAL_TOPIC, RESERVED_PROPERTIES, RETRY_TOPIC, SHARDING_KEY, TAGS,
+                                    TIMER_DELIVER_MS, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, WAIT, java_hash, tag_hash)
 
-RESERVED_PROPERTIES = frozenset({
-    TAGS, KEYS, WAIT, DELAY, UNIQ_KEY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
-    TRAN_MSG, PGROUP, MIN_OFFSET, MAX_OFFSET, TIMER_DELIVER_MS, "RECONSUME_TIME",
-    "MAX_RECONSUME_TIMES", "TRAN_PREPARED_QUEUE_OFFSET", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
-    "TRACE_ON",   # set by a traced producer (quiver.client.trace)
-})
+__all__ = ["DELAY", "KEYS", "MAX_OFFSET", "MIN_OFFSET", "ORIGIN_MESSAGE_ID", "PGROUP", "REAL_QID", "REAL_TOPIC",
+           "RESERVED_PROPERTIES", "RETRY_TOPIC", "SHARDING_KEY", "TAGS", "TIMER_DELIVER_MS", "TRAN_MSG",
+           "TRANSACTION_ID", "UNIQ_KEY", "WAIT", "java_hash", "tag_hash", "host_bytes", "host_str", "offset_msg_id",
+           "parse_offset_msg_id", "SendStatus", "ConsumeResult", "ReconsumeLater", "RECONSUME_DEFAULT",
+           "MAX_RETRY_DELAY_S", "TransactionState", "PullStatus", "MessageSelector", "Message", "MessageExt",
+           "decode_messages", "SendResult", "UniqueIdMaker"]
 
 
 class SendStatus(enum.Enum):
@@ -276,34 +267,6 @@ class SendResult:
 
 # ---- ids -------------------------------------------------------------------
 
-def host_bytes(host: str, port: int) -> bytes:
-    """8 bytes: IPv4 + port, as RocketMQ's BORNHOST/STOREHOST."""
-    try:
-        ip = socket.inet_aton(socket.gethostbyname(host))
-    except OSError:
-        ip = b"\x7f\x00\x00\x01"
-    return ip + struct.pack(">i", port)
-
-
-def host_str(raw: bytes) -> str:
-    return f"{socket.inet_ntoa(raw[:4])}:{struct.unpack('>i', raw[4:8])[0]}"
-
-
-def offset_msg_id(store_host: bytes, phys_offset: int) -> str:
-    return (store_host + struct.pack(">q", phys_offset)).hex().upper()
-
-
-def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
-    """(broker address, commitlog offset) from an offset msgId."""
-    try:
-        raw = bytes.fromhex(msg_id)
-    except ValueError:
-        raise ValueError(f"msg id {msg_id!r} is not hex") from None
-    if len(raw) != 16:
-        raise ValueError(f"offset msg id must be 32 hex chars, got {len(msg_id)}")
-    return host_str(raw[:8]), struct.unpack(">q", raw[8:])[0]
-
-
 class UniqueIdMaker:
     """RocketMQ-style UNIQ_KEY: ip 4 + pid 2 + random 4 + ms-since-month 4 + counter 2, hex."""
 
@@ -336,29 +299,3 @@ class UniqueIdMaker:
             self._head = (now, head)
         return f"{head}{next(self._counter) & 0xFFFF:04X}"  # itertools.count is atomic under the GIL
 
-
-# ---- hashing ----------------------------------------------------------------
-
-_tag_hash_cache: dict[str, int] = {}
-
-
-@fast
-def java_hash(s: str) -> int:
-    """Java String.hashCode: 32-bit signed polynomial over UTF-16 code units."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def tag_hash(tag: str | None) -> int:
-    """ConsumeQueue tagsCode: hashCode of the tag, 0 for none (cached: tags are few)."""
-    if not tag:
-        return 0
-    h = _tag_hash_cache.get(tag)
-    if h is None:
-        h = java_hash(tag)
-        if len(_tag_hash_cache) < 65536:
-            _tag_hash_cache[tag] = h
-    return h

@@ -27,9 +27,12 @@ from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
-from quiver.client.trace_dispatcher import TRACE_ON_PROPERTY, enabled as trace_enabled
-from quiver.client.message import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, UNIQ_KEY, Message,
-                                   SendResult, SendStatus, UniqueIdMaker, host_bytes, java_hash)
+from quiver.client.trace_dispatcher import enabled as trace_enabled
+from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
+from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
+                                    java_hash)
+from quiver.wire.record import NAME_SEP, PROP_SEP, format_properties
+from quiver.wire.ids import host_bytes
 from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
 
 log = logging.getLogger(__name__)
@@ -50,8 +53,8 @@ _STATUS: dict[int, SendStatus] = {
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 
-_SCHEDULED_AT = DELAY + "\x01"
-_TIMER_AT = TIMER_DELIVER_MS + "\x01"
+_SCHEDULED_AT = DELAY + NAME_SEP
+_TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
 
 
 def _retryable(exc: Exception) -> bool:
@@ -119,28 +122,28 @@ class Producer(ClientBase):
                 self._valid_topics.add(msg.topic)
         check_body(msg.body, self.max_message_bytes)
         msg_id = self._ids.next()
-        parts = [f"{UNIQ_KEY}\x01{msg_id}\x02"]
+        parts: dict[str, Any] = {UNIQ_KEY: msg_id}
         if msg.tags:
-            parts.append(f"{TAGS}\x01{msg.tags}\x02")
+            parts[TAGS] = msg.tags
         keys = msg.key_list()
         if keys:
-            parts.append(f"{KEYS}\x01{' '.join(keys)}\x02")
+            parts[KEYS] = " ".join(keys)
         if msg.delay_level:
-            parts.append(f"{DELAY}\x01{int(msg.delay_level)}\x02")
+            parts[DELAY] = int(msg.delay_level)
         due = msg.deliver_at
         if due is None and msg.delay_ms is not None:
             due = int(time.time() * 1000) + int(msg.delay_ms)
         if due is not None and not msg.delay_level:
-            parts.append(f"{TIMER_DELIVER_MS}\x01{int(due)}\x02")
+            parts[TIMER_DELIVER_MS] = int(due)
         for k, v in msg.properties.items():
             if k in RESERVED_PROPERTIES:
                 raise MessageIllegalError(f"property {k!r} is reserved by Quiver: use another name")
-            if not k or "\x01" in k or "\x02" in k or "\x01" in str(v) or "\x02" in str(v):
+            if not k or NAME_SEP in k or PROP_SEP in k or NAME_SEP in str(v) or PROP_SEP in str(v):
                 raise MessageIllegalError(f"property {k!r} has an empty name or a control character")
-            parts.append(f"{k}\x01{v}\x02")
+            parts[k] = v
         if self.traced:  # services add their events only for messages marked so
-            parts.append(TRACE_ON_PROPERTY)
-        props = "".join(parts)
+            parts[TRACE_ON] = "true"
+        props = format_properties(parts)
         if len(props) > 8000:
             check_properties_size(len(props.encode()))
         return msg_id, props

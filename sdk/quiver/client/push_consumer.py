@@ -54,7 +54,8 @@ from quiver.wire.codes import RequestCode
 from quiver.wire.curve import Credentials
 from quiver.wire.protocol import Envelope
 from quiver.errors import ClientError, QuiverError, TopicNotExistError
-from quiver.client.message import RETRY_TOPIC, ConsumeResult, MessageExt, MessageSelector, ReconsumeLater
+from quiver.client.message import ConsumeResult, MessageExt, MessageSelector, ReconsumeLater
+from quiver.wire.properties import RECONSUME_TIME, RETRY_TOPIC
 from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
 from quiver.client.options import ConsumerOptions, from_arguments
 from quiver.client.pop_push import PopPushLoop
@@ -522,7 +523,7 @@ class PushConsumer(ConsumeService, ClientBase):
         if pq.mq.topic == self.retry_topic:   # back under their own topic, with their delivery count
             for m in msgs:
                 m.topic = m.properties.get(RETRY_TOPIC) or m.topic
-                rt = m.properties.get("RECONSUME_TIME")
+                rt = m.properties.get(RECONSUME_TIME)
                 if rt and rt.isdigit() and int(rt) > m.reconsume_times:
                     m.reconsume_times = int(rt)
         return msgs

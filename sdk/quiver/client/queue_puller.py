@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from quiver.wire import record
-from quiver.client import tags
+from quiver.wire import tags
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
 from quiver.errors import ClientError, QuiverError, error_for

@@ -9,8 +9,8 @@ parked message (SUB on the system topics: a SUPER user's right).
 
 import logging
 
-from quiver.client import system_properties
-from quiver.client.message import REAL_TOPIC
+from quiver.wire import properties
+from quiver.wire.properties import REAL_TOPIC
 from quiver.errors import NoPermissionError, QueryNotFoundError, QuiverError, ServiceNotAvailableError
 from quiver.wire import record
 from quiver.wire import requests as rq
@@ -92,7 +92,7 @@ def parked_topic(client, brokers: dict, msg_id: str) -> str:
                 log.warning("lookup of %s on %s: %s", msg_id, name, exc)
                 continue
             for body in env.bodies:
-                topic = system_properties.read_topic(record.decode_at(body).props, REAL_TOPIC)
+                topic = properties.read_topic(record.decode_at(body).props, REAL_TOPIC)
                 if topic is not None:
                     return topic
     raise QueryNotFoundError(f"no scheduled message {msg_id!r}: wrong id, or delivered long ago "

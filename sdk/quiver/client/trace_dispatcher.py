@@ -21,13 +21,12 @@ import os
 import threading
 import time
 
-from quiver.client import trace
-from quiver.wire.record import index_fields
+from quiver.wire import trace
+from quiver.wire.record import NAME_SEP, PROP_SEP, index_fields
 
 log = logging.getLogger(__name__)
 
 TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
-TRACE_ON_PROPERTY = f"{trace.TRACE_ON}\x01true\x02"   # appended to a traced message's properties
 
 
 def enabled(option) -> bool:
@@ -220,14 +219,14 @@ class ClientTrace:
                             from_check, _now_ms())
 
 
-_KEYS_OR_TAGS = "S\x01"   # how both "KEYS\x01" and "TAGS\x01" end: one scan finds either
+_KEYS_OR_TAGS = "S" + NAME_SEP   # how both "KEYS\x01" and "TAGS\x01" end: one scan finds either
 
 
 def _pub_events(group, client, ids, first, props, time_ms, cost, extra) -> list:
     # by column: the ids list is all a batch without keys or tags costs (one join and one scan,
     # both in C, decide; a property whose name ends in S only costs the exact parse below)
     keys = tags = None
-    if _KEYS_OR_TAGS in "\x02".join(props):
+    if _KEYS_OR_TAGS in PROP_SEP.join(props):
         fields = [index_fields(p) for p in props]
         keys = [" ".join(f[2]) or None for f in fields]
         tags = [f[0] for f in fields]

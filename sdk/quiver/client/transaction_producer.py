@@ -30,8 +30,10 @@ from quiver.wire.codes import RequestCode
 from quiver.wire.protocol import Envelope
 from quiver.client.base import MessageQueue
 from quiver.errors import ClientError, FieldError, MessageIllegalError, QuiverError
-from quiver.client.message import (PGROUP, TRAN_MSG, TRANSACTION_ID, UNIQ_KEY, Message, MessageExt, SendResult,
-                                   SendStatus, TransactionState, offset_msg_id)
+from quiver.client.message import Message, MessageExt, SendResult, SendStatus, TransactionState
+from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, PGROUP, TRANSACTION_ID, TRAN_MSG,
+                                    UNIQ_KEY)
+from quiver.wire.ids import offset_msg_id
 from quiver.client.producer import _STATUS, Producer
 
 log = logging.getLogger(__name__)
@@ -42,7 +44,6 @@ Checker = Callable[[MessageExt], TransactionState]
 # a half message as END_TRANSACTION names it: (broker address, phys offset, queue offset)
 Half = tuple[str, int, int]
 
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 _WIRE = {"COMMIT": record.TX_COMMIT, "ROLLBACK": record.TX_ROLLBACK, "UNKNOWN": record.TX_NOT}
 
 
@@ -117,10 +118,10 @@ class TransactionProducer(Producer):
         if execute is None:
             raise ClientError("send_in_transaction needs execute(msg, arg) -> TransactionState")
         msg_id, props = self._encode(msg)
-        props += f"{TRAN_MSG}\x01true\x02{PGROUP}\x01{self.group}\x02"
+        half: dict[str, Any] = {TRAN_MSG: "true", PGROUP: self.group}
         if check_immunity_ms is not None:
-            props += f"{CHECK_IMMUNITY}\x01{max(1, round(check_immunity_ms / 1000))}\x02"
-        return msg_id, props
+            half[CHECK_IMMUNITY] = max(1, round(check_immunity_ms / 1000))
+        return msg_id, props + record.format_properties(half)
 
     def half_sent(self, env: Envelope, mq: MessageQueue, addr: str, msg_id: str, props: str = "",
                   started: float | None = None) -> tuple[TransactionSendResult, Half]:

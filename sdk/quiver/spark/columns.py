@@ -15,7 +15,7 @@ Spark itself: this module imports pyarrow only, so it is testable without Spark.
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from quiver.client.message import offset_msg_id
+from quiver.wire.ids import offset_msg_id
 from quiver.wire import record
 from quiver.wire.speedups import fast
 

@@ -10,6 +10,7 @@ import click
 
 from quiver.tools.cli_common import (EXIT_NOT_FOUND, GROUP, MSG_ID, TOPIC, WHEN_HINT, finish, ms_text, output_option,
                                      parse_when, print_json, print_table, say, show)
+from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID
 
 DEFAULT_RETRY_MAX_TIMES = 16   # the broker's when a group has no stored config (retry.py)
 LATEST = 2 ** 63 - 1           # an offset past every queue's max: the broker holds it to the max
@@ -223,7 +224,7 @@ def dlq(obj, group, max_num, output):
         finish(EXIT_NOT_FOUND, f"no dead letters for group {group}")
     docs = [message_doc(m) for m in msgs]
     rows = [{"msg_id": d["msg_id"], "origin_topic": d["properties"].get("DLQ_ORIGIN_TOPIC"),
-             "origin_id": d["properties"].get("DLQ_ORIGIN_MESSAGE_ID"),
+             "origin_id": d["properties"].get(DLQ_ORIGIN_MESSAGE_ID),
              "reconsumed": d["properties"].get("RECONSUME_TIME", d["reconsume_times"]),
              "stored": ms_text(d["store_timestamp"]), "body": d["body"][:60]} for d in docs]
     show(obj, output, {"group": group, "messages": docs}, rows,
@@ -248,7 +249,7 @@ def resend(obj, group, more_ids, ids, output):
     wanted = list(ids) + list(more_ids)
     with obj.admin() as a:
         letters = a.dlq_messages(group, max_num=1 << 20)
-        known = {m.msg_id for m in letters} | {m.properties.get("DLQ_ORIGIN_MESSAGE_ID") for m in letters}
+        known = {m.msg_id for m in letters} | {m.properties.get(DLQ_ORIGIN_MESSAGE_ID) for m in letters}
         unknown = [i for i in wanted if i not in known]
         if not letters:
             finish(EXIT_NOT_FOUND, f"no dead letters for group {group}: nothing resent")

@@ -17,7 +17,7 @@ lookalikes, no right-to-left marks). Each `check_*` raises a QuiverError whose
 remark says what is wrong and what is allowed (MessageIllegalError for topics
 and groups, as RocketMQ answers; InvalidParameterError for the others); each
 `is_valid_*` answers the same question without raising, for loops that must go
-on past one bad item. Does not own message properties (system_properties.py)
+on past one bad item. Does not own message properties (properties.py)
 nor body and properties sizes (validation.py).
 """
 
@@ -47,7 +47,7 @@ TIMER_TOPIC = "rmq_sys_wheel_timer"
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"   # message trace records (quiver.client.trace)
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"   # message trace records (quiver.wire.trace)
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 

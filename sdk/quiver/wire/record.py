@@ -512,8 +512,11 @@ def decode_fields(buf) -> list[tuple]:
     return out
 
 
-def format_properties(props: dict[str, str]) -> str:
-    return "".join(f"{k}{NAME_SEP}{v}{PROP_SEP}" for k, v in props.items())
+def format_properties(props) -> str:
+    """The properties string of a map or of (name, value) pairs, values as str() writes them:
+    the one place it is assembled (clients, broker and services append what this returns)."""
+    items = props.items() if isinstance(props, dict) else props
+    return "".join([f"{k}{NAME_SEP}{v}{PROP_SEP}" for k, v in items])
 
 
 @fast

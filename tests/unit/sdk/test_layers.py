@@ -51,3 +51,51 @@ def test_no_name_of_before_the_layers_imports():
             importlib.import_module(old)
     import quiver.client
     assert not hasattr(quiver.client, "MessageQueue")   # it lives in quiver.client.base
+
+
+# ---- services: each its own package, sharing code only through the SDK --------------------------
+
+SERVICES = SDK.parents[1] / "services"
+# services that are clients of another service (they pull, send, rebalance or administer through
+# the SDK's clients); the broker and the name server serve, and take wire facts from quiver.wire
+CLIENT_SERVICES = {"scheduler", "txn-checker", "filter", "proxy", "console"}
+
+
+def _service_packages() -> dict[str, str]:
+    import tomllib
+    conf = tomllib.loads((SDK.parents[1] / "pyproject.toml").read_text())
+    dirs = conf["tool"]["setuptools"]["package-dir"]
+    return {pathlib.Path(d).name: pkg for pkg, d in dirs.items() if d.startswith("services/")}
+
+
+def _service_imports(folder: str, package: str):
+    for path in sorted((SERVICES / folder).rglob("*.py")):
+        rel = path.relative_to(SERVICES / folder).with_suffix("")
+        mod = ".".join((package, *rel.parts[:-1]))
+        for name in _imports(path, mod):
+            yield path.relative_to(SERVICES), name
+
+
+def test_every_service_folder_is_a_package_of_pyproject():
+    assert sorted(_service_packages()) == sorted(p.name for p in SERVICES.iterdir() if (p / "__init__.py").exists())
+
+
+@pytest.mark.parametrize("folder", sorted(_service_packages()))
+def test_a_service_imports_no_other_service_and_the_client_layer_only_as_a_client(folder):
+    packages = _service_packages()
+    others = tuple(pkg for f, pkg in packages.items() if f != folder)
+    bad = []
+    for path, mod in _service_imports(folder, packages[folder]):
+        if mod.split(".")[0] in others:
+            bad.append(f"{path}: {mod} (another service)")
+        elif folder not in CLIENT_SERVICES and (mod == "quiver.client" or mod.startswith("quiver.client.")):
+            bad.append(f"{path}: {mod} (a wire fact lives in quiver.wire)")
+    assert bad == []
+
+
+def test_the_layer_checks_see_a_broker_importing_the_client_layer(tmp_path):
+    # the check above reads imports the way the broker writes them: a case it must catch
+    path = tmp_path / "m.py"
+    path.write_text("from quiver.client.message import TAGS\nimport quiver.client\nfrom quiver.client import tags\n")
+    found = list(_imports(path, "quiver_broker"))
+    assert "quiver.client.message" in found and "quiver.client" in found and "quiver.client.tags" in found

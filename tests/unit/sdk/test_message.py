@@ -2,7 +2,7 @@
 
 import pytest
 
-from quiver.client import tags
+from quiver.wire import tags
 from quiver.errors import MessageIllegalError, NoPermissionError, PropertiesSizeExceededError
 from quiver.client.message import (UniqueIdMaker, host_bytes, java_hash, offset_msg_id, parse_offset_msg_id, tag_hash)
 from quiver.wire.validation import check_body, check_properties_size, check_topic

@@ -206,3 +206,21 @@ def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
     buf = bytearray(plain)
     buf[offs2[1] + sizes2[1] - 5] ^= 0x20
     assert record.check_run(bytes(buf), list(zip(offs2, sizes2)), 0) == []  # without it: not detectable
+
+
+def test_format_properties_takes_a_map_or_pairs_and_parse_properties_reads_it_back():
+    pairs = ((record.TAGS, "a"), ("REAL_QID", 3), ("ü", "ß"))
+    s = record.format_properties(pairs)
+    assert s == "TAGS\x01a\x02REAL_QID\x013\x02ü\x01ß\x02"
+    assert record.format_properties(dict(pairs)) == s and record.format_properties({}) == ""
+    assert record.parse_properties(s) == {"TAGS": "a", "REAL_QID": "3", "ü": "ß"}
+
+
+def test_a_producer_builds_its_properties_string_with_format_properties():
+    from quiver.client.message import Message, UniqueIdMaker
+    from quiver.client.producer import Producer
+    p = Producer.__new__(Producer)   # _encode needs no connection
+    p._valid_topics, p.max_message_bytes, p.traced, p._ids = set(), 1 << 20, True, UniqueIdMaker()
+    msg_id, props = p._encode(Message("T", b"x", tags="t", keys=["a", "b"], delay_level=2, properties={"k": "v"}))
+    assert props == record.format_properties({"UNIQ_KEY": msg_id, "TAGS": "t", "KEYS": "a b", "DELAY": 2, "k": "v",
+                                              "TRACE_ON": "true"})

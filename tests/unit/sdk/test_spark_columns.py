@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
-from quiver.client import tags as tag_expr  # noqa: E402
+from quiver.wire import tags as tag_expr  # noqa: E402
 from quiver.client.message import offset_msg_id  # noqa: E402
 from quiver.spark import columns  # noqa: E402
 from quiver.wire import record, speedups  # noqa: E402

@@ -1,4 +1,4 @@
-"""quiver.client.system_properties: the put-time check and the defensive readers (and the services using them)."""
+"""quiver.wire.properties: the put-time check and the defensive readers (and the services using them)."""
 
 import collections
 import time
@@ -8,7 +8,7 @@ import pytest
 
 from quiver import MessageExt
 from quiver.wire import record
-from quiver.client import system_properties as sp
+from quiver.wire import properties as sp
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import MessageIllegalError
 

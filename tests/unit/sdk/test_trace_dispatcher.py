@@ -5,7 +5,7 @@ import threading
 import time
 
 from quiver import ConsumeResult, Message, Producer, PushConsumer
-from quiver.client import trace
+from quiver.wire import trace
 from quiver.client.trace_dispatcher import ClientTrace, TraceDispatcher
 from quiver.testing import stub_cluster, wait_until
 

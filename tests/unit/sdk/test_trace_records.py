@@ -1,10 +1,10 @@
-"""quiver.client.trace (the record format), quiver.tools.trace_view, and Admin.trace's merge and sort."""
+"""quiver.wire.trace (the record format), quiver.tools.trace_view, and Admin.trace's merge and sort."""
 
 import orjson
 import pytest
 
 from quiver import Message, Producer
-from quiver.client import trace
+from quiver.wire import trace
 from quiver.client.trace_dispatcher import TraceDispatcher
 from quiver.errors import QuiverError
 from quiver.testing import stub_cluster, wait_until

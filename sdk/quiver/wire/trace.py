@@ -34,17 +34,17 @@ the client builds one event per request, not per message. `decode` flattens
 a body into rows, one per (event, message), the dicts `Admin.trace` returns.
 A body from the topic is untrusted (any authenticated user may write it):
 `decode` raises TraceFormatError for anything not shaped as above.
-Does not own sending (trace_dispatcher.py) nor display (quiver.tools.trace_view).
+Does not own sending (quiver.client.trace_dispatcher) nor display (quiver.tools.trace_view).
 """
 
 import orjson
 
 from quiver.wire.names import TRACE_TOPIC
+from quiver.wire.properties import TRACE_ON
 
 __all__ = ["TRACE_TOPIC", "TRACE_ON", "TYPES", "TraceFormatError", "encode", "decode", "timeline", "msg_entry",
            "columns", "event", "pack"]
 
-TRACE_ON = "TRACE_ON"      # property of a traced message: services add their events only for these
 VERSION = 1
 PUB, SUB_BEFORE, SUB_AFTER, END_TRANSACTION = "Pub", "SubBefore", "SubAfter", "EndTransaction"
 DELAYED, RETRY, DLQ = "Delayed", "Retry", "DLQ"

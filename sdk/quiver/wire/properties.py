@@ -1,11 +1,14 @@
-"""Properties with system meaning: which message properties the services act on, and what each may hold.
+"""Message properties: the names Quiver reserves, what the system ones may hold, the tag hash.
 
-Owns the table below, `check_put` (run when a message is put: MESSAGE_ILLEGAL
-naming the property and its range) and the defensive readers services use on
-what they read back (`read_int`, `read_topic`, `first_problem`): they never
-raise; a bad value gives the default and is reported through `on_bad`, so a
-loop can count it, log it once and go on. Does not own the properties string
-("name\\x01value\\x02", record.py) nor the name rules (names.py)::
+Owns the property names (RocketMQ's MessageConst and Quiver's own), RESERVED_PROPERTIES
+(what a client's user properties may not use), the table below, `check_put` (run when a
+message is put: MESSAGE_ILLEGAL naming the property and its range), `check_client_put`,
+the defensive readers services use on what they read back (`read_int`, `read_topic`,
+`first_problem`: they never raise; a bad value gives the default and is reported through
+`on_bad`, so a loop can count it, log it once and go on) and the ConsumeQueue tag hash
+(`tag_hash`, Java's String.hashCode). Broker, services and clients all take them from here.
+Does not own the properties string ("name\\x01value\\x02": record.format_properties and
+record.parse_properties) nor the name rules (names.py)::
 
     property                         holds                               range
     DELAY                            delay level (clamped to the table)  0..2^31-1
@@ -32,12 +35,27 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from quiver.wire import names
 from quiver.errors import MessageIllegalError
-from quiver.client.message import (DELAY, ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RETRY_TOPIC, TIMER_DELIVER_MS,
-                                   TRANSACTION_ID)
-from quiver.wire.record import NAME_SEP, PROP_SEP, get_property
+from quiver.wire import names
+from quiver.wire.record import KEYS, NAME_SEP, PROP_SEP, TAGS, UNIQ_KEY, get_property
+from quiver.wire.speedups import fast
 
+# Property names (RocketMQ's MessageConst); TAGS, KEYS and UNIQ_KEY are the record's (the broker indexes them)
+WAIT = "WAIT"
+DELAY = "DELAY"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+RETRY_TOPIC = "RETRY_TOPIC"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+MIN_OFFSET = "MIN_OFFSET"
+MAX_OFFSET = "MAX_OFFSET"
+SHARDING_KEY = "__SHARDINGKEY"
+TRANSACTION_ID = "__transactionId__"
+TRAN_STATE = "TRAN_STATE"  # an op-half record's resolution: C (commit), R (rollback), D (dropped)
+TRACE_ON = "TRACE_ON"      # a traced message: services add their trace events only for these (quiver.wire.trace)
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
@@ -50,6 +68,13 @@ RECONSUME_TIME = "RECONSUME_TIME"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 SCHEDULE_ORIGIN_ID = "SCHEDULE_ORIGIN_ID"
 SCHEDULE_DUE_MS = "SCHEDULE_DUE_MS"
+
+# What a client's user properties may not be named (Message.properties)
+RESERVED_PROPERTIES = frozenset({
+    TAGS, KEYS, WAIT, DELAY, UNIQ_KEY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
+    TRAN_MSG, PGROUP, MIN_OFFSET, MAX_OFFSET, TIMER_DELIVER_MS, RECONSUME_TIME, MAX_RECONSUME_TIMES,
+    TRAN_PREPARED_QUEUE_OFFSET, TIMER_DELAY_SEC, TIMER_DELAY_MS, TRACE_ON,
+})
 
 # Written only by the broker and its services: where a re-put writes (REAL_*, RETRY_TOPIC,
 # DLQ_ORIGIN_TOPIC: the scheduler, a commit, a retry and a DLQ resend write there with the
@@ -208,3 +233,30 @@ def _get(props, name: str):
     if isinstance(props, dict):
         return props.get(name)
     return get_property(props, name) if props else None
+
+
+# ---- the ConsumeQueue tag hash -----------------------------------------------------------------
+
+_tag_hash_cache: dict[str, int] = {}
+
+
+@fast
+def java_hash(s: str) -> int:
+    """Java String.hashCode: 32-bit signed polynomial over UTF-16 code units."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tag_hash(tag: str | None) -> int:
+    """ConsumeQueue tagsCode: hashCode of the tag, 0 for none (cached: tags are few)."""
+    if not tag:
+        return 0
+    h = _tag_hash_cache.get(tag)
+    if h is None:
+        h = java_hash(tag)
+        if len(_tag_hash_cache) < 65536:
+            _tag_hash_cache[tag] = h
+    return h

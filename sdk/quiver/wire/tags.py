@@ -2,7 +2,7 @@
 
 from functools import lru_cache
 
-from quiver.client.message import tag_hash
+from quiver.wire.properties import tag_hash
 
 
 @lru_cache(maxsize=1024)
