@@ -47,7 +47,7 @@ def sdk_consume(namesrv: str, n: int) -> float:
     t0 = time.perf_counter()
     got = 0
     with PullConsumer("bench-spark-cg", namesrv=namesrv, consume_from="first", pull_batch_size=1024,
-                      auto_commit=False, buffer_per_queue=8192) as c:
+                      auto_commit=False, cached_msgs_per_queue=8192) as c:
         c.subscribe(TOPIC)
         deadline = time.monotonic() + 600
         while got < n and time.monotonic() < deadline:

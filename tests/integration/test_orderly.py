@@ -28,7 +28,7 @@ def test_per_key_order_holds_while_consumers_join_and_leave(cluster, inline):
         return ConsumeResult.SUCCESS
 
     def consumer():
-        c = PushConsumer("ordered", namesrv=cluster.namesrv, consume_from="first", lock_interval_s=2.0,
+        c = PushConsumer("ordered", namesrv=cluster.namesrv, consume_from="first", lock_interval_ms=2000,
                          consume_inline=inline)
         c.subscribe("Seq")
         c.register(fn, orderly=True)

@@ -26,7 +26,7 @@ def fn(msgs):
         for m in msgs:
             f.write(f"{m.queue_id} {m.queue_offset} {m.body.decode()}\n")
     return ConsumeResult.SUCCESS
-c = PushConsumer(group, namesrv=namesrv, consume_from="first", heartbeat_interval_s=0.5)
+c = PushConsumer(group, namesrv=namesrv, consume_from="first", heartbeat_interval_ms=500)
 c.subscribe(topic, "*")
 c.register(fn)
 c.start()

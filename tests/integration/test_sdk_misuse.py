@@ -83,7 +83,7 @@ def test_shutdown_leaves_no_traceback(cluster, caplog):
         producer = Producer("pg", namesrv=cluster.namesrv).start()
         pulls = []
         for _ in range(4):  # members leaving one after another: the others rebalance while shutting down
-            pc = PullConsumer("g-bye", namesrv=cluster.namesrv, consume_from="first", rebalance_interval_s=0.2)
+            pc = PullConsumer("g-bye", namesrv=cluster.namesrv, consume_from="first", rebalance_interval_ms=200)
             pc.subscribe("Bye")
             pulls.append(pc.start())
         push = PushConsumer("g-bye-push", namesrv=cluster.namesrv, consume_from="first")

@@ -75,7 +75,7 @@ def delivered(out: Out, group: str, msgs) -> None:
 def pull(a, stop: threading.Event) -> None:
     out = Out(a.out)
     c = PullConsumer(a.group, namesrv=a.namesrv, credentials=a.creds, consume_from="first",
-                     auto_commit_interval_s=0.2)
+                     commit_interval_ms=200)
     c.subscribe(a.topic)
     c.start()
     try:

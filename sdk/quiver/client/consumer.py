@@ -49,7 +49,7 @@ from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import MessageExt, MessageSelector
 from quiver.wire.names import check_group
 from quiver.client.offset_store import query_offset, start_offset
-from quiver.client.options import ConsumerOptions, from_arguments
+from quiver.client.options import ConsumerOptions
 from quiver.client.process_queue import DelayedCalls
 from quiver.client.direct_poll import DirectPolls, HeldPulls
 from quiver.client.queue_puller import FOUND, NO_FILTER_RETRY_S, NO_NEW_MSG, OFFSET_ILLEGAL, BadRecords, Pulled, \
@@ -61,10 +61,6 @@ from quiver.client.trace_dispatcher import enabled as trace_enabled
 log = logging.getLogger(__name__)
 
 HELD_GRACE_S = 1.0   # direct_poll: a held pull not read this long after its suspend ends is taken back
-
-# the constructor's settings by position, in their historical order
-_POSITIONAL = ("consume_from", "pull_batch_size", "suspend_ms", "auto_commit", "auto_commit_interval_s",
-               "buffer_per_queue", "allocate", "rebalance_interval_s")
 
 
 def _caught_up(pulled: Pulled) -> bool:
@@ -100,9 +96,8 @@ class _QueueState:
 
 
 class PullConsumer(ClientBase):
-    """Settings by keyword are ConsumerOptions fields or their historical names (consume_from,
-    pull_batch_size, suspend_ms, auto_commit, auto_commit_interval_s, buffer_per_queue,
-    allocate, rebalance_interval_s); `options=ConsumerOptions(...)` gives them at once.
+    """Settings by keyword are ConsumerOptions fields (consume_from, pull_batch_size, suspend_ms,
+    auto_commit, commit_interval_ms, allocate ...); `options=ConsumerOptions(...)` gives them at once.
     `trace=True` (or QUIVER_TRACE=1): SubBefore/SubAfter trace events when poll() hands messages over.
     `namesrv` and `credentials` as for Producer. ValueError for a bad setting or broadcast=True.
 
@@ -118,13 +113,13 @@ class PullConsumer(ClientBase):
     _puller: QueuePuller
     _direct: DirectPolls | None = None   # direct_poll on a real transport (start())
 
-    def __init__(self, group: str, namesrv: str | list[str] | None = None, *args: Any,
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
                  trace: bool | None = None, **settings: Any) -> None:
         super().__init__(namesrv, credentials=credentials)
         self.traced = trace_enabled(trace)   # SubBefore / SubAfter when poll() hands messages over
         check_group(group)
-        self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
+        self.options = opts = ConsumerOptions.build(options, **settings)
         if opts.broadcast:
             raise ValueError("PullConsumer does not broadcast: use PushConsumer(broadcast=True)")
         self.group = group

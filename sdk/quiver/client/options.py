@@ -7,16 +7,13 @@ value raises ValueError naming the field, whichever consumer it is given to.
     PullConsumer("cg", namesrv=..., options=ConsumerOptions(pull_batch_size=256))
     PushConsumer("cg", namesrv=..., consume_threads=4)      # keywords build one too
 
-The consumers' keyword constructors keep their historical names
-(`auto_commit_interval_s`, `threads`, `buffer_per_queue` ...): `build` maps
-them onto these fields (seconds to milliseconds), `from_arguments` also their
-positional order. Fields marked "push" are
-read by PushConsumer only. Does not own the group name (names.check_group)
+The consumers take these fields as keywords, and PushConsumer's `threads` and
+`batch_size` (the API's names for consume_threads and consume_batch_size): `build`
+maps them. Fields marked "push" are read by PushConsumer only. Does not own the group name (names.check_group)
 nor the name-server list (ClientBase).
 """
 
 import dataclasses
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,37 +98,20 @@ class ConsumerOptions:
 
     @classmethod
     def build(cls, options: "ConsumerOptions | None" = None, **keywords) -> "ConsumerOptions":
-        """`options` (or the defaults) with `keywords` applied: field names, or the consumers'
-        historical names (TypeError for an unknown one, as a constructor raises)."""
+        """`options` (or the defaults) with `keywords` applied: field names, or `threads` and
+        `batch_size` (TypeError for an unknown one, as a constructor raises)."""
         fields = {}
         for name, value in keywords.items():
             if name in _FIELDS:
                 fields[name] = value
-            elif name in _LEGACY:
-                field, per_unit = _LEGACY[name]
-                if per_unit != 1:
-                    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-                        raise ValueError(f"{name} must be a number of seconds, not {value!r}")
-                    value = round(value * per_unit)
-                fields[field] = value
+            elif name in _SHORT:
+                fields[_SHORT[name]] = value
             else:
                 raise TypeError(f"unknown consumer option {name!r} (see quiver.client.options.ConsumerOptions)")
         base = options if options is not None else cls()
         if not isinstance(base, cls):
             raise TypeError(f"options must be a ConsumerOptions, not {type(base).__name__}")
         return dataclasses.replace(base, **fields) if fields else base
-
-
-def from_arguments(names: tuple, args: tuple, keywords: dict, options: ConsumerOptions | None = None
-                   ) -> ConsumerOptions:
-    """A consumer constructor's settings: `args` by position (`names`: its historical order),
-    `keywords` by name, on top of `options`."""
-    if len(args) > len(names):
-        raise TypeError(f"at most {len(names)} settings by position ({', '.join(names)}), got {len(args)}")
-    both = sorted(set(names[:len(args)]) & set(keywords))
-    if both:
-        raise TypeError(f"{both[0]!r} given by position and by name")
-    return ConsumerOptions.build(options, **dict(zip(names, args)), **keywords)
 
 
 def _is_int(value) -> bool:
@@ -145,18 +125,5 @@ _RANGES = (("pull_batch_size", 1, 1024), ("suspend_ms", 0, _DAY_MS), ("pull_dela
            ("max_reconsume_times", 0, _I31), ("suspend_current_queue_ms", 0, _DAY_MS),
            ("lock_interval_ms", 1, _DAY_MS), ("pop_invisible_ms", 100, 12 * 3600 * 1000))
 _FIELDS = frozenset(f.name for f in dataclasses.fields(ConsumerOptions))
-# the consumers' keyword names before ConsumerOptions: name -> (field, multiplier to the field's unit)
-_LEGACY = {
-    "auto_commit_interval_s": ("commit_interval_ms", 1000),
-    "persist_interval_s": ("commit_interval_ms", 1000),
-    "rebalance_interval_s": ("rebalance_interval_ms", 1000),
-    "heartbeat_interval_s": ("heartbeat_interval_ms", 1000),
-    "lock_interval_s": ("lock_interval_ms", 1000),
-    "pull_delay_on_error_s": ("pull_delay_on_error_ms", 1000),
-    "buffer_per_queue": ("cached_msgs_per_queue", 1),
-    "pull_threshold_for_queue": ("cached_msgs_per_queue", 1),
-    "pull_threshold_bytes_for_queue": ("cached_bytes_per_queue", 1),
-    "max_span": ("max_offset_span", 1),
-    "threads": ("consume_threads", 1),
-    "batch_size": ("consume_batch_size", 1),
-}
+# PushConsumer's keywords of the public API (`threads=20, batch_size=1`) -> their fields
+_SHORT = {"threads": "consume_threads", "batch_size": "consume_batch_size"}

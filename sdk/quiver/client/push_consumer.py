@@ -57,7 +57,7 @@ from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import ConsumeResult, MessageExt, MessageSelector, ReconsumeLater
 from quiver.wire.properties import RECONSUME_TIME, RETRY_TOPIC
 from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
-from quiver.client.options import ConsumerOptions, from_arguments
+from quiver.client.options import ConsumerOptions
 from quiver.client.pop_push import PopPushLoop
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
@@ -70,17 +70,12 @@ log = logging.getLogger(__name__)
 # fn(msgs) -> ConsumeResult.SUCCESS, RECONSUME_LATER or ConsumeResult.later(...); raising counts as RECONSUME_LATER
 Listener = Callable[[list[MessageExt]], ConsumeResult | ReconsumeLater]
 
-# the constructor's settings by position, in their historical order
-_POSITIONAL = ("broadcast", "consume_from", "max_reconsume_times", "threads", "batch_size")
-
 
 class PushConsumer(ConsumeService, ClientBase):
-    """Settings by keyword are ConsumerOptions fields or their historical names (broadcast,
-    consume_from, max_reconsume_times, threads, batch_size, allocate, pull_batch_size,
-    suspend_ms, offset_dir, instance_name, suspend_current_queue_ms, persist_interval_s,
-    rebalance_interval_s, heartbeat_interval_s, lock_interval_s, pull_threshold_for_queue,
-    pull_threshold_bytes_for_queue, max_span, pull_delay_on_error_s);
-    `options=ConsumerOptions(...)` gives them at once. `trace=True` (or QUIVER_TRACE=1): SubBefore and
+    """Settings by keyword are ConsumerOptions fields (broadcast, consume_from,
+    max_reconsume_times, consume_threads or threads, consume_batch_size or batch_size, allocate,
+    pull_batch_size, offset_dir, lock_interval_ms ...); `options=ConsumerOptions(...)` gives them
+    at once. `trace=True` (or QUIVER_TRACE=1): SubBefore and
     SubAfter trace events around each listener call (consume_service.py). `namesrv` and
     `credentials` as for Producer. ValueError for a bad setting.
 
@@ -102,13 +97,13 @@ class PushConsumer(ConsumeService, ClientBase):
     _puller: QueuePuller
     _pop_loop: PopPushLoop
 
-    def __init__(self, group: str, namesrv: str | list[str] | None = None, *args: Any,
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
                  trace: bool | None = None, **settings: Any) -> None:
         super().__init__(namesrv, credentials=credentials)
         self.traced = trace_enabled(trace)   # SubBefore / SubAfter around each listener call
         check_group(group)
-        self.options = opts = from_arguments(_POSITIONAL, args, settings, options)
+        self.options = opts = ConsumerOptions.build(options, **settings)
         self.group = group
         self.broadcast = opts.broadcast
         self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000

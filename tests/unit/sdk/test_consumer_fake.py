@@ -82,7 +82,7 @@ def test_commit_stores_the_polled_position_on_the_broker(one):
 
 def test_flow_control_pauses_pulls_until_the_app_polls(one):
     _send(one, "Q1", [s.encode() for s in _nums(40)])
-    with one.client(PullConsumer, "cg", consume_from="first", pull_batch_size=4, buffer_per_queue=8) as c:
+    with one.client(PullConsumer, "cg", consume_from="first", pull_batch_size=4, cached_msgs_per_queue=8) as c:
         c.subscribe("Q1")
         st = c._queues[MessageQueue("Q1", "broker-a", 0)]
         assert wait_until(lambda: st.paused)

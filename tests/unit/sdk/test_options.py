@@ -19,14 +19,15 @@ def test_defaults_are_frozen_and_have_units():
         o.pull_batch_size = 64
 
 
-def test_historical_keywords_map_onto_fields():
-    o = ConsumerOptions.build(auto_commit_interval_s=1.5, rebalance_interval_s=0.2, buffer_per_queue=8,
-                              threads=4, batch_size=2, max_span=10, pull_threshold_bytes_for_queue=1 << 20,
-                              lock_interval_s=2, heartbeat_interval_s=0.5, pull_delay_on_error_s=3.0)
-    assert (o.commit_interval_ms, o.rebalance_interval_ms, o.cached_msgs_per_queue, o.consume_threads,
-            o.consume_batch_size, o.max_offset_span, o.cached_bytes_per_queue, o.lock_interval_ms,
-            o.heartbeat_interval_ms, o.pull_delay_on_error_ms) == (1500, 200, 8, 4, 2, 10, 1 << 20, 2000, 500, 3000)
-    assert ConsumerOptions.build(persist_interval_s=2).commit_interval_ms == 2000
+def test_keywords_are_the_fields_and_the_push_consumers_threads_and_batch_size():
+    o = ConsumerOptions.build(commit_interval_ms=1500, cached_msgs_per_queue=8, threads=4, batch_size=2)
+    assert (o.commit_interval_ms, o.cached_msgs_per_queue, o.consume_threads, o.consume_batch_size) == \
+        (1500, 8, 4, 2)
+    for gone in ("auto_commit_interval_s", "persist_interval_s", "rebalance_interval_s", "heartbeat_interval_s",
+                 "lock_interval_s", "pull_delay_on_error_s", "buffer_per_queue", "pull_threshold_for_queue",
+                 "pull_threshold_bytes_for_queue", "max_span"):
+        with pytest.raises(TypeError, match=gone):
+            ConsumerOptions.build(**{gone: 1})
     base = ConsumerOptions(pull_batch_size=64)
     assert ConsumerOptions.build(base, suspend_ms=0) == ConsumerOptions(pull_batch_size=64, suspend_ms=0)
     assert ConsumerOptions.build(base) is base
@@ -38,7 +39,7 @@ def test_historical_keywords_map_onto_fields():
                                  dict(pull_batch_size=0), dict(pull_batch_size=1025), dict(consume_threads=0),
                                  dict(consume_batch_size=2000), dict(suspend_ms=-1), dict(allocate="random"),
                                  dict(commit_interval_ms=0), dict(rebalance_interval_ms=1.5),
-                                 dict(auto_commit_interval_s="soon"), dict(instance_name=""),
+                                 dict(commit_interval_ms="soon"), dict(instance_name=""),
                                  dict(consume_inline=1), dict(pop="yes")])
 def test_bad_values_raise_value_error_naming_them(bad):
     name = next(iter(bad))
@@ -62,13 +63,11 @@ def test_both_consumers_check_the_same_way(cls):
     assert (c.options.pull_batch_size, c.options.suspend_ms) == (64, 100)
 
 
-def test_settings_by_position_keep_their_historical_order():
-    assert PullConsumer("cg", NS, "first", 64).options == ConsumerOptions(consume_from="first", pull_batch_size=64)
-    push = PushConsumer("cg", NS, False, "first", 3, 2, 4).options
-    assert (push.consume_from, push.max_reconsume_times, push.consume_threads, push.consume_batch_size) == \
-        ("first", 3, 2, 4)
-    with pytest.raises(TypeError, match="position and by name"):
-        PullConsumer("cg", NS, "first", consume_from="last")
+@pytest.mark.parametrize("cls", [PullConsumer, PushConsumer])
+def test_settings_are_keywords_only(cls):
+    with pytest.raises(TypeError):
+        cls("cg", NS, "first")
+    assert cls("cg", NS, consume_from="first").options.consume_from == "first"
 
 
 def test_a_pull_consumer_does_not_broadcast():

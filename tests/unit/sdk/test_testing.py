@@ -168,10 +168,10 @@ def test_exchange_sends_raw_frames(net):
 def test_brokers_push_to_clients_through_their_identity(stub):
     """NOTIFY_CONSUMER_IDS_CHANGED reaches the first consumer when a second joins: it gives up half."""
     stub.admin().create_topic("Push", queues=4)
-    with stub.client(PullConsumer, "pushed", rebalance_interval_s=60) as c1:
+    with stub.client(PullConsumer, "pushed", rebalance_interval_ms=60_000) as c1:
         c1.subscribe("Push")
         assert wait_until(lambda: len(c1.assignment()) == 8)
-        with stub.client(PullConsumer, "pushed", rebalance_interval_s=60) as c2:
+        with stub.client(PullConsumer, "pushed", rebalance_interval_ms=60_000) as c2:
             c2.subscribe("Push")
             assert wait_until(lambda: len(c1.assignment()) == 4 and len(c2.assignment()) == 4)
             assert set(c1.assignment()).isdisjoint(c2.assignment())
