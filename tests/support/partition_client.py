@@ -59,8 +59,6 @@ def produce(a, stop: threading.Event) -> None:
             if r.status is SendStatus.SEND_OK:
                 out.write({"id": mid, "mid": r.msg_id, "q": r.queue_id, "o": r.queue_offset,
                            "b": host_str(r.store_host) if r.store_host else "?", "body": body.decode(), "ts": ts, "tr": time.monotonic()})
-            if a.rate:
-                time.sleep(1 / a.rate)
     finally:
         p.shutdown()
 
@@ -180,7 +178,6 @@ def main() -> None:
     ap.add_argument("--name", default="p0")
     ap.add_argument("--group", default="")
     ap.add_argument("--pop", action="store_true")
-    ap.add_argument("--rate", type=float, default=0.0)
     a = ap.parse_args()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
