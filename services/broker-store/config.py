@@ -7,7 +7,7 @@ from sqlalchemy.exc import ArgumentError
 
 from quiver.wire import names
 from quiver.errors import QuiverError
-from quiver.runtime.settings import advertised_addr, default_identity, setting
+from quiver.runtime.settings import ServiceSettings, advertised_addr, default_identity, setting
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 ROLES = ("SYNC_MASTER", "ASYNC_MASTER", "SLAVE")
@@ -33,11 +33,10 @@ DEFAULT_DELAY_LEVELS_MS = tuple(parse_delay_levels(DEFAULT_DELAY_LEVELS))  # Roc
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver broker-store."""
     listen: str = setting("0.0.0.0:10911", "HOST:PORT to bind")
     advertise: str = setting("", "HOST:PORT clients reach (default: hostname:port, 127.0.0.1 on a local bind)")
-    namesrv: str = setting("127.0.0.1:9876", "name servers, 'h:p;h:p'")
     data_dir: str = setting("./data/broker", "where the store lives (a per-broker sub-directory is used)")
     broker_name: str = setting("", "broker name (default: broker-<hostname>); 'auto': claim a free broker-N "
                                    "slot of --data-dir, kept across container re-creation")
@@ -101,12 +100,6 @@ class Config:
                                                       "leaves the SyncStateSet (it can no longer be elected)")
     ha_acks: str = setting("sync", "with --auto-failover: sync = SEND_OK once every SyncStateSet member has the "
                                    "message; async = at once")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
-                            "empty: auth off")
 
     def __post_init__(self):
         if self.flush not in ("sync", "async"):

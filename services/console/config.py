@@ -3,16 +3,15 @@
 import os
 from dataclasses import dataclass
 
-from quiver.runtime.settings import setting
+from quiver.runtime.settings import ServiceSettings, setting
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver web console: cluster, topics, groups, messages, DLQ, scheduler, transactions."""
     http_listen: str = setting("127.0.0.1:8080", "HOST:PORT of the web pages (HTTP)")
     listen: str = setting("0.0.0.0:10951", "HOST:PORT answering PING and STATUS, like every service "
                                            "(quiver ping, quiver status, compose healthchecks)")
-    namesrv: str = setting("127.0.0.1:9876", "name servers, 'host:port;host:port'")
     auth_dir: str = setting("", "auth on: the cluster's auth dir (its server key); every page needs a login "
                                 "as a Quiver user and reads with her key")
     credentials: str = setting("", "auth on without --auth-dir: a key file naming the cluster's server key "
@@ -38,10 +37,6 @@ class Config:
                                          "within --login-window-s that lock it out")
     login_window_s: int = setting(300, "auth on: the window failed logins are counted in (seconds)")
     login_lockout_s: int = setting(300, "auth on: how long a locked-out key or address is refused (seconds)")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
 
     def __post_init__(self):
         for flag, value in (("--http-listen", self.http_listen), ("--listen", self.listen)):

@@ -2,11 +2,11 @@
 
 from dataclasses import dataclass
 
-from quiver.runtime.settings import advertised_addr, setting
+from quiver.runtime.settings import ServiceSettings, advertised_addr, setting
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver SQL92 filter server."""
     listen: str = setting("0.0.0.0:10921", "HOST:PORT to bind")
     advertise: str = setting("", "HOST:PORT consumers reach (default: hostname:port, 127.0.0.1 on a local bind)")
@@ -20,12 +20,6 @@ class Config:
     long_poll_max_ms: int = setting(30_000, "cap on a pull's suspend time")
     broker_timeout_ms: int = setting(5_000, "deadline of a broker call beyond its suspend time")
     selector_cache: int = setting(1024, "compiled selectors kept, per (group, topic, expression)")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
-                            "empty: auth off")
 
     def __post_init__(self):
         if not 1 <= self.scan_batch <= 1024:

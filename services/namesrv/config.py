@@ -3,23 +3,17 @@
 import socket
 from dataclasses import dataclass
 
-from quiver.runtime.settings import setting
+from quiver.runtime.settings import ServiceSettings, setting
 
 from .raft_key import read_key_file
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver name server."""
     listen: str = setting("0.0.0.0:9876", "HOST:PORT to bind")
     scan_interval_ms: int = setting(10_000, "how often silent brokers are looked for")
     broker_expiry_ms: int = setting(120_000, "a broker silent this long is dropped")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
-                            "empty: auth off")
     data_dir: str = setting("", "with --controller: where its Raft log and snapshot live (required); "
                             "otherwise unused: routes are memory only")
     namesrv: str = setting("", "unused: name servers share nothing")

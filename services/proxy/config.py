@@ -3,19 +3,18 @@
 import os
 from dataclasses import dataclass
 
-from quiver.runtime.settings import setting
+from quiver.runtime.settings import ServiceSettings, setting
 from quiver.wire.names import addr_problem, topic_problem
 
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver gRPC proxy: RocketMQ 5 clients (apache.rocketmq.v2.MessagingService)."""
     grpc_listen: str = setting("0.0.0.0:8081", "HOST:PORT of the gRPC MessagingService (RocketMQ 5 clients' "
                                                "endpoints)")
     listen: str = setting("0.0.0.0:10961", "HOST:PORT answering PING and STATUS, like every service")
-    namesrv: str = setting("127.0.0.1:9876", "name servers, 'host:port;host:port'")
     advertise: str = setting("", "HOST:PORT clients are told to use in routes; empty: the address the client "
                                  "reached the proxy by")
     auth_dir: str = setting("", "auth on: the cluster's auth dir; the proxy's SDK clients use its admin.key "
@@ -52,10 +51,6 @@ class Config:
     topic_message_types: str = setting("", "'Topic=TYPE;...' a topic accepting only TYPE (NORMAL, DELAY, "
                                            "TRANSACTION); others accept FIFO if created with order, else "
                                            "NORMAL, DELAY and TRANSACTION")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
 
     def __post_init__(self):
         for flag, value in (("--grpc-listen", self.grpc_listen), ("--listen", self.listen)):

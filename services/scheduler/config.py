@@ -3,15 +3,14 @@
 import os
 from dataclasses import dataclass
 
-from quiver.runtime.settings import advertised_addr, setting
+from quiver.runtime.settings import ServiceSettings, advertised_addr, setting
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver scheduler: delay levels and arbitrary delivery times."""
     listen: str = setting("0.0.0.0:10931", "HOST:PORT to bind (PING, STATUS, SCHEDULE_CANCEL)")
     advertise: str = setting("", "HOST:PORT peers and producers reach (default: from --listen)")
-    namesrv: str = setting("127.0.0.1:9876", "name servers, 'h:p;h:p'")
     data_dir: str = setting("./data/scheduler", "where the pending-timer index (SQLite) lives")
     db_url: str = setting("", "SQLAlchemy URL of the timer index (default: SQLite in --data-dir)")
     group: str = setting("SCHEDULE_CONSUMER", "consumer group of the schedulers (their offsets = progress)")
@@ -28,12 +27,6 @@ class Config:
     takeover_delay_ms: int = setting(500, "wait before starting a newly allocated queue (lets the old owner commit)")
     heartbeat_interval_ms: int = setting(5000, "heartbeats to brokers as a member of --group")
     delivered_keep_ms: int = setting(86_400_000, "delivered timers are remembered this long (cancel says too late)")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
-                            "empty: auth off")
 
     def __post_init__(self):
         if self.max_reput_batch < 1 or self.pull_batch < 1 or self.pull_batch > 1024:

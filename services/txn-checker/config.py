@@ -2,15 +2,14 @@
 
 from dataclasses import dataclass
 
-from quiver.runtime.settings import advertised_addr, setting
+from quiver.runtime.settings import ServiceSettings, advertised_addr, setting
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(ServiceSettings):
     """Quiver txn-checker: asks producer groups about transactions left open."""
     listen: str = setting("0.0.0.0:10941", "HOST:PORT to bind (PING, STATUS)")
     advertise: str = setting("", "HOST:PORT peer checkers reach (default: from --listen)")
-    namesrv: str = setting("127.0.0.1:9876", "name servers, 'h:p;h:p'")
     data_dir: str = setting("./data/txn-checker", "unused: progress is kept as consumer offsets on the brokers")
     group: str = setting("CID_RMQ_SYS_TRANS", "consumer group of the checkers (their offsets = progress)")
     check_interval_ms: int = setting(30_000, "how often open transactions are looked for")
@@ -20,12 +19,6 @@ class Config:
     pull_batch: int = setting(1024, "half / op messages per pull")
     round_budget_ms: int = setting(60_000, "time one round may spend on one broker (RocketMQ: 60 s per queue)")
     heartbeat_interval_ms: int = setting(10_000, "heartbeats to brokers as a member of --group")
-    log_level: str = setting("INFO", "logging level")
-    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
-                                      "message, exc)")
-    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
-    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
-                            "empty: auth off")
 
     def __post_init__(self):
         if self.check_interval_ms < 10 or self.transaction_timeout_ms < 0 or self.max_checks < 1:

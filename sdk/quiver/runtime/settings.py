@@ -4,6 +4,7 @@ A field `broker_expiry_ms` is the flag `--broker-expiry-ms` and the env var
 `QUIVER_BROKER_EXPIRY_MS`; a flag wins over the env var, which wins over the
 default in config.py. Booleans also get `--no-<flag>`. `describe()` yields the
 rows of the README's generated settings table, so docs cannot drift.
+`ServiceSettings` holds what every service takes; `run_service` is every service's main.
 """
 
 import argparse
@@ -11,6 +12,7 @@ import dataclasses
 import logging
 import os
 import socket
+from dataclasses import dataclass
 
 from quiver.runtime import log_format
 from quiver.wire.names import split_addrs  # noqa: F401  (services read address lists from settings)
@@ -108,20 +110,42 @@ def setting(default, help: str = ""):
     return dataclasses.field(default=default, metadata={"help": help})
 
 
-def run_service(config_cls, app_cls, prog: str, argv=None, collector=None) -> None:
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What every service takes. A service's Config subclasses it, redeclares `listen` with its
+    port, and may redeclare another field to say what it means there (its place stays first)."""
+    listen: str = setting("0.0.0.0:0", "HOST:PORT to bind")
+    namesrv: str = setting("127.0.0.1:9876", "name servers, 'h:p;h:p'")
+    log_level: str = setting("INFO", "logging level")
+    log_format: str = setting("text", "log lines: text, or json (one object a line: time, level, logger, "
+                                      "message, exc)")
+    metrics_listen: str = setting("", "HOST:PORT serving Prometheus metrics at /metrics; empty: off")
+    auth_dir: str = setting("", "auth on: the dir `quiver auth init` made (server and service keys); "
+                                "empty: auth off")
+
+
+def run_service(config_cls, app_cls, prog: str, argv=None, collector=None, *, secret: tuple[str, ...] = (),
+                bind_first: bool = False) -> None:
     """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops.
 
     With --metrics-listen, `collector(app)` (the service's metrics.collector) is served on
-    it while the app runs."""
+    it while the app runs. `secret`: settings logged as *** when set. `bind_first`: app.bind()
+    before the metrics server, a taken port exiting with a message (services binding more than
+    their --listen socket)."""
     import signal
     config = load(config_cls, argv, prog=prog)
-    setup_logging(config.log_level, getattr(config, "log_format", "text"))
+    setup_logging(config.log_level, config.log_format)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     log = logging.getLogger(prog)
-    log_config(log, config)
+    log_config(log, dataclasses.replace(config, **{k: "***" for k in secret if getattr(config, k)}))
     app = app_cls(config)
     app.service.freeze_gc = True
-    server = serve_metrics(log, app, getattr(config, "metrics_listen", ""), collector)
+    if bind_first:
+        try:
+            app.bind()
+        except OSError as exc:
+            raise SystemExit(f"{prog}: cannot bind --listen {config.listen} or another of its addresses: {exc}") from None
+    server = serve_metrics(log, app, config.metrics_listen, collector)
     signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
     try:
         app.run()
