@@ -6,43 +6,82 @@
  * returns, or returns NotImplemented and the reference runs instead. Anything unusual
  * (a malformed record, a value out of struct range, an unexpected type or arity) is
  * NotImplemented, so errors keep the reference's exception and message, and no input
- * is read outside its buffer. The record layout is quiver.wire.record's; the tests
- * check the constants below against it.
+ * is read outside its buffer. Byte positions are not written here: the Python modules that
+ * own the layouts hand them over at import (`layout`, called by quiver.wire.speedups.layout
+ * from record.py, consume_queue.py and index_file.py), and a twin whose layout is missing
+ * declines. This file knows the field names and widths it writes; a layout with another
+ * field, width or arity is refused, so a format change that needs new C code says so.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-#define FIXED_SIZE 88
-#define MIN_RECORD 91
 #define MAGIC_V1 0xDAA320A7u
 #define MAGIC_V2 0xDAA320ABu
 #define MAGIC_BLANK 0xCBD43194u
 #define SYSFLAG_PROP_CRC (1u << 20)
 #define CRC_PROP_BYTES 20
 #define HASH_MASK 0x7FFFFFFFu
-#define CQ_ENTRY 20
-#define INDEX_HEADER 40
-#define INDEX_ENTRY 20
-
-/* field positions in the fixed part */
-#define AT_MAGIC 4
-#define AT_BODY_CRC 8
-#define AT_QUEUE_ID 12
-#define AT_FLAG 16
-#define AT_QOFF 20
-#define AT_PHYS 28
-#define AT_SYSFLAG 36
-#define AT_BORN_TS 40
-#define AT_BORN_HOST 48
-#define AT_STORE_TS 56
-#define AT_STORE_HOST 64
-#define AT_RECONSUME 72
-#define AT_PREPARED 76
-#define AT_BODY_LEN 84
+#define TX_MASK 0xCu
+#define TX_NOT 0x0u
+#define TX_COMMIT 0x8u
 
 #define NOT_IMPLEMENTED Py_RETURN_NOTIMPLEMENTED
+
+/* ---- layouts, as their Python owners hand them over (see `layout` at the end) -------------
+   Set once at import and only read after: upper case, as the constants they stand for. */
+
+typedef struct {
+    const char *name;
+    Py_ssize_t size;   /* the width this file reads and writes */
+    Py_ssize_t *at;    /* where the owner puts it */
+} field;
+
+/* the record's fixed part (record._LAYOUT) */
+static Py_ssize_t FIXED_SIZE, MIN_RECORD, AT_SIZE, AT_MAGIC, AT_BODY_CRC, AT_QUEUE_ID, AT_FLAG, AT_QOFF,
+    AT_PHYS, AT_SYSFLAG, AT_BORN_TS, AT_BORN_HOST, AT_STORE_TS, AT_STORE_HOST, AT_RECONSUME, AT_PREPARED,
+    AT_BODY_LEN;
+static field record_fields[] = {
+    {"size", 4, &AT_SIZE}, {"magic", 4, &AT_MAGIC}, {"body_crc", 4, &AT_BODY_CRC}, {"queue_id", 4, &AT_QUEUE_ID},
+    {"flag", 4, &AT_FLAG}, {"queue_offset", 8, &AT_QOFF}, {"phys_offset", 8, &AT_PHYS},
+    {"sys_flag", 4, &AT_SYSFLAG}, {"born_ts", 8, &AT_BORN_TS}, {"born_host", 8, &AT_BORN_HOST},
+    {"store_ts", 8, &AT_STORE_TS}, {"store_host", 8, &AT_STORE_HOST}, {"reconsume", 4, &AT_RECONSUME},
+    {"prepared_offset", 8, &AT_PREPARED}, {"body_len", 4, &AT_BODY_LEN},
+};
+
+/* the items of record.RunHead (encode_run's argument) and record.Fields (decode_fields' result) */
+enum { H_TOPIC, H_QUEUE_ID, H_FIRST_QOFF, H_PHYS, H_SYS_FLAG, H_BORN_TS, H_BORN_HOST, H_STORE_TS, H_STORE_HOST,
+       H_RECONSUME, H_PREPARED, H_COUNT };
+static Py_ssize_t H[H_COUNT];
+static field head_items[] = {
+    {"topic", 0, &H[H_TOPIC]}, {"queue_id", 0, &H[H_QUEUE_ID]}, {"first_qoff", 0, &H[H_FIRST_QOFF]},
+    {"phys", 0, &H[H_PHYS]}, {"sys_flag", 0, &H[H_SYS_FLAG]}, {"born_ts", 0, &H[H_BORN_TS]},
+    {"born_host", 0, &H[H_BORN_HOST]}, {"store_ts", 0, &H[H_STORE_TS]}, {"store_host", 0, &H[H_STORE_HOST]},
+    {"reconsume", 0, &H[H_RECONSUME]}, {"prepared_offset", 0, &H[H_PREPARED]},
+};
+enum { F_TOPIC, F_BODY, F_PROPS, F_QUEUE_ID, F_FLAG, F_QOFF, F_PHYS, F_SYS_FLAG, F_BORN_TS, F_STORE_TS,
+       F_STORE_HOST, F_RECONSUME, F_BODY_CRC, F_COUNT };
+static Py_ssize_t F[F_COUNT];
+static field fields_items[] = {
+    {"topic", 0, &F[F_TOPIC]}, {"body", 0, &F[F_BODY]}, {"props", 0, &F[F_PROPS]},
+    {"queue_id", 0, &F[F_QUEUE_ID]}, {"flag", 0, &F[F_FLAG]}, {"queue_offset", 0, &F[F_QOFF]},
+    {"phys_offset", 0, &F[F_PHYS]}, {"sys_flag", 0, &F[F_SYS_FLAG]}, {"born_ts", 0, &F[F_BORN_TS]},
+    {"store_ts", 0, &F[F_STORE_TS]}, {"store_host", 0, &F[F_STORE_HOST]}, {"reconsume", 0, &F[F_RECONSUME]},
+    {"body_crc", 0, &F[F_BODY_CRC]},
+};
+static PyTypeObject *run_head_type, *fields_type;
+
+/* a ConsumeQueue entry (consume_queue.ENTRY_LAYOUT) */
+static Py_ssize_t CQ_ENTRY, CQ_AT_PHYS, CQ_AT_SIZE, CQ_AT_CODE;
+static field cq_fields[] = {{"phys_offset", 8, &CQ_AT_PHYS}, {"size", 4, &CQ_AT_SIZE}, {"tags_code", 8, &CQ_AT_CODE}};
+
+/* an IndexFile entry (index_file.ENTRY_LAYOUT), after a header and 4-byte slots */
+static Py_ssize_t INDEX_HEADER, INDEX_ENTRY, IX_AT_HASH, IX_AT_PHYS, IX_AT_DIFF, IX_AT_PREV;
+static field index_fields[] = {{"key_hash", 4, &IX_AT_HASH}, {"phys_offset", 8, &IX_AT_PHYS},
+                               {"time_diff", 4, &IX_AT_DIFF}, {"prev_entry", 4, &IX_AT_PREV}};
+
+static int record_ready, cq_ready, index_ready;  /* 0: the twins of that layout decline */
 
 /* ---- CRC-32 (the zlib polynomial), slicing by 16: as fast as zlib's, no zlib headers -- */
 
@@ -202,16 +241,16 @@ static void host8(unsigned char *dst, PyObject *host)
     memcpy(dst, PyBytes_AS_STRING(host), n < 8 ? n : 8);
 }
 
-/* encode_run(bodies, topic, queue_id, flags, first_qoff, phys, sys_flag, born_ts, born_host,
-              store_ts, store_host, reconsume, prepared_offset, props, body_crcs=None,
-              prop_crc=False) -> (data, phys offsets, sizes); prop_crc runs in Python. */
+/* encode_run(head: RunHead, bodies, flags, props, body_crcs=None, prop_crc=False)
+   -> (data, phys offsets, sizes); prop_crc runs in Python. */
 static PyObject *encode_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
-    if (nargs < 14 || nargs > 16)
+    if (!record_ready || nargs < 4 || nargs > 6 || !Py_IS_TYPE(a[0], run_head_type))
         NOT_IMPLEMENTED;
-    PyObject *bodies = a[0], *topic = a[1], *flags = a[3], *first = a[4], *born_host = a[8];
-    PyObject *store_host = a[10], *props = a[13];
-    PyObject *crcs = nargs > 14 ? a[14] : Py_None, *prop_crc = nargs > 15 ? a[15] : Py_False;
+#define HEAD(i) PyTuple_GET_ITEM(a[0], H[i])
+    PyObject *bodies = a[1], *topic = HEAD(H_TOPIC), *flags = a[2], *first = HEAD(H_FIRST_QOFF);
+    PyObject *born_host = HEAD(H_BORN_HOST), *store_host = HEAD(H_STORE_HOST), *props = a[3];
+    PyObject *crcs = nargs > 4 ? a[4] : Py_None, *prop_crc = nargs > 5 ? a[5] : Py_False;
     long long queue_id, qoff = 0, phys, sys_flag, born_ts, store_ts, reconsume, prepared;
     if (prop_crc != Py_False || !is_seq(bodies, -1) || !PyBytes_CheckExact(topic)
             || !PyBytes_CheckExact(born_host) || !PyBytes_CheckExact(store_host))
@@ -219,10 +258,12 @@ static PyObject *encode_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs
     Py_ssize_t n = PySequence_Fast_GET_SIZE(bodies);
     if (!is_seq(flags, n) || !is_seq(props, n) || (crcs != Py_None && !is_seq(crcs, n)))
         NOT_IMPLEMENTED;
-    if (!I32(a[2], &queue_id) || (first != Py_None && !I64(first, &qoff)) || !I64(a[5], &phys)
-            || !I32(a[6], &sys_flag) || !I64(a[7], &born_ts) || !I64(a[9], &store_ts)
-            || !I32(a[11], &reconsume) || !I64(a[12], &prepared))
+    if (!I32(HEAD(H_QUEUE_ID), &queue_id) || (first != Py_None && !I64(first, &qoff)) || !I64(HEAD(H_PHYS), &phys)
+            || !I32(HEAD(H_SYS_FLAG), &sys_flag) || !I64(HEAD(H_BORN_TS), &born_ts)
+            || !I64(HEAD(H_STORE_TS), &store_ts) || !I32(HEAD(H_RECONSUME), &reconsume)
+            || !I64(HEAD(H_PREPARED), &prepared))
         NOT_IMPLEMENTED;
+#undef HEAD
     Py_ssize_t tlen = PyBytes_GET_SIZE(topic);
     if (tlen > 0xFFFF || (first != Py_None && n && qoff > INT64_MAX - (n - 1)))
         NOT_IMPLEMENTED;
@@ -285,7 +326,7 @@ static PyObject *encode_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs
         Py_ssize_t blen = held[2 * i].view.len, plen = held[2 * i + 1].view.len;
         uint32_t size = (uint32_t)(fixed + blen + plen);
         uint32_t crc = crcs == Py_None ? crc32_update(0, body, blen) & HASH_MASK : (uint32_t)ints[2 * i + 1];
-        put32(w, size);
+        put32(w + AT_SIZE, size);
         put32(w + AT_MAGIC, magic);
         put32(w + AT_BODY_CRC, crc);
         put32(w + AT_QUEUE_ID, (uint32_t)queue_id);
@@ -348,7 +389,7 @@ static int span_at(const unsigned char *b, Py_ssize_t pos, Py_ssize_t end, span 
     if (end - pos < FIXED_SIZE)
         return 0;
     const unsigned char *r = b + pos;
-    int32_t total = get_i32(r);
+    int32_t total = get_i32(r + AT_SIZE);
     uint32_t magic = get32(r + AT_MAGIC);
     s->blank = magic == MAGIC_BLANK;
     if (s->blank) {
@@ -412,12 +453,43 @@ static int topic_of(const unsigned char *b, const span *s, topic_cache *t)
 
 /* ---- decode_fields --------------------------------------------------------------------- */
 
-/* decode_fields(buf) -> [(topic, body, props, queue_id, flag, queue_offset, phys_offset,
-   sys_flag, born_ts, store_ts, store_host, reconsume, body_crc), ...] */
+/* The record.Fields of the record at b[pos:] with parts `s`, built as tuple.__new__ builds
+   it (no Python call); takes `props`. NULL on failure. */
+static PyObject *fields_of(const unsigned char *b, Py_ssize_t pos, const span *s, PyObject *topic, PyObject *props)
+{
+    const unsigned char *r = b + pos;
+    PyObject *t = fields_type->tp_alloc(fields_type, F_COUNT);
+    if (t == NULL) {
+        Py_DECREF(props);
+        return NULL;
+    }
+    PyObject *item[F_COUNT] = {
+        [F_TOPIC] = Py_NewRef(topic), [F_PROPS] = props,
+        [F_BODY] = PyBytes_FromStringAndSize((const char *)b + s->body_at, s->blen),
+        [F_QUEUE_ID] = PyLong_FromLong(get_i32(r + AT_QUEUE_ID)), [F_FLAG] = PyLong_FromLong(get_i32(r + AT_FLAG)),
+        [F_QOFF] = PyLong_FromLongLong(get_i64(r + AT_QOFF)), [F_PHYS] = PyLong_FromLongLong(get_i64(r + AT_PHYS)),
+        [F_SYS_FLAG] = PyLong_FromLong(get_i32(r + AT_SYSFLAG)),
+        [F_BORN_TS] = PyLong_FromLongLong(get_i64(r + AT_BORN_TS)),
+        [F_STORE_TS] = PyLong_FromLongLong(get_i64(r + AT_STORE_TS)),
+        [F_STORE_HOST] = PyBytes_FromStringAndSize((const char *)r + AT_STORE_HOST, 8),
+        [F_RECONSUME] = PyLong_FromLong(get_i32(r + AT_RECONSUME)),
+        [F_BODY_CRC] = PyLong_FromLong(get_i32(r + AT_BODY_CRC)),
+    };
+    int ok = 1;
+    for (int i = 0; i < F_COUNT; i++) {
+        ok &= item[i] != NULL;
+        PyTuple_SET_ITEM(t, F[i], item[i]);  /* a NULL item is skipped when t is freed */
+    }
+    if (!ok)
+        Py_CLEAR(t);
+    return t;
+}
+
+/* decode_fields(buf) -> [record.Fields, ...] */
 static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     Py_buffer v;
-    if (nargs != 1 || !byte_view(a[0], &v))
+    if (!record_ready || nargs != 1 || !byte_view(a[0], &v))
         NOT_IMPLEMENTED;
     const unsigned char *b = v.buf;
     Py_ssize_t pos = 0, end = v.len;
@@ -433,7 +505,6 @@ static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t na
             pos = s.end;
             continue;
         }
-        const unsigned char *r = b + pos;
         if (!topic_of(b, &s, &topic))
             goto not_mine;
         PyObject *props = PyUnicode_DecodeUTF8((const char *)b + s.props_at, s.plen, "strict");
@@ -441,17 +512,7 @@ static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t na
             PyErr_Clear();
             goto not_mine;
         }
-        PyObject *body = PyBytes_FromStringAndSize((const char *)b + s.body_at, s.blen);
-        if (body == NULL) {
-            Py_DECREF(props);
-            goto fail;
-        }
-        PyObject *t = Py_BuildValue("(ONNiiLLiLLy#ii)", topic.str, body, props,
-                                    get_i32(r + AT_QUEUE_ID), get_i32(r + AT_FLAG),
-                                    (long long)get_i64(r + AT_QOFF), (long long)get_i64(r + AT_PHYS),
-                                    get_i32(r + AT_SYSFLAG), (long long)get_i64(r + AT_BORN_TS),
-                                    (long long)get_i64(r + AT_STORE_TS), (const char *)r + AT_STORE_HOST,
-                                    (Py_ssize_t)8, get_i32(r + AT_RECONSUME), get_i32(r + AT_BODY_CRC));
+        PyObject *t = fields_of(b, pos, &s, topic.str, props);
         if (t == NULL)
             goto fail;
         int err = PyList_Append(out, t);
@@ -548,7 +609,7 @@ static int rc_props(PyObject *s, PyObject **cols)
 static PyObject *record_columns(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     Py_buffer v;
-    if (nargs != 1 || !byte_view(a[0], &v))
+    if (!record_ready || nargs != 1 || !byte_view(a[0], &v))
         NOT_IMPLEMENTED;
     const unsigned char *b = v.buf;
     Py_ssize_t pos = 0, end = v.len;
@@ -631,7 +692,7 @@ static PyObject *check_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     Py_buffer v;
     long long base;
-    if (nargs != 3 || !is_seq(a[1], -1) || !I64(a[2], &base))
+    if (!record_ready || nargs != 3 || !is_seq(a[1], -1) || !I64(a[2], &base))
         NOT_IMPLEMENTED;
     if (!byte_view(a[0], &v))
         NOT_IMPLEMENTED;
@@ -659,7 +720,7 @@ static PyObject *check_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             uint32_t magic = get32(r + AT_MAGIC);
             int32_t blen = get_i32(r + AT_BODY_LEN);
             uint32_t sys_flag = get32(r + AT_SYSFLAG);
-            if (get_i32(r) != size || get_i64(r + AT_PHYS) != phys || (magic != MAGIC_V1 && magic != MAGIC_V2)
+            if (get_i32(r + AT_SIZE) != size || get_i64(r + AT_PHYS) != phys || (magic != MAGIC_V1 && magic != MAGIC_V2)
                     || blen < 0 || blen > end - pos - FIXED_SIZE - 3) {
                 ok = 0;
                 break;
@@ -690,7 +751,7 @@ static PyObject *settled_run(PyObject *self, PyObject *const *a, Py_ssize_t narg
 {
     Py_buffer v;
     long long rel, pos, end, last_start;
-    if (nargs != 6 || !I64(a[1], &rel) || !I64(a[2], &pos) || !I64(a[3], &end) || !I64(a[4], &last_start)
+    if (!record_ready || nargs != 6 || !I64(a[1], &rel) || !I64(a[2], &pos) || !I64(a[3], &end) || !I64(a[4], &last_start)
             || !PyDict_CheckExact(a[5]) || rel < 0 || pos > INT64_MAX / 2 || pos < INT64_MIN / 2)
         NOT_IMPLEMENTED;
     if (!byte_view(a[0], &v))
@@ -701,7 +762,7 @@ static PyObject *settled_run(PyObject *self, PyObject *const *a, Py_ssize_t narg
     int ok = rel <= n;
     while (ok && p + 8 <= n && at <= last_start) {
         const unsigned char *r = b + p;
-        int32_t size = get_i32(r);
+        int32_t size = get_i32(r + AT_SIZE);
         uint32_t magic = get32(r + AT_MAGIC);
         if ((magic != MAGIC_V1 && magic != MAGIC_V2) || size < MIN_RECORD || size > n - p || at + size > end)
             break;
@@ -719,8 +780,8 @@ static PyObject *settled_run(PyObject *self, PyObject *const *a, Py_ssize_t narg
         Py_ssize_t q = topic_at + tlen;
         if (q + 2 > rend || q + 2 + (b[q] << 8 | b[q + 1]) != rend)
             break;
-        uint32_t tx = sys_flag & 0xC;
-        if (tx == 0x0 || tx == 0x8) {
+        uint32_t tx = sys_flag & TX_MASK;
+        if (tx == TX_NOT || tx == TX_COMMIT) {
             PyObject *key = Py_BuildValue("(y#i)", (const char *)b + topic_at, tlen, get_i32(r + AT_QUEUE_ID));
             if (key == NULL) {
                 PyErr_Clear();
@@ -954,7 +1015,7 @@ fail:
 /* pack_entries(phys_offsets, sizes, codes) -> ConsumeQueue entries (">qiq" each) */
 static PyObject *pack_entries(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !is_seq(a[0], -1))
+    if (!cq_ready || nargs != 3 || !is_seq(a[0], -1))
         NOT_IMPLEMENTED;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(a[0]);
     if (!is_seq(a[1], n) || !is_seq(a[2], n) || n > PY_SSIZE_T_MAX / CQ_ENTRY)
@@ -970,9 +1031,9 @@ static PyObject *pack_entries(PyObject *self, PyObject *const *a, Py_ssize_t nar
             Py_DECREF(out);
             NOT_IMPLEMENTED;
         }
-        put64(w, (uint64_t)phys);
-        put32(w + 8, (uint32_t)size);
-        put64(w + 12, (uint64_t)code);
+        put64(w + CQ_AT_PHYS, (uint64_t)phys);
+        put32(w + CQ_AT_SIZE, (uint32_t)size);
+        put64(w + CQ_AT_CODE, (uint64_t)code);
     }
     return out;
 }
@@ -983,7 +1044,7 @@ static PyObject *pack_entries(PyObject *self, PyObject *const *a, Py_ssize_t nar
 static PyObject *put_entries(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
     long long n, slots, entries_at, diff;
-    if (nargs != 6 || !is_seq(a[1], -1) || !I32(a[2], &n) || !I64(a[3], &slots) || !I64(a[4], &entries_at)
+    if (!index_ready || nargs != 6 || !is_seq(a[1], -1) || !I32(a[2], &n) || !I64(a[3], &slots) || !I64(a[4], &entries_at)
             || !I32(a[5], &diff) || slots <= 0)
         NOT_IMPLEMENTED;
     Py_buffer v;
@@ -1023,10 +1084,10 @@ static PyObject *put_entries(PyObject *self, PyObject *const *a, Py_ssize_t narg
                 used++;
             }
             unsigned char *e = m + entries_at + n * INDEX_ENTRY;
-            put32(e, (uint32_t)h);
-            put64(e + 4, (uint64_t)todo[2 * i + 1]);
-            put32(e + 12, (uint32_t)diff);
-            put32(e + 16, (uint32_t)prev);
+            put32(e + IX_AT_HASH, (uint32_t)h);
+            put64(e + IX_AT_PHYS, (uint64_t)todo[2 * i + 1]);
+            put32(e + IX_AT_DIFF, (uint32_t)diff);
+            put32(e + IX_AT_PREV, (uint32_t)prev);
             put32(sp, (uint32_t)n);
         }
     }
@@ -1049,7 +1110,135 @@ static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(c);
 }
 
+/* ---- layout: the Python owners hand their layouts over ------------------------------------ */
+
+#define COUNT(a) ((Py_ssize_t)(sizeof(a) / sizeof((a)[0])))
+
+/* Match the owner's ((name, offset, size), ...) of a `total`-byte layout to `spec` by name:
+   every name known and given once, of the width this file uses (spec size 0: any width),
+   within the layout, the widths adding up to it. Sets each *at; 0 with an exception if not. */
+static int set_fields(const char *what, field *spec, Py_ssize_t n, Py_ssize_t total, PyObject *fields)
+{
+    if (!PyTuple_Check(fields) || PyTuple_GET_SIZE(fields) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd fields given, the compiled twins know %zd", what,
+                     PyTuple_Check(fields) ? PyTuple_GET_SIZE(fields) : (Py_ssize_t)-1, n);
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        *spec[k].at = -1;
+    Py_ssize_t sum = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *name;
+        Py_ssize_t at, size, k = 0;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(fields, i), "snn", &name, &at, &size))
+            return 0;
+        while (k < n && strcmp(spec[k].name, name) != 0)
+            k++;
+        if (k == n || *spec[k].at != -1) {
+            PyErr_Format(PyExc_ValueError, "%s: field %s unknown to the compiled twins, or given twice", what, name);
+            return 0;
+        }
+        if ((spec[k].size && spec[k].size != size) || at < 0 || size < 0 || at > total - size) {
+            PyErr_Format(PyExc_ValueError, "%s: field %s of %zd bytes at %zd (of %zd), the compiled twins use %zd",
+                         what, name, size, at, total, spec[k].size);
+            return 0;
+        }
+        *spec[k].at = at;
+        sum += size;
+    }
+    if (sum != total) {
+        PyErr_Format(PyExc_ValueError, "%s: fields of %zd bytes in all, the layout's size is %zd", what, sum, total);
+        return 0;
+    }
+    return 1;
+}
+
+/* The NamedTuple extra[key]: its item positions by name into `spec`, the type into *out. */
+static int set_items(const char *what, PyObject *extra, const char *key, field *spec, Py_ssize_t n,
+                     PyTypeObject **out)
+{
+    PyObject *type = PyDict_GetItemString(extra, key), *names = NULL, *items = NULL;
+    if (type == NULL || !PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)
+            || ((PyTypeObject *)type)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be a NamedTuple", what, key);
+        return 0;
+    }
+    if ((names = PyObject_GetAttrString(type, "_fields")) == NULL || !PyTuple_Check(names)) {
+        Py_XDECREF(names);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: %s has no _fields", what, key);
+        return 0;
+    }
+    int ok = (items = PyTuple_New(PyTuple_GET_SIZE(names))) != NULL;
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *item = Py_BuildValue("(Onn)", PyTuple_GET_ITEM(names, i), i, (Py_ssize_t)1);
+        ok = item != NULL;
+        if (ok)
+            PyTuple_SET_ITEM(items, i, item);
+    }
+    ok = ok && set_fields(key, spec, n, n, items);
+    if (ok)
+        Py_XSETREF(*out, (PyTypeObject *)Py_NewRef(type));
+    Py_DECREF(names);
+    Py_XDECREF(items);
+    return ok;
+}
+
+/* layout(name, size, ((field, offset, size), ...), extra): the layout `name` as its owner
+   describes it (quiver.wire.speedups.layout). Its twins run from now on; refused (ValueError,
+   TypeError), they decline until a layout is accepted. */
+static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_ssize_t total;
+    if (nargs != 4 || !PyUnicode_Check(a[0]) || !PyDict_Check(a[3]) || (total = PyLong_AsSsize_t(a[1])) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "layout(name, size, fields, extra)");
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(a[0]);
+    if (name == NULL)
+        return NULL;
+    if (strcmp(name, "record") == 0) {
+        record_ready = 0;
+        if (!set_fields(name, record_fields, COUNT(record_fields), total, a[2])
+                || !set_items(name, a[3], "run_head", head_items, H_COUNT, &run_head_type)
+                || !set_items(name, a[3], "fields", fields_items, F_COUNT, &fields_type))
+            return NULL;
+        FIXED_SIZE = total;
+        MIN_RECORD = total + 1 + 2;  /* a one-byte topic length and PROPLEN */
+        record_ready = 1;
+    } else if (strcmp(name, "consume_queue") == 0) {
+        cq_ready = 0;
+        if (!set_fields(name, cq_fields, COUNT(cq_fields), total, a[2]))
+            return NULL;
+        CQ_ENTRY = total;
+        cq_ready = 1;
+    } else if (strcmp(name, "index_file") == 0) {
+        index_ready = 0;
+        PyObject *header = PyDict_GetItemString(a[3], "header_size"), *slot = PyDict_GetItemString(a[3], "slot_size");
+        if (header == NULL || slot == NULL || !PyLong_Check(header) || PyLong_AsSsize_t(slot) != 4) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_ValueError, "index_file: header_size and 4-byte slots (slot_size) expected");
+            return NULL;
+        }
+        if (!set_fields(name, index_fields, COUNT(index_fields), total, a[2]))
+            return NULL;
+        if ((INDEX_HEADER = PyLong_AsSsize_t(header)) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "index_file: header_size below 0");
+            return NULL;
+        }
+        INDEX_ENTRY = total;
+        index_ready = 1;
+    } else {
+        PyErr_Format(PyExc_ValueError, "no compiled twin reads a layout called %s", name);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL, "quiver.wire.speedups.layout"},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
     {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},
@@ -1075,8 +1264,9 @@ PyMODINIT_FUNC PyInit__speedups(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddIntConstant(m, "FIXED_SIZE", FIXED_SIZE) < 0
-            || PyModule_AddIntConstant(m, "MIN_RECORD", MIN_RECORD) < 0
+    if (PyModule_AddIntConstant(m, "TX_MASK", TX_MASK) < 0
+            || PyModule_AddIntConstant(m, "TX_NOT", TX_NOT) < 0
+            || PyModule_AddIntConstant(m, "TX_COMMIT", TX_COMMIT) < 0
             || PyModule_AddIntConstant(m, "CRC_PROP_BYTES", CRC_PROP_BYTES) < 0
             || PyModule_AddIntConstant(m, "SYSFLAG_PROP_CRC", SYSFLAG_PROP_CRC) < 0
             || PyModule_AddObject(m, "MAGICS", Py_BuildValue("(kkk)", (unsigned long)MAGIC_V1,

@@ -32,14 +32,17 @@ import struct
 
 from quiver.wire import names
 from quiver.errors import MessageIllegalError, QuiverError
+from quiver.wire import speedups
 from quiver.wire.speedups import fast
 
 from .commit_log import NAME_DIGITS
 
 log = logging.getLogger(__name__)
 
-ENTRY = struct.Struct(">qiq")
+ENTRY_LAYOUT = (("phys_offset", "q"), ("size", "i"), ("tags_code", "q"))  # the compiled twin's too
+ENTRY = struct.Struct(">" + "".join(fmt for _, fmt in ENTRY_LAYOUT))
 ENTRY_SIZE = ENTRY.size  # 20
+speedups.layout("consume_queue", ENTRY_LAYOUT)
 
 
 @fast

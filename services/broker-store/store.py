@@ -226,10 +226,11 @@ class MessageStore:
         try:
             if nbytes + 8 <= cl.space_left():
                 # the common case: the whole batch fits the current segment, encoded list-wise
-                data, phys_offsets, sizes = record.encode_run(
-                    bodies, topic_b, queue_id, flags, qoff if in_cq else None, phys, sys_flag, born_ts,
-                    born_host, store_ts, self.store_host, reconsume, prepared_offset, pbs, body_crcs,
-                    self.prop_crc)
+                head = record.RunHead(topic=topic_b, queue_id=queue_id, first_qoff=qoff if in_cq else None,
+                                      phys=phys, sys_flag=sys_flag, born_ts=born_ts, born_host=born_host,
+                                      store_ts=store_ts, store_host=self.store_host, reconsume=reconsume,
+                                      prepared_offset=prepared_offset)
+                data, phys_offsets, sizes = record.encode_run(head, bodies, flags, pbs, body_crcs, self.prop_crc)
                 cl.append(data)
                 end = phys + len(data)
             else:

@@ -230,13 +230,15 @@ def decode_messages(buf: bytes | memoryview, broker: str) -> list[MessageExt]:
     """A pull reply's records as MessageExt, in one pass (the consumers' hot path)."""
     out: list[MessageExt] = []
     parse, append = record.client_properties, out.append
-    for (topic, body, props_s, qid, flag, qoff, poff, sysf, born, stored, host, rc,
-         crc) in record.decode_fields(buf):
-        props = parse(props_s)
-        keys = props.get(KEYS)
-        append(MessageExt(topic, body, props.get(TAGS), keys.split(" ") if keys else [], props,
-                          props.get(UNIQ_KEY) or offset_msg_id(host, poff), None, broker, qid, qoff, rc, born,
-                          stored, poff, flag, sysf, crc, host))
+    # unpacked, not read by name: tuple speed (8% of this loop); the names are record.Fields' own
+    for (topic, body, props, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts, store_ts, store_host,
+         reconsume, body_crc) in record.decode_fields(buf):
+        properties = parse(props)
+        keys = properties.get(KEYS)
+        append(MessageExt(topic, body, properties.get(TAGS), keys.split(" ") if keys else [], properties,
+                          properties.get(UNIQ_KEY) or offset_msg_id(store_host, phys_offset), None, broker, queue_id,
+                          queue_offset, reconsume, born_ts, store_ts, phys_offset, flag, sys_flag, body_crc,
+                          store_host))
     return out
 
 

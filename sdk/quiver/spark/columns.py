@@ -44,17 +44,17 @@ def record_columns(buf) -> tuple[list, ...]:
     cols: tuple[list, ...] = tuple([] for _ in COLUMNS)
     (topics, qids, qoffs, poffs, born, store, hosts, bodies, tags, uniqs, keys, ends, names, values) = cols
     sep, name_sep, strip = record.PROP_SEP, record.NAME_SEP, record.strip_prop_crc
-    for (topic, body, props, qid, _flag, qoff, poff, _sys, bts, sts, host, _rc, _crc) in record.decode_fields(buf):
-        topics.append(topic)
-        qids.append(qid)
-        qoffs.append(qoff)
-        poffs.append(poff)
-        born.append(bts)
-        store.append(sts)
-        hosts.append(host)
-        bodies.append(body)
+    for f in record.decode_fields(buf):
+        topics.append(f.topic)
+        qids.append(f.queue_id)
+        qoffs.append(f.queue_offset)
+        poffs.append(f.phys_offset)
+        born.append(f.born_ts)
+        store.append(f.store_ts)
+        hosts.append(f.store_host)
+        bodies.append(f.body)
         tag = uniq = key = None
-        for item in strip(props).split(sep):
+        for item in strip(f.props).split(sep):
             if item:
                 k, _, v = item.partition(name_sep)
                 names.append(k)

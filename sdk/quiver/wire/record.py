@@ -25,14 +25,17 @@ the input to it.
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from quiver.wire import speedups
 from quiver.wire.speedups import fast
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
 MAGIC_BLANK = 0xCBD43194
 
-# The fixed fields in order: the struct and every named position come from this one table.
+# The fixed fields in order: the struct, every named position and the compiled twins' positions
+# (handed over below) come from this one table.
 _LAYOUT = (("size", "i"), ("magic", "I"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
            ("queue_offset", "q"), ("phys_offset", "q"), ("sys_flag", "i"), ("born_ts", "q"),
            ("born_host", "8s"), ("store_ts", "q"), ("store_host", "8s"), ("reconsume", "i"),
@@ -50,6 +53,41 @@ _U8 = struct.Struct(">B")
 _U16 = struct.Struct(">H")
 MIN_RECORD = FIXED_SIZE + 1 + 2
 MAX_PROPERTIES_BYTES = 32767
+
+
+class RunHead(NamedTuple):
+    """What every record of a run (`encode_run`) shares. `phys` is the first record's CommitLog
+    offset, `first_qoff` its queue offset (None: every record gets 0, half and rollback
+    records); `born_host`/`store_host` are 8 bytes (ipv4 + port)."""
+    topic: bytes
+    queue_id: int
+    first_qoff: int | None
+    phys: int
+    sys_flag: int
+    born_ts: int
+    born_host: bytes
+    store_ts: int
+    store_host: bytes
+    reconsume: int = 0
+    prepared_offset: int = 0
+
+
+class Fields(NamedTuple):
+    """One record as `decode_fields` gives it: what consumers read, no Record object."""
+    topic: str
+    body: bytes
+    props: str
+    queue_id: int
+    flag: int
+    queue_offset: int
+    phys_offset: int
+    sys_flag: int
+    born_ts: int
+    store_ts: int
+    store_host: bytes
+    reconsume: int
+    body_crc: int
+
 
 # sysFlag bits (RocketMQ MessageSysFlag)
 SYSFLAG_COMPRESSED = 0x1
@@ -132,16 +170,16 @@ def encode(body: bytes, topic: bytes, queue_id: int, flag: int, queue_offset: in
 
 
 @fast
-def encode_run(bodies, topic: bytes, queue_id: int, flags, first_qoff: int | None, phys: int, sys_flag: int,
-               born_ts: int, born_host: bytes, store_ts: int, store_host: bytes, reconsume: int,
-               prepared_offset: int, props: list[bytes], body_crcs=None,
+def encode_run(head: RunHead, bodies, flags, props: list[bytes], body_crcs=None,
                prop_crc: bool = False) -> tuple[bytes, list[int], list[int]]:
     """Consecutive records as one bytes object: (data, phys offsets, sizes).
 
-    The batch form of `encode` for the put path: sizes, CRCs and offsets are
-    computed list-wise and everything is joined once. `first_qoff` None gives
-    every record queue offset 0 (half and rollback records).
+    The batch form of `encode` for the put path: what the records share is `head`,
+    `bodies`, `flags`, `props` (and `body_crcs`, None: computed) hold one item per
+    record. Sizes, CRCs and offsets are computed list-wise and everything is joined once.
     """
+    (topic, queue_id, first_qoff, phys, sys_flag, born_ts, born_host, store_ts, store_host, reconsume,
+     prepared_offset) = head
     if prop_crc:  # one whole-record CRC each: record by record
         recs, offsets, sizes = [], [], []
         for i, body in enumerate(bodies):
@@ -465,14 +503,13 @@ def decode_many(buf) -> list[Record]:
 
 
 @fast
-def decode_fields(buf) -> list[tuple]:
-    """Every record of a concatenation as a plain tuple, for the consumers' hot path:
-    (topic, body, props, queue_id, flag, queue_offset, phys_offset, sys_flag, born_ts,
-     store_ts, store_host, reconsume, body_crc). BLANK fillers are skipped; anything
-    malformed raises BadRecord. No Record objects, topic strings decoded once."""
+def decode_fields(buf) -> list[Fields]:
+    """Every record of a concatenation as `Fields`, for the consumers' hot path. BLANK
+    fillers are skipped; anything malformed raises BadRecord. No Record objects, topic
+    strings decoded once."""
     out = []
     pos, end = 0, len(buf)
-    unpack, fixed = _FIXED.unpack_from, FIXED_SIZE
+    unpack, fixed, new = _FIXED.unpack_from, FIXED_SIZE, tuple.__new__
     topics: dict[bytes, str] = {}
     try:
         while pos < end:
@@ -504,12 +541,15 @@ def decode_fields(buf) -> list[tuple]:
             p += 2
             if p + plen != rec_end:
                 raise BadRecord(f"record length mismatch at {pos}")
-            out.append((topic, bytes(body), bytes(buf[p:rec_end]).decode(), queue_id, flag, qoff, poff, sys_flag,
-                        born_ts, store_ts, store_host, reconsume, body_crc))
+            out.append(new(Fields, (topic, bytes(body), bytes(buf[p:rec_end]).decode(), queue_id, flag, qoff, poff,
+                                    sys_flag, born_ts, store_ts, store_host, reconsume, body_crc)))
             pos = rec_end
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise BadRecord(f"truncated or undecodable record at {pos}: {exc}") from None
     return out
+
+
+speedups.layout("record", _LAYOUT, run_head=RunHead, fields=Fields)
 
 
 def format_properties(props) -> str:

@@ -9,12 +9,19 @@ malformed input raises the reference's own exception, and keyword calls go to th
 reference. `ACTIVE` and `IMPLEMENTATION` say what runs in this process (what STATUS and
 `quiver status` can report; neither does yet); `REASON` why the Python one, when it is.
 
+The twins know no byte position of their own: each module that owns a binary layout hands
+it over with `layout` (record.py its fixed fields, consume_queue.py its entry, index_file.py
+its header and entry), so the positions have one description, the Python table. A twin
+whose layout was not handed over, or was refused (a field it does not know or of another
+width: the C code needs the change too), declines every call; `REFUSED` says which.
+
 Owns the choice only: not the functions (quiver.wire.record, quiver.client.message and
 the broker's store, consume_queue, index_file).
 """
 
 import functools
 import os
+import struct
 from typing import Any, Callable, TypeVar
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -29,9 +36,46 @@ else:
     except ImportError as exc:  # installed without a compiler: the Python references run
         _ext = None
         REASON = f"quiver._speedups not built at install ({exc})"
+    if _ext is not None and not hasattr(_ext, "layout"):  # built from an older _speedups.c
+        _ext = None
+        REASON = "quiver._speedups is older than this code (pip install -e . builds it again)"
 
 ACTIVE = _ext is not None
 IMPLEMENTATION = "c" if ACTIVE else "python"
+LAYOUTS: dict[str, tuple] = {}  # layout name -> (table, extra) as its owner handed it over
+REFUSED: dict[str, str] = {}  # layout name -> why the compiled twins refused it
+
+
+def positions(table) -> tuple[int, tuple[tuple[str, int, int], ...]]:
+    """(total size, ((name, offset, size), ...)) of a big-endian struct given as
+    ((name, struct format), ...) in order."""
+    out, at = [], 0
+    for name, fmt in table:
+        size = struct.calcsize(">" + fmt)
+        out.append((name, at, size))
+        at += size
+    return at, tuple(out)
+
+
+def layout(name: str, table, /, **extra) -> None:
+    """Hand the compiled twins the layout `name`: `table` is ((field, struct format), ...) in
+    order, `extra` what else they need (the NamedTuples they take or build, sizes). Refused,
+    its twins decline (`REFUSED` says why)."""
+    LAYOUTS[name] = (table, extra)
+    if _ext is not None:
+        hand_over(_ext, name)
+
+
+def hand_over(ext, *names: str) -> None:
+    """Hand the layouts `names` (default: all so far) to the extension module `ext`; the tests
+    use it for the twins of a process that runs the references (QUIVER_NO_SPEEDUPS)."""
+    for name in names or tuple(LAYOUTS):
+        table, extra = LAYOUTS[name]
+        try:
+            ext.layout(name, *positions(table), extra)
+            REFUSED.pop(name, None)
+        except (ValueError, TypeError) as exc:
+            REFUSED[name] = str(exc)
 
 
 def fast(reference: _F) -> _F:

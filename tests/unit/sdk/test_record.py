@@ -74,10 +74,10 @@ def test_properties_helpers():
 def test_decode_fields_matches_decode_at_and_rejects_damage():
     raw = _rec(b"a", "T1", "UNIQ_KEY\x01X\x02") + record.blank(16) + _rec(b"bb", "t" * 200, "")
     fields = record.decode_fields(raw)
-    assert [f[:3] for f in fields] == [("T1", b"a", "UNIQ_KEY\x01X\x02"), ("t" * 200, b"bb", "")]
+    assert [(f.topic, f.body, f.props) for f in fields] == [("T1", b"a", "UNIQ_KEY\x01X\x02"), ("t" * 200, b"bb", "")]
     first = record.decode_at(raw)
-    assert fields[0][3:] == (first.queue_id, first.flag, first.queue_offset, first.phys_offset, first.sys_flag,
-                             first.born_ts, first.store_ts, first.store_host, first.reconsume, first.body_crc)
+    assert all(type(f) is record.Fields for f in fields)
+    assert {name: getattr(first, name) for name in record.Fields._fields} == fields[0]._asdict()
     for broken in (raw[:-1], raw[:40], b"\x00" * 100):
         with pytest.raises(record.BadRecord):
             record.decode_fields(broken)
@@ -89,6 +89,14 @@ def test_decode_messages_builds_message_ext_with_lazy_offset_id():
     m = msgs[0]
     assert (m.topic, m.body, m.tags, m.keys, m.broker, m.queue_id) == ("Orders", b"x", "A", ["k1", "k2"], "broker-a", 3)
     assert m.offset_msg_id == offset_msg_id(HOST, 4096) == m.msg_id   # no UNIQ_KEY: the offset id
+
+
+def test_decode_messages_takes_each_field_from_its_place():
+    """decode_messages unpacks record.Fields in order: every field distinct, so a swap shows."""
+    from quiver.client.message import MessageExt, decode_messages
+    raw = record.encode(b"body", b"T", 3, 5, 7, 11, 13, 17, HOST, 19, b"\x0a\x00\x00\x02\x00\x00\x00\x17", 23, 29,
+                        b"TAGS\x01A\x02UNIQ_KEY\x01u\x02", 31)
+    assert decode_messages(raw, "b") == [MessageExt.from_record(record.decode_at(raw), "b")]
 
 
 def test_named_positions_match_rocketmq_layout():
@@ -135,10 +143,15 @@ def test_properties_at_skips_the_body_and_checks_lengths():
         record.properties_at(raw[:-1], 0)
 
 
+def _head(topic=b"T", first_qoff=0, phys=0):
+    return record.RunHead(topic, queue_id=0, first_qoff=first_qoff, phys=phys, sys_flag=0, born_ts=1,
+                          born_host=HOST, store_ts=2, store_host=HOST)
+
+
 def _run(n=4, topic=b"T", base=1000):
     bodies = [bytes([i]) * (50 + i) for i in range(n)]
     props = [record.format_properties({"TAGS": "a", "UNIQ_KEY": f"u{i}"}).encode() for i in range(n)]
-    data, offs, sizes = record.encode_run(bodies, topic, 0, [0] * n, 0, base, 0, 1, HOST, 2, HOST, 0, 0, props)
+    data, offs, sizes = record.encode_run(_head(topic, phys=base), bodies, [0] * n, props)
     return bytearray(data), list(zip(offs, sizes))
 
 
@@ -185,15 +198,14 @@ def test_prop_crc_is_rocketmqs_property_over_the_whole_record():
     assert r.sys_flag & record.SYSFLAG_PROP_CRC and r.properties()["__CRC32#"]
     assert record.strip_prop_crc(r.props.encode()) == b"TAGS\x01a\x02"
     assert record.strip_prop_crc(b"TAGS\x01a\x02") == b"TAGS\x01a\x02"
-    data, offs, sizes = record.encode_run([b"body"], b"T", 0, [0], 5, 1000, 0, 1, HOST, 2, HOST, 0, 0,
-                                          [b"TAGS\x01a\x02"], prop_crc=True)
+    data, offs, sizes = record.encode_run(_head(first_qoff=5, phys=1000), [b"body"], [0], [b"TAGS\x01a\x02"],
+                                          prop_crc=True)
     assert data == rec and sizes == [len(rec)] == [record.record_size(4, 1, 7, prop_crc=True)]
 
 
 def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
     props = [record.format_properties({"TAGS": "a", "KEYS": f"k{i}"}).encode() for i in range(3)]
-    data, offs, sizes = record.encode_run([b"x" * 30] * 3, b"T", 0, [0] * 3, 0, 0, 0, 1, HOST, 2, HOST, 0, 0,
-                                          props, prop_crc=True)
+    data, offs, sizes = record.encode_run(_head(), [b"x" * 30] * 3, [0] * 3, props, prop_crc=True)
     spans = list(zip(offs, sizes))
     assert record.check_run(data, spans, 0) == []
     buf = bytearray(data)
@@ -201,8 +213,7 @@ def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
     assert record.check_run(bytes(buf), spans, 0) == [(1, "record CRC (__CRC32#) mismatch")]
     with pytest.raises(record.BadRecord):
         record.decode_at(bytes(buf), offs[1], check_crc=True)
-    plain, offs2, sizes2 = record.encode_run([b"x" * 30] * 3, b"T", 0, [0] * 3, 0, 0, 0, 1, HOST, 2, HOST, 0, 0,
-                                             props)
+    plain, offs2, sizes2 = record.encode_run(_head(), [b"x" * 30] * 3, [0] * 3, props)
     buf = bytearray(plain)
     buf[offs2[1] + sizes2[1] - 5] ^= 0x20
     assert record.check_run(bytes(buf), list(zip(offs2, sizes2)), 0) == []  # without it: not detectable

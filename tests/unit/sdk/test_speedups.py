@@ -10,6 +10,8 @@ QUIVER_NO_SPEEDUPS=1 (.ci/run), which this file checks too.
 """
 
 import os
+import struct
+import typing
 import zlib
 
 import pytest
@@ -24,6 +26,8 @@ try:  # built even when QUIVER_NO_SPEEDUPS turns it off: the twins are tested ei
 except ImportError:
     C = None
 FORCED_OFF = os.environ.get("QUIVER_NO_SPEEDUPS", "") not in ("", "0")
+if C is not None and FORCED_OFF:
+    speedups.hand_over(C)   # no twin runs in this process, the owners' layouts went nowhere
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 HOST = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
 I32 = st.integers(-(2**31), 2**31 - 1)
@@ -71,11 +75,81 @@ def _same(name, *args):
     return got is not NotImplemented
 
 
-def test_the_layout_constants_are_the_records():
+def test_the_constants_are_the_records():
     c = _c()
-    assert (c.FIXED_SIZE, c.MIN_RECORD, c.CRC_PROP_BYTES, c.SYSFLAG_PROP_CRC) == (
-        record.FIXED_SIZE, record.MIN_RECORD, record.CRC_PROP_BYTES, record.SYSFLAG_PROP_CRC)
+    assert (c.CRC_PROP_BYTES, c.SYSFLAG_PROP_CRC) == (record.CRC_PROP_BYTES, record.SYSFLAG_PROP_CRC)
     assert c.MAGICS == (record.MAGIC_V1, record.MAGIC_V2, record.MAGIC_BLANK)
+    assert (c.TX_MASK, c.TX_NOT, c.TX_COMMIT) == (record.TX_MASK, record.TX_NOT, record.TX_COMMIT)
+
+
+def test_every_layout_was_handed_over_and_taken():
+    """The twins' byte positions are the Python tables' (record._LAYOUT, the ConsumeQueue and
+    IndexFile entries): each owner handed its table over at import and none was refused."""
+    _c()
+    assert speedups.REFUSED == {}
+    assert speedups.positions(record._LAYOUT) == (record.FIXED_SIZE, tuple(
+        (name, record.AT[name], struct.calcsize(">" + fmt)) for name, fmt in record._LAYOUT))
+
+
+def _handed(name, table, **extra):
+    """Hand `table` over as layout `name`, then the owner's again; the error, if refused."""
+    try:
+        _c().layout(name, *speedups.positions(table), extra)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+def _restore():
+    speedups.hand_over(_c(), "record", "consume_queue")
+
+
+def test_the_twins_write_where_the_table_says():
+    """Offsets come from the table, not from the C file: with two fields of the record swapped
+    and the ConsumeQueue entry reordered, the twins write the new order."""
+    table = list(record._LAYOUT)
+    i, j = [k for k, (name, _) in enumerate(table) if name in ("born_ts", "store_ts")]
+    table[i], table[j] = table[j], table[i]
+    try:
+        assert _handed("record", tuple(table), run_head=record.RunHead, fields=record.Fields) is None
+        head = record.RunHead(b"T", 1, 5, 100, 0, born_ts=111, born_host=HOST, store_ts=222, store_host=HOST)
+        data, _, _ = _c().encode_run(head, [b"body"], [0], [b""])
+        assert struct.unpack_from(">q", data, record.AT["born_ts"])[0] == 222   # store_ts where born_ts was
+        got = _c().decode_fields(data)[0]
+        assert (got.born_ts, got.store_ts) == (111, 222) and type(got) is record.Fields
+        assert _handed("consume_queue", (("size", "i"), ("tags_code", "q"), ("phys_offset", "q"))) is None
+        assert _c().pack_entries([1], [2], [3]) == struct.pack(">iqq", 2, 3, 1)
+    finally:
+        _restore()
+    assert _c().encode_run(head, [b"body"], [0], [b""]) == record.encode_run.reference(head, [b"body"], [0], [b""])
+
+
+@pytest.mark.parametrize("change", ["a field more", "a field less", "a wider field", "a renamed field",
+                                    "a RunHead with a field renamed", "a plain tuple for Fields"])
+def test_a_layout_the_twins_cannot_write_is_refused_and_they_decline(change):
+    table, extra = list(record._LAYOUT), {"run_head": record.RunHead, "fields": record.Fields}
+    if change == "a field more":
+        table.append(("extra", "i"))
+    elif change == "a field less":
+        table.pop(5)
+    elif change == "a wider field":
+        table[3] = (table[3][0], "q")
+    elif change == "a renamed field":
+        table[3] = ("queue", table[3][1])
+    elif change == "a RunHead with a field renamed":
+        extra["run_head"] = typing.NamedTuple("RunHead", [("queue", int), *record.RunHead.__annotations__.items()][:-1])
+    else:
+        extra["fields"] = tuple
+    head = record.RunHead(b"T", 1, 5, 100, 0, 1, HOST, 2, HOST)
+    try:
+        assert _handed("record", tuple(table), **extra)
+        raw = record.encode_run.reference(head, [b"body"], [0], [b""])[0]
+        assert _c().encode_run(head, [b"body"], [0], [b""]) is NotImplemented
+        assert _c().decode_fields(raw) is NotImplemented and _c().check_run(raw, [(100, len(raw))], 100) is NotImplemented
+        assert record.decode_fields(raw) == record.decode_fields.reference(raw)   # the reference runs
+    finally:
+        _restore()
+    assert _c().encode_run(head, [b"body"], [0], [b""]) is not NotImplemented
 
 
 @FUZZ
@@ -108,9 +182,11 @@ def runs(draw, hostile=True):
         props = props + [b"extra"]
     first = draw(st.one_of(st.none(), st.integers(0, 2**40), ints))
     host = draw(st.one_of(st.just(HOST), st.binary(max_size=12))) if hostile else HOST
-    return (bodies, draw(topics), draw(ints), flags, first, draw(st.integers(0, 2**50)),
-            draw(ints), draw(ints), host, draw(ints), HOST, draw(ints), draw(ints), props, crcs,
-            draw(st.booleans()) if hostile else False)
+    head = record.RunHead(draw(topics), draw(ints), first, draw(st.integers(0, 2**50)), draw(ints), draw(ints),
+                          host, draw(ints), HOST, draw(ints), draw(ints))
+    if hostile and draw(st.integers(0, 9)) == 0:   # the same fields, not a RunHead: the reference's business
+        head = tuple(head)
+    return (head, bodies, flags, props, crcs, draw(st.booleans()) if hostile else False)
 
 
 @FUZZ
@@ -122,7 +198,7 @@ def test_encode_run_matches(args):
 @FUZZ
 @given(runs(hostile=False))
 def test_encode_run_answers_well_formed_runs_itself(args):
-    if len(args[1]) <= 0xFFFF and all(len(p) <= 0xFFFF for p in args[13]):
+    if len(args[0].topic) <= 0xFFFF and all(len(p) <= 0xFFFF for p in args[3]):
         assert _same("encode_run", *args)
 
 
@@ -134,9 +210,9 @@ def _records(draw, prop_crc=False, intact=False):
     bodies = draw(st.lists(st.binary(max_size=200), min_size=n, max_size=n))
     props = [p.encode() for p in draw(st.lists(text, min_size=n, max_size=n))]
     base = draw(st.integers(0, 2**40))
-    data, offs, sizes = record.encode_run.reference(
-        bodies, draw(utf8_topics if intact else topics.filter(lambda t: len(t) < 300)), 1, [0] * n, 5, base, 0, 1, HOST, 2, HOST, 0, 0,
-        props, None, prop_crc)
+    topic = draw(utf8_topics if intact else topics.filter(lambda t: len(t) < 300))
+    head = record.RunHead(topic, 1, 5, base, 0, born_ts=1, born_host=HOST, store_ts=2, store_host=HOST)
+    data, offs, sizes = record.encode_run.reference(head, bodies, [0] * n, props, None, prop_crc)
     return data, list(zip(offs, sizes)), base
 
 
@@ -189,6 +265,7 @@ def test_decode_fields_hostile(buf):
 def test_decode_fields_answers_intact_replies_itself(data):
     raw, _, _ = _records(data.draw, intact=True)
     assert _same("decode_fields", raw)
+    assert all(type(f) is record.Fields for f in _c().decode_fields(raw))   # not only equal as tuples
 
 
 def test_decode_fields_refuses_bad_utf8_like_the_reference():
@@ -212,8 +289,8 @@ def test_check_run_matches(data):
 
 
 def test_check_run_prop_crc_digits():
-    raw, offs, sizes = record.encode_run.reference([b"abc"], b"T", 0, [0], 0, 0, 0, 0, HOST, 0, HOST, 0, 0,
-                                                   [b"a\x01b\x02"], None, True)
+    head = record.RunHead(b"T", 0, 0, 0, 0, 0, HOST, 0, HOST)
+    raw, offs, sizes = record.encode_run.reference(head, [b"abc"], [0], [b"a\x01b\x02"], None, True)
     assert _same("check_run", raw, list(zip(offs, sizes)), 0)
     bad = raw[:-2] + b"x\x02"  # a digit that is not one
     assert not _same("check_run", bad, list(zip(offs, sizes)), 0)
@@ -241,8 +318,8 @@ def test_settled_run_matches(data):
 
 
 def test_settled_run_stops_at_a_record_its_queue_lacks():
-    raw, offs, sizes = record.encode_run.reference([b"a", b"b", b"c"], b"T", 3, [0] * 3, 10, 1000, 0, 0, HOST,
-                                                   0, HOST, 0, 0, [b""] * 3, None, False)
+    head = record.RunHead(b"T", 3, 10, 1000, 0, 0, HOST, 0, HOST)
+    raw, offs, sizes = record.encode_run.reference(head, [b"a", b"b", b"c"], [0] * 3, [b""] * 3, None, False)
     end = offs[-1] + sizes[-1]
     assert record.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 13}) == len(raw)
     assert record.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 11}) == sizes[0]   # the queue ends at 11
