@@ -46,7 +46,6 @@ def _ignore(_result: object) -> None:  # callback of fire-and-forget requests
     pass
 
 
-_MAX_QUEUES = 1024
 _MAX_SKIPS_REMEMBERED = 1024
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, 60, 60
@@ -102,83 +101,53 @@ class Route:
 
     def __init__(self, topic: str, data: dict[str, Any]):
         self.topic = topic
-        self.skipped: list[str] = []
-        data = data if isinstance(data, dict) else {}
-        self.by_id: dict[str, dict[int, str]] = {}
-        for b in _list(data.get("brokers")):
-            name = b.get("broker_name") if isinstance(b, dict) else None
-            if not isinstance(name, str):
-                self.skipped.append(f"broker entry {_short(b)} has no broker_name")
-                continue
-            self.by_id[name] = _addrs_of(name, b, self.skipped)
+        route = self._decode(topic, data)
+        self.by_id: dict[str, dict[int, str]] = {b.broker_name: dict(b.addrs) for b in route.brokers}
         self.addrs: dict[str, str | None] = {name: ids.get(0) or (ids[min(ids)] if ids else None)
                                              for name, ids in self.by_id.items()}
-        self.filter_servers = self._filters(data.get("filter_servers"))
-        self.cluster_filter_servers = self._cluster_filters(data.get(_CLUSTER_FILTERS))
+        self.filter_servers: dict[str, list[str]] = {a: s for a, s in route.filter_servers.items() if s}
+        self.cluster_filter_servers: list[str] = route.cluster_filter_servers
         write: list[MessageQueue] = []
         read: list[MessageQueue] = []
         self.order = False   # created with order=True on some broker: a FIFO topic
-        for q in _list(data.get("queues")):
-            q = self._queue_data(q)
-            if q is None:
-                continue
-            name = q["broker_name"]
+        for q in route.queues:
+            name = q.broker_name
             if not self.addrs.get(name):
                 continue
-            if q["perm"] & 2 and 0 in self.by_id.get(name, {0: None}):  # writes go to masters only
-                write.extend(MessageQueue(topic, name, i) for i in range(q["write"]))
-            if q["perm"] & 4:
-                read.extend(MessageQueue(topic, name, i) for i in range(q["read"]))
-            self.order = self.order or q.get("order") is True
+            if q.perm & 2 and 0 in self.by_id[name]:  # writes go to masters only
+                write.extend(MessageQueue(topic, name, i) for i in range(q.write))
+            if q.perm & 4:
+                read.extend(MessageQueue(topic, name, i) for i in range(q.read))
+            self.order = self.order or q.order
         self.write_queues = sorted(write)
         self.read_queues = sorted(read)
+
+    def _decode(self, topic: str, data: object) -> rq.RouteData:
+        """The reply through its schema (rq.RouteData); what it left out goes to `skipped`. A
+        field of the wrong shape is left out alone: the rest of the route stands."""
+        ext = {**data, _TOPIC: topic} if isinstance(data, dict) else {_TOPIC: topic}
+        try:
+            route, self.skipped = rq.RouteData.decode_skipping(ext)
+            return route
+        except FieldError:
+            pass
+        bad: list[str] = []
+        for key in [k for k in ext if k != _TOPIC]:
+            try:
+                rq.RouteData.decode({_TOPIC: topic, key: ext[key]})
+            except FieldError as exc:
+                bad.append(exc.remark)
+                del ext[key]
+        route, self.skipped = rq.RouteData.decode_skipping(ext)
+        self.skipped[:0] = bad
+        return route
 
     def addr(self, broker: str) -> str:
         """The address of `broker`, one that this route's queues name (those all have one)."""
         return cast(str, self.addrs[broker])
 
-    def _queue_data(self, q: Any) -> dict[str, Any] | None:
-        try:
-            ok = (isinstance(q["broker_name"], str) and type(q["perm"]) is int
-                  and all(type(q[k]) is int and 0 <= q[k] <= _MAX_QUEUES for k in ("read", "write")))
-        except (TypeError, KeyError, IndexError):
-            ok = False
-        if not ok:
-            self.skipped.append(f"queue data {_short(q)} is not {{broker_name, read, write, perm}}")
-            return None
-        queue: dict[str, Any] = q
-        return queue
 
-    def _filters(self, data: object) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for addr, servers in (data.items() if isinstance(data, dict) else ()):
-            good = [s for s in _list(servers) if is_valid_addr(s)]
-            if not (is_valid_addr(addr) and isinstance(servers, list) and len(good) == len(servers)):
-                self.skipped.append(f"filter servers {_short(servers)} of {_short(addr)}: not all host:port")
-            if good and is_valid_addr(addr):
-                out[addr] = good
-        return out
-
-
-    def _cluster_filters(self, value: Any) -> list[str]:
-        """The cluster's filter servers, read through the reply's schema (rq.RouteData)."""
-        if value is None:
-            return []
-        try:
-            servers = rq.RouteData.decode({_TOPIC: self.topic, _CLUSTER_FILTERS: value}).cluster_filter_servers
-        except FieldError as exc:
-            self.skipped.append(f"cluster filter servers {_short(value)}: {exc.remark}")
-            return []
-        if len(servers) != len(value):
-            self.skipped.append(f"cluster filter servers {_short(value)}: not all host:port")
-        return servers
-
-
-_TOPIC, _CLUSTER_FILTERS = rq.RouteData.key("topic"), rq.RouteData.key("cluster_filter_servers")
-
-
-def _list(value: object) -> list[Any]:
-    return value if isinstance(value, list) else []
+_TOPIC = rq.RouteData.key("topic")
 
 
 class ClientBase:

@@ -24,7 +24,7 @@ class QueueData(Schema):
 
 @schema
 class BrokerData(Schema):
-    cluster: str = wire("cluster", CLUSTER)
+    cluster: str = wire("cluster", CLUSTER, "")   # what a route's reader needs is the name and addresses
     broker_name: str = wire("broker_name", BROKER_NAME)
     addrs: dict = wire("addrs", MapOf(IdKey(), ADDR, 64, skip_bad=True))   # broker id -> address
 

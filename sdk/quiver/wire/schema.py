@@ -12,6 +12,7 @@ Does not own any request (requests.py) or reply (replies.py).
 import abc
 import re
 import reprlib
+from contextvars import ContextVar
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
@@ -45,6 +46,18 @@ def _show(value) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"
+
+
+# what `skip_bad` lists and maps left out, while a `Schema.decode_skipping` runs
+_SKIPS: ContextVar[list[str] | None] = ContextVar("quiver_schema_skips", default=None)
+_MAX_SKIPS = 1024
+
+
+def _skip(where: str, value, exc: Invalid) -> None:
+    sink = _SKIPS.get()
+    if sink is not None and len(sink) < _MAX_SKIPS:
+        inner = exc.path.lstrip(".")
+        sink.append(f"{where} {_show(value)}: {inner + ' ' if inner else ''}must be {exc.expected}")
 
 
 # ---- checks: callables value -> value, raising Invalid ------------------------------------
@@ -162,6 +175,7 @@ class ListOf(Check):
                 out.append(item(v))
             except Invalid as exc:
                 if self.skip_bad:
+                    _skip(f"item {i}", v, exc)
                     continue
                 exc.path = f"[{i}]{exc.path}"
                 raise
@@ -189,6 +203,10 @@ class MapOf(Check):
                 out[self.key(k)] = self.value(v)
             except Invalid as exc:
                 if self.skip_bad:
+                    if exc.got is k and not exc.path:   # the key was refused
+                        _skip("key", k, exc)
+                    else:
+                        _skip(f"entry {_REPR.repr(k)[:40]} ->", v, exc)
                     continue
                 exc.path = f"[{_REPR.repr(k)[:40]}]{exc.path}"
                 raise
@@ -367,6 +385,17 @@ class Schema:
             return cls._decode(ext)
         except Invalid as exc:
             raise cls._error(exc) from None
+
+    @classmethod
+    def decode_skipping(cls, ext: Any) -> tuple[Self, list[str]]:
+        """`decode`, and a description of each entry its `skip_bad` lists and maps left out
+        (a peer's data: the caller logs them)."""
+        sink: list[str] = []
+        token = _SKIPS.set(sink)
+        try:
+            return cls.decode(ext), sink
+        finally:
+            _SKIPS.reset(token)
 
     @classmethod
     def _decode(cls, ext: dict[str, Any]) -> Self:

@@ -35,15 +35,18 @@ def _route_data(**over):
 
 def test_route_keeps_only_well_formed_entries():
     route = Route("T", _route_data())
-    assert route.by_id == {"a": {0: GOOD, 1: "127.0.0.1:10912"}, "ghost": {}, "half": {1: "h:6"}, "b": {}}
-    assert route.addrs == {"a": GOOD, "ghost": None, "half": "h:6", "b": None}
+    assert route.by_id == {"a": {0: GOOD, 1: "127.0.0.1:10912"}, "ghost": {}, "half": {1: "h:6"}}  # b: no cluster
+    assert route.addrs == {"a": GOOD, "ghost": None, "half": "h:6"}
     assert route.write_queues == [MessageQueue("T", "a", 0), MessageQueue("T", "a", 1)]  # half has no master
     assert route.read_queues == [MessageQueue("T", "a", 0), MessageQueue("T", "a", 1), MessageQueue("T", "half", 0)]
     assert route.filter_servers == {GOOD: ["127.0.0.1:10921"]}
     text = "\n".join(route.skipped)
-    for fragment in ("'not-an-address'", "'h:0'", "id 'x'", "'garbage'", "addrs are 5", "'read': '4'", "7",
-                     "'nope'", "'bad'"):
+    for fragment in ("'not-an-address' (str): must be HOST:PORT", "'h:0'", "key 'x' (str): must be a broker id",
+                     "'garbage' (str): must be an object BrokerData", "'addrs': 5", "'read': '4'",
+                     "read must be an integer", "7 (int): must be an object QueueData", "'nope'",
+                     "key 'bad' (str): must be HOST:PORT"):
         assert fragment in text, fragment
+    assert len(route.skipped) == 11   # each left-out entry once
 
 
 @pytest.mark.parametrize("data", [None, [], "x", {"brokers": 5, "queues": {"a": 1}, "filter_servers": []}])
@@ -167,7 +170,7 @@ def test_deeply_nested_route_entries_are_skipped():
     deep = []
     for _ in range(5000):
         deep = [deep]
-    route = Route("T", {"brokers": [{"broker_name": "a", "addrs": {"0": deep}}, deep],
+    route = Route("T", {"brokers": [{"cluster": "C", "broker_name": "a", "addrs": {"0": deep}}, deep],
                         "queues": [deep, {"broker_name": "a", "read": deep, "write": 1, "perm": 6}],
                         "filter_servers": {GOOD: deep}})
     assert route.addrs == {"a": None} and route.read_queues == [] and len(route.skipped) == 5
