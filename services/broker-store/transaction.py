@@ -51,7 +51,7 @@ from quiver.wire.access import PUB, topic_resource
 from quiver.wire.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
 from quiver.wire.record import get_property
 from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, DELAY, INT32_MAX, PGROUP,
-                                    REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS,
+                                    KEYS, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS,
                                     TRANSACTION_CHECK_TIMES as CHECK_TIMES, TRANSACTION_ID, TRAN_BORN_MS as BORN_MS,
                                     TRAN_STATE, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF, UNIQ_KEY,
                                     read_int, read_topic)
@@ -390,7 +390,7 @@ class Transactions:
                                "age_ms": now - born, "checks": read_int(props, CHECK_TIMES, 0, self._bad_property),
                                "half_offset": rec.queue_offset,
                                "first_offset": read_int(props, PREPARED_QOFF, rec.queue_offset, self._bad_property),
-                               "keys": props.get("KEYS", "")}
+                               "keys": props.get(KEYS, "")}
             scanned += res.count
             off = res.next_offset
         rows = sorted(open_.values(), key=lambda r: -r["age_ms"])[:limit]

@@ -8,7 +8,7 @@ input checks (inputs.py), HTML."""
 
 from dataclasses import dataclass
 
-from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID
+from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, RETRY_TOPIC
 
 from .cluster_pages import attempt
 
@@ -84,7 +84,7 @@ def dlq(admin, group: str, limit: int, cap: int) -> dict:
     rows = []
     for m in found or []:
         row = message_row(m, cap)
-        row["origin_topic"] = m.properties.get("DLQ_ORIGIN_TOPIC") or m.properties.get("RETRY_TOPIC") or ""
+        row["origin_topic"] = m.properties.get(DLQ_ORIGIN_TOPIC) or m.properties.get(RETRY_TOPIC) or ""
         row["origin_id"] = m.properties.get(DLQ_ORIGIN_MESSAGE_ID) or ""
         rows.append(row)
     return {"group": group, "messages": rows, "error": error, "limit": limit}

@@ -31,9 +31,9 @@ from quiver.wire.protocol import Envelope
 from quiver.client.base import MessageQueue
 from quiver.errors import ClientError, FieldError, MessageIllegalError, QuiverError
 from quiver.client.message import Message, MessageExt, SendResult, SendStatus, TransactionState
-from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, PGROUP, TRANSACTION_ID, TRAN_MSG,
-                                    UNIQ_KEY)
-from quiver.wire.ids import offset_msg_id
+from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, KEYS, PGROUP, TAGS, TRANSACTION_ID,
+                                    TRAN_MSG, UNIQ_KEY)
+from quiver.wire.ids import host_bytes, offset_msg_id
 from quiver.client.producer import _STATUS, Producer
 
 log = logging.getLogger(__name__)
@@ -213,8 +213,7 @@ class TransactionProducer(Producer):
 def _check_message(addr: str, body: bytes, phys: int, qoff: int, txid: str, topic: str, qid: int, born: int,
                    stored: int, flag: int, props_s: str) -> MessageExt:
     props = record.client_properties(props_s)   # without the store's __CRC32#
-    keys = props.get("KEYS")
+    keys = props.get(KEYS)
     host, port = addr.rsplit(":", 1)
-    from quiver.client.message import host_bytes
-    return MessageExt(topic, body, props.get("TAGS"), keys.split(" ") if keys else [], props, txid,
+    return MessageExt(topic, body, props.get(TAGS), keys.split(" ") if keys else [], props, txid,
                       offset_msg_id(host_bytes(host, int(port)), phys), "", qid, qoff, 0, born, stored, phys, flag)

@@ -10,7 +10,7 @@ import click
 
 from quiver.tools.cli_common import (EXIT_NOT_FOUND, GROUP, MSG_ID, TOPIC, WHEN_HINT, finish, ms_text, output_option,
                                      parse_when, print_json, print_table, say, show)
-from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID
+from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, RECONSUME_TIME
 
 DEFAULT_RETRY_MAX_TIMES = 16   # the broker's when a group has no stored config (retry.py)
 LATEST = 2 ** 63 - 1           # an offset past every queue's max: the broker holds it to the max
@@ -223,9 +223,9 @@ def dlq(obj, group, max_num, output):
     if not msgs:
         finish(EXIT_NOT_FOUND, f"no dead letters for group {group}")
     docs = [message_doc(m) for m in msgs]
-    rows = [{"msg_id": d["msg_id"], "origin_topic": d["properties"].get("DLQ_ORIGIN_TOPIC"),
+    rows = [{"msg_id": d["msg_id"], "origin_topic": d["properties"].get(DLQ_ORIGIN_TOPIC),
              "origin_id": d["properties"].get(DLQ_ORIGIN_MESSAGE_ID),
-             "reconsumed": d["properties"].get("RECONSUME_TIME", d["reconsume_times"]),
+             "reconsumed": d["properties"].get(RECONSUME_TIME, d["reconsume_times"]),
              "stored": ms_text(d["store_timestamp"]), "body": d["body"][:60]} for d in docs]
     show(obj, output, {"group": group, "messages": docs}, rows,
          ["msg_id", "origin_topic", "origin_id", "reconsumed", "stored", "body"])
