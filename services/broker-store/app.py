@@ -304,7 +304,6 @@ class App:
         self.ha.start()
         self.register_all()
         self._jobs()
-        self.scheduler.start()
         if self.config.flush == "sync":
             self.service.call_later(0.05, self._sync_flush_watch)
         if self.config.ha_role in ("SYNC_MASTER", "AUTO"):
@@ -312,16 +311,10 @@ class App:
         log.info("broker %s (id %d, %s) serving on %s (advertised %s, flush %s)", self.config.name,
                  self.config.broker_id, self.config.ha_role, self.config.listen, self.config.advertised,
                  self.config.flush)
-        try:
-            self.service.run()
-        finally:
-            self.shutdown()
+        self.service.serve(self.scheduler, self.shutdown)
 
     def shutdown(self) -> None:
-        try:
-            self.scheduler.shutdown(wait=False)
-        except Exception:
-            pass
+        """What run() does last (Service.serve has stopped the jobs)."""
         c = self.config
         req = rq.UnregisterBroker(cluster=c.cluster, broker_name=c.name, broker_addr=c.advertised,
                                   broker_id=None if c.auto_failover else c.broker_id)

@@ -234,19 +234,12 @@ class App:
         self.service.bind()
         self.client.start()
         self._jobs()
-        self.aps.start()
         self.request_rebalance()
         log.info("scheduler %s serving on %s", self.client.client_id, self.config.listen)
-        try:
-            self.service.run()
-        finally:
-            self.shutdown()
+        self.service.serve(self.aps, self.shutdown)
 
     def shutdown(self) -> None:
-        try:
-            self.aps.shutdown(wait=False)
-        except Exception:
-            pass
+        """What run() does last (Service.serve has stopped the jobs)."""
         self.timers.flush_marks()
         if self.writer.sync(5.0):   # what is written hands back its progress: it goes out below
             self.service._run_inbox()

@@ -67,16 +67,9 @@ class App:
         self.service.bind()
         self.client.start()
         self._jobs()
-        self.scheduler.start()
-        try:
-            self.service.run()
-        finally:
-            self.shutdown()
+        self.service.serve(self.scheduler, self.shutdown, wait_jobs=True)   # a round ends before the client
 
     def shutdown(self) -> None:
-        try:
-            self.scheduler.shutdown(wait=True)
-        except Exception:
-            pass
+        """What run() does last (Service.serve has stopped the jobs)."""
         self.client.shutdown()
         self.service.close()

@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import zmq
 
@@ -213,6 +214,20 @@ class Service:
         self.send_frames(identity, protocol.request(code, next_request_id(), ext, bodies))
 
     # ---- loop ---------------------------------------------------------------
+
+    def serve(self, jobs, shutdown: Callable[[], None], wait_jobs: bool = False) -> None:
+        """run() for a service with background jobs (an APScheduler scheduler): start them, serve
+        until stop(), then stop them (`wait_jobs`: let a running one end) and call `shutdown()`,
+        however run() ended."""
+        jobs.start()
+        try:
+            self.run()
+        finally:
+            try:
+                jobs.shutdown(wait=wait_jobs)
+            except Exception:   # stopped already: shutdown must still run
+                log.debug("jobs stopped already", exc_info=True)
+            shutdown()
 
     def run(self) -> None:
         if self._sock is None:

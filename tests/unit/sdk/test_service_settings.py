@@ -56,3 +56,33 @@ def test_run_service_logs_secrets_masked_and_runs_the_app(caplog):
 def test_a_taken_port_exits_with_the_address():
     with pytest.raises(SystemExit, match="127.0.0.1:1.*in use"):
         run_service(_Config, lambda c: _App(c, OSError("address in use")), "prog", [], bind_first=True)
+
+
+class _Jobs:
+    def __init__(self, events, fail_stop=False):
+        self.events, self.fail_stop = events, fail_stop
+
+    def start(self):
+        self.events.append("jobs start")
+
+    def shutdown(self, wait):
+        self.events.append(f"jobs stop wait={wait}")
+        if self.fail_stop:
+            raise RuntimeError("not running")
+
+
+@pytest.mark.parametrize("fail_stop", [False, True])
+def test_serve_stops_the_jobs_then_shuts_down_however_the_loop_ends(monkeypatch, fail_stop):
+    from quiver.runtime.service import Service
+    service = Service("127.0.0.1:0", {}, "t")
+    events = []
+
+    def run():
+        events.append("run")
+        raise RuntimeError("loop died")
+
+    monkeypatch.setattr(service, "run", run)
+    with pytest.raises(RuntimeError, match="loop died"):
+        service.serve(_Jobs(events, fail_stop), lambda: events.append("shutdown"), wait_jobs=True)
+    assert events == ["jobs start", "run", "jobs stop wait=True", "shutdown"]
+    service.close()
