@@ -189,3 +189,19 @@ def test_packed_bodies_round_trip_and_refuse_bad_lengths():
         bad.bodies(frames)
     with pytest.raises(FieldError):
         msg.bodies([b"a", b"b"])
+
+
+def test_decode_skipping_names_each_entry_a_peer_list_or_map_left_out():
+    ext = {"topic": "T", "queues": [{"broker_name": "a", "read": 1, "write": 1}, 7],
+           "brokers": [{"broker_name": "a", "addrs": {"0": "h:1", "x": "h:2", "1": "h:0"}}],
+           "cluster_filter_servers": ["f:1", None]}
+    route, skipped = rq.RouteData.decode_skipping(ext)
+    assert [q.broker_name for q in route.queues] == ["a"] and route.brokers[0].addrs == {0: "h:1"}
+    assert route.cluster_filter_servers == ["f:1"] and len(skipped) == 4
+    text = "\n".join(skipped)
+    for fragment in ("item 1 7 (int): must be an object QueueData", "key 'x' (str): must be a broker id",
+                     "entry '1' -> 'h:0' (str): must be HOST:PORT", "item 1 None"):
+        assert fragment in text, fragment
+    assert rq.RouteData.decode(ext) == route                  # plain decode skips the same, silently
+    with pytest.raises(FieldError):                           # a field of the wrong shape is still an error
+        rq.RouteData.decode_skipping({"topic": "T", "queues": 5})
