@@ -30,9 +30,9 @@ class Config(ServiceSettings):
                                   "thread; the other workers serve calls); 0: half of --grpc-threads")
     max_streams_per_key: int = setting(16, "Telemetry streams open at once per access key (one per client "
                                            "instance), at most --max-streams; more are TOO_MANY_REQUESTS")
-    max_calls_per_key: int = setting(0, "calls in flight per access key (a long-polling receive counts while it "
-                                        "waits); more are TOO_MANY_REQUESTS; 0: half of the workers the streams "
-                                        "leave")
+    max_calls_per_key: int = setting(0, "long polls (ReceiveMessage, PullMessage) in flight per access key; more "
+                                        "are TOO_MANY_REQUESTS (unary calls wait in the pool's queue); 0: half of "
+                                        "the workers the streams leave")
     signature_window_s: int = setting(900, "auth on: a signature's x-mq-date-time must be within this many "
                                            "seconds of the proxy's clock (UTC or local time)")
     request_timeout_ms: int = setting(3000, "how long one broker request waits")

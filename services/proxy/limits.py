@@ -7,8 +7,13 @@ else's calls wait in the pool's queue until they time out. So:
 
   - open Telemetry streams: at most --max-streams-per-key per access key and --max-streams in
     all (below --grpc-threads, so the other workers always serve calls);
-  - calls in flight: at most --max-calls-per-key per access key (half the workers the streams
+  - long polls in flight (ReceiveMessage, PullMessage: the calls that hold a worker while
+    nothing comes): at most --max-calls-per-key per access key (half the workers the streams
     leave), and those workers in all.
+
+Unary calls (sends, acks, routes) are not counted: each ends within the request timeout, and a
+pipelining client's 1,000 sends in flight wait in the pool's queue as grpcio queues them, rather
+than being refused past a count of workers.
 
 So one user holds at most its stream cap and half the call workers; the rest serve everyone else.
 
