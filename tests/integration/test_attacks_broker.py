@@ -59,6 +59,12 @@ class Cluster:
             return []
         return [r.body for b in env.bodies for r in record.decode_many(b)]
 
+    def dlq(self, group, n):
+        """The `n` letters of `%DLQ%<group>`, once its route reached the name server: the broker
+        registers a topic it creates on a send-back asynchronously, after replying."""
+        return wait_for(lambda: (lambda d: d if len(d) >= n else None)(self.admin.dlq_messages(group)),
+                        30, f"{n} letters in %DLQ%{group}")
+
     def dead_letter(self, group, env, **kw):
         """Send a stored message (its send reply `env`) straight to `%DLQ%<group>` as mallory."""
         phys = replies.SendReply.decode(env.ext).phys_offsets[0]
@@ -99,6 +105,7 @@ def test_retry_topic_set_by_a_client_does_not_steer_the_admins_resend(cluster):
     env = cluster.send_raw("Mallory", "RETRY_TOPIC\x01Pay\x02")
     if env.code == ResponseCode.SUCCESS:   # the old broker stored it: play the attack out
         cluster.dead_letter("mallory-a", env)
+        cluster.dlq("mallory-a", 1)
         cluster.admin.resend_dlq("mallory-a")
     assert env.code == ResponseCode.MESSAGE_ILLEGAL, (env.code, env.remark)
     assert "RETRY_TOPIC" in env.remark and "written by the broker" in env.remark, env.remark
@@ -107,7 +114,7 @@ def test_retry_topic_set_by_a_client_does_not_steer_the_admins_resend(cluster):
     ok = cluster.send_raw("Mallory", "")
     assert ok.code == ResponseCode.SUCCESS, ok.remark
     assert cluster.dead_letter("mallory-ok", ok).code == ResponseCode.SUCCESS
-    dead = cluster.admin.dlq_messages("mallory-ok")
+    dead = cluster.dlq("mallory-ok", 1)
     assert [m.properties["DLQ_ORIGIN_TOPIC"] for m in dead] == ["Mallory"]
     before = len(cluster.bodies("Mallory"))
     assert [r.topic for r in cluster.admin.resend_dlq("mallory-ok")] == ["Mallory"]
@@ -121,7 +128,7 @@ def test_origin_topic_field_of_a_send_back_does_not_steer_the_resend(cluster):
     env = cluster.send_raw("%RETRY%mallory-b", "")
     assert env.code == ResponseCode.SUCCESS, env.remark   # her group's own retry topic: allowed
     assert cluster.dead_letter("mallory-b", env, origin_topic="Pay").code == ResponseCode.SUCCESS
-    dead = cluster.admin.dlq_messages("mallory-b")
+    dead = cluster.dlq("mallory-b", 1)
     sent = cluster.admin.resend_dlq("mallory-b")
     assert cluster.bodies("Pay") == pay_before
     assert [m.properties["DLQ_ORIGIN_TOPIC"] for m in dead] == ["%RETRY%mallory-b"]
@@ -136,7 +143,7 @@ def test_a_letter_sent_straight_into_the_dlq_is_not_resent_and_stops_nothing(clu
     assert cluster.send_raw("%DLQ%mallory-c", "").code == ResponseCode.SUCCESS
     ok = cluster.send_raw("Mallory", "")
     assert cluster.dead_letter("mallory-c", ok).code == ResponseCode.SUCCESS
-    assert len(cluster.admin.dlq_messages("mallory-c")) == 2
+    assert len(cluster.dlq("mallory-c", 2)) == 2
     assert [r.topic for r in cluster.admin.resend_dlq("mallory-c")] == ["Mallory"]
 
 
