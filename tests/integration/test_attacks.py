@@ -17,18 +17,18 @@ import time
 import pytest
 import zmq
 
-from quiver import Admin, Message, Producer, PullConsumer
+from quiver import Message, Producer, PullConsumer
 from quiver.client.message import TransactionState
 from quiver.client.transaction_producer import TransactionProducer
-from quiver.tools.local import LocalCluster
 from quiver.wire import protocol, record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.wire.curve import init_auth_dir, secure_client
+from quiver.wire.curve import secure_client
 from quiver.wire.names import HALF_TOPIC
 from quiver.wire.transport import Transport, next_request_id
 
 from support.ha import HA_FAST, status, wait_for, wait_slave_connected
+from support.secure import secure_cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,34 +72,17 @@ class Attack:
 
 @pytest.fixture(scope="module")
 def attack(tmp_path_factory):
-    root = tmp_path_factory.mktemp("attacks")
-    auth = str(root / "auth")
-    admin_creds = init_auth_dir(auth)
-    c = LocalCluster(str(root / "cluster"), auth_dir=auth)
-    admin = None
-    try:
-        c.add_namesrv()
-        c.wait()
-        ha_addr = c._addr(None)
-        master = c.add_broker(None, "broker-a", "--role", "ASYNC_MASTER", "--ha-listen", ha_addr,
-                              "--delay-levels", LEVELS, *HA_FAST)
-        slave = c.add_slave(master, "--delay-levels", LEVELS, *HA_FAST)
-        c.wait()
-        c.wait_registered(2)
-        admin = Admin(c.namesrv, credentials=admin_creds)
-        admin.start()
-        for topic in ("Orders", "Mallory"):
-            admin.create_topic(topic, queues=1)
-        scheduler = c.add_service("scheduler", "quiver_scheduler")
-        c.wait()
+    def brokers(c):
+        master = c.add_master(None, "broker-a", "ASYNC_MASTER", "--delay-levels", LEVELS, *HA_FAST)
+        return [master, c.add_slave(master, "--delay-levels", LEVELS, *HA_FAST)]
+
+    with secure_cluster(tmp_path_factory.mktemp("attacks"), [("scheduler", "quiver_scheduler")],
+                        topics=("Orders", "Mallory"), brokers=brokers) as (c, admin, admin_creds):
+        master, slave = (s for s in c.services if s.role == "broker")
+        scheduler = next(s for s in c.services if s.role == "scheduler")
         wait_for(lambda: len(admin.status(scheduler.addr)["owned"]) == len(LEVELS.split()) + 1, 30,
                  "the scheduler to own every delay queue")
-        yield Attack(c, admin, admin_creds, master, slave, scheduler, ha_addr)
-    finally:
-        if admin is not None:
-            admin.shutdown()
-        for svc in c.services:
-            svc.kill()
+        yield Attack(c, admin, admin_creds, master, slave, scheduler, master.args[master.args.index("--ha-listen") + 1])
 
 
 def refused(env, action: str, resource: str) -> None:

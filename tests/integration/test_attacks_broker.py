@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from quiver import Admin, Message, Producer
+from quiver import Message, Producer
 from quiver.wire.properties import BROKER_WRITTEN
 from quiver.errors import ClientError, QuiverError
 from quiver.tools.local import LocalCluster
@@ -28,6 +28,7 @@ from quiver.wire.codes import ResponseCode
 from quiver.wire.curve import AuthDir, init_auth_dir, read_credentials, write_credentials
 from quiver.wire.transport import Transport
 
+from support.secure import secure_cluster
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
@@ -36,8 +37,8 @@ ALL_CODES = tuple(ResponseCode)
 
 
 class Cluster:
-    def __init__(self, c, admin, admin_creds, broker, auth):
-        self.c, self.admin, self.admin_creds, self.broker, self.auth = c, admin, admin_creds, broker, auth
+    def __init__(self, c, admin, admin_creds, broker):
+        self.c, self.admin, self.admin_creds, self.broker = c, admin, admin_creds, broker
         self.mallory = admin.acl_add_user("mallory")
         admin.acl_grant("mallory", "topic:Mallory", ["PUB", "SUB"])
         admin.acl_grant("mallory", "group:mallory-*", ["PUB", "SUB"])
@@ -63,7 +64,7 @@ class Cluster:
         """The `n` letters of `%DLQ%<group>`, once its route reached the name server: the broker
         registers a topic it creates on a send-back asynchronously, after replying."""
         return wait_for(lambda: (lambda d: d if len(d) >= n else None)(self.admin.dlq_messages(group)),
-                        30, f"{n} letters in %DLQ%{group}")
+                        60, f"{n} letters in %DLQ%{group}")
 
     def dead_letter(self, group, env, **kw):
         """Send a stored message (its send reply `env`) straight to `%DLQ%<group>` as mallory."""
@@ -74,27 +75,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    root = tmp_path_factory.mktemp("attacks-broker")
-    auth = str(root / "auth")
-    admin_creds = init_auth_dir(auth)
-    c = LocalCluster(str(root / "cluster"), auth_dir=auth)
-    admin = None
-    try:
-        c.add_namesrv()
-        c.wait()
-        broker = c.add_broker(None, "broker-a")
-        c.wait()
-        c.wait_registered(1)
-        admin = Admin(c.namesrv, credentials=admin_creds)
-        admin.start()
-        for topic in ("Pay", "Mallory", "Held", "HeldPop"):
-            admin.create_topic(topic, queues=1)
-        yield Cluster(c, admin, admin_creds, broker, auth)
-    finally:
-        if admin is not None:
-            admin.shutdown()
-        for svc in c.services:
-            svc.kill()
+    with secure_cluster(tmp_path_factory.mktemp("attacks-broker"), topics=("Pay", "Mallory", "Held", "HeldPop"),
+                        brokers=lambda c: [c.add_broker(None, "broker-a")]) as (c, admin, admin_creds):
+        yield Cluster(c, admin, admin_creds, next(s for s in c.services if s.role == "broker"))
 
 
 # ---- the DLQ as a confused deputy --------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """A cluster with auth on (an auth dir from `quiver auth init`), real processes on loopback:
 a name server, a broker and the services asked for, each started with the auth dir; the
-admin's SUPER key and an Admin on it. Shared by the auth tests (test_auth_*.py)."""
+admin's SUPER key and an Admin on it. Shared by the auth and attack tests."""
 
 import contextlib
 
@@ -10,9 +10,11 @@ from quiver.wire.curve import Credentials, init_auth_dir
 
 
 @contextlib.contextmanager
-def secure_cluster(root, services=(), topics=(), broker_args=(), controller=False):
-    """Yield (cluster, admin, admin_creds); `services` are (role, module, *args) tuples;
-    `controller`: the name server also runs the failover controller (a Raft group of one)."""
+def secure_cluster(root, services=(), topics=(), broker_args=(), controller=False, brokers=None):
+    """Yield (cluster, admin, admin_creds); `services` are (role, module, *args) tuples, started
+    after the topics are made; `controller`: the name server also runs the failover controller (a
+    Raft group of one); `brokers`: fn(cluster) starting the brokers and returning them (default:
+    one broker, broker-a, with `broker_args`). Setup waits until every broker is registered."""
     auth = str(root / "auth")
     admin_creds = init_auth_dir(auth)
     c = LocalCluster(str(root / "cluster"), auth_dir=auth)
@@ -23,9 +25,9 @@ def secure_cluster(root, services=(), topics=(), broker_args=(), controller=Fals
         else:
             c.add_namesrv()
         c.wait()
-        c.add_broker(None, None, *broker_args)
+        started = brokers(c) if brokers is not None else [c.add_broker(None, None, *broker_args)]
         c.wait()
-        c.wait_registered(1)
+        c.wait_registered(len(started))
         admin = Admin(c.namesrv, credentials=admin_creds)
         admin.start()
         for topic in topics:

@@ -242,7 +242,10 @@ class LocalCluster:
     def wait(self, timeout: float = 30.0) -> None:
         wait_healthy(self.services, timeout, self.credentials)
 
-    def wait_registered(self, brokers: int, timeout: float = 15.0) -> None:
+    def wait_registered(self, brokers: int, timeout: float = 60.0) -> None:
+        """Until every name server lists `brokers` live brokers. The deadline covers a first
+        registration lost on a loaded machine: a broker sends the next one a register interval
+        (30 s) later. A timeout shows the brokers' logs."""
         t = Transport("health", credentials=self.credentials)
         try:
             deadline = time.monotonic() + timeout
@@ -255,7 +258,9 @@ class LocalCluster:
                     except QuiverError:
                         pass
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"{brokers} brokers did not register with {ns.addr} in {timeout} s")
+                        logs = "".join(f"\n--- {b.name}:\n{b.log_tail(10)}" for b in self.services
+                                       if b.role == "broker")
+                        raise RuntimeError(f"{brokers} brokers did not register with {ns.addr} in {timeout} s{logs}")
                     time.sleep(0.05)
         finally:
             t.close()
