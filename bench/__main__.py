@@ -7,7 +7,7 @@
     python -m bench --only quiver-async --auth --workloads produce,consume   # auth on vs off
     python -m bench --only quiver-async --trace --workloads produce           # message trace on vs off
 
-Systems: ceilings (raw pyzmq + disk), quiver-async, quiver-sync, quiver-auth, quiver-trace, redis,
+Systems: ceilings (raw pyzmq + disk), floor (bare pyzmq on the sync and e2e workloads), quiver-async, quiver-sync, quiver-auth, quiver-trace, redis,
 jetstream, rabbitmq, rocketmq5-proxy (rocketmq-python-client through quiver_proxy) (aliases: quiver,
 nats, rabbit, raw, peers, proxy). Workloads:
 produce, batch, consume, sync, e2e, produce_64, produce_16k, procs, raw, disk.
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: every server started has been stopped", file=sys.stderr)
         return 130
-    doc = {"meta": meta, "results": results, "targets": report.targets(results)}
+    doc = {"meta": meta, "results": results, "targets": report.targets(results), "floor": report.floor_ratios(results)}
     paths = report.write(doc, args.out, now.strftime("%Y-%m-%d-%H%M"))
     print(report.markdown(doc))
     print("wrote " + ", ".join(paths.values()))

@@ -83,6 +83,7 @@ class System:
     name = ""
     durability = ""
     notes: dict[str, str] = {}      # workload -> why N/A or what stands in for it
+    warm_up = True                  # runner produces 1000 untimed messages first (routes, connections, files)
 
     def conn(self) -> dict:
         """What a worker process needs to connect (JSON-able)."""

@@ -34,6 +34,7 @@ def disk_append(n: int, sync_every_bytes: int | None, size: int = 1024) -> float
 class Ceilings(base.System):
     name = "ceilings"
     durability = "raw pyzmq; disk append (no fsync / fdatasync per 64 KiB)"
+    warm_up = False
 
     def raw(self, n: int) -> dict:
         r = raw_ceilings(n)

@@ -8,6 +8,7 @@ import importlib
 # name -> (module, class); order = column order in the table
 SYSTEMS = {
     "ceilings": ("bench.peers.ceilings", "Ceilings"),
+    "floor": ("bench.peers.floor", "Floor"),
     "quiver-async": ("bench.peers.quiver_system", "QuiverAsync"),
     "quiver-sync": ("bench.peers.quiver_system", "QuiverSync"),
     "quiver-auth": ("bench.peers.quiver_system", "QuiverAuth"),
@@ -18,7 +19,7 @@ SYSTEMS = {
     "rocketmq5-proxy": ("bench.peers.rocketmq5", "RocketMQ5"),
 }
 ALIASES = {"quiver": ["quiver-async", "quiver-sync"], "nats": ["jetstream"], "rabbit": ["rabbitmq"],
-           "raw": ["ceilings"], "peers": ["redis", "jetstream", "rabbitmq"],
+           "raw": ["ceilings", "floor"], "peers": ["redis", "jetstream", "rabbitmq"],
            "proxy": ["rocketmq5-proxy"], "rocketmq5": ["rocketmq5-proxy"]}
 OPT_IN = {"quiver-auth", "quiver-trace"}  # only by name or with --auth / --trace
 PACKAGES = {"redis": "redis-server", "jetstream": "nats-server", "rabbitmq": "rabbitmq-server"}

@@ -72,6 +72,19 @@ TARGETS = [   # the performance issue's goals, then auth's and trace's
      "produce_msgs_s", ">=", 0.9),
     ("trace on: client CPU per pipelined message <= 1.1x trace off", "quiver-trace", "produce_client_cpu_us",
      "quiver-async", "produce_client_cpu_us", "<=", 1.1),
+    ("sync send p50 <= 1.6x the bare pyzmq round trip (floor)", "quiver-async", "sync_p50_us", "floor", "sync_p50_us",
+     "<=", 1.6),
+    ("e2e p50 at 2k msg/s <= 2.5x the bare pyzmq round trip (floor)", "quiver-async", "e2e_p50_us", "floor",
+     "sync_p50_us", "<=", 2.5),
+]
+# (label, metric, the floor's metric): each system's latency over bare pyzmq's of the same run
+FLOOR_ROWS = [
+    ("sync send p50 / round trip p50", "sync_p50_us", "sync_p50_us"),
+    ("sync send p99 / round trip p99", "sync_p99_us", "sync_p99_us"),
+    ("e2e p50 at 2k msg/s / one-way p50", "e2e_p50_us", "e2e_p50_us"),
+    ("e2e p99 at 2k msg/s / one-way p99", "e2e_p99_us", "e2e_p99_us"),
+    ("e2e p50 at 2k msg/s / round trip p50", "e2e_p50_us", "sync_p50_us"),
+    ("e2e p99 at 10k msg/s / one-way p99 at 10k", "load10k_e2e_p99_us", "load10k_e2e_p99_us"),
 ]
 
 
@@ -90,6 +103,40 @@ def targets(results: dict) -> list[dict]:
             row["met"] = row["ratio"] >= bound if op == ">=" else row["ratio"] <= bound
         out.append(row)
     return out
+
+
+def floor_ratios(results: dict) -> dict:
+    """{system: {label: ratio}}: every system's sync and e2e latencies over the floor's (bare pyzmq) of
+    this run; {} without a floor."""
+    out = {}
+    for s in results:
+        if s in ("ceilings", "floor"):
+            continue
+        row = {}
+        for label, metric, floor_metric in FLOOR_ROWS:
+            a, b = _median(results, s, metric), _median(results, "floor", floor_metric)
+            if a is not None and b:
+                row[label] = a / b
+        if row:
+            out[s] = row
+    return out
+
+
+def _floor_table(results: dict) -> list[str]:
+    ratios = floor_ratios(results)
+    if not ratios:
+        return []
+    systems = list(ratios)
+    lines = ["## Against the floor (bare pyzmq, same run; lower is better)", "",
+             "Each system's latency divided by the `floor` column's: a pyzmq DEALER/ROUTER round trip of the "
+             "1 KiB body (for sync send) and a paced pyzmq PUSH/PULL one way (for e2e). Goals: Quiver's sync "
+             "send p50 <= 1.6x and e2e p50 <= 2.5x the round trip.", "",
+             "| ratio | " + " | ".join(systems) + " |", "|---|" + "---:|" * len(systems)]
+    for label, _, _ in FLOOR_ROWS:
+        cells = [f"{ratios[s][label]:.2f}x" if label in ratios[s] else "—" for s in systems]
+        if any(c != "—" for c in cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _num(v: float) -> str:
@@ -120,6 +167,7 @@ def _table(results: dict, systems: list[str], rows) -> list[str]:
 def markdown(doc: dict) -> str:
     results, meta = doc["results"], doc["meta"]
     systems = [s for s in results if s != "ceilings"]
+    stored = [s for s in systems if s != "floor"]   # the floor has latency rows only
     out = [f"# Quiver vs peers — {meta['date']}", "",
            f"Same machine, same run, 127.0.0.1 only; {meta['machine']}. Each cell: median of "
            f"{meta['repeat']} run(s) ±spread ((max−min)/median). 1 KiB bodies unless noted; every message "
@@ -127,14 +175,16 @@ def markdown(doc: dict) -> str:
            f"Reproduce: `{meta['command'].strip()}`. Versions: "
            + ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items()) + ".", ""]
     if systems:
-        out += ["## Throughput (higher is better)", "", *_table(results, systems, THROUGHPUT_ROWS), "",
-                "## Latency (lower is better)", "", *_table(results, systems, LATENCY_ROWS), ""]
+        if stored:
+            out += ["## Throughput (higher is better)", "", *_table(results, stored, THROUGHPUT_ROWS), ""]
+        out += ["## Latency (lower is better)", "", *_table(results, systems, LATENCY_ROWS), "",
+                *_floor_table(results)]
         load = _table(results, systems, LOAD_ROWS)
         if len(load) > 2:
             out += ["## Latency under load (e2e, consumer in another process; lower is better)", "",
                     "The producer is paced at each rate; a system whose publish rate falls short of the rate "
                     "asked for was saturated there, and its latencies are not comparable.", "", *load, ""]
-    scale = _table(results, systems, SCALE_ROWS) if systems else []
+    scale = _table(results, stored, SCALE_ROWS) if stored else []
     if len(scale) > 2:
         out += [f"## A broker holding {meta['counts'].get('scale_n', 0):,} messages (`--workloads scale`)", "",
                 *scale, ""]
@@ -181,7 +231,7 @@ def plot(doc: dict, path: str) -> None:
     plt.close(fig)
 
 
-COLORS = {"quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "quiver-auth": "#17becf", "quiver-trace": "#9467bd", "redis": "#d62728", "jetstream": "#2ca02c",
+COLORS = {"floor": "#7f7f7f", "quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0", "quiver-auth": "#17becf", "quiver-trace": "#9467bd", "redis": "#d62728", "jetstream": "#2ca02c",
           "rabbitmq": "#ff7f0e"}
 
 

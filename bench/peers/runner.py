@@ -77,6 +77,7 @@ WORKLOADS = {
 }
 PER_SYSTEM = {
     "ceilings": ["raw", "disk"],
+    "floor": ["sync", "e2e", "load"],   # bare pyzmq on the latency workloads: the rows Quiver is divided by
     # reading does not depend on the flush mode: consume and e2e run once, on quiver-async
     "quiver-sync": ["produce", "batch", "sync", "produce_64", "produce_16k", "procs"],
     "quiver-auth": ["produce", "batch", "consume", "sync"],   # next to quiver-async: what auth costs
@@ -148,7 +149,7 @@ def run(systems: list[str], workloads: list[str] | None, repeat: int, counts: Co
                 bar.show(f"{name} starting")
                 try:
                     system = stack.enter_context(cls())
-                    if name != "ceilings":      # connections, routes, first segment files: not timed
+                    if system.warm_up:      # connections, routes, first segment files: not timed
                         system.produce(min(1000, counts.n), 1024)
                     bar.step(f"{name} up")
                     live.append((name, system, wls, entry, {wl: {} for wl in wls}))

@@ -1,9 +1,10 @@
-"""`python -m bench --only quiver --repeat 1 --smoke` runs end to end and writes sane outputs.
+"""`python -m bench --only quiver,floor --repeat 1 --smoke` runs end to end and writes sane outputs.
 
-Quiver only (both flush modes): no peer server is installed or started.
+Quiver (both flush modes) and the floor (bare pyzmq): no peer server is installed or started.
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.bench
 def test_bench_smoke_quiver_only(tmp_path):
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "quiver", "--repeat", "1", "--smoke",
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "quiver,floor", "--repeat", "1", "--smoke",
                            "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -26,7 +27,7 @@ def test_bench_smoke_quiver_only(tmp_path):
 
     [js] = list(tmp_path.glob("*.json"))
     doc = json.loads(js.read_text())
-    assert set(doc["results"]) == {"quiver-async", "quiver-sync"}
+    assert set(doc["results"]) == {"quiver-async", "quiver-sync", "floor"}
     for name, entry in doc["results"].items():
         assert entry["errors"] == {}, (name, entry["errors"])
         assert entry["metrics"], name
@@ -43,17 +44,45 @@ def test_bench_smoke_quiver_only(tmp_path):
         assert p50 <= p99 <= p999, (rate, p50, p99, p999)
         assert a[f"load{rate}_e2e_rate_msgs_s"]["median"] > 0
     assert "produce_msgs_s" in doc["results"]["quiver-sync"]["metrics"]
+    # the floor's latencies, and every Quiver latency over them (printed, never asserted on)
+    assert {"sync_p50_us", "sync_p99_us", "e2e_p50_us", "e2e_p99_us", "load10k_e2e_p99_us"} <= set(
+        doc["results"]["floor"]["metrics"])
+    ratios = doc["floor"]["quiver-async"]
+    assert len(ratios) == 6 and all(math.isfinite(r) and r > 0 for r in ratios.values()), ratios
+    assert set(doc["floor"]["quiver-sync"]) == {"sync send p50 / round trip p50", "sync send p99 / round trip p99"}
 
     md = js.with_suffix(".md").read_text()
     assert "| produce pipelined, window 1000 (msg/s) |" in md and "quiver-async" in md
     assert "## Latency under load" in md and "| e2e p99.9 at 10k msg/s (µs) |" in md
     assert "| client CPU per pipelined message, all threads (µs) |" in md
+    assert "## Against the floor" in md and "| sync send p50 / round trip p50 | " in md
+    assert "| sync send p50 <= 1.6x the bare pyzmq round trip (floor) |" in md
     try:
         import matplotlib  # noqa: F401  (the `bench` extra; the plot is skipped without it)
     except ImportError:
         return
     png = js.with_suffix(".png")
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.bench
+def test_bench_floor_column(tmp_path):
+    # bare pyzmq on the latency workloads at smoke size: seconds, no broker
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "floor", "--repeat", "1", "--smoke",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [js] = list(tmp_path.glob("*.json"))
+    doc = json.loads(js.read_text())
+    entry = doc["results"]["floor"]
+    assert entry["errors"] == {}, entry["errors"]
+    m = {k: v["median"] for k, v in entry["metrics"].items()}
+    for key in ("sync_p50_us", "sync_p99_us", "e2e_p50_us", "e2e_p99_us", "load2k_e2e_p99_us", "load10k_e2e_p99_us"):
+        assert math.isfinite(m[key]) and m[key] > 0, (key, m)
+    assert m["sync_p50_us"] <= m["sync_p99_us"] and m["e2e_p50_us"] <= m["e2e_p99_us"]
+    assert m["e2e_rate_msgs_s"] > 0
+    assert doc["floor"] == {}   # nothing to divide by it in this run
+    md = js.with_suffix(".md").read_text()
+    assert "| measure | floor |" in md and "## Throughput" not in md
 
 
 @pytest.mark.slow
