@@ -28,7 +28,7 @@ from quiver.wire.names import split_addrs
 from quiver.wire.curve import Credentials, credentials_from
 from quiver.wire.protocol import Envelope
 from quiver.wire.transport import Transport
-from quiver.client.trace_dispatcher import ClientTrace, TraceDispatcher
+from quiver.client.tracing import ClientTrace
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,8 @@ class ClientBase:
     route_refresh_s = 30.0
 
     def __init__(self, namesrv: str | list[str] | None, request_timeout: float = 3.0,
-                 credentials: str | Credentials | None = None) -> None:
+                 credentials: str | Credentials | None = None,
+                 tracer_factory: "Callable[[ClientBase], ClientTrace] | None" = None) -> None:
         # auth on: a key file path or Credentials (None: QUIVER_CREDENTIALS, if set); read now so a
         # bad path fails at construction, not at the first send
         self.credentials = credentials_from(credentials)
@@ -173,12 +174,14 @@ class ClientBase:
         self._skips_logged: set[str] = set()
         self._lock = threading.Lock()
         self._started = False
+        # traced clients (trace=True): what start() builds the ClientTrace (`tracer`) with
+        self.tracer_factory = tracer_factory
+        self.traced = tracer_factory is not None
 
     # ---- lifecycle ------------------------------------------------------------
 
     heartbeat_interval_s = 30.0
-    traced = False   # trace=True: a ClientTrace (`tracer`) records this client's events while it runs
-    tracer: ClientTrace | None = None
+    tracer: ClientTrace | None = None   # records a traced client's events while it runs
     transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
 
     def start(self) -> Self:
@@ -188,9 +191,8 @@ class ClientBase:
             self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
                                                     credentials=self.credentials)
             self._started = True
-            if self.traced and self.tracer is None:
-                dispatcher = TraceDispatcher(self.namesrvs, self.credentials, transport_factory=self.transport_factory)
-                self.tracer = ClientTrace(dispatcher, getattr(self, "group", None), self.client_id)
+            if self.tracer_factory is not None and self.tracer is None:
+                self.tracer = self.tracer_factory(self)
             self._hb_stop = threading.Event()
             if self.heartbeat_payload() is not None:
                 self.send_heartbeats()

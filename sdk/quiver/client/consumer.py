@@ -56,7 +56,8 @@ from quiver.client.queue_puller import FOUND, NO_FILTER_RETRY_S, NO_NEW_MSG, OFF
     QueuePuller
 from quiver.wire.transport import Transport
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
-from quiver.client.trace_dispatcher import enabled as trace_enabled
+from quiver.client.producer import client_tracer
+from quiver.client.tracing import enabled as trace_enabled
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,8 @@ class PullConsumer(ClientBase):
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
                  trace: bool | None = None, **settings: Any) -> None:
-        super().__init__(namesrv, credentials=credentials)
-        self.traced = trace_enabled(trace)   # SubBefore / SubAfter when poll() hands messages over
+        super().__init__(namesrv, credentials=credentials,   # SubBefore / SubAfter when poll() hands messages over
+                         tracer_factory=client_tracer if trace_enabled(trace) else None)
         check_group(group)
         self.options = opts = ConsumerOptions.build(options, **settings)
         if opts.broadcast:

@@ -9,7 +9,8 @@ ahead of it (at 10k msg/s, p50 1.1 ms from send_async to its result instead of
 the round trip's 0.3 ms). Failed sends are retried on another broker
 (RocketMQ: 2 retries), and the failing broker is avoided for a while.
 With `trace=True` (or QUIVER_TRACE=1) every answered send is also recorded as a
-Pub trace event (trace_dispatcher.py), off the send's path.
+Pub trace event (tracing.py), off the send's path. `client_tracer` is every
+traced client's tracer factory: its trace queue sends through a Producer of its own.
 """
 
 import itertools
@@ -27,7 +28,7 @@ from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
-from quiver.client.trace_dispatcher import enabled as trace_enabled
+from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enabled
 from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
 from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
                                     java_hash)
@@ -94,8 +95,8 @@ class Producer(ClientBase):
                  batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials: str | Credentials | None = None,
                  trace: bool | None = None, batch_in_flight: int = 2) -> None:
-        super().__init__(namesrv, send_timeout, credentials)
-        self.traced = trace_enabled(trace)   # None: QUIVER_TRACE=1 turns it on
+        super().__init__(namesrv, send_timeout, credentials,   # trace None: QUIVER_TRACE=1 turns it on
+                         tracer_factory=client_tracer if trace_enabled(trace) else None)
         self.group = group
         self.send_timeout = send_timeout
         self.retries = retries
@@ -511,3 +512,23 @@ class Producer(ClientBase):
         while time.monotonic() < deadline and any(b.in_flight for b in list(self._batchers.values())):
             time.sleep(0.01)
         super().shutdown()
+
+
+TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
+
+
+def trace_producer(namesrv: str | list[str], credentials: str | Credentials | None,
+                   transport_factory: Callable[..., Any] | None = None) -> Producer:
+    """A started, untraced Producer for trace records (on `transport_factory` when given)."""
+    p = Producer(TRACE_PRODUCER_GROUP, namesrv=namesrv, credentials=credentials, trace=False)
+    if transport_factory is not None:
+        p.transport_factory = transport_factory
+    return p.start()
+
+
+def client_tracer(client: ClientBase) -> ClientTrace:
+    """The tracer factory of traced clients: their events go through a trace queue with a
+    Producer of its own, on the client's name servers and transport factory."""
+    queue = TraceQueue(make_producer=lambda: trace_producer(client.namesrvs, client.credentials,
+                                                            client.transport_factory))
+    return ClientTrace(queue, getattr(client, "group", None), client.client_id)

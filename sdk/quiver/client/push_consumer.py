@@ -62,7 +62,8 @@ from quiver.client.pop_push import PopPushLoop
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
-from quiver.client.trace_dispatcher import enabled as trace_enabled
+from quiver.client.producer import client_tracer
+from quiver.client.tracing import enabled as trace_enabled
 from quiver.wire.validation import RETRY_PREFIX, check_group
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,8 @@ class PushConsumer(ConsumeService, ClientBase):
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
                  trace: bool | None = None, **settings: Any) -> None:
-        super().__init__(namesrv, credentials=credentials)
-        self.traced = trace_enabled(trace)   # SubBefore / SubAfter around each listener call
+        super().__init__(namesrv, credentials=credentials,   # SubBefore / SubAfter around each listener call
+                         tracer_factory=client_tracer if trace_enabled(trace) else None)
         check_group(group)
         self.options = opts = ConsumerOptions.build(options, **settings)
         self.group = group
