@@ -133,3 +133,28 @@ def test_bench_proxy_reports_the_client_ceiling(tmp_path):
         assert set(r["proxy"]["cpu_us_per_msg"]) == {"client", "proxy", "broker"}
         assert set(r["ceiling"]["cpu_us_per_msg"]) == {"client", "server"}
         assert r["ratio"] == round(r["proxy"]["msgs_s"] / r["sdk"]["msgs_s"], 2)
+
+
+@pytest.mark.slow
+@pytest.mark.bench
+def test_bench_hops_timeline(tmp_path):
+    # a message's per-hop timeline at smoke size: every hop's p50/p99, the slowest 1% and what made them slow
+    proc = subprocess.run([sys.executable, "-m", "bench.hops", "--messages", "200", "--no-floor", "--out",
+                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [js] = list(tmp_path.glob("hops-*.json"))
+    a = json.loads(js.read_text())["analysis"]
+    assert a["count"] == 200
+    from bench.hops import HOPS, SPLITS
+    assert set(a["hops"]) == {name for name, _, _ in HOPS}
+    for name, s in a["hops"].items():
+        assert all(math.isfinite(s[q]) for q in ("p50_us", "p99_us", "p999_us")), (name, s)
+        assert s["p50_us"] <= s["p99_us"] <= s["p999_us"], (name, s)
+    for name in ("sync send: send -> replied", "e2e: send -> consumed"):   # exact hops: positive
+        assert a["hops"][name]["p50_us"] > 0, name
+    for key, (total, parts) in SPLITS.items():
+        slow = a["slowest"][key]
+        assert slow["messages"] == 2 and len(slow["timelines"]) == 2 and sum(slow["dominant"].values()) == 2
+        assert set(slow["dominant"]) <= set(parts) and set(slow["parts_mean_us"]) == set(parts)
+        assert all(t["total_us"] >= a["hops"][total]["p99_us"] for t in slow["timelines"])
+    assert "| sync send: send -> replied |" in proc.stdout and "## The slowest 2 by e2e" in proc.stdout

@@ -1,0 +1,225 @@
+"""A message's timeline, hop by hop: where a sync send's and an e2e message's time goes, at p50 and p99.
+
+    python -m bench.hops                                   # 6000 messages at 2k msg/s, push consumer
+    python -m bench.hops --messages 20000 --consumer pull  # as `python -m bench`'s e2e consumer
+    python -m bench.hops --messages 200 --no-floor         # a smoke run
+
+One name server and one broker (ASYNC flush) on loopback; a Producer here sends 1 KiB
+messages with send() paced at --rate (base.paced_runs, as `python -m bench`'s e2e does); the
+consumer runs in another process (bench.hops_listener; --consumer push, push-inline, pull or
+pull-direct). Per message, the points known without instrumenting Quiver:
+
+    send      time.time() as send() is called (this process)
+    born      its born_timestamp: epoch ms the client stamped while building the request
+    stored    its store_timestamp: epoch ms the broker stamped while appending it
+    replied   time.time() as send() returned (this process)
+    consumed  time.time() as the listener (or poll) got it (the consumer's process)
+
+Clocks: one host, time.time() (CLOCK_REALTIME) in every process; born and stored are the
+same clock truncated to the millisecond by the client and the broker. So send -> replied and
+send -> consumed are exact to a few µs, while a hop that starts or ends at a millisecond
+stamp takes it at the middle of its millisecond (+500 µs) and is good to ±500 µs (born ->
+stored, two such stamps: ±1 ms). Then each hop's p50/p99, the timelines of the slowest 1%
+(by e2e) and which hop made them slow: the one furthest above its own p50. With the floor
+(bare pyzmq, bench.peers.floor) of the same run, the ratios to it. Writes
+bench/results/hops-<date>.json.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+
+from quiver import Admin, Message, Producer
+from quiver.tools.local import LocalCluster
+
+from bench.peers import base
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+BODY = b"x" * 1024
+QUEUES = 4
+MODES = ("push", "push-inline", "pull", "pull-direct")
+MID_MS = 0.0005   # a millisecond stamp stands for the middle of its millisecond
+
+# (hop, from, to): points are seconds, "born" and "stored" already moved to their middles
+HOPS = [
+    ("sync send: send -> replied", "send", "replied"),
+    ("e2e: send -> consumed", "send", "consumed"),
+    ("to the store: send -> stored", "send", "stored"),
+    ("reply back: stored -> replied", "stored", "replied"),
+    ("delivery: stored -> consumed", "stored", "consumed"),
+    ("born -> stored (ms stamps both)", "born", "stored"),
+]
+# the hops a slow message's excess is looked for in: (slow by, [its parts])
+SPLITS = {"e2e": ("e2e: send -> consumed", ["to the store: send -> stored", "delivery: stored -> consumed"]),
+          "sync": ("sync send: send -> replied", ["to the store: send -> stored", "reply back: stored -> replied"])}
+
+
+def _ready(child: subprocess.Popen, producer: Producer, topic: str, timeout_s: float = 60.0) -> None:
+    """Warm-up sends (i = -1) until the consumer has one from every queue: all queues owned and pulled."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        producer.send(Message(topic, BODY, properties={"i": "-1"}))
+        r, _, _ = select.select([child.stdout], [], [], 0.02)
+        if r:
+            line = child.stdout.readline().strip()
+            if line == "ready":
+                return
+            raise RuntimeError(f"hops consumer said {line!r}")
+    raise RuntimeError("hops consumer did not get a message from every queue in time")
+
+
+def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
+    """The raw points of n messages: {"points": {i: {point: seconds}}, "threads", "rate_done"}."""
+    cluster = LocalCluster(data_dir)
+    try:
+        cluster.add_namesrv()
+        cluster.wait()
+        cluster.add_broker(None, None, "--flush", "async")
+        cluster.wait()
+        cluster.wait_registered(1)
+        admin = Admin(namesrv=cluster.namesrv)
+        admin.create_topic("Hops", queues=QUEUES)
+        admin.shutdown()
+        seconds = n / rate + 30
+        child = subprocess.Popen([sys.executable, "-m", "bench.hops_listener", cluster.namesrv, "Hops", str(QUEUES),
+                                  str(n), str(seconds + 60), mode], stdout=subprocess.PIPE, text=True,
+                                 cwd=base.ROOT, start_new_session=True)
+        try:
+            with Producer("hops", namesrv=cluster.namesrv) as p:
+                _ready(child, p, "Hops")
+                sent: dict[int, tuple[float, float]] = {}
+                counter = iter(range(n))
+
+                def send_many(k: int) -> None:
+                    for _ in range(k):
+                        i = next(counter)
+                        t0 = time.time()
+                        p.send(Message("Hops", BODY, properties={"i": str(i)}))
+                        sent[i] = (t0, time.time())
+                t0 = time.perf_counter()
+                base.paced_runs(rate, n, send_many)
+                rate_done = n / (time.perf_counter() - t0)
+            out = json.loads(child.stdout.readline())
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.wait(10)
+            child.stdout.close()
+    finally:
+        cluster.stop()
+    points = {}
+    for i, t, born_ms, store_ms in out["seen"]:
+        if i in sent:
+            points[i] = {"send": sent[i][0], "replied": sent[i][1], "consumed": t,
+                         "born": born_ms / 1000 + MID_MS, "stored": store_ms / 1000 + MID_MS}
+    return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent)}
+
+
+def analyse(points: dict, slow_share: float = 0.01) -> dict:
+    """Each hop's p50/p99 (µs), the slowest `slow_share` of messages by e2e and by sync send, each
+    one's timeline (µs after send) and the hop furthest above its p50 in it."""
+    hops = {name: sorted(pt[b] - pt[a] for pt in points.values()) for name, a, b in HOPS}
+    stats = {name: base.percentiles(vals) for name, vals in hops.items()}
+    out = {"count": len(points), "hops": stats, "slowest": {}}
+    for key, (total, parts) in SPLITS.items():
+        by = sorted(points.items(), key=lambda kv: _hop(kv[1], total), reverse=True)
+        slow = by[:max(1, int(len(by) * slow_share))]
+        dominant: dict[str, int] = {}
+        lines = []
+        for i, pt in slow:
+            excess = {h: _hop(pt, h) - stats[h]["p50_us"] / 1e6 for h in parts}
+            top = max(excess, key=excess.get)
+            dominant[top] = dominant.get(top, 0) + 1
+            lines.append({"i": i, "total_us": _hop(pt, total) * 1e6, "dominant": top,
+                          **{f"{p}_us": (pt[p] - pt["send"]) * 1e6 for p in ("born", "stored", "replied", "consumed")}})
+        mean = {h: sum(_hop(pt, h) for _, pt in slow) / len(slow) * 1e6 for h in parts}
+        out["slowest"][key] = {"by": total, "messages": len(slow), "dominant": dominant, "parts_mean_us": mean,
+                               "timelines": lines}
+    return out
+
+
+def _hop(pt: dict, name: str) -> float:
+    _, a, b = next(h for h in HOPS if h[0] == name)
+    return pt[b] - pt[a]
+
+
+def run_floor(samples: int, rate: int, seconds: float) -> dict:
+    from bench.peers.floor import Floor
+    with Floor() as f:
+        return {**f.sync(samples), **f.e2e(rate, seconds)}
+
+
+def report(doc: dict) -> str:
+    a, floor = doc["analysis"], doc.get("floor")
+    lines = [f"# Hops of a message — {doc['meta']['date']}", "",
+             f"{a['count']} messages of 1 KiB, send() paced at {doc['meta']['rate']} msg/s "
+             f"(reached {doc['rate_done']:,.0f}), consumer: {doc['meta']['consumer']} (listener threads: "
+             + ", ".join(f"{k} {v}" for k, v in doc["threads"].items()) + f"); {doc['meta']['machine']}.", "",
+             "| hop | p50 (µs) | p99 (µs) | p99.9 (µs) |", "|---|---:|---:|---:|"]
+    for name, _, _ in HOPS:
+        s = a["hops"][name]
+        lines.append(f"| {name} | {s['p50_us']:,.0f} | {s['p99_us']:,.0f} | {s['p999_us']:,.0f} |")
+    lines += ["", "Hops at `stored` or `born` are good to ±500 µs (millisecond stamps, taken at their middle).", ""]
+    if floor:
+        sync, e2e = a["hops"]["sync send: send -> replied"], a["hops"]["e2e: send -> consumed"]
+        lines += ["| floor, bare pyzmq, same run | p50 (µs) | p99 (µs) | sync send / it | e2e / it |",
+                  "|---|---:|---:|---:|---:|",
+                  f"| round trip, 1 KiB | {floor['sync_p50_us']:,.0f} | {floor['sync_p99_us']:,.0f} | "
+                  f"{sync['p50_us'] / floor['sync_p50_us']:.2f}x / {sync['p99_us'] / floor['sync_p99_us']:.2f}x | "
+                  f"{e2e['p50_us'] / floor['sync_p50_us']:.2f}x / {e2e['p99_us'] / floor['sync_p99_us']:.2f}x |",
+                  f"| one way (PUSH/PULL) at the same rate | {floor['e2e_p50_us']:,.0f} | {floor['e2e_p99_us']:,.0f} | "
+                  f"| {e2e['p50_us'] / floor['e2e_p50_us']:.2f}x / {e2e['p99_us'] / floor['e2e_p99_us']:.2f}x |", ""]
+    for key, s in a["slowest"].items():
+        dom = ", ".join(f"{h} {n}" for h, n in sorted(s["dominant"].items(), key=lambda kv: -kv[1]))
+        parts = ", ".join(f"{h} {us:,.0f} (p50 {a['hops'][h]['p50_us']:,.0f})" for h, us in s["parts_mean_us"].items())
+        lines += [f"## The slowest {s['messages']} by {s['by']}", "",
+                  f"Furthest above its p50: {dom}. Their mean µs: {parts}.", "",
+                  "| i | total | born | stored | replied | consumed | dominant |", "|---:|---:|---:|---:|---:|---:|---|"]
+        for t in s["timelines"][:20]:
+            lines.append(f"| {t['i']} | {t['total_us']:,.0f} | {t['born_us']:,.0f} | {t['stored_us']:,.0f} | "
+                         f"{t['replied_us']:,.0f} | {t['consumed_us']:,.0f} | {t['dominant'].split(':')[0]} |")
+        lines += ["", "(µs after send() was called; 20 at most shown, all in the JSON)", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.hops", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=6000, help="messages timed (default 6000: 3 s at 2k msg/s)")
+    ap.add_argument("--rate", type=int, default=2000, help="msg/s (default 2000)")
+    ap.add_argument("--consumer", choices=MODES, default="push", help="how the consumer takes messages")
+    ap.add_argument("--no-floor", action="store_true", help="skip the bare pyzmq floor of the same run")
+    ap.add_argument("--out", default=RESULTS, help="directory for hops-<date>.json (default bench/results)")
+    args = ap.parse_args(argv)
+    now = datetime.datetime.now()
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "messages": args.messages, "rate": args.rate,
+            "consumer": args.consumer, "machine": f"{os.cpu_count()} cores, load average at start {load}",
+            "command": "python -m bench.hops " + " ".join(sys.argv[1:] if argv is None else argv)}
+    floor = None if args.no_floor else run_floor(min(5000, max(200, args.messages)), args.rate,
+                                                 max(0.5, args.messages / args.rate))
+    with tempfile.TemporaryDirectory(prefix="quiver-bench-hops-") as d:
+        raw = run_quiver(args.messages, args.rate, args.consumer, d)
+    if len(raw["points"]) < raw["sent"]:
+        print(f"consumer saw {len(raw['points'])} of {raw['sent']} messages", file=sys.stderr)
+    if not raw["points"]:
+        return 1
+    doc = {"meta": meta, "rate_done": raw["rate_done"], "threads": raw["threads"], "floor": floor,
+           "analysis": analyse(raw["points"])}
+    print(report(doc))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"hops-{now.strftime('%Y-%m-%d-%H%M%S')}.json")
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+    print(f"wrote {path}")
+    return 0 if len(raw["points"]) == raw["sent"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
