@@ -1,0 +1,14 @@
+"""python -m quiver_kafka"""
+
+from quiver.runtime.settings import run_service
+
+from .app import App
+from .config import Config
+
+
+def main(argv=None) -> None:
+    run_service(Config, App, "quiver_kafka", argv, bind_first=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""The Kafka gateway process: a TCP server speaking Kafka's protocol, PING/STATUS on --listen.
+
+One thread per Kafka connection reads a frame, answers it and reads the next, so answers go
+out in request order as the protocol wants. A frame over --max-request-bytes, or one whose
+header does not parse, closes that connection only; an API or version not served is answered
+with UNSUPPORTED_VERSION; a handler's failure is logged and answered as UNKNOWN_SERVER_ERROR
+in the API's own response. The gateway holds no messages: every call goes to the brokers
+through the SDK (handlers.py).
+"""
+
+import logging
+import socket
+import struct
+import threading
+
+from quiver.runtime.settings import advertised_addr
+
+from . import protocol
+from .handlers import Gateway
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+ACCEPT_TIMEOUT_S = 0.5
+
+
+class App:
+    def __init__(self, config):
+        from quiver.runtime.service import Service
+        self.config = config
+        self.service = Service(config.listen, {}, "kafka", self.status)
+        self.gateway = None
+        self.sock = None
+        self.port = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self.closed_oversize = 0
+        self.closed_bad = 0
+
+    def status(self) -> dict:
+        return {"role": "kafka", "kafka": self.config.kafka_listen, "kafka_port": self.port,
+                "advertised": f"{self.gateway.host}:{self.gateway.port}" if self.gateway else "",
+                "namesrv": self.config.namesrv, "connections": len(self._conns),
+                "closed_oversize": self.closed_oversize, "closed_bad": self.closed_bad,
+                "answers": {f"{api}/{err}": n for (api, err), n in sorted(self.gateway.counts.items())}
+                if self.gateway else {}}
+
+    def bind(self) -> None:
+        host, port = self.config.kafka_listen.rsplit(":", 1)
+        self.sock = socket.create_server((host, int(port)), reuse_port=False, backlog=128)
+        self.sock.settimeout(ACCEPT_TIMEOUT_S)
+        self.port = self.sock.getsockname()[1]
+        adv = advertised_addr(f"{host}:{self.port}", self.config.advertise)
+        adv_host, adv_port = adv.rsplit(":", 1)
+        self.service.bind()
+        self.gateway = Gateway(self.config, adv_host, int(adv_port))
+        log.info("Kafka protocol on %s:%d, advertised as %s (name servers %s)", host, self.port, adv,
+                 self.config.namesrv)
+
+    def run(self) -> None:
+        if self.sock is None:
+            self.bind()
+        acceptor = threading.Thread(target=self._accept, name="kafka-accept", daemon=True)
+        acceptor.start()
+        try:
+            self.service.run()
+        finally:
+            self._stop.set()
+            acceptor.join(5)
+            with self._lock:
+                for c in list(self._conns):
+                    _close(c)
+            self.sock.close()
+            self.gateway.shutdown()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, peer = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                if self._stop.is_set():
+                    return
+                log.exception("accept failed")
+                continue
+            with self._lock:
+                if len(self._conns) >= self.config.max_connections:
+                    log.warning("refused %s: %d connections open (--max-connections)", peer, len(self._conns))
+                    _close(conn)
+                    continue
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn, peer), name=f"kafka-{peer[1]}", daemon=True).start()
+
+    def _serve(self, conn: socket.socket, peer) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while not self._stop.is_set():
+                head = _read(conn, 4)
+                if head is None:
+                    return
+                size = _SIZE.unpack(head)[0]
+                if not 0 < size <= self.config.max_request_bytes:
+                    self.closed_oversize += 1
+                    log.warning("closed %s: a %d-byte frame (--max-request-bytes %d)", peer, size,
+                                self.config.max_request_bytes)
+                    return
+                frame = _read(conn, size)
+                if frame is None:
+                    return
+                out = self.answer(frame, peer)
+                if out is None:
+                    return
+                if out:
+                    conn.sendall(out)
+        except OSError:
+            pass   # the client went away
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+            _close(conn)
+
+    def answer(self, frame: bytes, peer=None) -> bytes | None:
+        """The frame answering one request frame; b"" for no answer (acks=0); None: close."""
+        try:
+            req = protocol.parse(frame)
+        except protocol.BadRequest as exc:
+            self.closed_bad += 1
+            log.warning("closed %s: %s", peer, exc)
+            return None
+        if req.body is None:
+            return protocol.unsupported(req)
+        try:
+            values = self.gateway.handle(req)
+        except Exception:
+            log.exception("%s v%d from %s failed", req.api_key, req.version, peer)
+            values = {"error_code": protocol.UNKNOWN_SERVER_ERROR}
+        if values is None:
+            return b""
+        return protocol.response_frame(req, protocol.response(req, values))
+
+
+def _read(conn: socket.socket, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = conn.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def _close(conn: socket.socket) -> None:
+    try:
+        conn.close()
+    except OSError:
+        pass

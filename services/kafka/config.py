@@ -1,0 +1,40 @@
+"""Kafka gateway settings (each a --flag and a QUIVER_* env var)."""
+
+from dataclasses import dataclass
+
+from quiver.runtime.settings import ServiceSettings, setting
+from quiver.wire.names import addr_problem
+
+
+def _host_port(flag: str, value: str) -> None:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{flag} {value!r}: use HOST:PORT")
+
+
+@dataclass(frozen=True)
+class Config(ServiceSettings):
+    """Quiver Kafka gateway: Kafka clients (librdkafka, the Java client ...) over Quiver topics."""
+    kafka_listen: str = setting("0.0.0.0:9092", "HOST:PORT Kafka clients connect to (bootstrap.servers)")
+    listen: str = setting("0.0.0.0:10971", "HOST:PORT answering PING and STATUS, like every service")
+    advertise: str = setting("", "HOST:PORT Metadata hands out as the broker's address; empty: --kafka-listen "
+                                 "(a wildcard host replaced by this machine's hostname)")
+    max_request_bytes: int = setting(16 * 1024 * 1024, "largest Kafka request frame; a larger one closes that "
+                                                        "connection")
+    max_message_bytes: int = setting(4 * 1024 * 1024, "largest message value (and batch) a Produce may store")
+    max_connections: int = setting(1024, "Kafka connections open at once; more are closed on accept")
+    request_timeout_ms: int = setting(5000, "how long one broker request waits")
+
+    def __post_init__(self):
+        _host_port("--kafka-listen", self.kafka_listen)
+        _host_port("--listen", self.listen)
+        if self.advertise and addr_problem(self.advertise):
+            raise ValueError(f"--advertise {self.advertise!r}: {addr_problem(self.advertise)}")
+        if not 1024 <= self.max_request_bytes <= 256 * 1024 * 1024:
+            raise ValueError("--max-request-bytes must be in 1024..268435456")
+        if not 1 <= self.max_message_bytes <= 64 * 1024 * 1024:
+            raise ValueError("--max-message-bytes must be in 1..67108864")
+        if not 1 <= self.max_connections <= 100_000:
+            raise ValueError("--max-connections must be in 1..100000")
+        if not 100 <= self.request_timeout_ms <= 60_000:
+            raise ValueError("--request-timeout-ms must be in 100..60000")

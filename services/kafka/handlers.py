@@ -1,0 +1,250 @@
+"""The Kafka APIs over Quiver's SDK: ApiVersions, Metadata, Produce, Fetch, ListOffsets.
+
+A Kafka topic is the Quiver topic of that name. Its partitions are the topic's readable queues
+ordered by broker name, then queue id: partition i is the i-th. Adding queues (or a broker) to a
+topic appends partitions only when the new ones sort last; otherwise partitions are renumbered,
+as a Kafka client learns on its next Metadata. Offsets are queue offsets. The gateway is the one
+Kafka broker (node 0) it hands out, leader of every partition, so several gateways behind one
+bootstrap list each serve every partition.
+
+acks: 0 sends oneway (no answer, as Kafka); 1 and all wait for the broker's answer, which comes
+after its flush and replication as the broker is configured (SYNC_FLUSH, SYNC_MASTER): the
+gateway cannot ask for more than the broker does.
+"""
+
+import logging
+import time
+
+from quiver.client import queue_puller
+from quiver.client.admin import Admin
+from quiver.errors import MessageIllegalError, NoPermissionError, QuiverError, RequestTimeoutError, TopicNotExistError
+from quiver.wire.names import topic_problem
+
+from . import mapping, records
+from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, FETCH, INVALID_RECORD, INVALID_REQUIRED_ACKS,
+                       INVALID_TOPIC_EXCEPTION, KAFKA_STORAGE_ERROR, LIST_OFFSETS, MESSAGE_TOO_LARGE, METADATA,
+                       NONE, OFFSET_OUT_OF_RANGE, PRODUCE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
+                       UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
+                       UNSUPPORTED_FOR_MESSAGE_FORMAT, Request, api_versions)
+from .sending import QueueSender
+
+log = logging.getLogger(__name__)
+
+NODE_ID = 0
+CLUSTER_ID = "quiver"
+EARLIEST, LATEST = -2, -1
+MAX_PULL_MSGS = 256
+POLL_INTERVAL_S = 0.05
+
+
+def error_of(exc: Exception) -> int:
+    """The Kafka error code of what the SDK raised."""
+    if isinstance(exc, TopicNotExistError):
+        return UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(exc, NoPermissionError):
+        return TOPIC_AUTHORIZATION_FAILED
+    if isinstance(exc, MessageIllegalError):
+        return INVALID_RECORD
+    if isinstance(exc, RequestTimeoutError):
+        return REQUEST_TIMED_OUT
+    if isinstance(exc, QuiverError):
+        return KAFKA_STORAGE_ERROR   # retriable on the client: a broker is unwell
+    return UNKNOWN_SERVER_ERROR
+
+
+class Gateway:
+    """Answers one parsed request: `handle(req)` -> kio response values, or None for no answer."""
+
+    def __init__(self, config, host: str, port: int):
+        self.config, self.host, self.port = config, host, port
+        timeout = config.request_timeout_ms / 1000
+        self.admin = Admin(config.namesrv, timeout)
+        self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes)
+        self.counts: dict[tuple[str, int], int] = {}
+
+    def shutdown(self) -> None:
+        self.sender.shutdown()
+        self.admin.shutdown()
+
+    def handle(self, req: Request) -> dict | None:
+        return {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
+                FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}[req.api_key](req.body)
+
+    # ---- partitions ---------------------------------------------------------------------------
+
+    def partitions(self, topic: str, refresh: bool = False) -> list:
+        """The topic's queues in partition order; TopicNotExistError."""
+        route = self.admin.route(topic, refresh=refresh)
+        return sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id))
+
+    def queue(self, topic: str, partition: int):
+        """(queue, error code): the queue of a partition or why there is none."""
+        if topic_problem(topic):
+            return None, INVALID_TOPIC_EXCEPTION
+        try:
+            qs = self.partitions(topic)
+        except Exception as exc:
+            return None, error_of(exc)
+        if not 0 <= partition < len(qs):
+            return None, UNKNOWN_TOPIC_OR_PARTITION
+        return qs[partition], NONE
+
+    # ---- APIs ---------------------------------------------------------------------------------
+
+    def api_versions(self, _body) -> dict:
+        return api_versions()
+
+    def metadata(self, body) -> dict:
+        if body.topics is None:
+            try:
+                names = sorted(t for t in self.admin.topic_list() if not topic_problem(t) and "%" not in t)
+            except QuiverError:
+                names = []
+        else:
+            names = [t.name for t in body.topics if t.name is not None]
+        topics = []
+        for name in names:
+            err, parts = NONE, []
+            if topic_problem(name):
+                err = INVALID_TOPIC_EXCEPTION
+            else:
+                try:
+                    parts = self.partitions(name, refresh=True)
+                except Exception as exc:
+                    err = error_of(exc)
+            topics.append({"error_code": err, "name": name, "is_internal": False, "partitions": [
+                {"error_code": NONE, "partition_index": i, "leader_id": NODE_ID, "leader_epoch": 0,
+                 "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID], "offline_replicas": []}
+                for i in range(len(parts))]})
+        return {"throttle_time": 0, "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
+                "cluster_id": CLUSTER_ID, "controller_id": NODE_ID, "topics": topics}
+
+    def produce(self, body) -> dict | None:
+        if body.acks not in (0, 1, -1):
+            err = INVALID_REQUIRED_ACKS
+            return self._produce_answer(body, lambda *_: (err, -1, None))
+        if body.transactional_id is not None:
+            return self._produce_answer(body, lambda *_: (UNSUPPORTED_FOR_MESSAGE_FORMAT, -1,
+                                                          "transactions are not served by the gateway"))
+        answer = self._produce_answer(body, lambda t, p: self._produce_one(t, p, body.acks != 0))
+        return None if body.acks == 0 else answer
+
+    def _produce_answer(self, body, one) -> dict:
+        responses = []
+        for td in body.topic_data:
+            parts = []
+            for pd in td.partition_data:
+                err, base, msg = one(td.name, pd)
+                self._count("produce", err)
+                parts.append({"index": pd.index, "error_code": err, "base_offset": base, "log_start_offset": -1,
+                              "record_errors": [], "error_message": msg})
+            responses.append({"name": td.name, "partition_responses": parts})
+        return {"responses": responses, "throttle_time": 0}
+
+    def _produce_one(self, topic: str, pd, wait: bool):
+        mq, err = self.queue(topic, pd.index)
+        if mq is None:
+            return err, -1, None
+        try:
+            batches = records.decode(bytes(pd.records or b""), self.config.max_request_bytes)
+        except records.Unsupported as exc:
+            return UNSUPPORTED_COMPRESSION_TYPE, -1, str(exc)
+        except records.Corrupt as exc:
+            return CORRUPT_MESSAGE, -1, str(exc)
+        base = -1
+        try:
+            for b in batches:
+                if not b.records:
+                    continue
+                born = b.records[0].timestamp
+                msgs = [mapping.to_message(topic, r, born) for r in b.records]
+                first = self.sender.send(mq, msgs, born, wait)
+                base = first if base < 0 else base
+        except MessageIllegalError as exc:
+            code = MESSAGE_TOO_LARGE if "limit" in str(exc) else INVALID_RECORD
+            return code, -1, str(exc)
+        except Exception as exc:
+            log.info("produce to %s[%d] failed: %s", topic, pd.index, exc)
+            return error_of(exc), -1, str(exc)
+        return NONE, base, None
+
+    def fetch(self, body) -> dict:
+        deadline = time.monotonic() + max(0, body.max_wait.total_seconds())
+        min_bytes = max(1, body.min_bytes)
+        while True:
+            total, responses = self._fetch_round(body)
+            if total >= min_bytes or time.monotonic() >= deadline:
+                return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
+            time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+
+    def _fetch_round(self, body):
+        total, responses, budget = 0, [], body.max_bytes if body.max_bytes > 0 else 1 << 30
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                part = self._fetch_one(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget))
+                size = len(part["records"] or b"")
+                total, budget = total + size, max(0, budget - size)
+                self._count("fetch", part["error_code"])
+                parts.append(part)
+            responses.append({"topic": t.topic, "partitions": parts})
+        return total, responses
+
+    def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int) -> dict:
+        out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
+               "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
+               "records": None}
+        mq, err = self.queue(topic, partition)
+        if mq is None:
+            return {**out, "error_code": err}
+        if offset < 0:
+            return {**out, "error_code": OFFSET_OUT_OF_RANGE}
+        try:
+            addr = self.admin.read_addr(topic, mq.broker) or self.admin.broker_addr(mq.broker, topic)
+            req = queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
+                                       max_bytes=max(1024, max_bytes))
+            pulled = queue_puller.fetch(self.admin, addr, req)
+        except Exception as exc:
+            return {**out, "error_code": error_of(exc)}
+        out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
+        if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
+            return {**out, "error_code": OFFSET_OUT_OF_RANGE}
+        recs = [mapping.to_record(m) for m in pulled.messages(mq.broker) if m.queue_offset >= offset]
+        if recs:
+            data = records.encode(recs)
+            while len(data) > max_bytes and len(recs) > 1:   # the first record goes whatever its size
+                recs = recs[:max(1, len(recs) // 2)]
+                data = records.encode(recs)
+            out["records"] = data
+        return out
+
+    def list_offsets(self, body) -> dict:
+        topics = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                err, offset, ts = self._offset(t.name, p.partition_index, p.timestamp)
+                self._count("list_offsets", err)
+                parts.append({"partition_index": p.partition_index, "error_code": err, "timestamp": ts,
+                              "offset": offset, "old_style_offsets": [offset] if offset >= 0 else [],
+                              "leader_epoch": 0})
+            topics.append({"name": t.name, "partitions": parts})
+        return {"throttle_time": 0, "topics": topics}
+
+    def _offset(self, topic: str, partition: int, ts: int):
+        mq, err = self.queue(topic, partition)
+        if mq is None:
+            return err, -1, -1
+        try:
+            if ts == EARLIEST:
+                return NONE, self.admin.min_offset(mq), -1
+            if ts == LATEST:
+                return NONE, self.admin.max_offset(mq), -1
+            if ts < 0:
+                return INVALID_RECORD, -1, -1
+            return NONE, self.admin.search_offset(mq, ts), ts
+        except Exception as exc:
+            return error_of(exc), -1, -1
+
+    def _count(self, api: str, err: int) -> None:
+        self.counts[(api, err)] = self.counts.get((api, err), 0) + 1

@@ -1,0 +1,95 @@
+"""A Kafka record as a Quiver message and back, exactly.
+
+    Kafka            Quiver
+    value            body (a null or empty value: body b"\\0" and property kafka.value = null|empty)
+    key              keys [key] when it is UTF-8 without spaces (searchable with `quiver msg query`);
+                     any other key: property kafka.key = base64 of the bytes
+    headers          properties (name -> UTF-8 value), in order; when a header cannot be a plain
+                     property (binary or null value, a repeated or reserved name, a kafka.* name)
+                     every header is also kept as property kafka.headers (JSON, base64 values), the
+                     one read back
+    timestamp        the message's born time; a record of a batch whose timestamp differs from
+                     the batch's first also carries property kafka.ts (the Quiver send takes one
+                     born time per batch)
+
+A message sent by Quiver's SDK reads as: key = its keys joined by spaces, headers = its user
+properties, timestamp = its born time.
+"""
+
+import base64
+import json
+
+from quiver.client.message import Message
+from quiver.wire.properties import RESERVED_PROPERTIES
+from quiver.wire.record import NAME_SEP, PROP_SEP
+
+from .records import Record
+
+KEY, VALUE, HEADERS, TS = "kafka.key", "kafka.value", "kafka.headers", "kafka.ts"
+EMPTY_BODY = b"\0"
+_OURS = "kafka."
+
+
+def _plain(text: str) -> bool:
+    return NAME_SEP not in text and PROP_SEP not in text
+
+
+def to_message(topic: str, rec: Record, born_ts: int) -> Message:
+    props: dict[str, str] = {}
+    keys = None
+    if rec.key is not None:
+        try:
+            k = rec.key.decode()
+        except UnicodeDecodeError:
+            k = ""
+        if k and " " not in k and _plain(k) and k.isprintable():
+            keys = [k]
+        else:
+            props[KEY] = base64.b64encode(rec.key).decode()
+    body = rec.value
+    if not body:
+        props[VALUE] = "null" if body is None else "empty"
+        body = EMPTY_BODY
+    exact = True
+    for name, value in rec.headers:
+        text = None
+        if value is not None:
+            try:
+                text = value.decode()
+            except UnicodeDecodeError:
+                pass
+        if (text is None or not name or name in props or name in RESERVED_PROPERTIES or name.startswith(_OURS)
+                or not _plain(name) or not _plain(text)):
+            exact = False
+            continue
+        props[name] = text
+    if not exact:
+        props[HEADERS] = json.dumps([[n, None if v is None else base64.b64encode(v).decode()]
+                                     for n, v in rec.headers])
+    if rec.timestamp != born_ts:
+        props[TS] = str(rec.timestamp)
+    return Message(topic, body, keys=keys, properties=props)
+
+
+def to_record(m) -> Record:
+    """A pulled MessageExt as a Kafka record at its queue offset."""
+    p = m.properties
+    if KEY in p:
+        key = base64.b64decode(p[KEY])
+    else:
+        key = " ".join(m.keys).encode() if m.keys else None
+    marker = p.get(VALUE)
+    value = None if marker == "null" else b"" if marker == "empty" else m.body
+    if HEADERS in p:
+        headers = [(n, None if v is None else base64.b64decode(v)) for n, v in json.loads(p[HEADERS])]
+    else:
+        headers = [(n, v.encode()) for n, v in p.items()
+                   if n not in RESERVED_PROPERTIES and not n.startswith(_OURS) and n not in _SYSTEM]
+    ts = int(p[TS]) if TS in p and p[TS].isdigit() else m.born_timestamp
+    return Record(m.queue_offset, ts, key, value, headers)
+
+
+# properties the broker and services add that are not a producer's own (left out of headers)
+_SYSTEM = frozenset({"CLUSTER", "TRAN_BORN_MS", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRANSACTION_ID",
+                     "TRANSACTION_CHECK_TIMES", "SCHEDULE_ORIGIN_ID", "SCHEDULE_DUE_MS", "MSG_REGION",
+                     "CHECK_IMMUNITY_TIME_IN_SECONDS"})

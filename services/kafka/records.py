@@ -1,0 +1,189 @@
+"""Kafka's record batch v2 (magic 2), read and written here: the `records` bytes of Produce and Fetch.
+
+    baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 = 2 | crc u32 (CRC32C of
+    what follows) | attributes i16 | lastOffsetDelta i32 | baseTimestamp i64 | maxTimestamp i64 |
+    producerId i64 | producerEpoch i16 | baseSequence i32 | count i32 | records
+
+    record: length varint | attributes i8 | timestampDelta varlong | offsetDelta varint |
+            key varbytes | value varbytes | header count varint | (key varbytes, value varbytes)*
+
+Written by hand rather than taken from kio's record readers: those round a record's timestamp to
+the second and know no compression, and a Kafka timestamp must come back to the millisecond.
+Compression: none and gzip (the standard library's); another codec is `Unsupported`.
+"""
+
+import gzip
+import struct
+from dataclasses import dataclass, field
+
+from crc32c import crc32c
+
+MAGIC = 2
+_HEAD = struct.Struct(">qiibI")           # baseOffset, batchLength, leaderEpoch, magic, crc
+_BODY = struct.Struct(">hiqqqhii")        # attributes .. count
+HEAD_BYTES = _HEAD.size                    # 21: where the CRC'd part starts
+BATCH_OVERHEAD = _HEAD.size + _BODY.size   # 61
+NONE, GZIP = 0, 1
+COMPRESSION_MASK = 0x07
+LOG_APPEND_TIME = 0x08
+TRANSACTIONAL, CONTROL = 0x10, 0x20
+
+
+class Corrupt(ValueError):
+    """The bytes are not a well-formed batch (CORRUPT_MESSAGE)."""
+
+
+class Unsupported(ValueError):
+    """A well-formed batch this gateway does not take (a compression codec, a control batch)."""
+
+
+@dataclass
+class Record:
+    offset: int                      # absolute: baseOffset + offsetDelta
+    timestamp: int                   # epoch ms
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    base_offset: int
+    attributes: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[Record]
+
+
+# ---- varints (zigzag) -------------------------------------------------------------------------
+
+def put_varint(out: bytearray, n: int) -> None:
+    z = (n << 1) ^ (n >> 63)
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def get_varint(buf, pos: int) -> tuple[int, int]:
+    shift = z = 0
+    while True:
+        if pos >= len(buf):
+            raise Corrupt("a varint runs past the end of the batch")
+        b = buf[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+        if shift > 63:
+            raise Corrupt("a varint is longer than 10 bytes")
+
+
+def _get_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    n, pos = get_varint(buf, pos)
+    if n < 0:
+        return None, pos
+    if pos + n > len(buf):
+        raise Corrupt("a key, value or header runs past the end of its record")
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _put_bytes(out: bytearray, b: bytes | None) -> None:
+    if b is None:
+        put_varint(out, -1)
+    else:
+        put_varint(out, len(b))
+        out += b
+
+
+# ---- decode -----------------------------------------------------------------------------------
+
+def decode(data: bytes, max_uncompressed: int = 64 << 20) -> list[Batch]:
+    """Every batch of a Produce's records; Corrupt or Unsupported saying why."""
+    view, pos, out = memoryview(data), 0, []
+    while pos < len(view):
+        if len(view) - pos < BATCH_OVERHEAD:
+            raise Corrupt(f"{len(view) - pos} bytes left: shorter than a batch header")
+        base_offset, length, _epoch, magic, crc = _HEAD.unpack_from(view, pos)
+        end = pos + 12 + length
+        if magic != MAGIC:
+            raise Unsupported(f"record batch magic {magic}: only v2 (magic 2) is taken")
+        if length < BATCH_OVERHEAD - 12 or end > len(view):
+            raise Corrupt(f"batch length {length} does not fit the {len(view) - pos} bytes left")
+        if crc32c(view[pos + HEAD_BYTES:end]) != crc:
+            raise Corrupt("record batch CRC32C mismatch")
+        attrs, _last, base_ts, _max_ts, pid, pepoch, bseq, count = _BODY.unpack_from(view, pos + HEAD_BYTES)
+        if attrs & CONTROL:
+            raise Unsupported("control batches (transactions) are not taken")
+        body = view[pos + BATCH_OVERHEAD:end]
+        codec = attrs & COMPRESSION_MASK
+        if codec == GZIP:
+            try:
+                body = memoryview(gzip.decompress(body))
+            except (OSError, EOFError) as exc:
+                raise Corrupt(f"gzip records do not decompress: {exc}") from None
+            if len(body) > max_uncompressed:
+                raise Corrupt(f"gzip records inflate past {max_uncompressed} bytes")
+        elif codec != NONE:
+            raise Unsupported(f"compression codec {codec} (gzip is the one taken)")
+        if not 0 <= count <= len(body):
+            raise Corrupt(f"record count {count} does not fit the batch")
+        out.append(Batch(base_offset, attrs, pid, pepoch, bseq, _records(body, count, base_offset, base_ts)))
+        pos = end
+    return out
+
+
+def _records(body, count: int, base_offset: int, base_ts: int) -> list[Record]:
+    recs, pos = [], 0
+    for _ in range(count):
+        length, pos = get_varint(body, pos)
+        end = pos + length
+        if length < 1 or end > len(body):
+            raise Corrupt(f"record length {length} does not fit the batch")
+        pos += 1   # record attributes: unused by the format
+        ts_delta, pos = get_varint(body, pos)
+        off_delta, pos = get_varint(body, pos)
+        key, pos = _get_bytes(body, pos)
+        value, pos = _get_bytes(body, pos)
+        n, pos = get_varint(body, pos)
+        if not 0 <= n <= length:
+            raise Corrupt(f"header count {n} does not fit its record")
+        headers = []
+        for _ in range(n):
+            hk, pos = _get_bytes(body, pos)
+            hv, pos = _get_bytes(body, pos)
+            if hk is None:
+                raise Corrupt("a header has a null key")
+            try:
+                headers.append((hk.decode(), hv))
+            except UnicodeDecodeError:
+                raise Corrupt("a header key is not UTF-8") from None
+        if pos != end:
+            raise Corrupt("a record's fields do not add up to its length")
+        recs.append(Record(base_offset + off_delta, base_ts + ts_delta, key, value, headers))
+    return recs
+
+
+# ---- encode -----------------------------------------------------------------------------------
+
+def encode(records: list[Record]) -> bytes:
+    """One uncompressed batch of `records` (offsets ascending, at least one)."""
+    base, base_ts = records[0].offset, records[0].timestamp
+    body = bytearray()
+    for r in records:
+        rec = bytearray(b"\x00")
+        put_varint(rec, r.timestamp - base_ts)
+        put_varint(rec, r.offset - base)
+        _put_bytes(rec, r.key)
+        _put_bytes(rec, r.value)
+        put_varint(rec, len(r.headers))
+        for hk, hv in r.headers:
+            _put_bytes(rec, hk.encode())
+            _put_bytes(rec, hv)
+        put_varint(body, len(rec))
+        body += rec
+    tail = _BODY.pack(NONE, records[-1].offset - base, base_ts, max(r.timestamp for r in records),
+                      -1, -1, -1, len(records)) + body
+    return _HEAD.pack(base, len(tail) + 9, 0, MAGIC, crc32c(tail)) + tail

@@ -1,0 +1,164 @@
+"""Kafka clients (confluent-kafka, i.e. librdkafka) against the Kafka gateway (quiver_kafka) as a process.
+
+One cluster (a name server, two brokers, the gateway) serves the module; each test uses its own
+topic. Consumers assign partitions themselves (no group).
+"""
+
+import socket
+import struct
+import time
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+
+from quiver import Admin  # noqa: E402
+from quiver import Message as QMessage  # noqa: E402
+from quiver import Producer as QProducer  # noqa: E402
+from quiver.client.base import MessageQueue  # noqa: E402
+from quiver.tools.local import LocalCluster, free_port  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+MAX_REQUEST = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    c = LocalCluster(str(tmp_path_factory.mktemp("kafka")))
+    try:
+        c.add_core(brokers=2)
+        bootstrap = f"127.0.0.1:{free_port()}"
+        gw = c.add_service("kafka", "quiver_kafka", "--kafka-listen", bootstrap,
+                           "--max-request-bytes", str(MAX_REQUEST), data=False)
+        c.wait()
+        admin = Admin(namesrv=c.namesrv)
+    except BaseException:
+        c.stop()
+        raise
+    yield c, gw, admin, bootstrap
+    admin.shutdown()
+    c.stop()
+
+
+def _topic(admin, name, queues=2):
+    admin.create_topic(name, queues=queues)
+    wait_for(lambda: len({q.broker for q in admin.queues(name)}) == 2, 30, f"{name} routed on both brokers")
+    return sorted(admin.queues(name), key=lambda q: (q.broker, q.queue_id))
+
+
+def _consume(bootstrap, topic, partitions, count, timeout=20):
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 100})
+    try:
+        c.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in partitions])
+        got, deadline = [], time.monotonic() + timeout
+        while len(got) < count and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                got.append(m)
+        return got
+    finally:
+        c.close()
+
+
+def test_produce_with_key_headers_timestamp_and_consume_exactly(env):
+    c, gw, admin, bootstrap = env
+    queues = _topic(admin, "KfRound")
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    reports = []
+    sent = []
+    for i in range(40):
+        key = None if i % 10 == 9 else (b"\xff\x00bin" if i % 5 == 4 else f"key-{i}".encode())
+        value = b"" if i == 7 else f"value-{i}".encode()
+        headers = [("color", b"blue"), ("n", str(i).encode())]
+        if i % 4 == 0:
+            headers += [("raw", b"\x00\xfe"), ("n", None)]   # binary, repeated and null
+        ts = 1_700_000_000_000 + i * 7
+        sent.append((i % 4, key, value, headers, ts))
+        p.produce("KfRound", value=value, key=key, headers=headers, partition=i % 4, timestamp=ts,
+                  on_delivery=lambda err, msg: reports.append((err, msg.partition(), msg.offset())))
+    assert p.flush(20) == 0
+    assert len(reports) == 40 and all(err is None for err, _, _ in reports), reports[:3]
+    got = _consume(bootstrap, "KfRound", range(4), 40)
+    assert len(got) == 40
+    by_value = {(m.partition(), m.value()): m for m in got}
+    for part, key, value, headers, ts in sent:
+        m = by_value[(part, value)]
+        assert m.key() == key and m.headers() == headers and m.timestamp()[1] == ts
+    # partition i is the i-th queue by broker name, then queue id; the offsets are its queue offsets
+    for part, mq in enumerate(queues):
+        assert admin.max_offset(mq) == 10
+        offsets = sorted(m.offset() for m in got if m.partition() == part)
+        assert offsets == list(range(10))
+    # a UTF-8 key is a Quiver key too
+    found = wait_for(lambda: admin.query_by_key("KfRound", "key-3"), 20, "key-3 indexed")
+    assert found[0].body == b"value-3" and found[0].properties["color"] == "blue"
+
+
+def test_quiver_producer_to_kafka_consumer_and_list_offsets(env):
+    c, gw, admin, bootstrap = env
+    queues = _topic(admin, "KfFromQuiver", queues=1)
+    with QProducer("kf-q", namesrv=c.namesrv) as qp:
+        results = [qp.send(QMessage("KfFromQuiver", f"q-{i}".encode(), keys=[f"k{i}"], properties={"region": "eu"}),
+                           queue=queues[1]) for i in range(5)]
+    got = _consume(bootstrap, "KfFromQuiver", [1], 5)
+    assert [m.value() for m in got] == [b"q-%d" % i for i in range(5)]
+    assert [m.key() for m in got] == [b"k%d" % i for i in range(5)]
+    assert all(m.headers() == [("region", b"eu")] for m in got)
+    born = admin.view_message(results[0].msg_id, "KfFromQuiver").born_timestamp
+    assert got[0].timestamp() == (confluent_kafka.TIMESTAMP_CREATE_TIME, born)
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        lo, hi = cons.get_watermark_offsets(TopicPartition("KfFromQuiver", 1), timeout=10)
+        assert (lo, hi) == (0, 5)
+        assert cons.get_watermark_offsets(TopicPartition("KfFromQuiver", 0), timeout=10) == (0, 0)
+        md = cons.list_topics("KfFromQuiver", timeout=10).topics["KfFromQuiver"]
+        assert sorted(md.partitions) == [0, 1] and md.error is None
+        missing = cons.list_topics("KfNoSuchTopic", timeout=10).topics["KfNoSuchTopic"]
+        assert missing.error is not None
+    finally:
+        cons.close()
+
+
+def _frame(api_key, version, corr, body=b""):
+    head = struct.pack(">hhih", api_key, version, corr, 4) + b"test"
+    return struct.pack(">i", len(head) + len(body)) + head + body
+
+
+def _answer(sock):
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    return sock.recv(size, socket.MSG_WAITALL)
+
+
+def _closed(sock) -> bool:
+    """The peer closed `sock` (an orderly close, or a reset when our unread bytes were dropped)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_unsupported_api_is_answered_and_oversize_frame_closes_only_that_connection(env):
+    c, gw, admin, bootstrap = env
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(_frame(10, 1, 77, struct.pack(">h", 5) + b"group" + b"\x00"))   # FindCoordinator v1
+        out = _answer(s)
+        assert struct.unpack_from(">i", out)[0] == 77
+        assert struct.unpack_from(">ih", out, 4)[1] == 35                         # UNSUPPORTED_VERSION
+        s.sendall(_frame(18, 9, 78))                                              # ApiVersions v9
+        out = _answer(s)
+        assert struct.unpack_from(">ih", out) == (78, 35)
+        s.sendall(_frame(18, 2, 79))                                              # the connection lives on
+        assert struct.unpack_from(">ih", _answer(s)) == (79, 0)
+    with socket.create_connection((host, int(port)), timeout=10) as big, \
+            socket.create_connection((host, int(port)), timeout=10) as other:
+        big.sendall(struct.pack(">i", MAX_REQUEST + 1) + b"x" * 1024)
+        assert _closed(big)
+        other.sendall(_frame(18, 2, 80))
+        assert struct.unpack_from(">ih", _answer(other)) == (80, 0)
+    assert gw.alive()
