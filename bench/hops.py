@@ -36,7 +36,6 @@ import tempfile
 import time
 
 from quiver import Admin, Message, Producer
-from quiver.tools.local import LocalCluster
 
 from bench.peers import base
 
@@ -76,13 +75,8 @@ def _ready(child: subprocess.Popen, producer: Producer, topic: str, timeout_s: f
 
 def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
     """The raw points of n messages: {"points": {i: {point: seconds}}, "threads", "rate_done"}."""
-    cluster = LocalCluster(data_dir)
+    cluster = base.one_broker(data_dir, "--flush", "async")
     try:
-        cluster.add_namesrv()
-        cluster.wait()
-        cluster.add_broker(None, None, "--flush", "async")
-        cluster.wait()
-        cluster.wait_registered(1)
         admin = Admin(namesrv=cluster.namesrv)
         admin.create_topic("Hops", queues=QUEUES)
         admin.shutdown()
@@ -107,10 +101,7 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
                 rate_done = n / (time.perf_counter() - t0)
             out = json.loads(child.stdout.readline())
         finally:
-            if child.poll() is None:
-                child.kill()
-            child.wait(10)
-            child.stdout.close()
+            base.stop(child)
     finally:
         cluster.stop()
     points = {}

@@ -122,7 +122,37 @@ class System:
         pass
 
 
+def one_broker(data_dir: str, *broker_args: str, **cluster_kw):
+    """A started quiver.tools.local.LocalCluster: one name server, one broker (`broker_args`: its
+    settings) registered with it; stopped again if it does not start."""
+    from quiver.tools.local import LocalCluster
+    cluster = LocalCluster(data_dir, **cluster_kw)
+    try:
+        cluster.add_namesrv()
+        cluster.wait()
+        cluster.add_broker(None, None, *broker_args)
+        cluster.wait()
+        cluster.wait_registered(1)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
 # ---- child processes ------------------------------------------------------------------
+
+def stop(proc: subprocess.Popen) -> None:
+    """Kill a child by its PID unless it has ended, reap it and close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
+
 
 class Child:
     """`python -m bench.peers.worker ...` speaking line-wise on stdin/stdout; killed by PID."""
@@ -149,14 +179,7 @@ class Child:
         self.proc.stdin.flush()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        for f in (self.proc.stdin, self.proc.stdout):
-            try:
-                f.close()
-            except OSError:
-                pass
+        stop(self.proc)
 
 
 def concurrent_produce(sys_name: str, system: System, procs: int, n_total: int, size: int,

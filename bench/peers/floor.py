@@ -51,9 +51,7 @@ class Floor(base.System):
 
     def __exit__(self, *exc):
         self.sock.close(0)
-        if self.server.poll() is None:
-            self.server.kill()
-        self.server.wait(10)
+        base.stop(self.server)
 
     def sync(self, samples: int) -> dict:
         sock, lat = self.sock, []
@@ -90,10 +88,7 @@ class Floor(base.System):
             out = json.loads(sink.stdout.readline())
         finally:
             push.close(0)
-            if sink.poll() is None:
-                sink.kill()
-            sink.wait(10)
-            sink.stdout.close()
+            base.stop(sink)
         return base.e2e_result(self.name, n, out, rate_done)
 
 

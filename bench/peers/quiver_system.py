@@ -17,7 +17,6 @@ import tempfile
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
-from quiver.tools.local import LocalCluster
 from quiver.wire.curve import init_auth_dir
 
 from bench.core import pipelined_batches
@@ -68,13 +67,9 @@ class QuiverAsync(base.System):
     def __enter__(self):
         self.dir = tempfile.TemporaryDirectory(prefix=f"quiver-bench-{self.name}-")
         self.creds = init_auth_dir(os.path.join(self.dir.name, "auth")) if self.auth else None
-        self.cluster = LocalCluster(self.dir.name, auth_dir=os.path.join(self.dir.name, "auth") if self.auth else None)
         try:
-            self.cluster.add_namesrv()
-            self.cluster.wait()
-            self.broker = self.cluster.add_broker(None, None, "--flush", self.flush)
-            self.cluster.wait()
-            self.cluster.wait_registered(1)
+            self.cluster = base.one_broker(self.dir.name, "--flush", self.flush,
+                                           auth_dir=os.path.join(self.dir.name, "auth") if self.auth else None)
             self.admin = Admin(namesrv=self.cluster.namesrv, credentials=self.creds)
             self.client = Client(self.conn())
         except BaseException:
@@ -89,7 +84,8 @@ class QuiverAsync(base.System):
                 if obj is not None:
                     obj.close() if name == "client" else obj.shutdown()
         finally:
-            self.cluster.stop()
+            if getattr(self, "cluster", None) is not None:
+                self.cluster.stop()
             self.dir.cleanup()
 
     def conn(self) -> dict:
@@ -176,10 +172,7 @@ class QuiverAsync(base.System):
             rate_done = n / (time.perf_counter() - t0)
             out = json.loads(proc.stdout.readline())
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(10)
-            proc.stdout.close()
+            base.stop(proc)
         return base.e2e_result(self.name, n, out, rate_done)
 
 
