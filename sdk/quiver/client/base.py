@@ -22,7 +22,7 @@ from typing import Any, Self, cast
 
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import ClientError, FieldError, NoPermissionError, QuiverError, TopicNotExistError
+from quiver.errors import ClientError, NoPermissionError, QuiverError, TopicNotExistError
 from quiver.wire.names import is_valid_addr
 from quiver.wire.names import split_addrs
 from quiver.wire.curve import Credentials, credentials_from
@@ -126,20 +126,7 @@ class Route:
         """The reply through its schema (rq.RouteData); what it left out goes to `skipped`. A
         field of the wrong shape is left out alone: the rest of the route stands."""
         ext = {**data, _TOPIC: topic} if isinstance(data, dict) else {_TOPIC: topic}
-        try:
-            route, self.skipped = rq.RouteData.decode_skipping(ext)
-            return route
-        except FieldError:
-            pass
-        bad: list[str] = []
-        for key in [k for k in ext if k != _TOPIC]:
-            try:
-                rq.RouteData.decode({_TOPIC: topic, key: ext[key]})
-            except FieldError as exc:
-                bad.append(exc.remark)
-                del ext[key]
-        route, self.skipped = rq.RouteData.decode_skipping(ext)
-        self.skipped[:0] = bad
+        route, self.skipped = rq.RouteData.decode_skipping(ext, drop_fields=True)
         return route
 
     def addr(self, broker: str) -> str:

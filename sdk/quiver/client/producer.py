@@ -23,6 +23,7 @@ from typing import Any
 
 from quiver.wire import requests as rq
 from quiver.wire.protocol import Envelope
+from quiver.wire.transport import Transport
 from quiver.wire.curve import Credentials
 from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode, ResponseCode
@@ -518,7 +519,7 @@ TRACE_PRODUCER_GROUP = "_INNER_TRACE_PRODUCER"
 
 
 def trace_producer(namesrv: str | list[str], credentials: str | Credentials | None,
-                   transport_factory: Callable[..., Any] | None = None) -> Producer:
+                   transport_factory: type[Transport] | None = None) -> Producer:
     """A started, untraced Producer for trace records (on `transport_factory` when given)."""
     p = Producer(TRACE_PRODUCER_GROUP, namesrv=namesrv, credentials=credentials, trace=False)
     if transport_factory is not None:

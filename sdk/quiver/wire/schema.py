@@ -369,6 +369,7 @@ class Schema:
     CODE: RequestCode | None = None
     ACCESS = None  # a request schema's Access (quiver.wire.access); replies have none
     FIELDS: tuple = ()
+    KEEP_DEFAULTS = False  # ext() sends fields at their default too (a reply some peers read as a plain map)
     __slots__ = ()
 
     if TYPE_CHECKING:  # the dataclass decorators write these (a keyword-only __init__, one per field)
@@ -387,36 +388,52 @@ class Schema:
             raise cls._error(exc) from None
 
     @classmethod
-    def decode_skipping(cls, ext: Any) -> tuple[Self, list[str]]:
+    def decode_skipping(cls, ext: Any, *, drop_fields: bool = False) -> tuple[Self, list[str]]:
         """`decode`, and a description of each entry its `skip_bad` lists and maps left out
-        (a peer's data: the caller logs them)."""
+        (a peer's data: the caller logs them). With `drop_fields`, an optional field of the
+        wrong shape is left out too (its default taken, its description listed first), so one
+        bad field does not cost the rest; a required one is still a FieldError."""
         sink: list[str] = []
+        if not drop_fields:
+            token = _SKIPS.set(sink)
+            try:
+                return cls.decode(ext), sink
+            finally:
+                _SKIPS.reset(token)
+        if type(ext) is not dict:
+            raise FieldError(f"{cls._what()}: the header's ext must be a JSON object, got {_show(ext)}")
+        dropped: list[str] = []
         token = _SKIPS.set(sink)
         try:
-            return cls.decode(ext), sink
+            return cls._decode(ext, dropped), dropped + sink
+        except Invalid as exc:
+            raise cls._error(exc) from None
         finally:
             _SKIPS.reset(token)
 
     @classmethod
-    def _decode(cls, ext: dict[str, Any]) -> Self:
+    def _decode(cls, ext: dict[str, Any], dropped: list[str] | None = None) -> Self:
+        """`dropped` given: an optional field of the wrong shape takes its default and is described there."""
         obj = object.__new__(cls)
         put = object.__setattr__
         get = ext.get
         for spec in cls.FIELDS:
             value = get(spec.key)
-            if value is None:
-                if spec.required:
-                    raise Invalid(spec.check.expected, MISSING, spec.code, spec.key)
-                default = spec.default
-                put(obj, spec.name, default() if callable(default) else default)
-                continue
-            try:
-                put(obj, spec.name, spec.check(value))
-            except Invalid as exc:
-                exc.path = spec.key + exc.path
-                if spec.code is not None and exc.code is None:
-                    exc.code = spec.code
-                raise
+            if value is not None:
+                try:
+                    put(obj, spec.name, spec.check(value))
+                    continue
+                except Invalid as exc:
+                    exc.path = spec.key + exc.path
+                    if spec.code is not None and exc.code is None:
+                        exc.code = spec.code
+                    if dropped is None or spec.required:
+                        raise
+                    dropped.append(cls._error(exc).remark)
+            elif spec.required:
+                raise Invalid(spec.check.expected, MISSING, spec.code, spec.key)
+            default = spec.default
+            put(obj, spec.name, default() if callable(default) else default)
         return obj
 
     @classmethod
@@ -448,7 +465,7 @@ class Schema:
             value = getattr(self, spec.name)
             if value is None:
                 continue
-            if not spec.required and not callable(spec.default) and value == spec.default:
+            if not spec.required and not callable(spec.default) and value == spec.default and not self.KEEP_DEFAULTS:
                 continue
             out[spec.key] = spec.check.encode(value)
         return out

@@ -55,6 +55,14 @@ def test_route_of_garbage_is_empty(data):
     assert route.addrs == {} and route.write_queues == [] and route.read_queues == []
 
 
+def test_a_field_of_the_wrong_shape_is_left_out_alone_and_described_once():
+    route = Route("T", _route_data(filter_servers=[GOOD], cluster_filter_servers="x"))
+    assert route.read_queues == Route("T", _route_data()).read_queues and route.filter_servers == {}
+    assert route.cluster_filter_servers == []
+    fields = [s for s in route.skipped if "field 'filter_servers'" in s or "field 'cluster_filter_servers'" in s]
+    assert len(fields) == 2 and len(route.skipped) == 11 - 2 + 2   # the entries of filter_servers went with it
+
+
 def test_addresses_the_route_accepts():
     assert is_valid_addr("h:1") and is_valid_addr("[::1]:9876") and is_valid_addr("a.b-c_d:65535")
     for bad in ("h", "h:0", "h:65536", ":1", "h:1;i:2", "h: 1", "h:١", None, 5, "tcp://h:1"):
