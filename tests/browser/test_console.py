@@ -45,7 +45,7 @@ def loaded(web_cluster):
     push.register(fail)
     with push:
         push.start()
-        wait(lambda: admin.dlq_messages("payer"), "the poison message in %DLQ%payer")
+        wait(lambda: admin.dlq_messages("payer"), "the poison message in %DLQ%payer", 60)
     wait(lambda: sum(r["consumer_offset"] or 0 for r in admin.consumer_progress("billing")) >= 12,
          "billing's offsets committed")
     return c, admin

@@ -122,7 +122,7 @@ def test_retry_then_dead_letter_then_resend(e2e, admin):
     pc.register(listener)
     with pc, Producer("e2e-pg", namesrv=e2e.namesrv) as p:
         sent = p.send(Message("E2eWork", b"poison", keys=["job-1"]))
-        dead = _wait(lambda: admin.dlq_messages("e2e-retry"), 20, "the dead letter")
+        dead = _wait(lambda: admin.dlq_messages("e2e-retry"), 60, "the dead letter")
         assert [(b, n) for b, n in attempts] == [(b"poison", 0), (b"poison", 1), (b"poison", 2)]
         assert dead[0].body == b"poison" and dead[0].properties.get("DLQ_ORIGIN_MESSAGE_ID") == sent.msg_id
         healed.set()

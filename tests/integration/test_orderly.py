@@ -98,7 +98,7 @@ def test_poison_message_retried_in_place_then_dead_lettered(cluster, inline):
     assert [a[1] for a in attempts if a[0] == "bad"] == [0, 1, 2]
     bad = [a[2] for a in attempts if a[0] == "bad"]
     assert all(b - a >= 0.15 for a, b in zip(bad, bad[1:]))         # after the suspend interval
-    dlq = _wait(lambda: admin.dlq_messages("poison"), 5, "dead letter")
+    dlq = _wait(lambda: admin.dlq_messages("poison"), 60, "dead letter")
     assert [m.body for m in dlq] == [b"bad"]
     assert dlq[0].properties["DLQ_ORIGIN_TOPIC"] == "Poison"
     admin.shutdown()

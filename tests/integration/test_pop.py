@@ -140,7 +140,7 @@ def test_max_retries_go_to_the_dlq(pop_cluster):
         while time.monotonic() < deadline and len(seen) < 3:
             seen.extend(m.reconsume_times for m in sc.receive(1, invisible_duration_s=0.5, wait_s=0.5))
         assert seen == [0, 1, 2]
-        dlq = wait_for(lambda: admin.dlq_messages("doomed"), 15, "the DLQ copy")
+        dlq = wait_for(lambda: admin.dlq_messages("doomed"), 60, "the DLQ copy")
         assert dlq[0].body == b"doomed" and dlq[0].properties.get("DLQ_ORIGIN_TOPIC") == "PopDoomed"
         assert not sc.receive(1, invisible_duration_s=1, wait_s=1)
 

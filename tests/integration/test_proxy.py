@@ -287,7 +287,7 @@ def test_forward_to_dead_letter_queue_moves_the_delivery_and_ends_it(env):
         assert stub.ForwardMessageToDeadLetterQueue(fwd, metadata=md, timeout=10).status.code == d.Code.OK
         again = stub.ForwardMessageToDeadLetterQueue(fwd, metadata=md, timeout=10).status.code
         assert again == d.Code.INVALID_RECEIPT_HANDLE                     # that delivery is over
-    dlq = wait_for(lambda: admin.dlq_messages("px-dlq"), 15, "the DLQ copy")
+    dlq = wait_for(lambda: admin.dlq_messages("px-dlq"), 60, "the DLQ copy")
     assert [m.body for m in dlq] == [b"poison"]
     with simple_consumer(proxy, "px-dlq", "PxDlq") as sc:
         assert not sc.receive(4, 30)                                      # acked: never delivered again

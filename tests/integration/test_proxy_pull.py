@@ -221,7 +221,7 @@ def test_forward_to_the_dlq_through_another_proxy(env):
     assert reply.status.code == d.Code.OK, reply.status
     again = first.ForwardMessageToDeadLetterQueue(fwd, metadata=MD, timeout=10).status.code
     assert again == d.Code.INVALID_RECEIPT_HANDLE                                   # that delivery is over
-    dlq = wait_for(lambda: admin.dlq_messages("pl-dlq-cg"), 15, "the DLQ copy")
+    dlq = wait_for(lambda: admin.dlq_messages("pl-dlq-cg"), 60, "the DLQ copy")
     assert [m.body for m in dlq] == [b"poison"]
     # the forward held the delivery 3 s (2 x --request-timeout-ms + 1 s): acked, it does not come back after
     assert not _receive(first, "PlDlq", "pl-dlq-cg", 4)

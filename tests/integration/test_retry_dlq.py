@@ -39,7 +39,7 @@ def test_fail_twice_then_succeed_gets_three_deliveries(retry_cluster):
             Admin(namesrv=c.namesrv).create_topic("Work", queues=2)
             pc.start()
             r = p.send(Message("Work", b"job-1", tags="T"))
-        _wait(lambda: len(seen) >= 3, 20, "three deliveries")
+        _wait(lambda: len(seen) >= 3, 60, "three deliveries")
         time.sleep(0.5)
     assert [s[1] for s in seen] == [0, 1, 2]
     assert all(s[0] == "Work" and s[2] == b"job-1" for s in seen)   # original topic restored
@@ -66,7 +66,7 @@ def test_always_failing_lands_in_dlq_after_max_and_resend_works(retry_cluster):
     with pc, Producer("pg", namesrv=c.namesrv) as p:
         pc.start()
         sent = p.send(Message("Doomed", b"poison", keys=["k1"], properties={"resent": "0"}))
-        dlq = _wait(lambda: admin.dlq_messages("dg"), 20, "the dead letter")
+        dlq = _wait(lambda: admin.dlq_messages("dg"), 60, "the dead letter")
         assert attempts == [0, 1, 2]
         m = dlq[0]
         assert m.body == b"poison" and m.topic == "%DLQ%dg"
@@ -103,7 +103,7 @@ def test_inline_listener_failures_go_back_at_once_and_return_with_their_count(re
     with pc, Producer("pg", namesrv=c.namesrv) as p:
         pc.start()
         p.send(Message("Work", b"job"))
-        _wait(lambda: len(seen) >= 3, 20, "three deliveries")
+        _wait(lambda: len(seen) >= 3, 60, "three deliveries")
         time.sleep(0.5)   # nothing more may come
     assert [s[0] for s in seen] == [0, 1, 2]
     assert all(s[2] == b"job" for s in seen)

@@ -120,7 +120,7 @@ def test_retry_until_dlq_timeline(make_cluster):
             _consumer(c.namesrv, "dg", "Doomed", lambda msgs: ConsumeResult.RECONSUME_LATER) as pc:
         pc.start()
         r = p.send(Message("Doomed", b"poison", keys=["k1"]))
-        wait_for(lambda: admin.dlq_messages("dg"), 30, "the dead letter")
+        wait_for(lambda: admin.dlq_messages("dg"), 60, "the dead letter")
     rows = _timeline(admin, r.msg_id, lambda t: "DLQ" in t and t.count("SubAfter") == 3)
     consumer_side = [t for t in _types(rows) if t not in ("Delayed",)]  # each retry also passes the scheduler
     assert consumer_side == ["Pub", "SubBefore", "SubAfter", "Retry", "SubBefore", "SubAfter", "Retry",

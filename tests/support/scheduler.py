@@ -19,7 +19,7 @@ def sched_cluster(make_cluster, schedulers=1, broker_args=(), sched_args=()):
     return c, scheds, admin
 
 
-def wait_owned(admin, scheds, total, timeout=20.0):
+def wait_owned(admin, scheds, total, timeout=60.0):
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -47,8 +47,9 @@ def consumer(namesrv, topic, group="sched-test"):
     return c.start()
 
 
-def create_topic(admin, topic, queues, timeout=10.0):
-    """Create a topic and wait until the name server routes it (registration is asynchronous)."""
+def create_topic(admin, topic, queues, timeout=60.0):
+    """Create a topic and wait until the name server routes it (registration is asynchronous, and one
+    lost on a loaded machine is sent again a register interval, 30 s, later)."""
     admin.create_topic(topic, queues=queues)
     deadline = time.monotonic() + timeout
     while True:
