@@ -13,6 +13,7 @@ gateway cannot ask for more than the broker does.
 """
 
 import logging
+import threading
 import time
 
 from quiver.client import queue_puller
@@ -60,7 +61,8 @@ class Gateway:
         timeout = config.request_timeout_ms / 1000
         self.admin = Admin(config.namesrv, timeout)
         self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes)
-        self.counts: dict[tuple[str, int], int] = {}
+        self.counts: dict[tuple[str, int], int] = {}   # (api, Kafka error code) -> answers: STATUS
+        self._lock = threading.Lock()
 
     def shutdown(self) -> None:
         self.sender.shutdown()
@@ -193,7 +195,7 @@ class Gateway:
     def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int) -> dict:
         out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
-               "records": None}
+               "records": b""}   # empty, not null: librdkafka refuses a null record set
         mq, err = self.queue(topic, partition)
         if mq is None:
             return {**out, "error_code": err}
@@ -247,4 +249,5 @@ class Gateway:
             return error_of(exc), -1, -1
 
     def _count(self, api: str, err: int) -> None:
-        self.counts[(api, err)] = self.counts.get((api, err), 0) + 1
+        with self._lock:
+            self.counts[(api, err)] = self.counts.get((api, err), 0) + 1

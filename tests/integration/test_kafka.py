@@ -124,6 +124,20 @@ def test_quiver_producer_to_kafka_consumer_and_list_offsets(env):
         cons.close()
 
 
+@pytest.mark.parametrize("acks", [0, 1])
+def test_acks_0_and_1_store_every_message(env, acks):
+    c, gw, admin, bootstrap = env
+    topic = f"KfAcks{acks}"
+    queues = _topic(admin, topic, queues=1)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 2})
+    for i in range(20):
+        p.produce(topic, b"a-%d" % i, partition=i % 2)
+    assert p.flush(20) == 0
+    wait_for(lambda: sum(admin.max_offset(q) for q in queues) == 20, 20, f"20 messages stored with acks={acks}")
+    got = _consume(bootstrap, topic, [0, 1], 20)
+    assert sorted(m.value() for m in got) == sorted(b"a-%d" % i for i in range(20))
+
+
 def _frame(api_key, version, corr, body=b""):
     head = struct.pack(">hhih", api_key, version, corr, 4) + b"test"
     return struct.pack(">i", len(head) + len(body)) + head + body
