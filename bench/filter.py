@@ -22,6 +22,7 @@ import time
 
 from quiver import Admin, Message, MessageSelector, Producer, PullConsumer
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver.tools.local import LocalCluster, wait_healthy
 from quiver_filter import sql92
 from quiver_filter.scanning import scan
@@ -53,8 +54,8 @@ def engine(n: int) -> dict:
         best = max(best, rounds * len(maps) / (time.perf_counter() - t0))
         evals += rounds * len(maps)
     # the filter server's per-record path: properties decoded from stored bytes + match
-    recs = b"".join(record.encode(b"x" * 256, b"Bench", 0, 0, i, i, 0, 1, bytes(8), 2, bytes(8), 0, 0,
-                                  record.format_properties(p).encode()) for i, p in enumerate(maps))
+    recs = b"".join(record.encode(b"x" * 256, topic=b"Bench", props=format_properties(p).encode(), queue_offset=i,
+                                  phys_offset=i, born_ts=1, store_ts=2) for i, p in enumerate(maps))
     t0 = time.perf_counter()
     rounds = max(1, n // len(maps) // 2)
     for _ in range(rounds):

@@ -7,6 +7,7 @@ the index is rechecked on the record (hashes only narrow the search).
 
 from quiver.wire import record
 from quiver.wire.properties import KEYS, UNIQ_KEY
+from quiver.wire.property_string import get_property
 
 from .index_file import key_hash, prefix_crc
 
@@ -36,8 +37,8 @@ def query_by_key(commit_log, index, topic: str, key: str, max_num: int, begin_ms
         # The hash only narrows the search: different keys share slots and hashes.
         if rec is None or rec.topic != topic or not begin_ms <= rec.store_ts <= end_ms:
             continue
-        keys = record.get_property(rec.props, KEYS) or ""
-        if record.get_property(rec.props, UNIQ_KEY) == key or key in keys.split(" "):
+        keys = get_property(rec.props, KEYS) or ""
+        if get_property(rec.props, UNIQ_KEY) == key or key in keys.split(" "):
             out.append(rec)
             if len(out) >= max_num:
                 break

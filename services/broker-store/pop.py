@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 
 from quiver.wire import tags as tag_expr
-from quiver.wire.properties import SHARDING_KEY
+from quiver.wire.properties import SHARDING_KEY, TAGS
 from quiver.errors import InvalidParameterError, ReceiptHandleExpiredError, TopicNotExistError
 from quiver.wire import record
 from quiver.wire import requests as rq
@@ -163,7 +163,7 @@ class PopRequests:
                 seen = set()
                 for rec, raw in records_of(res.data):
                     seen.add(rec.queue_offset)
-                    if want is None or rec.properties().get(record.TAGS) in want:
+                    if want is None or rec.properties().get(TAGS) in want:
                         got.append((rec.queue_offset, 0, raw))
                     else:
                         filtered.append(rec.queue_offset)
@@ -189,7 +189,7 @@ class PopRequests:
                 continue
             props = rec.properties()
             e = st.inflight.get(off)
-            if e is None and want is not None and props.get(record.TAGS) not in want:
+            if e is None and want is not None and props.get(TAGS) not in want:
                 filtered.append(off)
                 continue
             key = props.get(SHARDING_KEY) or ""

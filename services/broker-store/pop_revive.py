@@ -35,6 +35,7 @@ from quiver.wire.ids import host_bytes
 from quiver.wire.properties import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, RECONSUME_TIME, UNIQ_KEY
 from quiver.wire import record
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
+from quiver.wire.property_string import format_properties
 
 from .pop import records_of
 from .pop_state import REVIVE_GROUP, ack_record, decode, encode, revive_topic
@@ -201,7 +202,7 @@ class Revive:
         props[RECONSUME_TIME] = str(reconsume)
         dlq = DLQ_PREFIX + group
         self.topics.config(dlq, create=True, system=True, queues=1)
-        put = self.store.put_batch(dlq, 0, [rec.body], [record.format_properties(props)], [rec.flag],
+        put = self.store.put_batch(dlq, 0, [rec.body], [format_properties(props)], [rec.flag],
                                    rec.sys_flag & ~record.TX_MASK, rec.born_ts, rec.born_host, reconsume)
         check_stored(put, "DLQ move")   # raised: the message stays in flight and the next step retries
         self.counters["pop_dlq_messages"] += 1

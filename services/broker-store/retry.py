@@ -29,6 +29,7 @@ from quiver.wire.requests import SendMessage
 from quiver.wire.properties import (DELAY, DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES,
                                     ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RECONSUME_TIME, RETRY_TOPIC,
                                     TIMER_DELIVER_MS, UNIQ_KEY, read_int)
+from quiver.wire.property_string import format_properties
 
 from .tracing import is_traced
 
@@ -121,7 +122,7 @@ class Retry:
         self.topics.config(topic, create=True, system=True, queues=1)
         self.counters["dlq_messages"] += 1
         log.info("message %a of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
-        return topic, 0, record.format_properties(props)
+        return topic, 0, format_properties(props)
 
     def _to_retry(self, group: str, props: dict, delay: int, reconsume: int, limit: int, delay_ms: int | None = None):
         """Parked in the schedule topic for its delay level (or, with `delay_ms`, in the timer
@@ -134,12 +135,12 @@ class Retry:
             props.pop(DELAY, None)
             due = int(time.time() * 1000) + delay_ms
             props[TIMER_DELIVER_MS] = str(due)
-            parked = self.sender.park(topic, 0, record.format_properties(props), None, due)
+            parked = self.sender.park(topic, 0, format_properties(props), None, due)
             self.counters["retry_messages"] += 1
             return parked
         level = min(delay if delay > 0 else 3 + reconsume - 1, INT32_MAX)  # DELAY's range
         props[DELAY] = str(level)
-        parked = self.sender.park(topic, 0, record.format_properties(props), str(level), None)
+        parked = self.sender.park(topic, 0, format_properties(props), str(level), None)
         self.counters["retry_messages"] += 1
         return parked
 

@@ -29,7 +29,6 @@ itself (services/scheduler) owns waiting, progress and cancellation.
 import logging
 import time
 
-from quiver.wire import record
 from quiver.wire import properties
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
@@ -37,6 +36,7 @@ from quiver.errors import QuiverError
 from quiver.wire.properties import (DELAY, REAL_QID, REAL_TOPIC, SCHEDULE_DUE_MS, SCHEDULE_ORIGIN_ID, TIMER_DELAY_MS,
                                     TIMER_DELAY_SEC, TIMER_DELIVER_MS, UNIQ_KEY)
 from quiver.wire.names import HALF_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.wire.property_string import format_properties, parse_properties
 
 from .sending import born_host
 from .status_codes import check_stored
@@ -48,7 +48,7 @@ _DROP = (DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 
 def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str]:
     """(real topic, real queue id, properties to store) of a parked message."""
-    p = record.parse_properties(props)
+    p = parse_properties(props)
     topic = p.get(REAL_TOPIC)
     qid = properties.read_int(p, REAL_QID, 0)  # the caller checks the kept REAL_* again
     for name in _DROP:
@@ -58,7 +58,7 @@ def restore(props: str, due_ms: int | None = None) -> tuple[str | None, int, str
         p[SCHEDULE_ORIGIN_ID] = uniq
     if type(due_ms) is int and due_ms > 0:
         p[SCHEDULE_DUE_MS] = str(due_ms)
-    return topic, qid, record.format_properties(p)
+    return topic, qid, format_properties(p)
 
 
 class Schedule:

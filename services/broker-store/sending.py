@@ -20,9 +20,9 @@ from quiver.wire import record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
-from quiver.wire.record import NAME_SEP, PROP_SEP, get_property as get_props_value
 from quiver.wire.requests import SendMessage
 from quiver.wire.properties import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put
+from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties, get_property as get_props_value
 
 from .status_codes import check_stored
 from .tracing import trace_topic
@@ -134,7 +134,7 @@ class Sender:
 
     def park(self, topic, queue_id, prop, delay, deliver_at):
         """Move a delayed message to its schedule topic, keeping where it belongs."""
-        extra = record.format_properties(((REAL_TOPIC, topic), (REAL_QID, queue_id)))
+        extra = format_properties(((REAL_TOPIC, topic), (REAL_QID, queue_id)))
         if delay:
             try:
                 level = int(delay)

@@ -276,10 +276,11 @@ class MessageStore:
                     phys += space
                 chunks.append([])
                 space = seg_bytes
-            chunks[-1].append(record.encode(body, topic_b, queue_id, flags[i], 0 if qoff is None else qoff + i,
-                                            phys, sys_flag, born_ts, born_host, store_ts, self.store_host,
-                                            reconsume, prepared_offset, pb, body_crcs[i] if body_crcs else None,
-                                            self.prop_crc))
+            chunks[-1].append(record.encode(
+                body, topic=topic_b, props=pb, queue_id=queue_id, flag=flags[i],
+                queue_offset=0 if qoff is None else qoff + i, phys_offset=phys, sys_flag=sys_flag, born_ts=born_ts,
+                born_host=born_host, store_ts=store_ts, store_host=self.store_host, reconsume=reconsume,
+                prepared_offset=prepared_offset, body_crc=body_crcs[i] if body_crcs else None, prop_crc=self.prop_crc))
             phys_offsets.append(phys)
             sizes.append(size)
             phys += size

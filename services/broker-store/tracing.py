@@ -15,9 +15,10 @@ quiver.wire.trace, the only encoder.
 import logging
 import time
 
-from quiver.wire import record, trace
+from quiver.wire import trace
 from quiver.wire.properties import KEYS, TAGS
 from quiver.wire.names import TRACE_TOPIC
+from quiver.wire.property_string import format_properties
 
 from .store import PutStatus
 
@@ -58,7 +59,7 @@ class BrokerTrace:
         try:
             trace_topic(self.topics)
             for body, ids in trace.pack(events, 200):
-                keys = record.format_properties(((KEYS, " ".join(ids)),))
+                keys = format_properties(((KEYS, " ".join(ids)),))
                 res = self.store.put_batch(TRACE_TOPIC, 0, [body], [keys], [0], 0, int(time.time() * 1000), _LOOPBACK)
                 if res.status is not PutStatus.PUT_OK:
                     raise OSError(res.remark)

@@ -49,13 +49,13 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, NoPermissionError, QuiverError, error_for
 from quiver.wire.access import PUB, topic_resource
 from quiver.wire.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
-from quiver.wire.record import get_property
 from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, DELAY, INT32_MAX, PGROUP,
                                     KEYS, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS,
                                     TRANSACTION_CHECK_TIMES as CHECK_TIMES, TRANSACTION_ID, TRAN_BORN_MS as BORN_MS,
                                     TRAN_STATE, TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET as PREPARED_QOFF, UNIQ_KEY,
                                     read_int, read_topic)
 from quiver.wire.transport import next_request_id
+from quiver.wire.property_string import format_properties, get_property
 
 from .status_codes import check_stored
 from .resolutions import Resolutions
@@ -130,7 +130,7 @@ class Transactions:
         if not txid or not get_property(p, PGROUP):
             raise InvalidParameterError("a half message needs UNIQ_KEY and PGROUP properties")
         self.topics.config(HALF_TOPIC, create=True, system=True, queues=1)
-        p += record.format_properties(((REAL_TOPIC, topic), (REAL_QID, queue_id), (TRANSACTION_ID, txid)))
+        p += format_properties(((REAL_TOPIC, topic), (REAL_QID, queue_id), (TRANSACTION_ID, txid)))
         self.counters["txn_half"] += 1
         return HALF_TOPIC, 0, [p], sys_flag & ~record.TX_MASK
 
@@ -248,7 +248,7 @@ class Transactions:
         for real, qid, rec, props in commits:
             for name in _REAL_DROP:
                 props.pop(name, None)
-            res = self.store.put_batch(real, qid, [rec.body], [record.format_properties(props)], [rec.flag],
+            res = self.store.put_batch(real, qid, [rec.body], [format_properties(props)], [rec.flag],
                                        record.TX_COMMIT, rec.born_ts, rec.born_host, 0, rec.phys_offset,
                                        [rec.body_crc])
             check_stored(res, "transaction writes")
@@ -260,7 +260,7 @@ class Transactions:
             return []
         self.topics.config(OP_HALF_TOPIC, create=True, system=True, queues=1)
         bodies = [f"{qoff},".encode() for qoff, _, _ in ops]
-        props = [record.format_properties(((TAGS, OP_TAG), (TRANSACTION_ID, txid), (TRAN_STATE, st)))
+        props = [format_properties(((TAGS, OP_TAG), (TRANSACTION_ID, txid), (TRAN_STATE, st)))
                  for _, txid, st in ops]
         res = self.store.put_batch(OP_HALF_TOPIC, 0, bodies, props, [0] * len(ops), 0, int(time.time() * 1000),
                                    self.store_host)
@@ -340,7 +340,7 @@ class Transactions:
             if read_int(props, BORN_MS, -1) < 0:
                 props[BORN_MS] = str(rec.born_ts)
             bodies.append(rec.body)
-            props_out.append(record.format_properties(props))
+            props_out.append(format_properties(props))
             flags.append(rec.flag)
             crcs.append(rec.body_crc)
         res = self.store.put_batch(HALF_TOPIC, 0, bodies, props_out, flags, 0, int(time.time() * 1000),

@@ -31,6 +31,7 @@ from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL
 from quiver.wire.properties import REAL_QID, REAL_TOPIC, UNIQ_KEY
 from quiver.wire.ids import offset_msg_id
 from quiver.wire.validation import SCHEDULE_TOPIC
+from quiver.wire.property_string import get_property
 
 from . import reput
 from .cancels import topic_of
@@ -64,7 +65,7 @@ def now_ms() -> int:
 
 
 def msg_id_of(rec) -> str:
-    return record.get_property(rec.props, UNIQ_KEY) or offset_msg_id(rec.store_host, rec.phys_offset)
+    return get_property(rec.props, UNIQ_KEY) or offset_msg_id(rec.store_host, rec.phys_offset)
 
 
 def poison_of(props: str) -> str | None:

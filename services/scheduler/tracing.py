@@ -10,11 +10,9 @@ substring scan of their properties. Record format: quiver.wire.trace.
 """
 
 from quiver.wire import trace
-from quiver.wire.properties import REAL_QID, REAL_TOPIC, read_int
+from quiver.wire.properties import REAL_QID, REAL_TOPIC, index_fields, read_int
+from quiver.wire.property_string import get_property, parse_properties
 from quiver.client.trace_dispatcher import TraceDispatcher
-from quiver.wire import record
-
-_MARK = f"{trace.TRACE_ON}{record.NAME_SEP}true"
 
 
 class DeliveryTrace:
@@ -26,10 +24,10 @@ class DeliveryTrace:
         """`entries`: (msg id, due ms, parked properties) of one re-put the broker stored."""
         by_topic: dict[str, list] = {}   # real topic -> trace.msg_entry rows
         for mid, due, props in entries:
-            if _MARK not in props:
+            if get_property(props, trace.TRACE_ON) != "true":
                 continue
-            p = record.parse_properties(props)
-            tag, _, keys = record.index_fields(props)
+            p = parse_properties(props)
+            tag, _, keys = index_fields(props)
             extra = {"due_ms": due, "late_ms": store_ts - due}
             qid = read_int(p, REAL_QID, 0)
             by_topic.setdefault(p.get(REAL_TOPIC) or "?", []).append(

@@ -13,6 +13,8 @@ import pytest
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.properties import UNIQ_KEY
+from quiver.wire.property_string import get_property
 from quiver.errors import QuiverError
 
 PULL_OK = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
@@ -50,7 +52,7 @@ def read_topic(t, addr: str, topic: str, queues: int) -> dict[str, record.Record
     out = {}
     for q in range(queues):
         for rec in read_queue(t, addr, topic, q).values():
-            out[record.get_property(rec.props, record.UNIQ_KEY)] = rec
+            out[get_property(rec.props, UNIQ_KEY)] = rec
     return out
 
 

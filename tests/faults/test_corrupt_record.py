@@ -9,6 +9,8 @@ import pytest
 from quiver import Admin, Message, Producer, PullConsumer, SendStatus
 from quiver.wire import record
 from quiver.wire.transport import Transport
+from quiver.wire.properties import UNIQ_KEY
+from quiver.wire.property_string import get_property
 
 from faults.store_checks import read_topic, status
 
@@ -44,7 +46,7 @@ def locate(store_dir: str, msg_id: str) -> tuple[str, int, int, int]:
             if blank:
                 break
             rec = record.decode_at(data, pos)
-            if record.get_property(rec.props, record.UNIQ_KEY) == msg_id:
+            if get_property(rec.props, UNIQ_KEY) == msg_id:
                 return path, pos, size, len(rec.props.encode())
             pos += size
     raise AssertionError(f"{msg_id} not found on disk")

@@ -16,6 +16,8 @@ import pytest
 from quiver import Admin, Message, Producer, SendStatus
 from quiver.wire import record
 from quiver.wire.transport import Transport
+from quiver.wire.properties import UNIQ_KEY
+from quiver.wire.property_string import get_property
 
 from faults.store_checks import read_topic, status
 
@@ -51,7 +53,7 @@ def segment_tail(store_dir: str, k: int) -> tuple[str, int, int, str]:
         if blank:
             assert pos + size == len(data) == SEGMENT, "not a full segment"
             rec = record.decode_at(data, last)
-            return path, last, pos, record.get_property(rec.props, record.UNIQ_KEY)
+            return path, last, pos, get_property(rec.props, UNIQ_KEY)
         last, pos = pos, pos + size
 
 

@@ -48,6 +48,8 @@ from quiver.wire import record
 from quiver.wire import tags
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
+from quiver.wire.properties import TAGS
+from quiver.wire.property_string import get_property
 from quiver.errors import ClientError, QuiverError, error_for
 from quiver.client.filter_route import FilterServers, NoFilterServerError, is_sql, should_fail_over
 from quiver.client.message import MessageExt, PullStatus, decode_messages
@@ -125,7 +127,7 @@ class Pulled:
             return []
         recs = record.decode_many(self.body)
         wanted = wanted_tags(selector)
-        return recs if wanted is None else [r for r in recs if record.get_property(r.props, record.TAGS) in wanted]
+        return recs if wanted is None else [r for r in recs if get_property(r.props, TAGS) in wanted]
 
 
 def read(env) -> Pulled:

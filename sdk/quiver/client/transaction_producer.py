@@ -34,6 +34,7 @@ from quiver.client.message import Message, MessageExt, SendResult, SendStatus, T
 from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, KEYS, PGROUP, TAGS, TRANSACTION_ID,
                                     TRAN_MSG, UNIQ_KEY)
 from quiver.wire.ids import host_bytes, offset_msg_id
+from quiver.wire.property_string import format_properties
 from quiver.client.producer import _STATUS, Producer
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ class TransactionProducer(Producer):
         half: dict[str, Any] = {TRAN_MSG: "true", PGROUP: self.group}
         if check_immunity_ms is not None:
             half[CHECK_IMMUNITY] = max(1, round(check_immunity_ms / 1000))
-        return msg_id, props + record.format_properties(half)
+        return msg_id, props + format_properties(half)
 
     def half_sent(self, env: Envelope, mq: MessageQueue, addr: str, msg_id: str, props: str = "",
                   started: float | None = None) -> tuple[TransactionSendResult, Half]:

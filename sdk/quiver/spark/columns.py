@@ -18,6 +18,8 @@ import pyarrow.compute as pc
 from quiver.wire.ids import offset_msg_id
 from quiver.wire import record
 from quiver.wire.speedups import fast
+from quiver.wire.properties import KEYS, TAGS, UNIQ_KEY
+from quiver.wire.property_string import NAME_SEP, PROP_SEP
 
 SCHEMA = ("topic string, broker string, queue_id int, queue_offset bigint, msg_id string, tags string, "
           "keys array<string>, properties map<string,string>, body binary, born_timestamp timestamp, "
@@ -43,7 +45,7 @@ def record_columns(buf) -> tuple[list, ...]:
     when absent. A malformed body raises record.BadRecord."""
     cols: tuple[list, ...] = tuple([] for _ in COLUMNS)
     (topics, qids, qoffs, poffs, born, store, hosts, bodies, tags, uniqs, keys, ends, names, values) = cols
-    sep, name_sep, strip = record.PROP_SEP, record.NAME_SEP, record.strip_prop_crc
+    sep, name_sep, strip = PROP_SEP, NAME_SEP, record.strip_prop_crc
     for f in record.decode_fields(buf):
         topics.append(f.topic)
         qids.append(f.queue_id)
@@ -59,11 +61,11 @@ def record_columns(buf) -> tuple[list, ...]:
                 k, _, v = item.partition(name_sep)
                 names.append(k)
                 values.append(v)
-                if k == record.TAGS:
+                if k == TAGS:
                     tag = v
-                elif k == record.UNIQ_KEY:
+                elif k == UNIQ_KEY:
                     uniq = v
-                elif k == record.KEYS:
+                elif k == KEYS:
                     key = v
         tags.append(tag)
         uniqs.append(uniq)

@@ -7,8 +7,9 @@ the defensive readers services use on what they read back (`read_int`, `read_top
 `first_problem`: they never raise; a bad value gives the default and is reported through
 `on_bad`, so a loop can count it, log it once and go on) and the ConsumeQueue tag hash
 (`tag_hash`, Java's String.hashCode). Broker, services and clients all take them from here.
-Does not own the properties string ("name\\x01value\\x02": record.format_properties and
-record.parse_properties) nor the name rules (names.py)::
+Reads the properties string through property_string.py, which owns its format (`index_fields`
+here is the put path's one scan for the names the broker indexes); not the name rules
+(names.py)::
 
     property                         holds                               range
     DELAY                            delay level (clamped to the table)  0..2^31-1
@@ -37,10 +38,13 @@ from typing import Callable
 
 from quiver.errors import MessageIllegalError
 from quiver.wire import names
-from quiver.wire.record import KEYS, NAME_SEP, PROP_SEP, TAGS, UNIQ_KEY, get_property
+from quiver.wire.property_string import NAME_SEP, PROP_SEP, get_property
 from quiver.wire.speedups import fast
 
-# Property names (RocketMQ's MessageConst); TAGS, KEYS and UNIQ_KEY are the record's (the broker indexes them)
+# Property names (RocketMQ's MessageConst); the broker indexes TAGS (ConsumeQueue tag code), KEYS and UNIQ_KEY (IndexFile)
+TAGS = "TAGS"
+KEYS = "KEYS"
+UNIQ_KEY = "UNIQ_KEY"
 WAIT = "WAIT"
 DELAY = "DELAY"
 REAL_TOPIC = "REAL_TOPIC"
@@ -233,6 +237,26 @@ def _get(props, name: str):
     if isinstance(props, dict):
         return props.get(name)
     return get_property(props, name) if props else None
+
+
+_TAGS_AT = PROP_SEP + TAGS + NAME_SEP
+_KEYS_AT = PROP_SEP + KEYS + NAME_SEP
+_UNIQ_AT = PROP_SEP + UNIQ_KEY + NAME_SEP
+_LT, _LK, _LU = len(_TAGS_AT), len(_KEYS_AT), len(_UNIQ_AT)
+
+
+def index_fields(props: str) -> tuple[str | None, str | None, list[str]]:
+    """(TAGS, UNIQ_KEY, KEYS split on spaces) of one properties string.
+
+    Per message on the put path: three str.find over the string, no dict."""
+    p = f"{PROP_SEP}{props}{PROP_SEP}"  # each "\x02NAME\x01" now has a "\x02" after its value
+    i = p.find(_TAGS_AT)
+    tag = p[i + _LT:p.find(PROP_SEP, i + _LT)] if i >= 0 else None
+    i = p.find(_UNIQ_AT)
+    uniq = p[i + _LU:p.find(PROP_SEP, i + _LU)] if i >= 0 else None
+    i = p.find(_KEYS_AT)
+    keys = [k for k in p[i + _LK:p.find(PROP_SEP, i + _LK)].split(" ") if k] if i >= 0 else []
+    return tag, uniq, keys
 
 
 # ---- the ConsumeQueue tag hash -----------------------------------------------------------------

@@ -10,14 +10,15 @@ so the SDK decodes exactly what the broker stored::
     | TOPICLEN 1 (v1) or 2 (v2, topic > 127 bytes) | topic | PROPLEN 2 | properties
 
 BODYCRC = crc32(body) & 0x7FFFFFFF. A BLANK record (magic 0xCBD43194, 8 bytes
-minimum) pads the end of a segment. Properties are "name\\x01value\\x02" repeated.
+minimum) pads the end of a segment. Properties are "name\\x01value\\x02" repeated
+(property_string.py owns that format).
 Optionally (RocketMQ's enabledAppendPropCRC, marked by SYSFLAG_PROP_CRC) the
 properties end with __CRC32#, a CRC of every byte of the record before it.
 Clients never see __CRC32# (`client_properties`, RocketMQ's MessageDecoder drops
 PROPERTY_CRC32 too). `check_run` is the broker's check of every record it serves;
 `check_frame` the replication stream's check of a record's framing (its bounds, not
 its CRCs). This module owns bytes only: no file I/O. `encode_run`, `check_run`,
-`decode_fields` and `parse_properties` are the per-message hot path: each is the
+`decode_fields` and `settled_run` are the per-message hot path: each is the
 reference of a compiled twin (quiver.wire.speedups), which returns the same or leaves
 the input to it.
 """
@@ -28,6 +29,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from quiver.wire import speedups
+from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties, parse_properties
+# Also importable from here, their homes being properties.py and property_string.py:
+from quiver.wire.properties import KEYS, TAGS, UNIQ_KEY, index_fields  # noqa: F401,E402
+from quiver.wire.property_string import get_property  # noqa: F401,E402
 from quiver.wire.speedups import fast
 
 MAGIC_V1 = 0xDAA320A7
@@ -97,9 +102,6 @@ TX_COMMIT = 0x8
 TX_ROLLBACK = 0xC
 TX_MASK = 0xC
 
-NAME_SEP = "\x01"
-PROP_SEP = "\x02"
-
 # RocketMQ's enabledAppendPropCRC: the record ends with the property __CRC32# whose value is the
 # CRC of every byte before it, as ten digits least significant first (MessageDecoder.createCrc32).
 # Quiver marks such a record with a sysflag bit of its own, so a reader knows to check it.
@@ -115,7 +117,7 @@ def crc(body) -> int:
 
 
 def _crc_prop(c: int) -> bytes:
-    return _CRC_HEAD + str(c)[::-1].ljust(10, "0").encode() + b"\x02"
+    return format_properties(((PROP_CRC, str(c)[::-1].ljust(10, "0")),)).encode()
 
 
 def strip_prop_crc(props):
@@ -146,17 +148,22 @@ def _prop_crc_ok(buf, pos: int, end: int) -> bool:
 
 def encode_record(rec: "Record") -> bytes:
     """A decoded record as bytes again (its own CRC and offsets)."""
-    return encode(rec.body, rec.topic.encode(), rec.queue_id, rec.flag, rec.queue_offset, rec.phys_offset,
-                  rec.sys_flag, rec.born_ts, rec.born_host, rec.store_ts, rec.store_host, rec.reconsume,
-                  rec.prepared_offset, rec.props.encode(), rec.body_crc)
+    return encode(rec.body, topic=rec.topic.encode(), props=rec.props.encode(), queue_id=rec.queue_id, flag=rec.flag,
+                  queue_offset=rec.queue_offset, phys_offset=rec.phys_offset, sys_flag=rec.sys_flag,
+                  born_ts=rec.born_ts, born_host=rec.born_host, store_ts=rec.store_ts, store_host=rec.store_host,
+                  reconsume=rec.reconsume, prepared_offset=rec.prepared_offset, body_crc=rec.body_crc)
 
 
-def encode(body: bytes, topic: bytes, queue_id: int, flag: int, queue_offset: int,
-           phys_offset: int, sys_flag: int, born_ts: int, born_host: bytes, store_ts: int,
-           store_host: bytes, reconsume: int, prepared_offset: int, props: bytes,
-           body_crc: int | None = None, prop_crc: bool = False) -> bytes:
-    """One record as bytes. `born_host`/`store_host` are 8 bytes (ipv4 + port). `prop_crc`:
-    end it with the __CRC32# property (and set SYSFLAG_PROP_CRC)."""
+NO_HOST = bytes(8)
+
+
+def encode(body: bytes, *, topic: bytes, props: bytes = b"", queue_id: int = 0, flag: int = 0,
+           queue_offset: int = 0, phys_offset: int = 0, sys_flag: int = 0, born_ts: int = 0,
+           born_host: bytes = NO_HOST, store_ts: int = 0, store_host: bytes = NO_HOST, reconsume: int = 0,
+           prepared_offset: int = 0, body_crc: int | None = None, prop_crc: bool = False) -> bytes:
+    """One record as bytes; the fields by name, as `Record` names them. `born_host`/`store_host`
+    are 8 bytes (ipv4 + port), `body_crc` None: computed. `prop_crc`: end it with the __CRC32#
+    property (and set SYSFLAG_PROP_CRC). A put of many records is `encode_run`."""
     tlen = len(topic)
     thead = _U8.pack(tlen) if tlen <= 127 else _U16.pack(tlen)
     plen = len(props) + (CRC_PROP_BYTES if prop_crc else 0)
@@ -183,9 +190,11 @@ def encode_run(head: RunHead, bodies, flags, props: list[bytes], body_crcs=None,
     if prop_crc:  # one whole-record CRC each: record by record
         recs, offsets, sizes = [], [], []
         for i, body in enumerate(bodies):
-            rec = encode(body, topic, queue_id, flags[i], 0 if first_qoff is None else first_qoff + i, phys,
-                         sys_flag, born_ts, born_host, store_ts, store_host, reconsume, prepared_offset, props[i],
-                         body_crcs[i] if body_crcs else None, True)
+            rec = encode(body, topic=topic, props=props[i], queue_id=queue_id, flag=flags[i],
+                         queue_offset=0 if first_qoff is None else first_qoff + i, phys_offset=phys,
+                         sys_flag=sys_flag, born_ts=born_ts, born_host=born_host, store_ts=store_ts,
+                         store_host=store_host, reconsume=reconsume, prepared_offset=prepared_offset,
+                         body_crc=body_crcs[i] if body_crcs else None, prop_crc=True)
             recs.append(rec)
             offsets.append(phys)
             sizes.append(len(rec))
@@ -551,58 +560,3 @@ def decode_fields(buf) -> list[Fields]:
 
 speedups.layout("record", _LAYOUT, run_head=RunHead, fields=Fields)
 
-
-def format_properties(props) -> str:
-    """The properties string of a map or of (name, value) pairs, values as str() writes them:
-    the one place it is assembled (clients, broker and services append what this returns)."""
-    out = ""   # += in place, no comprehension frame, NAME_SEP and PROP_SEP as literals: per message sent
-    for k, v in (props.items() if isinstance(props, dict) else props):
-        out += f"{k}\x01{v}\x02"
-    return out
-
-
-@fast
-def parse_properties(s: str) -> dict[str, str]:
-    out = {}
-    if not s:
-        return out
-    for item in s.split(PROP_SEP):
-        if item:
-            k, _, v = item.partition(NAME_SEP)
-            out[k] = v
-    return out
-
-
-# the properties the broker indexes (ConsumeQueue tag code, IndexFile keys): RocketMQ's MessageConst names
-TAGS = "TAGS"
-KEYS = "KEYS"
-UNIQ_KEY = "UNIQ_KEY"
-_TAGS_AT = PROP_SEP + TAGS + NAME_SEP
-_KEYS_AT = PROP_SEP + KEYS + NAME_SEP
-_UNIQ_AT = PROP_SEP + UNIQ_KEY + NAME_SEP
-_LT, _LK, _LU = len(_TAGS_AT), len(_KEYS_AT), len(_UNIQ_AT)
-
-
-def index_fields(props: str) -> tuple[str | None, str | None, list[str]]:
-    """(TAGS, UNIQ_KEY, KEYS split on spaces) of one properties string.
-
-    Per message on the put path: three str.find over the string, no dict."""
-    p = f"{PROP_SEP}{props}{PROP_SEP}"  # each "\x02NAME\x01" now has a "\x02" after its value
-    i = p.find(_TAGS_AT)
-    tag = p[i + _LT:p.find(PROP_SEP, i + _LT)] if i >= 0 else None
-    i = p.find(_UNIQ_AT)
-    uniq = p[i + _LU:p.find(PROP_SEP, i + _LU)] if i >= 0 else None
-    i = p.find(_KEYS_AT)
-    keys = [k for k in p[i + _LK:p.find(PROP_SEP, i + _LK)].split(" ") if k] if i >= 0 else []
-    return tag, uniq, keys
-
-
-def get_property(s: str, name: str) -> str | None:
-    """One property without building the whole map (hot path on the broker)."""
-    key = name + NAME_SEP
-    i = 0 if s.startswith(key) else s.find(PROP_SEP + key)
-    if i < 0:
-        return None
-    start = i + len(key) + (0 if i == 0 and s.startswith(key) else 1)
-    end = s.find(PROP_SEP, start)
-    return s[start:end if end >= 0 else len(s)]

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker.commit_log import CommitLog, segment_name
 from quiver_broker.store import GetStatus, MessageStore
 
@@ -22,7 +23,7 @@ def store(tmp_path):
 
 def put(store, n, size=300, topic="T", qid=0):
     bodies = [os.urandom(size) for _ in range(n)]
-    props = [record.format_properties({"TAGS": "a", "KEYS": f"k{i}"}) for i in range(n)]
+    props = [format_properties({"TAGS": "a", "KEYS": f"k{i}"}) for i in range(n)]
     return bodies, store.put_batch(topic, qid, bodies, props, [0] * n, 0, 1, HOST)
 
 

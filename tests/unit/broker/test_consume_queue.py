@@ -7,6 +7,7 @@ import pytest
 from quiver.wire import record
 from quiver.client.message import tag_hash
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.wire.property_string import format_properties
 from quiver_broker.config import DEFAULT_DELAY_LEVELS_MS
 from quiver_broker.consume_queue import ENTRY, ENTRY_SIZE
 from quiver_broker.store import GetStatus, MessageStore
@@ -28,7 +29,7 @@ def put(store, n, topic="T", qid=0, tags=None, sys_flag=0, extra=None, size=50):
         p = dict(extra or {})
         if tags:
             p["TAGS"] = tags[i % len(tags)]
-        props.append(record.format_properties(p))
+        props.append(format_properties(p))
     bodies = [bytes([i % 256]) * size for i in range(n)]
     return store.put_batch(topic, qid, bodies, props, [0] * n, sys_flag, 1, HOST)
 

@@ -5,10 +5,10 @@ import time
 
 import pytest
 
-from quiver.wire import record
 from quiver_broker.index_file import (ENTRY_SIZE, HEADER, HEADER_SIZE, IndexFile, key_hash,
                                       prefix_crc)
 from quiver_broker.store import MessageStore
+from quiver.wire.property_string import format_properties
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
 
@@ -23,7 +23,7 @@ def store(tmp_path):
 
 
 def put_keyed(store, keys: list[str], topic="T", uniq=None):
-    props = [record.format_properties({"KEYS": k, **({"UNIQ_KEY": uniq[i]} if uniq else {})})
+    props = [format_properties({"KEYS": k, **({"UNIQ_KEY": uniq[i]} if uniq else {})})
              for i, k in enumerate(keys)]
     bodies = [k.encode() for k in keys]
     return store.put_batch(topic, 0, bodies, props, [0] * len(keys), 0, 1, HOST)

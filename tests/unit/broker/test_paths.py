@@ -5,6 +5,7 @@ import os
 import pytest
 
 from quiver.wire import names, record
+from quiver.wire.property_string import format_properties
 from quiver.errors import MessageIllegalError, QuiverError
 from quiver_broker.config import Config
 from quiver_broker.consume_queue import queue_dir
@@ -113,7 +114,8 @@ def test_replicated_records_with_a_bad_topic_are_not_queued(tmp_path):
     try:
         recs, pos = [], 0
         for topic, qoff in [("T", 0), ("../../x", 0), ("T", 1)]:
-            data = record.encode(b"b", topic.encode(), 0, 0, qoff, pos, 0, 1, HOST, 2, HOST, 0, 0, b"")
+            data = record.encode(b"b", topic=topic.encode(), queue_offset=qoff, phys_offset=pos, born_ts=1,
+                                 born_host=HOST, store_ts=2, store_host=HOST)
             recs.append(data)
             pos += len(data)
         end, touched = s.append_replicated(0, b"".join(recs))
@@ -152,7 +154,7 @@ def test_reput_placement_checks_real_topic_and_queue():
     counters = {"schedule_reput_dropped": 0}
 
     def place(**kv):
-        return real_queue(topics, counters, record.format_properties({"UNIQ_KEY": "ID", **kv}), 1234)
+        return real_queue(topics, counters, format_properties({"UNIQ_KEY": "ID", **kv}), 1234)
 
     topic, qid, out, problem = place(REAL_TOPIC="Orders", REAL_QID="2")
     assert (topic, qid, problem) == ("Orders", 2, None) and "SCHEDULE_DUE_MS\x011234\x02" in out

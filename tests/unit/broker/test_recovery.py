@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker.store import GetStatus, MessageStore
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
@@ -19,7 +20,7 @@ def make(d, **kw):
 
 
 def put(store, n, qid=0, tag="a", start=0):
-    props = [record.format_properties({"TAGS": tag, "KEYS": f"key-{start + i}"})
+    props = [format_properties({"TAGS": tag, "KEYS": f"key-{start + i}"})
              for i in range(n)]
     bodies = [os.urandom(100) for _ in range(n)]
     return bodies, store.put_batch("T", qid, bodies, props, [0] * n, 0, 1, HOST)

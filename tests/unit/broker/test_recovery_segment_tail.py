@@ -7,6 +7,7 @@ import os
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker import recovery
 from quiver_broker.store import GetStatus, MessageStore
 
@@ -27,7 +28,7 @@ def put(store, n, qid=0, start=0):
     bodies, phys = [], []
     for i in range(n):
         body = f"b{start + i}-".encode() + os.urandom(90)
-        props = [record.format_properties({"TAGS": "a", "KEYS": f"key-{start + i}"})]
+        props = [format_properties({"TAGS": "a", "KEYS": f"key-{start + i}"})]
         r = store.put_batch("T", qid, [body], props, [0], 0, 1, HOST)
         bodies.append(body)
         phys.append(r.phys_offsets[0])

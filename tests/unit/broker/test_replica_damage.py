@@ -13,6 +13,7 @@ import types
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker import ha_stream, replica_append
 from quiver_broker.config import Config
 from quiver_broker.disk_space import DiskSpace
@@ -54,7 +55,7 @@ def put(store, n, start=0):
     out = {}
     for i in range(start, start + n):
         body = f"m{i}-".encode() + os.urandom(150 + i % 90)
-        props = record.format_properties({"TAGS": "a", "KEYS": f"k{i}", "UNIQ_KEY": f"u{i}"})
+        props = format_properties({"TAGS": "a", "KEYS": f"k{i}", "UNIQ_KEY": f"u{i}"})
         r = store.put_batch("T", i % QUEUES, [body], [props], [0], 0, 1, HOST)
         out[r.phys_offsets[0]] = (i % QUEUES, r.first_queue_offset, body)
     return out
@@ -199,7 +200,8 @@ def test_damage_next_to_segment_ends(pair, caplog):
 def test_frame_prefix_never_lets_framing_damage_into_a_chunk():
     recs, phys = [], 0
     for i in range(5):
-        r = record.encode(b"x" * 40, b"T", 0, 0, i, phys, 0, 1, HOST, 2, HOST, 0, 0, b"")
+        r = record.encode(b"x" * 40, topic=b"T", queue_offset=i, phys_offset=phys, born_ts=1, born_host=HOST,
+                          store_ts=2, store_host=HOST)
         recs.append(r)
         phys += len(r)
     size = len(recs[0])
@@ -218,8 +220,9 @@ def test_frame_prefix_never_lets_framing_damage_into_a_chunk():
 
 def test_gap_with_no_damage_to_explain_it_is_not_filled(pair):
     master, slave, rm = pair()
-    r0 = record.encode(b"a", b"T", 0, 0, 0, 0, 0, 1, HOST, 2, HOST, 0, 0, b"")
-    r1 = record.encode(b"b", b"T", 0, 0, 7, len(r0), 0, 1, HOST, 3, HOST, 0, 0, b"")  # a corrupt QUEUEOFFSET
+    r0 = record.encode(b"a", topic=b"T", born_ts=1, born_host=HOST, store_ts=2, store_host=HOST)
+    r1 = record.encode(b"b", topic=b"T", queue_offset=7, phys_offset=len(r0), born_ts=1, born_host=HOST, store_ts=3,
+                       store_host=HOST)  # a corrupt QUEUEOFFSET
     state = replica_append.ReplicaState()
     replica_append.append(slave, 0, r0 + r1, state)
     assert slave.max_offset("T", 0) == 1 and state.gap_entries == 0

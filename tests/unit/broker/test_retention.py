@@ -6,6 +6,7 @@ import time
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker.store import GetStatus, MessageStore, PutStatus
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
@@ -37,7 +38,7 @@ def store(tmp_path):
 
 
 def fill(store, n=40):
-    props = [record.format_properties({"KEYS": f"k{i}"}) for i in range(n)]
+    props = [format_properties({"KEYS": f"k{i}"}) for i in range(n)]
     bodies = [bytes(100) for _ in range(n)]
     return store.put_batch("T", 0, bodies, props, [0] * n, 0, 1, HOST)
 

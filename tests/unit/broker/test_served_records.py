@@ -6,6 +6,7 @@ import os
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver.client.message import tag_hash
 from quiver_broker.store import GetStatus, MessageStore
 
@@ -22,7 +23,7 @@ def store(tmp_path):
 
 def put(store, n, tags=None):
     bodies = [f"m{i}-".encode() + os.urandom(100) for i in range(n)]
-    props = [record.format_properties({"TAGS": (tags[i] if tags else "a")}) for i in range(n)]
+    props = [format_properties({"TAGS": (tags[i] if tags else "a")}) for i in range(n)]
     return bodies, store.put_batch("T", 1, bodies, props, [0] * n, 0, 1, HOST)
 
 
@@ -41,7 +42,7 @@ PROPLEN_LOW = -1  # the low byte of PROPLEN, counted back from the properties
 def test_corrupt_record_is_skipped_counted_and_logged(store, at, caplog):
     bodies, res = put(store, 10)
     size = res.phys_offsets[4] - res.phys_offsets[3]
-    plen = len(record.format_properties({"TAGS": "a"}).encode())
+    plen = len(format_properties({"TAGS": "a"}).encode())
     flip(store, res.phys_offsets[3], at if at >= 0 else size - plen + at)
     with caplog.at_level(logging.ERROR, logger="quiver_broker.queue_reads"):
         g = store.get_messages("T", 1, 0, max_msgs=32)

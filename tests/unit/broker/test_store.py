@@ -6,13 +6,14 @@ import time
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker.store import GetStatus, MessageStore, PutStatus
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
 
 
 def put(store, n, topic="T", qid=0, keys=None):
-    props = [record.format_properties({"KEYS": keys} if keys else {"TAGS": "a"})] * n
+    props = [format_properties({"KEYS": keys} if keys else {"TAGS": "a"})] * n
     bodies = [f"{topic}-{qid}-{i}-{time.monotonic_ns()}".encode() for i in range(n)]
     return bodies, store.put_batch(topic, qid, bodies, props, [7] * n, 0, 1, HOST)
 

@@ -11,8 +11,8 @@ import os
 import random
 import time
 
-from quiver.wire import record
 from quiver.wire.codes import ResponseCode
+from quiver.wire.property_string import format_properties
 from quiver_broker.group_commit import GroupCommit
 from quiver_broker.store import MessageStore
 
@@ -57,7 +57,7 @@ def test_no_sync_flush_reply_precedes_the_fdatasync_covering_it(tmp_path, monkey
         for i in range(PUTS):
             n = rnd.randint(1, 20)
             res = store.put_batch("T", i % 3, [b"x" * rnd.randint(1, 2000)] * n,
-                                  [record.format_properties({"TAGS": "a"})] * n, [0] * n, 0, 1, HOST)
+                                  [format_properties({"TAGS": "a"})] * n, [0] * n, 0, 1, HOST)
             gc.wait(_Req(res.end_offset, replies, durable), {}, [("T", i % 3, res.end_offset)])
             while inbox:
                 gc.on_flushed(inbox.popleft())

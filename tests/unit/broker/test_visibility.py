@@ -10,6 +10,7 @@ import pytest
 from quiver.errors import QueryNotFoundError
 from quiver.wire import protocol, record
 from quiver.wire import requests as rq
+from quiver.wire.property_string import format_properties
 from quiver_broker import replica_append
 from quiver_broker.ha_master import ReplicationMaster, clamp_offsets, merge_offsets
 from quiver_broker.ha_slave import ReplicationSlave
@@ -22,7 +23,7 @@ HOST = b"\x7f\0\0\x01\0\0\x27\x10"
 
 
 def put(store, n, topic="T", keys=None):
-    props = [record.format_properties({"KEYS": keys} if keys else {"TAGS": "a"})] * n
+    props = [format_properties({"KEYS": keys} if keys else {"TAGS": "a"})] * n
     bodies = [f"{topic}-{i}-{time.monotonic_ns()}".encode() for i in range(n)]
     return bodies, store.put_batch(topic, 0, bodies, props, [7] * n, 0, 1, HOST)
 

@@ -6,6 +6,7 @@ import os
 import pytest
 
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver_broker import checkpoint
 from quiver_broker.checkpoint import Checkpoint, CheckpointFile
 from quiver_broker.group_commit import GroupCommit
@@ -28,7 +29,7 @@ def store(tmp_path):
 
 def put(store, n, tag="x", size=200):
     bodies = [os.urandom(size) for _ in range(n)]
-    props = [record.format_properties({"KEYS": f"{tag}{i}", "UNIQ_KEY": f"{tag}-u{i}"}) for i in range(n)]
+    props = [format_properties({"KEYS": f"{tag}{i}", "UNIQ_KEY": f"{tag}-u{i}"}) for i in range(n)]
     return bodies, store.put_batch("T", 0, bodies, props, [0] * n, 0, 1, HOST)
 
 

@@ -12,14 +12,15 @@ from quiver.client.message import MessageSelector
 from quiver_broker.filter_servers import FilterServerRegistry
 from quiver_filter.app import pick_broker
 from quiver.wire.record import properties_at
+from quiver.wire.property_string import format_properties
 from quiver_filter.scanning import scan
 from quiver_filter.selectors import SelectorCache
 from quiver_filter.sql92 import compile as sql_compile
 
 
 def _rec(i: int, props: dict, topic: str = "T", body: bytes = b"x") -> bytes:
-    return record.encode(body, topic.encode(), 0, 0, i, 1000 + i, 0, 1, bytes(8), 2, bytes(8), 0, 0,
-                         record.format_properties(props).encode())
+    return record.encode(body, topic=topic.encode(), props=format_properties(props).encode(), queue_offset=i,
+                         phys_offset=1000 + i, born_ts=1, store_ts=2)
 
 
 def test_properties_at_reads_only_properties_long_topic_and_non_ascii():

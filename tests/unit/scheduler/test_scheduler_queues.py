@@ -8,6 +8,7 @@ import types
 from quiver.wire import protocol, record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.property_string import format_properties
 from quiver.errors import QueryNotFoundError
 from quiver_scheduler import reput
 from quiver_scheduler.allocation import Unit
@@ -69,15 +70,16 @@ class _SchedApp:
 
 
 def props(**kv) -> str:
-    return record.format_properties({"UNIQ_KEY": "7F00000100002A9F0000000000000001", **kv})
+    return format_properties({"UNIQ_KEY": "7F00000100002A9F0000000000000001", **kv})
 
 
 def _parked(entries, body_bytes=0):
     """Decoded records of a parked queue: (properties, queue offset) each."""
     host = b"\x7f\0\0\x01\0\0\0\0"
     return record.decode_many(b"".join(
-        record.encode(f"b{off}".encode().ljust(body_bytes, b"."), b"SCHEDULE_TOPIC_XXXX", 0, 0, off, off * 1000, 0,
-                      1, host, 2, host, 0, 0, record.format_properties({"UNIQ_KEY": f"M{off}", **p}).encode())
+        record.encode(f"b{off}".encode().ljust(body_bytes, b"."), topic=b"SCHEDULE_TOPIC_XXXX",
+                      props=format_properties({"UNIQ_KEY": f"M{off}", **p}).encode(), queue_offset=off,
+                      phys_offset=off * 1000, born_ts=1, born_host=host, store_ts=2, store_host=host)
         for p, off in entries))
 
 

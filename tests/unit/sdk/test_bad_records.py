@@ -10,6 +10,7 @@ import pytest
 
 from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 from quiver.client.base import MessageQueue
 from quiver.client.message import host_bytes
 from quiver.client.queue_puller import QueuePuller, salvage
@@ -59,8 +60,9 @@ def garble_served(app, topic: str, offsets: set[int], how) -> None:
 
 
 def _records(n: int, topic: str = "Q1", first: int = 0) -> list[bytes]:
-    return [record.encode(f"m{i}".encode(), topic.encode(), 0, 0, i, 1000 + 100 * i, 0, 0, HOST, 0, HOST, 0, 0,
-                          record.format_properties({"TAGS": "a", "UNIQ_KEY": f"{i:032X}"}).encode())
+    return [record.encode(f"m{i}".encode(), topic=topic.encode(),
+                          props=format_properties({"TAGS": "a", "UNIQ_KEY": f"{i:032X}"}).encode(), queue_offset=i,
+                          phys_offset=1000 + 100 * i, born_host=HOST, store_host=HOST)
             for i in range(first, first + n)]
 
 

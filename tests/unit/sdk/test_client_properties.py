@@ -4,14 +4,15 @@ import pytest
 
 from quiver.client.message import MessageExt, decode_messages
 from quiver.wire import record
+from quiver.wire.property_string import format_properties
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
 PROPS = {"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "U1", "user": "välue ✓", "empty": ""}
 
 
 def stored(props: dict, prop_crc: bool, phys: int = 0) -> bytes:
-    return record.encode(b"body", b"T", 1, 0, 3, phys, 0, 1, HOST, 2, HOST, 0, 0,
-                         record.format_properties(props).encode(), prop_crc=prop_crc)
+    return record.encode(b"body", topic=b"T", props=format_properties(props).encode(), queue_id=1, queue_offset=3,
+                         phys_offset=phys, born_ts=1, born_host=HOST, store_ts=2, store_host=HOST, prop_crc=prop_crc)
 
 
 @pytest.mark.parametrize("prop_crc", [True, False])
@@ -34,8 +35,9 @@ def test_a_batch_mixing_records_with_and_without_it():
 
 def test_a_stale_crc_property_without_the_sysflag_is_hidden_too():
     # a record re-put by a broker whose --append-prop-crc went off keeps the old property text
-    props = record.format_properties(PROPS) + "__CRC32#\x011234567890\x02"
-    raw = record.encode(b"x", b"T", 0, 0, 0, 0, 0, 1, HOST, 2, HOST, 0, 0, props.encode())
+    props = format_properties(PROPS) + "__CRC32#\x011234567890\x02"
+    raw = record.encode(b"x", topic=b"T", props=props.encode(), born_ts=1, born_host=HOST, store_ts=2,
+                        store_host=HOST)
     (m,) = decode_messages(raw, "b")
     assert m.properties == PROPS
 

@@ -14,6 +14,7 @@ from quiver.errors import ClientError, FieldError, RequestTimeoutError, SystemBu
 from quiver.client.message import MessageSelector, PullStatus
 from quiver.client.options import ConsumerOptions
 from quiver.wire.protocol import Envelope
+from quiver.wire.property_string import format_properties
 from quiver.client.queue_puller import QueuePuller, read, request
 
 MASTER, SLAVE, BROKER_B = "127.0.0.1:10911", "127.0.0.1:10921", "127.0.0.1:10912"
@@ -23,8 +24,10 @@ HOST = b"\x7f\0\0\x01\0\0\0\0"
 
 
 def _records(*tag_list, first=0):
-    return b"".join(record.encode(f"m{i}".encode(), b"T", 0, 0, first + i, 100 + i, 0, 1, HOST, 2, HOST, 0, 0,
-                                  record.format_properties({"TAGS": t, "UNIQ_KEY": f"U{i}"}).encode())
+    return b"".join(record.encode(f"m{i}".encode(), topic=b"T",
+                                  props=format_properties({"TAGS": t, "UNIQ_KEY": f"U{i}"}).encode(),
+                                  queue_offset=first + i, phys_offset=100 + i, born_ts=1, born_host=HOST, store_ts=2,
+                                  store_host=HOST)
                     for i, t in enumerate(tag_list))
 
 

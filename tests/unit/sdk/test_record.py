@@ -3,13 +3,16 @@
 import pytest
 
 from quiver.wire import record
+from quiver.wire.properties import TAGS, index_fields
+from quiver.wire.property_string import format_properties, get_property, parse_properties
 from quiver.client.message import host_bytes
 
 HOST = host_bytes("127.0.0.1", 10911)
 
 
 def _rec(body=b"hello", topic="Orders", props="TAGS\x01A\x02"):
-    return record.encode(body, topic.encode(), 3, 7, 11, 4096, 0, 1000, HOST, 2000, HOST, 2, 0, props.encode())
+    return record.encode(body, topic=topic.encode(), props=props.encode(), queue_id=3, flag=7, queue_offset=11,
+                         phys_offset=4096, born_ts=1000, born_host=HOST, store_ts=2000, store_host=HOST, reconsume=2)
 
 
 def test_round_trip_fields_in_rocketmq_order():
@@ -24,8 +27,8 @@ def test_round_trip_fields_in_rocketmq_order():
 
 def test_non_ascii_topic_props_and_long_topic_uses_v2_magic():
     long_topic = "t" * 200
-    raw = record.encode(b"\x00\xff", long_topic.encode(), 0, 0, 0, 0, 0, 0, HOST, 0, HOST, 0, 0,
-                        "名前\x01値\x02".encode())
+    raw = record.encode(b"\x00\xff", topic=long_topic.encode(), props="名前\x01値\x02".encode(), born_host=HOST,
+                        store_host=HOST)
     assert record.peek(raw, 0)[1] == record.MAGIC_V2
     rec = record.decode_at(raw)
     assert rec.topic == long_topic and rec.properties() == {"名前": "値"}
@@ -63,12 +66,12 @@ def test_flipped_body_byte_fails_crc_only_when_checked():
 
 def test_properties_helpers():
     props = {"a": "1", "UNIQ_KEY": "X", "k": ""}
-    s = record.format_properties(props)
-    assert record.parse_properties(s) == props
-    assert record.get_property(s, "a") == "1" and record.get_property(s, "UNIQ_KEY") == "X"
-    assert record.get_property(s, "k") == "" and record.get_property(s, "missing") is None
-    assert record.get_property("xa\x01no\x02a\x01yes\x02", "a") == "yes"
-    assert record.parse_properties("") == {}
+    s = format_properties(props)
+    assert parse_properties(s) == props
+    assert get_property(s, "a") == "1" and get_property(s, "UNIQ_KEY") == "X"
+    assert get_property(s, "k") == "" and get_property(s, "missing") is None
+    assert get_property("xa\x01no\x02a\x01yes\x02", "a") == "yes"
+    assert parse_properties("") == {}
 
 
 def test_decode_fields_matches_decode_at_and_rejects_damage():
@@ -94,8 +97,9 @@ def test_decode_messages_builds_message_ext_with_lazy_offset_id():
 def test_decode_messages_takes_each_field_from_its_place():
     """decode_messages unpacks record.Fields in order: every field distinct, so a swap shows."""
     from quiver.client.message import MessageExt, decode_messages
-    raw = record.encode(b"body", b"T", 3, 5, 7, 11, 13, 17, HOST, 19, b"\x0a\x00\x00\x02\x00\x00\x00\x17", 23, 29,
-                        b"TAGS\x01A\x02UNIQ_KEY\x01u\x02", 31)
+    raw = record.encode(b"body", topic=b"T", props=b"TAGS\x01A\x02UNIQ_KEY\x01u\x02", queue_id=3, flag=5,
+                        queue_offset=7, phys_offset=11, sys_flag=13, born_ts=17, born_host=HOST, store_ts=19,
+                        store_host=b"\x0a\x00\x00\x02\x00\x00\x00\x17", reconsume=23, prepared_offset=29, body_crc=31)
     assert decode_messages(raw, "b") == [MessageExt.from_record(record.decode_at(raw), "b")]
 
 
@@ -129,11 +133,11 @@ def test_check_head_sizes_records_and_fillers():
 
 
 def test_index_fields_reads_tag_uniq_and_keys_in_one_pass():
-    props = record.format_properties({"KEYS": "k1  k2", "TAGS": "A", "UNIQ_KEY": "U", "XTAGS": "no"})
-    assert record.index_fields(props) == ("A", "U", ["k1", "k2"])
-    assert record.index_fields("") == (None, None, [])
+    props = format_properties({"KEYS": "k1  k2", "TAGS": "A", "UNIQ_KEY": "U", "XTAGS": "no"})
+    assert index_fields(props) == ("A", "U", ["k1", "k2"])
+    assert index_fields("") == (None, None, [])
     # a name that merely ends like an indexed one is not it
-    assert record.index_fields(record.format_properties({"MYTAGS": "x"})) == (None, None, [])
+    assert index_fields(format_properties({"MYTAGS": "x"})) == (None, None, [])
 
 
 def test_properties_at_skips_the_body_and_checks_lengths():
@@ -150,7 +154,7 @@ def _head(topic=b"T", first_qoff=0, phys=0):
 
 def _run(n=4, topic=b"T", base=1000):
     bodies = [bytes([i]) * (50 + i) for i in range(n)]
-    props = [record.format_properties({"TAGS": "a", "UNIQ_KEY": f"u{i}"}).encode() for i in range(n)]
+    props = [format_properties({"TAGS": "a", "UNIQ_KEY": f"u{i}"}).encode() for i in range(n)]
     data, offs, sizes = record.encode_run(_head(topic, phys=base), bodies, [0] * n, props)
     return bytearray(data), list(zip(offs, sizes))
 
@@ -175,7 +179,7 @@ def test_check_run_passes_intact_records_with_gaps_and_v2_topics():
 def test_check_run_names_each_damaged_record(where, why):
     buf, spans = _run()
     phys, size = spans[2]
-    plen = len(record.format_properties({"TAGS": "a", "UNIQ_KEY": "u2"}).encode())
+    plen = len(format_properties({"TAGS": "a", "UNIQ_KEY": "u2"}).encode())
     at = phys - 1000 + (where if where >= 0 else size - plen + where)
     buf[at] ^= 0x40
     bad = record.check_run(bytes(buf), spans, 1000)
@@ -190,7 +194,8 @@ def test_check_run_reports_a_short_read_and_a_span_outside_the_buffer():
 
 
 def test_prop_crc_is_rocketmqs_property_over_the_whole_record():
-    rec = record.encode(b"body", b"T", 0, 0, 5, 1000, 0, 1, HOST, 2, HOST, 0, 0, b"TAGS\x01a\x02", prop_crc=True)
+    rec = record.encode(b"body", topic=b"T", props=b"TAGS\x01a\x02", queue_offset=5, phys_offset=1000, born_ts=1,
+                        born_host=HOST, store_ts=2, store_host=HOST, prop_crc=True)
     assert rec.endswith(b"\x02") and rec[-20:-11] == b"__CRC32#\x01"
     c = record.crc(rec[:-20])
     assert rec[-11:-1] == str(c)[::-1].ljust(10, "0").encode()  # ten digits, least significant first
@@ -204,7 +209,7 @@ def test_prop_crc_is_rocketmqs_property_over_the_whole_record():
 
 
 def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
-    props = [record.format_properties({"TAGS": "a", "KEYS": f"k{i}"}).encode() for i in range(3)]
+    props = [format_properties({"TAGS": "a", "KEYS": f"k{i}"}).encode() for i in range(3)]
     data, offs, sizes = record.encode_run(_head(), [b"x" * 30] * 3, [0] * 3, props, prop_crc=True)
     spans = list(zip(offs, sizes))
     assert record.check_run(data, spans, 0) == []
@@ -220,11 +225,11 @@ def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
 
 
 def test_format_properties_takes_a_map_or_pairs_and_parse_properties_reads_it_back():
-    pairs = ((record.TAGS, "a"), ("REAL_QID", 3), ("ü", "ß"))
-    s = record.format_properties(pairs)
+    pairs = ((TAGS, "a"), ("REAL_QID", 3), ("ü", "ß"))
+    s = format_properties(pairs)
     assert s == "TAGS\x01a\x02REAL_QID\x013\x02ü\x01ß\x02"
-    assert record.format_properties(dict(pairs)) == s and record.format_properties({}) == ""
-    assert record.parse_properties(s) == {"TAGS": "a", "REAL_QID": "3", "ü": "ß"}
+    assert format_properties(dict(pairs)) == s and format_properties({}) == ""
+    assert parse_properties(s) == {"TAGS": "a", "REAL_QID": "3", "ü": "ß"}
 
 
 def test_a_producer_builds_its_properties_string_with_format_properties():
@@ -233,5 +238,5 @@ def test_a_producer_builds_its_properties_string_with_format_properties():
     p = Producer.__new__(Producer)   # _encode needs no connection
     p._valid_topics, p.max_message_bytes, p.traced, p._ids = set(), 1 << 20, True, UniqueIdMaker()
     msg_id, props = p._encode(Message("T", b"x", tags="t", keys=["a", "b"], delay_level=2, properties={"k": "v"}))
-    assert props == record.format_properties({"UNIQ_KEY": msg_id, "TAGS": "t", "KEYS": "a b", "DELAY": 2, "k": "v",
+    assert props == format_properties({"UNIQ_KEY": msg_id, "TAGS": "t", "KEYS": "a b", "DELAY": 2, "k": "v",
                                               "TRACE_ON": "true"})

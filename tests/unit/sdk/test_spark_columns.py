@@ -20,6 +20,8 @@ from quiver.wire import tags as tag_expr  # noqa: E402
 from quiver.client.message import offset_msg_id  # noqa: E402
 from quiver.spark import columns  # noqa: E402
 from quiver.wire import record, speedups  # noqa: E402
+from quiver.wire.properties import KEYS, TAGS, UNIQ_KEY
+from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties
 
 C = importlib.util.find_spec("quiver._speedups") and importlib.import_module("quiver._speedups")
 if C and not speedups.ACTIVE:
@@ -38,8 +40,8 @@ def props(draw) -> str:
     if draw(st.integers(0, 5)) == 0:
         return draw(prop_text)
     pairs = draw(st.lists(st.tuples(NAMES, text), max_size=5))
-    return record.format_properties(dict(pairs)) if draw(st.booleans()) else \
-        "".join(f"{k}{record.NAME_SEP}{v}{record.PROP_SEP}" for k, v in pairs)
+    return format_properties(dict(pairs)) if draw(st.booleans()) else \
+        "".join(f"{k}{NAME_SEP}{v}{PROP_SEP}" for k, v in pairs)
 
 
 @st.composite
@@ -52,9 +54,10 @@ def bodies(draw) -> bytes:
             parts.append(record.blank(draw(st.integers(record.FIXED_SIZE, 120))))   # decode_fields reads 88 bytes first
             continue
         topic = draw(st.sampled_from([b"Orders", "名前".encode(), b"t" * 130]))
-        parts.append(record.encode(draw(st.binary(max_size=64)), topic, draw(st.integers(0, 7)), 0, qoff,
-                                   draw(st.integers(0, 2**50)), 0, draw(st.integers(0, 2**42)), HOST,
-                                   draw(st.integers(0, 2**42)), HOST, 0, 0, draw(props()).encode(),
+        parts.append(record.encode(draw(st.binary(max_size=64)), topic=topic, props=draw(props()).encode(),
+                                   queue_id=draw(st.integers(0, 7)), queue_offset=qoff,
+                                   phys_offset=draw(st.integers(0, 2**50)), born_ts=draw(st.integers(0, 2**42)),
+                                   born_host=HOST, store_ts=draw(st.integers(0, 2**42)), store_host=HOST,
                                    prop_crc=draw(st.booleans())))
         qoff += 1
     return b"".join(parts)
@@ -112,7 +115,8 @@ def test_record_columns_twin_matches_on_hostile_bodies(buf):
 
 
 def test_record_columns_twin_takes_a_memoryview_and_declines_what_is_not_bytes():
-    buf = record.encode(b"x", b"T", 1, 0, 5, 0, 0, 1, HOST, 2, HOST, 0, 0, b"TAGS\x01a\x02")
+    buf = record.encode(b"x", topic=b"T", props=b"TAGS\x01a\x02", queue_id=1, queue_offset=5, born_ts=1,
+                        born_host=HOST, store_ts=2, store_host=HOST)
     assert _same(memoryview(buf))
     if C is not None:
         assert C.record_columns("text") is NotImplemented and C.record_columns(buf, 1) is NotImplemented
@@ -122,11 +126,11 @@ def _rows_record_by_record(buf, broker):
     """The rows as the source built them before it went column-wise: per record, via dicts."""
     rows = []
     for r in record.decode_many(buf):
-        items = [i.partition(record.NAME_SEP) for i in record.strip_prop_crc(r.props).split(record.PROP_SEP) if i]
+        items = [i.partition(NAME_SEP) for i in record.strip_prop_crc(r.props).split(PROP_SEP) if i]
         p = {k: v for k, _, v in items}
         rows.append({"topic": r.topic, "broker": broker, "queue_id": r.queue_id, "queue_offset": r.queue_offset,
-                     "msg_id": p.get(record.UNIQ_KEY) or offset_msg_id(r.store_host, r.phys_offset),
-                     "tags": p.get(record.TAGS), "keys": p[record.KEYS].split(" ") if p.get(record.KEYS) else [],
+                     "msg_id": p.get(UNIQ_KEY) or offset_msg_id(r.store_host, r.phys_offset),
+                     "tags": p.get(TAGS), "keys": p[KEYS].split(" ") if p.get(KEYS) else [],
                      "properties": [(k, v) for k, _, v in items], "body": r.body,
                      "born_timestamp": r.born_ts * 1000, "store_timestamp": r.store_ts * 1000})
     return rows
@@ -155,8 +159,9 @@ def test_to_arrow_of_nothing_is_an_empty_batch_of_the_schema():
 
 def test_select_keeps_the_offsets_asked_for_and_the_tags_by_string():
     msgs = [(10, "a"), (11, "b"), (12, None), (13, "a"), (14, "c")]
-    buf = b"".join(record.encode(b"x", b"T", 0, 0, q, 100 + q, 0, 1, HOST, 2, HOST, 0, 0,
-                                 (f"TAGS\x01{t}\x02" if t else "").encode()) for q, t in msgs)
+    buf = b"".join(record.encode(b"x", topic=b"T", props=(f"TAGS\x01{t}\x02" if t else "").encode(), queue_offset=q,
+                                 phys_offset=100 + q, born_ts=1, born_host=HOST, store_ts=2, store_host=HOST)
+                   for q, t in msgs)
     batch = columns.to_arrow(columns.record_columns(buf), "b")
     assert columns.select(batch, 11, 14, None).column("queue_offset").to_pylist() == [11, 12, 13]
     kept = columns.select(batch, 0, 100, tag_expr.parse("a || c"))

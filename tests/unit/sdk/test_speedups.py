@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from quiver.client import message
 from quiver.wire import record, speedups
-from quiver_broker import consume_queue, index_file, store
+from quiver.wire.property_string import parse_properties
+from quiver_broker import consume_queue, index_file, queue_entries
 
 try:  # built even when QUIVER_NO_SPEEDUPS turns it off: the twins are tested either way
     from quiver import _speedups as C
@@ -34,8 +35,8 @@ I32 = st.integers(-(2**31), 2**31 - 1)
 WIDE = st.one_of(I32, st.integers(-(2**70), 2**70))  # in and past struct's 'i' / 'q'
 TWINS = {"encode_run": record.encode_run, "check_run": record.check_run, "decode_fields": record.decode_fields,
          "settled_run": record.settled_run,
-         "parse_properties": record.parse_properties, "java_hash": message.java_hash,
-         "index_run": store.index_run, "pack_entries": consume_queue.pack_entries,
+         "parse_properties": parse_properties, "java_hash": message.java_hash,
+         "index_run": queue_entries.index_run, "pack_entries": consume_queue.pack_entries,
          "put_entries": index_file.put_entries}
 
 
@@ -269,9 +270,9 @@ def test_decode_fields_answers_intact_replies_itself(data):
 
 
 def test_decode_fields_refuses_bad_utf8_like_the_reference():
-    raw = record.encode(b"b", b"\xff\xfe", 0, 0, 0, 0, 0, 0, HOST, 0, HOST, 0, 0, b"a\x01b\x02")
+    raw = record.encode(b"b", topic=b"\xff\xfe", props=b"a\x01b\x02", born_host=HOST, store_host=HOST)
     assert not _same("decode_fields", raw)
-    raw = record.encode(b"b", b"T", 0, 0, 0, 0, 0, 0, HOST, 0, HOST, 0, 0, b"\xed\xa0\x80")  # an encoded surrogate
+    raw = record.encode(b"b", topic=b"T", props=b"\xed\xa0\x80", born_host=HOST, store_host=HOST)  # an encoded surrogate
     assert not _same("decode_fields", raw)
 
 

@@ -7,9 +7,9 @@ import types
 import pytest
 
 from quiver import MessageExt
-from quiver.wire import record
 from quiver.wire import properties as sp
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.property_string import format_properties
 from quiver.errors import MessageIllegalError
 
 BAD_INTS = ["inf", "-inf", "nan", "1e3", "0x10", " 1", "1 ", "+1", "1_000", "1.0", "", "x", "١", "１", "1\x00",
@@ -18,7 +18,7 @@ BAD_TOPICS = ["../../../x", "..", "a/b", "", "a\x00", "Оrders", "x" * 128]
 
 
 def props(**kv) -> str:
-    return record.format_properties({"UNIQ_KEY": "7F00000100002A9F0000000000000001", **kv})
+    return format_properties({"UNIQ_KEY": "7F00000100002A9F0000000000000001", **kv})
 
 
 @pytest.mark.parametrize("name", sorted(sp.RULES))
@@ -182,7 +182,7 @@ def test_broker_transactions_read_poisoned_halves(tmp_path):
                         ("immune", {"CHECK_IMMUNITY_TIME_IN_SECONDS": "inf", "TRAN_PREPARED_QUEUE_OFFSET": "y"}),
                         ("evil", {"REAL_QID": "zz"}), ("evil2", {"REAL_TOPIC": "../../../outside"})]:
         p = {"__transactionId__": txid, "UNIQ_KEY": txid, "PGROUP": "pg", "REAL_TOPIC": "T", "REAL_QID": "1", **extra}
-        res = store.put_batch("RMQ_SYS_TRANS_HALF_TOPIC", 0, [txid.encode()], [record.format_properties(p)], [0], 0,
+        res = store.put_batch("RMQ_SYS_TRANS_HALF_TOPIC", 0, [txid.encode()], [format_properties(p)], [0], 0,
                               int(time.time() * 1000), b"\x7f\0\0\x01\0\0\0\0")
         halves[txid] = (res.phys_offsets[0], res.first_queue_offset)
     try:

@@ -25,6 +25,7 @@ from quiver.client.push_consumer import PushConsumer
 from quiver.client.queue_puller import QueuePuller
 from quiver.client.transaction_producer import TransactionProducer
 from quiver.wire.validation import SCHEDULE_TOPIC, TIMER_TOPIC
+from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties
 
 NS = "127.0.0.1:1"
 ADDR = "127.0.0.1:10911"
@@ -223,8 +224,8 @@ def test_cancel_scheduled_asks_typed_and_reads_typed_answers():
 
 def _parked(real_topic: str) -> protocol.Envelope:
     """A QUERY_MESSAGE answer: one message parked in the timer topic for `real_topic`."""
-    props = f"REAL_TOPIC{record.NAME_SEP}{real_topic}{record.PROP_SEP}REAL_QID{record.NAME_SEP}0".encode()
-    rec = record.encode(b"x", TIMER_TOPIC.encode(), 0, 0, 0, 0, 0, 0, b"\0" * 8, 0, b"\0" * 8, 0, 0, props)
+    props = f"REAL_TOPIC{NAME_SEP}{real_topic}{PROP_SEP}REAL_QID{NAME_SEP}0".encode()
+    rec = record.encode(b"x", topic=TIMER_TOPIC.encode(), props=props)
     return protocol.Envelope(ResponseCode.SUCCESS, 1, {}, [rec], "")
 
 
@@ -311,8 +312,9 @@ def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_ret
     assert c.transport.requests() == [rq.PullMessage(group="G", topic="%RETRY%G", queue_id=0, offset=0,
                                                      commit_offset=3, max_msgs=32, suspend_ms=15_000)]
     host = b"\x7f\0\0\x01\0\0\0\0"
-    body = record.encode(b"again", b"%RETRY%G", 0, 0, 0, 100, 0, 1, host, 2, host, 1, 0,
-                         record.format_properties({"RETRY_TOPIC": "Orders", "RECONSUME_TIME": "2"}).encode())
+    body = record.encode(b"again", topic=b"%RETRY%G",
+                         props=format_properties({"RETRY_TOPIC": "Orders", "RECONSUME_TIME": "2"}).encode(),
+                         phys_offset=100, born_ts=1, born_host=host, store_ts=2, store_host=host, reconsume=1)
     c.transport.callbacks[-1](protocol.Envelope(ResponseCode.SUCCESS, 1, rq.PullReply(next=1).ext(), [body], ""))
     assert [(m.topic, m.reconsume_times, m.body) for m in dispatched] == [("Orders", 2, b"again")]
     assert pq.next_offset == 1 and list(pq.msgs) == [0]

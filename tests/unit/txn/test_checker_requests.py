@@ -10,6 +10,7 @@ from quiver import MessageExt
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
+from quiver.wire.property_string import format_properties
 from quiver.errors import FieldError, QueryNotFoundError, RequestTimeoutError
 from quiver_txn.checking import Checker, CheckerClient, _BrokerState
 from quiver_txn.config import Config
@@ -45,8 +46,10 @@ def _env(code=ResponseCode.SUCCESS, bodies=(), **ext):
 def _halves(n):
     host = b"\x7f\0\0\x01\0\0\0\0"
     old = int(time.time() * 1000) - 3_600_000
-    return b"".join(record.encode(b"x", HALF.encode(), 0, 0, off, 1000 + off, 0, old, host, old, host, 0, 0,
-                                  record.format_properties({"__transactionId__": f"tx{off}"}).encode())
+    return b"".join(record.encode(b"x", topic=HALF.encode(),
+                                  props=format_properties({"__transactionId__": f"tx{off}"}).encode(),
+                                  queue_offset=off, phys_offset=1000 + off, born_ts=old, born_host=host, store_ts=old,
+                                  store_host=host)
                     for off in range(n))
 
 
