@@ -242,9 +242,9 @@ def test_idle_streams_and_held_polls_of_one_user_leave_workers_for_everyone_else
             reply = other.QueryRoute(_route("AtkPay"), metadata=_sign("PAYER", client_id="payer-2"), timeout=10)
             assert reply.status.code == d.Code.OK and time.monotonic() - t0 < 8
         try:
-            time.sleep(3)                             # the streams are in
+            # the streams are in once those past the cap were refused: then another user is served
+            wait_for(lambda: len(flood.first) >= 300 - 16, 60, "every stream past the per-key cap refused")
             served_at_once()
-            wait_for(lambda: len(flood.first) >= 300 - 16, 30, "every stream past the per-key cap refused")
             answers = list(flood.first.values())
             assert {c.status.code for c in answers} == {d.Code.TOO_MANY_REQUESTS}
             assert "MALLORY" in answers[0].status.message
