@@ -26,6 +26,7 @@ bench/results/hops-<date>.json.
 """
 
 import argparse
+import bisect
 import datetime
 import json
 import os
@@ -37,6 +38,7 @@ import time
 
 from quiver import Admin, Message, Producer
 
+from bench.hops_listener import GcPauses, switches
 from bench.peers import base
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -53,6 +55,11 @@ HOPS = [
     ("reply back: stored -> replied", "stored", "replied"),
     ("delivery: stored -> consumed", "stored", "consumed"),
     ("born -> stored (ms stamps both)", "born", "stored"),
+]
+# known when the consumer's pulls are timed (bench.hops_listener.watch_pulls): delivery in two
+PULL_HOPS = [
+    ("delivery, to the consumer's IO thread: stored -> its pull answered", "stored", "pull_answered"),
+    ("delivery, in the consumer: pull answered -> consumed", "pull_answered", "consumed"),
 ]
 # the hops a slow message's excess is looked for in: (slow by, [its parts])
 SPLITS = {"e2e": ("e2e: send -> consumed", ["to the store: send -> stored", "delivery: stored -> consumed"]),
@@ -87,6 +94,7 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
         try:
             with Producer("hops", namesrv=cluster.namesrv) as p:
                 _ready(child, p, "Hops")
+                pauses, before = GcPauses(), switches()
                 sent: dict[int, tuple[float, float]] = {}
                 counter = iter(range(n))
 
@@ -99,23 +107,43 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
                 t0 = time.perf_counter()
                 base.paced_runs(rate, n, send_many)
                 rate_done = n / (time.perf_counter() - t0)
+                gc_producer, after = pauses.close(), switches()
             out = json.loads(child.stdout.readline())
         finally:
             base.stop(child)
     finally:
         cluster.stop()
     points = {}
-    for i, t, born_ms, store_ms in out["seen"]:
+    for i, t, born_ms, store_ms, qid in out["seen"]:
         if i in sent:
             points[i] = {"send": sent[i][0], "replied": sent[i][1], "consumed": t,
-                         "born": born_ms / 1000 + MID_MS, "stored": store_ms / 1000 + MID_MS}
-    return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent)}
+                         "born": born_ms / 1000 + MID_MS, "stored": store_ms / 1000 + MID_MS, "queue": qid}
+    _match_pulls(points, out["pulls"])
+    procs = {"producer": {"gc": gc_producer, "rusage": {k: after[k] - before[k] for k in after}},
+             "consumer": {"gc": out["gc"], "rusage": out["rusage"]}}
+    return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent), "procs": procs}
 
 
-def analyse(points: dict, slow_share: float = 0.01) -> dict:
+def _match_pulls(points: dict, pulls: list) -> None:
+    """Give each message the pull that brought it: its queue's last pull answered before the
+    listener (or poll) got it ("pull_sent", "pull_answered"; none with direct_poll's held pulls)."""
+    by_queue: dict[int, list] = {}
+    for qid, sent, answered in sorted(pulls, key=lambda p: p[2]):
+        by_queue.setdefault(qid, []).append((answered, sent))
+    for pt in points.values():
+        answers = by_queue.get(pt["queue"], [])
+        k = bisect.bisect_right(answers, (pt["consumed"], float("inf"))) - 1
+        if k >= 0:
+            pt["pull_answered"], pt["pull_sent"] = answers[k]
+
+
+def analyse(points: dict, procs: dict | None = None, slow_share: float = 0.01) -> dict:
     """Each hop's p50/p99 (µs), the slowest `slow_share` of messages by e2e and by sync send, each
-    one's timeline (µs after send) and the hop furthest above its p50 in it."""
-    hops = {name: sorted(pt[b] - pt[a] for pt in points.values()) for name, a, b in HOPS}
+    one's timeline (µs after send), the hop furthest above its p50 in it, and how many of them
+    waited through a GC pause of the process that took them in (`procs`: run_quiver's)."""
+    pulled = all("pull_sent" in pt for pt in points.values())
+    hops = {name: sorted(pt[b] - pt[a] for pt in points.values())
+            for name, a, b in HOPS + (PULL_HOPS if pulled else [])}
     stats = {name: base.percentiles(vals) for name, vals in hops.items()}
     out = {"count": len(points), "hops": stats, "slowest": {}}
     for key, (total, parts) in SPLITS.items():
@@ -131,13 +159,32 @@ def analyse(points: dict, slow_share: float = 0.01) -> dict:
                           **{f"{p}_us": (pt[p] - pt["send"]) * 1e6 for p in ("born", "stored", "replied", "consumed")}})
         mean = {h: sum(_hop(pt, h) for _, pt in slow) / len(slow) * 1e6 for h in parts}
         out["slowest"][key] = {"by": total, "messages": len(slow), "dominant": dominant, "parts_mean_us": mean,
-                               "timelines": lines}
+                               "bursts": _bursts([pt[_end(total)] for _, pt in slow]), "timelines": lines}
+        if pulled and key == "e2e":   # was a pull waiting on its queue when it was stored?
+            late = [pt["pull_sent"] - pt["stored"] for _, pt in slow if pt["pull_sent"] > pt["stored"] + MID_MS]
+            out["slowest"][key]["pull_sent_after_stored"] = len(late)
+            out["slowest"][key]["pull_sent_after_stored_mean_us"] = sum(late) / len(late) * 1e6 if late else 0.0
+        if procs:
+            pauses = procs["consumer" if key == "e2e" else "producer"]["gc"]
+            out["slowest"][key]["through_gc"] = sum(
+                1 for _, pt in slow if any(s0 < pt[_end(total)] and s0 + d > pt["send"] for s0, d, _ in pauses))
     return out
 
 
 def _hop(pt: dict, name: str) -> float:
-    _, a, b = next(h for h in HOPS if h[0] == name)
+    _, a, b = next(h for h in HOPS + PULL_HOPS if h[0] == name)
     return pt[b] - pt[a]
+
+
+def _end(name: str) -> str:
+    return next(h[2] for h in HOPS + PULL_HOPS if h[0] == name)
+
+
+def _bursts(ends: list[float], gap_s: float = 0.002) -> int:
+    """Groups among the slow messages' arrival times (less than `gap_s` apart): few groups of many
+    messages is one stall holding up all that came meanwhile, not messages slow one by one."""
+    ends = sorted(ends)
+    return sum(1 for i, t in enumerate(ends) if i == 0 or t - ends[i - 1] > gap_s)
 
 
 def run_floor(samples: int, rate: int, seconds: float) -> dict:
@@ -153,10 +200,16 @@ def report(doc: dict) -> str:
              f"(reached {doc['rate_done']:,.0f}), consumer: {doc['meta']['consumer']} (listener threads: "
              + ", ".join(f"{k} {v}" for k, v in doc["threads"].items()) + f"); {doc['meta']['machine']}.", "",
              "| hop | p50 (µs) | p99 (µs) | p99.9 (µs) |", "|---|---:|---:|---:|"]
-    for name, _, _ in HOPS:
+    for name in a["hops"]:
         s = a["hops"][name]
         lines.append(f"| {name} | {s['p50_us']:,.0f} | {s['p99_us']:,.0f} | {s['p999_us']:,.0f} |")
     lines += ["", "Hops at `stored` or `born` are good to ±500 µs (millisecond stamps, taken at their middle).", ""]
+    for who, p in doc.get("procs", {}).items():
+        longest = max((d for _, d, _ in p["gc"]), default=0.0)
+        lines.append(f"- {who} process: {len(p['gc'])} GC pause(s) of 1 ms or more (longest {longest * 1e3:.1f} ms), "
+                     f"{p['rusage']['involuntary']:,} involuntary context switches (preempted), "
+                     f"{p['rusage']['voluntary']:,} voluntary")
+    lines.append("")
     if floor:
         sync, e2e = a["hops"]["sync send: send -> replied"], a["hops"]["e2e: send -> consumed"]
         lines += ["| floor, bare pyzmq, same run | p50 (µs) | p99 (µs) | sync send / it | e2e / it |",
@@ -170,7 +223,12 @@ def report(doc: dict) -> str:
         dom = ", ".join(f"{h} {n}" for h, n in sorted(s["dominant"].items(), key=lambda kv: -kv[1]))
         parts = ", ".join(f"{h} {us:,.0f} (p50 {a['hops'][h]['p50_us']:,.0f})" for h, us in s["parts_mean_us"].items())
         lines += [f"## The slowest {s['messages']} by {s['by']}", "",
-                  f"Furthest above its p50: {dom}. Their mean µs: {parts}.", "",
+                  f"Furthest above its p50: {dom}. Their mean µs: {parts}. They arrived in {s['bursts']} "
+                  f"burst(s) (arrivals < 2 ms apart grouped: few bursts = a stall, not slow messages one by one); "
+                  f"{s.get('through_gc', 0)} waited through a GC pause of the process that took them in."
+                  + (f" For {s['pull_sent_after_stored']} no pull was waiting on their queue when they were stored "
+                     f"(the pull that brought them left {s['pull_sent_after_stored_mean_us']:,.0f} µs after, mean)."
+                     if "pull_sent_after_stored" in s else ""), "",
                   "| i | total | born | stored | replied | consumed | dominant |", "|---:|---:|---:|---:|---:|---:|---|"]
         for t in s["timelines"][:20]:
             lines.append(f"| {t['i']} | {t['total_us']:,.0f} | {t['born_us']:,.0f} | {t['stored_us']:,.0f} | "
@@ -202,7 +260,7 @@ def main(argv=None) -> int:
     if not raw["points"]:
         return 1
     doc = {"meta": meta, "rate_done": raw["rate_done"], "threads": raw["threads"], "floor": floor,
-           "analysis": analyse(raw["points"])}
+           "procs": raw["procs"], "analysis": analyse(raw["points"], raw["procs"])}
     print(report(doc))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"hops-{now.strftime('%Y-%m-%d-%H%M%S')}.json")

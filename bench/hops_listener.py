@@ -6,16 +6,64 @@ MODE: push (PushConsumer, listener on the consume threads), push-inline (consume
 the listener on the IO thread), pull (PullConsumer.poll, as `python -m bench` e2e),
 pull-direct (direct_poll). Messages whose property "i" is -1 are warm-up: "ready" is
 printed once one has come from each of the topic's QUEUES queues (every queue owned and
-pulled). Then prints one JSON object: {"seen": [[i, t, born_ms, store_ms], ...],
-"threads": {thread name: messages}}, t = time.time() when the listener (or poll) got it.
+pulled). Then prints one JSON object: {"seen": [[i, t, born_ms, store_ms, queue id], ...],
+"threads": {thread name: messages}, "gc": [[start, seconds, generation], ...], "rusage",
+"pulls": [[queue id, sent, answered], ...] (the IO thread's pulls; not direct_poll's held ones)},
+t = time.time() when the listener (or poll) got it; "gc" the collector's pauses of 1 ms or
+more and "rusage" the context switches of this process (involuntary: it was preempted).
 """
 
+import gc
 import json
+import resource
 import sys
 import threading
 import time
 
+
+class GcPauses:
+    """The cyclic collector's pauses of at least `min_s` in this process (gc.callbacks)."""
+
+    def __init__(self, min_s: float = 0.001):
+        self.min_s, self.pauses, self._t0 = min_s, [], 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.time()
+        elif time.time() - self._t0 >= self.min_s:
+            self.pauses.append([self._t0, time.time() - self._t0, info.get("generation")])
+
+    def close(self) -> list:
+        gc.callbacks.remove(self._on)
+        return self.pauses
+
+
+def watch_pulls(client, pulls: list) -> None:
+    """Note [queue id, sent, answered] (time.time()) of every pull the client's IO thread sends:
+    the instance's transport.send wrapped, nothing in Quiver changed."""
+    transport = client.transport
+    send = transport.send
+
+    def timed(addr, code, ext, bodies, callback, timeout=3.0):
+        if getattr(code, "CODE", code) != RequestCode.PULL_MESSAGE:
+            return send(addr, code, ext, bodies, callback, timeout)
+        qid = (ext or {}).get("q") if isinstance(code, int) else code.queue_id
+        sent = time.time()
+
+        def answered(env):
+            pulls.append([qid, sent, time.time()])
+            callback(env)
+        return send(addr, code, ext, bodies, answered, timeout)
+    transport.send = timed
+
+
+def switches() -> dict:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return {"voluntary": r.ru_nvcsw, "involuntary": r.ru_nivcsw}
+
 from quiver import ConsumeResult, PullConsumer, PushConsumer
+from quiver.wire.codes import RequestCode
 
 
 def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode: str) -> None:
@@ -37,12 +85,13 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
                         if len(warm) == queues:
                             print("ready", flush=True)
                     continue
-                seen.append([i, now, m.born_timestamp, m.store_timestamp])
+                seen.append([i, now, m.born_timestamp, m.store_timestamp, m.queue_id])
                 threads[name] = threads.get(name, 0) + 1
             if len(seen) >= count:
                 done.set()
 
     deadline = time.monotonic() + seconds
+    pauses, pulls = GcPauses(), []
     if mode.startswith("push"):
         c = PushConsumer("hops", namesrv=namesrv, consume_from="last", consume_inline=mode == "push-inline")
         c.subscribe(topic)
@@ -52,6 +101,7 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
             return ConsumeResult.SUCCESS
         c.register(listener)
         c.start()
+        watch_pulls(c, pulls)
         try:
             done.wait(max(0.0, deadline - time.monotonic()))
         finally:
@@ -59,11 +109,14 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
     else:
         with PullConsumer("hops", namesrv=namesrv, consume_from="last", direct_poll=mode == "pull-direct") as pc:
             pc.subscribe(topic)
+            if mode == "pull":   # direct_poll holds its pulls on the polling thread's sockets: not seen here
+                watch_pulls(pc, pulls)
             while not done.is_set() and time.monotonic() < deadline:
                 msgs = pc.poll(0.05)
                 if msgs:
                     got(msgs)
-    print(json.dumps({"seen": seen, "threads": threads}), flush=True)
+    print(json.dumps({"seen": seen, "threads": threads, "gc": pauses.close(), "rusage": switches(),
+                      "pulls": pulls}), flush=True)
 
 
 if __name__ == "__main__":

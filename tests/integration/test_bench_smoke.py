@@ -145,8 +145,8 @@ def test_bench_hops_timeline(tmp_path):
     [js] = list(tmp_path.glob("hops-*.json"))
     a = json.loads(js.read_text())["analysis"]
     assert a["count"] == 200
-    from bench.hops import HOPS, SPLITS
-    assert set(a["hops"]) == {name for name, _, _ in HOPS}
+    from bench.hops import HOPS, PULL_HOPS, SPLITS
+    assert set(a["hops"]) == {name for name, _, _ in HOPS + PULL_HOPS}   # the push consumer's pulls are timed
     for name, s in a["hops"].items():
         assert all(math.isfinite(s[q]) for q in ("p50_us", "p99_us", "p999_us")), (name, s)
         assert s["p50_us"] <= s["p99_us"] <= s["p999_us"], (name, s)
@@ -156,5 +156,8 @@ def test_bench_hops_timeline(tmp_path):
         slow = a["slowest"][key]
         assert slow["messages"] == 2 and len(slow["timelines"]) == 2 and sum(slow["dominant"].values()) == 2
         assert set(slow["dominant"]) <= set(parts) and set(slow["parts_mean_us"]) == set(parts)
+        assert 1 <= slow["bursts"] <= 2 and 0 <= slow["through_gc"] <= 2
         assert all(t["total_us"] >= a["hops"][total]["p99_us"] for t in slow["timelines"])
+    assert 0 <= a["slowest"]["e2e"]["pull_sent_after_stored"] <= 2
     assert "| sync send: send -> replied |" in proc.stdout and "## The slowest 2 by e2e" in proc.stdout
+    assert "- consumer process: " in proc.stdout and "involuntary context switches" in proc.stdout
