@@ -18,7 +18,7 @@ def _live(namesrv_addr):
 def test_two_brokers_two_namesrvs_routes_and_spread(make_cluster):
     c = make_cluster(brokers=2, namesrvs=2)
     admin = Admin(namesrv=c.namesrv)
-    admin.create_topic("Spread", queues=4)
+    admin.create_topic("Spread", queues=4, wait_s=60)   # until both name servers route it (registration is async)
     for ns in [s.addr for s in c.services if s.role == "namesrv"]:
         route = Admin(namesrv=ns).topic_route("Spread")   # each name server knows on its own
         assert sorted(b["broker_name"] for b in route["brokers"]) == ["broker-a", "broker-b"]

@@ -65,7 +65,7 @@ def test_slave_refuses_writes_and_end_transaction(ha_cluster):
             env = t.call(slave.addr, req, None, (b"x",), ok=tuple(ResponseCode))
             assert env.code == ResponseCode.SERVICE_NOT_AVAILABLE, (req, env.remark)
         # routes list both addresses by id; producers only write to the master
-        Admin(namesrv=c.namesrv).create_topic("HaRoute", queues=2)
+        Admin(namesrv=c.namesrv).create_topic("HaRoute", queues=2, wait_s=60)   # routed: registration is async
         route = Admin(namesrv=c.namesrv).topic_route("HaRoute")
         assert route["brokers"][0]["addrs"] == {"0": master.addr, "1": slave.addr}
         with Producer("pg", namesrv=c.namesrv) as p:
