@@ -8,21 +8,27 @@ dead-letter topic so the queue moves on. With `consume_inline` a pulled batch
 is consumed on the thread its answer arrived on (the IO thread) by the same
 code, so results, send-back, retries and orderly locking are the same; only
 retries that wait (a suspend, a failed send-back) run on the pool later.
-Mixed into PushConsumer (RocketMQ's
-ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService), whose
-attributes it uses: options (consume_batch_size, consume_threads, consume_inline,
-max_reconsume_times, suspend_current_queue_ms), broadcast, _pool, _timer,
-_listener, offsets, _running, _active_cond, _cost_per_msg_s, _state_lock.
+RocketMQ's ConsumeMessageConcurrentlyService / ConsumeMessageOrderlyService.
+It gets what it needs from its PushConsumer when that starts (the listener,
+the settings, the timer, the broker call, how a queue commits and relocks);
+it owns the consume threads, the count of running listener calls and the
+measured listener cost. POP mode (pop_push.py) hands it batches too.
 """
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
 from quiver.client.message import RECONSUME_DEFAULT, ConsumeResult, MessageExt, ReconsumeLater
+from quiver.client.options import ConsumerOptions
+from quiver.client.tracing import ClientTrace
 from quiver.wire.properties import ORIGIN_MESSAGE_ID
-from quiver.client.process_queue import ProcessQueue
+from quiver.client.process_queue import DelayedCalls, ProcessQueue
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +36,50 @@ LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker leas
 SPLIT_WORTH_S = 0.002        # split a pulled batch over threads when its listener work exceeds this
 MAX_CONSUME_CONTINUOUSLY_S = 60.0
 
+# fn(msgs) -> ConsumeResult.SUCCESS, RECONSUME_LATER or ConsumeResult.later(...); raising counts as RECONSUME_LATER
+Listener = Callable[[list[MessageExt]], ConsumeResult | ReconsumeLater]
+
 
 class ConsumeService:
-    def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    """`call_broker(addr, request)`: sends a send-back; `commit(pq, offset)`: a queue's commit
+    offset moved; `relock(pq) -> bool`: locks an orderly queue on its broker again. `tracer`:
+    SubBefore / SubAfter around each listener call, or None."""
+
+    def __init__(self, group: str, options: ConsumerOptions, listener: Listener, *, orderly: bool, broadcast: bool,
+                 timer: DelayedCalls, call_broker: Callable[[str, rq.Schema], Any],
+                 commit: Callable[[ProcessQueue, int], None], relock: Callable[[ProcessQueue], bool],
+                 tracer: ClientTrace | None = None) -> None:
+        self.group, self.options, self._listener = group, options, listener
+        self.orderly, self.broadcast = orderly, broadcast
+        self._timer, self._call_broker, self._consumed, self._lock_queue = timer, call_broker, commit, relock
+        self.tracer = tracer
+        self._pool = ThreadPoolExecutor(options.consume_threads, thread_name_prefix=f"consume-{group}")
+        self.running = True
+        self._active = 0   # listener tasks under way
+        self._active_cond = threading.Condition()
+        self._cost_per_msg_s = 0.0  # measured listener cost: decides how a pulled batch is split
+
+    def stop(self) -> None:
+        """No new work from now on (a running listener call finishes)."""
+        self.running = False
+
+    def close(self, wait_for_pool: bool = False, timeout_s: float = 5.0) -> None:
+        """Stop, and let the running listener calls finish: the pool's (`wait_for_pool`: queued
+        tasks too are cancelled, running ones awaited), else at most `timeout_s` for any task."""
+        self.running = False
+        self._pool.shutdown(wait=wait_for_pool, cancel_futures=True)
+        with self._active_cond:
+            self._active_cond.wait_for(lambda: self._active == 0, timeout=timeout_s)
+
+    def dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Consume a pulled batch: on the consume threads, or here with consume_inline."""
         inline = self.options.consume_inline
-        if self._orderly:
-            self._kick_orderly(pq, inline)
+        if self.orderly:
+            self.kick_orderly(pq, inline)
             return
         if inline:   # a pool hand-off costs a thread wake-up, more than a fast listener's call
-            if self._running:
-                self._run_task(self._consume_concurrently, pq, msgs)
+            if self.running:
+                self.run(self._consume_concurrently, pq, msgs)
             return
         # Handing a task to the pool costs a thread wake-up (tens of µs): a fast listener is
         # best served by one task per pulled batch, a slow one by spreading the batch over the
@@ -53,17 +92,19 @@ class ConsumeService:
         chunk = -(-n // tasks)
         chunk = -(-chunk // bs) * bs
         for i in range(0, n, chunk):
-            self._submit(self._consume_concurrently, pq, msgs[i:i + chunk])
+            self.submit(self._consume_concurrently, pq, msgs[i:i + chunk])
 
-    def _submit(self, fn, *args) -> None:
-        if not self._running:
+    def submit(self, fn, *args) -> None:
+        """`fn(*args)` on a consume thread (nothing once stopped)."""
+        if not self.running:
             return
         try:
-            self._pool.submit(self._run_task, fn, *args)
+            self._pool.submit(self.run, fn, *args)
         except RuntimeError:
             pass  # shutting down: the messages stay uncommitted
 
-    def _run_task(self, fn, *args) -> None:
+    def run(self, fn, *args) -> None:
+        """`fn(*args)` here, counted as a running listener task (close() waits for it)."""
         with self._active_cond:
             self._active += 1
         try:
@@ -76,7 +117,7 @@ class ConsumeService:
                 if self._active == 0:
                     self._active_cond.notify_all()
 
-    def _call_listener(self, msgs: list[MessageExt]) -> ReconsumeLater | None:
+    def call_listener(self, msgs: list[MessageExt]) -> ReconsumeLater | None:
         """None when consumed, else how to retry (raising, or any other result: the default delay).
         A traced consumer records SubBefore and SubAfter around the call."""
         tracer = self.tracer
@@ -98,7 +139,7 @@ class ConsumeService:
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         bs = self.options.consume_batch_size
-        call = self._call_listener if self.tracer is not None else self._listen   # a call less per batch
+        call = self.call_listener if self.tracer is not None else self._listen   # a call less per batch
         done = 0                 # msgs[:done] are handled: consumed, sent back or kept for a retry here
         kept: set[int] = set()   # id() of those kept (broker unreachable): the offset stays behind them
         sending = 0.0            # time in send-backs: the listener's cost is the rest (and GIL waits)
@@ -106,7 +147,7 @@ class ConsumeService:
         started = clock()
         try:
             for i in range(0, len(msgs), bs):
-                if pq.dropped or not self._running:
+                if pq.dropped or not self.running:
                     return
                 batch = msgs[i:i + bs]
                 later = call(batch)
@@ -133,14 +174,8 @@ class ConsumeService:
             return
         failed = [m for m in batch if not self._send_back(pq, m, later.delay_level, later.delay_ms)]
         if failed:  # broker unreachable: retry here later, keep the offset behind them
-            self._timer.call_later(5.0, self._submit, self._consume_concurrently, pq, failed)
+            self._timer.call_later(5.0, self.submit, self._consume_concurrently, pq, failed)
             kept.update(id(m) for m in failed)
-
-    def _consumed(self, pq: ProcessQueue, offset: int) -> None:
-        """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
-        with self._state_lock:
-            if not pq.dropped:
-                self.offsets.update(pq.mq, offset)
 
     def _send_back(self, pq: ProcessQueue, m: MessageExt, delay: int = 0, delay_ms: int | None = None) -> bool:
         origin_id = m.properties.get(ORIGIN_MESSAGE_ID) or m.msg_id or None
@@ -148,7 +183,7 @@ class ConsumeService:
                                      origin_topic=m.topic, origin_msg_id=origin_id,
                                      max_reconsume=self.options.max_reconsume_times, reconsume=m.reconsume_times)
         try:
-            self.call_broker(pq.addr, req)
+            self._call_broker(pq.addr, req)
             return True
         except QuiverError as exc:
             log.warning("send back of %s failed: %s", m.msg_id, exc)
@@ -156,22 +191,23 @@ class ConsumeService:
 
     # ---- orderly ------------------------------------------------------------------------------------------
 
-    def _kick_orderly(self, pq: ProcessQueue, inline: bool = False) -> None:
+    def kick_orderly(self, pq: ProcessQueue, inline: bool = False) -> None:
+        """Consume an orderly queue's cached messages (one thread at a time), unless suspended."""
         with pq.lock:
             if pq.scheduled or pq.dropped or time.monotonic() < pq.suspended_until:
                 return
             pq.scheduled = True
         if inline:
-            self._run_task(self._consume_orderly, pq)
+            self.run(self._consume_orderly, pq)
         else:
-            self._submit(self._consume_orderly, pq)
+            self.submit(self._consume_orderly, pq)
 
     def _consume_orderly(self, pq: ProcessQueue) -> None:
         started = time.monotonic()
         retry_in = None
         with pq.consume_lock:  # one thread per queue
             while True:
-                if pq.dropped or not self._running:
+                if pq.dropped or not self.running:
                     break
                 if not self.broadcast and (not pq.locked or time.monotonic() - pq.lock_ts > LOCK_STALE_S):
                     retry_in = 3.0
@@ -183,7 +219,7 @@ class ConsumeService:
                 batch = pq.head(self.options.consume_batch_size)
                 if not batch:
                     break
-                later = self._call_listener(batch)
+                later = self.call_listener(batch)
                 if later is None or self._give_up(pq, batch):
                     self._consumed(pq, pq.remove(batch))
                     continue
@@ -196,9 +232,9 @@ class ConsumeService:
             if retry_in is not None:
                 pq.suspended_until = time.monotonic() + retry_in
         if retry_in is not None:
-            self._timer.call_later(retry_in, self._kick_orderly, pq)
+            self._timer.call_later(retry_in, self.kick_orderly, pq)
         elif pq.msgs:
-            self._kick_orderly(pq)  # arrived while we were finishing
+            self.kick_orderly(pq)  # arrived while we were finishing
 
     def _give_up(self, pq: ProcessQueue, batch: list[MessageExt]) -> bool:
         """A failed orderly batch: count the attempt; past the max, dead-letter it and move on."""
@@ -214,10 +250,10 @@ class ConsumeService:
         return all(self._send_back(pq, m, delay=-1) for m in batch)
 
     def _relock(self, pq: ProcessQueue) -> None:
-        if pq.dropped or not self._running:
+        if pq.dropped or not self.running:
             return
-        if self._lock_mqs(pq.addr, [pq.mq]):
+        if self._lock_queue(pq):
             pq.locked, pq.lock_ts = True, time.monotonic()
             with pq.lock:
                 pq.suspended_until = 0.0
-            self._kick_orderly(pq)
+            self.kick_orderly(pq)

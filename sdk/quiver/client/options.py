@@ -28,6 +28,9 @@ def _option(default, help: str = ""):
 
 _I31 = 2 ** 31 - 1
 _DAY_MS = 24 * 3600 * 1000
+# RocketMQ's messageDelayLevel, the brokers' default --delay-levels (1s 5s 10s 30s 1m ... 2h)
+DELAY_LEVELS_MS = (1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+                   480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000)
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class ConsumerOptions:
     pop: bool = _option(False, "push: POP consumption (no queue ownership; success acks, failure changes the "
                         "invisible duration to the retry delay); consume_from is 'first' or 'last'")
     pop_invisible_ms: int = _option(60_000, "push, pop: how long a received message stays invisible to the group")
+    delay_levels_ms: tuple[int, ...] = _option(DELAY_LEVELS_MS, "push, pop: the delay level table (ms; the "
+                                               "brokers' --delay-levels): failure n of a message waits level 2 + n, "
+                                               "ConsumeResult.later(delay_level=L) level L")
     on_bad_record: Callable[[str, int, int, str], object] | None = _option(
                                     None, "fn(topic, queue_id, offset, reason), called for each pulled record "
                                     "the consumer cannot decode and skips (it is also logged and counted)")
@@ -93,6 +99,11 @@ class ConsumerOptions:
         for name in ("pop", "consume_inline", "direct_poll", "wait_for_topic"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
+        levels = self.delay_levels_ms
+        if (not isinstance(levels, (tuple, list)) or not 1 <= len(levels) <= 1024
+                or not all(_is_int(ms) and 0 <= ms <= 3650 * _DAY_MS for ms in levels)):
+            raise ValueError(f"delay_levels_ms must be 1-1024 integers 0-{3650 * _DAY_MS} (ms), not {levels!r}")
+        object.__setattr__(self, "delay_levels_ms", tuple(levels))   # hashable, as the other fields
         if self.on_bad_record is not None and not callable(self.on_bad_record):
             raise ValueError(f"on_bad_record must be a function or None, not {self.on_bad_record!r}")
 

@@ -11,72 +11,68 @@ An orderly listener makes the pops FIFO (one message per message group in flight
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from quiver.client.message import MessageExt, ReconsumeLater
+from quiver.client.consume_service import ConsumeService
+from quiver.client.message import MessageExt, MessageSelector, ReconsumeLater
+from quiver.client.options import ConsumerOptions
 from quiver.client.popping import Popper
 from quiver.errors import QuiverError
 from quiver.wire.receipt_handle import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS
 
-if TYPE_CHECKING:
-    from quiver.client.push_consumer import PushConsumer
-
 log = logging.getLogger(__name__)
 
-# RocketMQ's retry delays (delay levels 3..18): the n-th failure waits RETRY_DELAYS_MS[n - 1]
-RETRY_DELAYS_MS = (10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000, 480_000,
-                   540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000)
-LEVELS_MS = (1_000, 5_000) + RETRY_DELAYS_MS
 RECEIVE_WAIT_S = 2.0
 
 
-def retry_delay_ms(later: ReconsumeLater, reconsume: int) -> int:
-    """The invisible time a failed message gets: the listener's choice, else RocketMQ's table."""
+def retry_delay_ms(later: ReconsumeLater, reconsume: int, levels_ms: tuple[int, ...]) -> int:
+    """The invisible time a failed message gets: the listener's choice, else the delay level
+    table's (`levels_ms`, as the brokers' for a push retry: the n-th failure waits level 2 + n)."""
     if later.delay_ms:
         ms = later.delay_ms
-    elif later.delay_level:
-        ms = LEVELS_MS[min(later.delay_level, len(LEVELS_MS)) - 1]
     else:
-        ms = RETRY_DELAYS_MS[min(reconsume, len(RETRY_DELAYS_MS) - 1)]
+        level = later.delay_level or reconsume + 3
+        ms = levels_ms[min(level, len(levels_ms)) - 1]
     return min(max(ms, MIN_INVISIBLE_MS), MAX_INVISIBLE_MS)
 
 
 class PopPushLoop:
-    """`consumer`: the PushConsumer (its subscriptions, pool, listener call and options)."""
+    """Receives with `popper` what `subscriptions()` names and hands it to `consume` (its
+    threads, or this receive thread with consume_inline); `wait_s`: how long stop() waits for
+    a receive under way (it waits on the broker at most RECEIVE_WAIT_S)."""
 
-    def __init__(self, consumer: "PushConsumer") -> None:
-        self.consumer = consumer
-        opts = consumer.options
-        self.popper = Popper(consumer, consumer.group, consume_from="first" if opts.consume_from == "first" else "last",
-                             fifo=consumer._orderly, max_reconsume_times=opts.max_reconsume_times)
-        self.capacity = threading.BoundedSemaphore(opts.consume_threads * opts.consume_batch_size)
+    def __init__(self, popper: Popper, consume: ConsumeService, subscriptions: Callable[[], dict[str, MessageSelector]],
+                 options: ConsumerOptions, wait_s: float) -> None:
+        self.popper, self.consume, self.subscriptions, self.options = popper, consume, subscriptions, options
+        self.group = popper.group
+        self.capacity = threading.BoundedSemaphore(options.consume_threads * options.consume_batch_size)
+        self._wait_s = RECEIVE_WAIT_S + wait_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"pop-{consumer.group}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"pop-{self.group}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(RECEIVE_WAIT_S + self.consumer.request_timeout + 1)
+        self._thread.join(self._wait_s + 1)
 
     def _run(self) -> None:
-        c = self.consumer
-        opts = c.options
+        opts = self.options
+        hand = self.consume.run if opts.consume_inline else self.consume.submit   # inline: on this receive thread
         while not self._stop.is_set():
             free = self._reserve(min(32, opts.consume_threads * opts.consume_batch_size))
             if not free:
                 continue
             try:
-                msgs = self.popper.receive(dict(c.subscriptions), free, opts.pop_invisible_ms, RECEIVE_WAIT_S)
+                msgs = self.popper.receive(dict(self.subscriptions()), free, opts.pop_invisible_ms, RECEIVE_WAIT_S)
             except Exception as exc:   # a broker down, a route missing: try again shortly
-                log.warning("POP receive of %s failed: %s", c.group, exc)
+                log.warning("POP receive of %s failed: %s", self.group, exc)
                 msgs = []
                 self._stop.wait(opts.pull_delay_on_error_ms / 1000)
             for _ in range(free - len(msgs)):
                 self.capacity.release()
             bs = opts.consume_batch_size
-            hand = c._run_task if opts.consume_inline else c._submit   # inline: on this receive thread
             for i in range(0, len(msgs), bs):
                 hand(self._consume, msgs[i:i + bs])
 
@@ -91,13 +87,14 @@ class PopPushLoop:
 
     def _consume(self, msgs: list[MessageExt]) -> None:
         try:
-            later = self.consumer._call_listener(msgs)
+            later = self.consume.call_listener(msgs)
             for m in msgs:
                 try:
                     if later is None:
                         self.popper.ack(m)
                     else:
-                        self.popper.change_invisible(m, retry_delay_ms(later, m.reconsume_times))
+                        self.popper.change_invisible(m, retry_delay_ms(later, m.reconsume_times,
+                                                                       self.options.delay_levels_ms))
                 except QuiverError as exc:   # stale handle: it comes back anyway (at least once)
                     log.warning("POP %s of %s failed: %s", "ack" if later is None else "retry", m.msg_id, exc)
         finally:

@@ -42,23 +42,22 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Self
 
 from quiver.client import filter_route
 from quiver.wire import requests as rq
 from quiver.client.base import ClientBase, MessageQueue
-from quiver.client.consume_service import ConsumeService
+from quiver.client.consume_service import ConsumeService, Listener
 from quiver.wire.codes import RequestCode
 from quiver.wire.curve import Credentials
 from quiver.wire.protocol import Envelope
 from quiver.errors import ClientError, QuiverError, TopicNotExistError
-from quiver.client.message import ConsumeResult, MessageExt, MessageSelector, ReconsumeLater
+from quiver.client.message import MessageExt, MessageSelector
 from quiver.wire.properties import RECONSUME_TIME, RETRY_TOPIC
 from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
 from quiver.client.options import ConsumerOptions
 from quiver.client.pop_push import PopPushLoop
+from quiver.client.popping import Popper
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
@@ -68,11 +67,8 @@ from quiver.wire.validation import RETRY_PREFIX, check_group
 
 log = logging.getLogger(__name__)
 
-# fn(msgs) -> ConsumeResult.SUCCESS, RECONSUME_LATER or ConsumeResult.later(...); raising counts as RECONSUME_LATER
-Listener = Callable[[list[MessageExt]], ConsumeResult | ReconsumeLater]
 
-
-class PushConsumer(ConsumeService, ClientBase):
+class PushConsumer(ClientBase):
     """Settings by keyword are ConsumerOptions fields (broadcast, consume_from,
     max_reconsume_times, consume_threads or threads, consume_batch_size or batch_size, allocate,
     pull_batch_size, offset_dir, lock_interval_ms ...); `options=ConsumerOptions(...)` gives them
@@ -93,10 +89,10 @@ class PushConsumer(ConsumeService, ClientBase):
         c.shutdown()
     """
 
-    _pool: ThreadPoolExecutor   # these four are built by start()
-    _timer: DelayedCalls
+    _timer: DelayedCalls   # these four are built by start()
     _puller: QueuePuller
-    _pop_loop: PopPushLoop
+    _consume: ConsumeService   # listener calls (consume_service.py)
+    _pop_loop: PopPushLoop     # pop=True (pop_push.py)
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
@@ -108,7 +104,6 @@ class PushConsumer(ConsumeService, ClientBase):
         self.group = group
         self.broadcast = opts.broadcast
         self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
-        self._cost_per_msg_s = 0.0  # measured listener cost: decides how a pulled batch is split
         self.retry_topic = f"{RETRY_PREFIX}{group}"
         self.subscriptions: dict[str, MessageSelector] = {}
         self._listener: Listener | None = None
@@ -123,8 +118,6 @@ class PushConsumer(ConsumeService, ClientBase):
         self._state_lock = threading.RLock()   # queue state and offsets vs an offset reset (see above)
         self._bad = BadRecords(opts.on_bad_record)
         self._resets = 0
-        self._active = 0
-        self._active_cond = threading.Condition()
         self._drop_threads: list[threading.Thread] = []
         self.rebalance_latencies_ms: list[float] = []  # notification -> new owner's first pull
 
@@ -178,11 +171,17 @@ class PushConsumer(ConsumeService, ClientBase):
         if not self.subscriptions:
             raise ClientError("no subscription: call subscribe(topic, expression) before start()")
         opts = self.options
-        self._pool = ThreadPoolExecutor(opts.consume_threads, thread_name_prefix=f"consume-{self.group}")
         self._timer = DelayedCalls(f"push-consumer-{self.group}")
         self._puller = QueuePuller(self, self.group, opts, self._timer.call_later, self._bad)
         self._running = True
-        super().start()
+        super().start()   # the tracer too
+        self._consume = ConsumeService(self.group, opts, self._listener, orderly=self._orderly,
+                                       broadcast=self.broadcast, timer=self._timer, call_broker=self.call_broker,
+                                       commit=self._consumed, relock=self._relock, tracer=self.tracer)
+        if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
+            popper = Popper(self, self.group, consume_from="first" if opts.consume_from == "first" else "last",
+                            fifo=self._orderly, max_reconsume_times=opts.max_reconsume_times)
+            self._pop_loop = PopPushLoop(popper, self._consume, lambda: self.subscriptions, opts, self.request_timeout)
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
             for topic, sel in list(self.subscriptions.items()):
                 self._check_topic(topic)
@@ -190,8 +189,7 @@ class PushConsumer(ConsumeService, ClientBase):
         except QuiverError:
             self.shutdown()
             raise
-        if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
-            self._pop_loop = PopPushLoop(self)
+        if opts.pop:
             self._pop_loop.start()
             return self
         if not self.broadcast:
@@ -224,16 +222,15 @@ class PushConsumer(ConsumeService, ClientBase):
         if not self._running:
             return
         self._running = False
+        self._consume.stop()
         if self.options.pop:
             self._pop_loop.stop()
-            self._pool.shutdown(wait=True, cancel_futures=True)   # running listeners ack what they finish
+            self._consume.close(wait_for_pool=True)   # running listeners ack what they finish
             self._timer.stop()
             super().shutdown()
             return
         self._rebalance.stop()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        with self._active_cond:  # let running listener calls finish and commit
-            self._active_cond.wait_for(lambda: self._active == 0, timeout=5.0)
+        self._consume.close()   # running listener calls finish and commit
         self._rebalance.release_all()
         for t in self._drop_threads:
             t.join(5.0)
@@ -345,6 +342,12 @@ class PushConsumer(ConsumeService, ClientBase):
             self.offsets.remove(pq.mq)
             self._unlock_mqs(pq.addr, [pq.mq])
 
+    def _consumed(self, pq: ProcessQueue, offset: int) -> None:
+        """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
+        with self._state_lock:
+            if not pq.dropped:
+                self.offsets.update(pq.mq, offset)
+
     def _persist_one(self, pq: ProcessQueue) -> None:
         try:
             self.offsets.persist(pq.mq, pq.addr, sync=True)
@@ -420,6 +423,9 @@ class PushConsumer(ConsumeService, ClientBase):
         except QuiverError as exc:
             log.warning("unlocking on %s failed: %s", addr, exc)
 
+    def _relock(self, pq: ProcessQueue) -> bool:
+        return bool(self._lock_mqs(pq.addr, [pq.mq]))
+
     def _lock_all(self) -> None:
         by_addr: dict[str, list[ProcessQueue]] = {}
         for pq in list(self._pqs.values()):
@@ -433,7 +439,7 @@ class PushConsumer(ConsumeService, ClientBase):
                 if pq.locked:
                     pq.lock_ts = now
                     if not was:
-                        self._kick_orderly(pq)
+                        self._consume.kick_orderly(pq)
 
     # ---- pulling (IO thread callbacks) -----------------------------------------------------------------
 
@@ -491,7 +497,7 @@ class PushConsumer(ConsumeService, ClientBase):
                 if not msgs and not pq.msgs:
                     self.offsets.update(pq.mq, got.next)
             if msgs:   # outside the lock: an inline listener must not hold up commits and resets
-                self._dispatch(pq, msgs)
+                self._consume.dispatch(pq, msgs)
             return True
         nxt = pulled.next
         moved = pulled.status is OFFSET_ILLEGAL
@@ -523,5 +529,3 @@ class PushConsumer(ConsumeService, ClientBase):
                 if rt and rt.isdigit() and int(rt) > m.reconsume_times:
                     m.reconsume_times = int(rt)
         return msgs
-
-    # ---- consuming ------------------------------------------------------------------------------------------
