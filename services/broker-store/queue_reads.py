@@ -11,13 +11,19 @@ stops a queue. Does not own any file (commit_log, consume_queue) nor the
 reply codes (status_codes).
 """
 
+from __future__ import annotations
+
 import enum
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from quiver.wire import record
 
-from .consume_queue import ENTRY, ENTRY_SIZE
+from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
+
+if TYPE_CHECKING:
+    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +51,7 @@ class GetResult:
     count: int
 
 
-def get_messages(store, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
+def get_messages(store: MessageStore, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                  tag_hashes: set[int] | None = None, max_bytes: int = 4 << 20) -> GetResult:
     """Up to `max_msgs` records (at least one, then at most `max_bytes`) of a queue from
     `offset`, only those whose tag hash is in `tag_hashes` when given; every one checked."""
@@ -89,7 +95,7 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msgs: int = 
             if len(picked) >= max_msgs:
                 full = True
                 break
-    store._counts["get_calls"] += 1
+    store.count("get_calls")
     if not picked:
         return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
     data, bad = _read_records(store.commit_log, picked)
@@ -99,13 +105,13 @@ def get_messages(store, topic: str, queue_id: int, offset: int, max_msgs: int = 
         _skipped(store, cq, offset, bad)
         if not count:  # only bad ones: the consumer moves past them at once
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
-    store._counts["get_msgs"] += count
+    store.count("get_msgs", count)
     return GetResult(GetStatus.FOUND, nxt, lo, hi, data, count)
 
 
-def _skipped(store, cq, offset: int, bad: list[tuple[int, int, str]]) -> None:
+def _skipped(store: MessageStore, cq: ConsumeQueue, offset: int, bad: list[tuple[int, int, str]]) -> None:
     """Count corrupt records left out of a pull; log each once, naming topic, queue and offset."""
-    store._counts["corrupt_records_skipped"] += len(bad)
+    store.count("corrupt_records_skipped", len(bad))
     for phys, size, why in bad:
         if phys in store.bad_logged or len(store.bad_logged) >= BAD_LOGGED_MAX:
             continue

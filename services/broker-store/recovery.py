@@ -1,7 +1,7 @@
 """Restart repair: find where the CommitLog really ends and bring the queues in line.
 
 Owns the recovery procedure only; the files belong to their modules and the
-re-dispatch is MessageStore._dispatch, the same code the put path runs.
+re-dispatch is queue_entries.dispatch, the same code the put path runs.
 
     1. start at the segment holding the checkpoint's dispatched offset (the whole
        log when there is no readable checkpoint);
@@ -21,8 +21,8 @@ re-dispatch is MessageStore._dispatch, the same code the put path runs.
        and to the index only past the index's last offset, so repeating a
        recovery adds nothing. Queue offsets lost in damage whose header cannot
        be read are filled with entries pointing at that damage when the queue's
-       next record arrives, by the slave's rule (replica_append.ReplicaState.
-       gap_fill), so the queue goes on past it at each record's own QUEUEOFFSET;
+       next record arrives, by the slave's rule (queue_entries.entry_due), so
+       the queue goes on past it at each record's own QUEUEOFFSET;
     4. cut the CommitLog at the end (later segments deleted), cut ConsumeQueue
        entries pointing past it, and let the index take new records again.
 
@@ -39,15 +39,20 @@ still needs its entry gets it from its salvaged header (record.salvage_head) so
 its queue stays continuous, and the pull path skips it the same way.
 """
 
+from __future__ import annotations
+
 import bisect
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from quiver.wire import names, record
 
 from . import checkpoint
-from .consume_queue import ENTRY
-from .replica_append import ReplicaState
+from .queue_entries import Gaps, dispatch, entry_due, queue_damage, takes_queue_offset
+
+if TYPE_CHECKING:
+    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +61,7 @@ SALVAGE_BYTES = 8 << 20  # of a damaged span, read for its header (a longer reco
                          # unsalvageable: its queue gap is filled instead)
 
 
-def recover(store, ckpt_path: str, abnormal: bool) -> None:
+def recover(store: MessageStore, ckpt_path: str, abnormal: bool) -> None:
     cl = store.commit_log
     if not cl.segments:
         if store.cqs:
@@ -74,12 +79,11 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
     log.info("recovery (%s) from %d, checkpoint %s", "abnormal" if abnormal else "normal",
              start, cp)
 
-    gaps = ReplicaState()  # damage no queue entry could be given to, for filling queue gaps
+    gaps = Gaps()
 
     def on_record(rec: record.Record) -> None:
-        tx = rec.sys_flag & record.TX_MASK
         to_cq = False
-        if tx == record.TX_NOT or tx == record.TX_COMMIT:
+        if takes_queue_offset(rec.sys_flag):
             key = (rec.topic, rec.queue_id)
             cq = store.cqs.get(key)
             # A queue that is gone was deleted on purpose unless the record is newer
@@ -89,35 +93,18 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
                     log.warning("record at %d has topic %r, not a valid name: not queued", rec.phys_offset,
                                 names.shown(rec.topic))
                     return
-                cq = store._cq(*key)
+                cq = store.queue(*key)
                 cq.start_at(rec.queue_offset)
             if cq is not None:
-                nxt = cq.max_offset
-                if rec.queue_offset > nxt:
-                    nxt = _fill_gap(cq, nxt, rec, gaps)
-                to_cq = rec.queue_offset == nxt
-                if rec.queue_offset > nxt:
-                    log.warning("%s/%d: record at %d has queue offset %d past %d; not queued",
-                                rec.topic, rec.queue_id, rec.phys_offset, rec.queue_offset, nxt)
+                to_cq = entry_due(cq, rec.queue_offset, rec.phys_offset, gaps)
         to_index = rec.phys_offset > index_end
         if to_cq or to_index:
-            store._dispatch(rec.topic, rec.queue_id, tx, rec.store_ts, [rec.phys_offset],
-                            [rec.size], [rec.props], to_cq=to_cq, to_index=to_index)
+            dispatch(store, rec.topic, rec.queue_id, rec.sys_flag, rec.store_ts, [rec.phys_offset],
+                     [rec.size], [rec.props], to_cq=to_cq, to_index=to_index)
 
     def on_damage(pos: int, end: int, head, framed: bool) -> None:
-        store._counts["recovery_damaged_records"] += 1
-        queued = False
-        if head is not None:
-            topic, queue_id, queue_offset, sys_flag = head
-            cq = store.cqs.get((topic, queue_id))
-            tx = sys_flag & record.TX_MASK
-            if cq is not None and (tx == record.TX_NOT or tx == record.TX_COMMIT) and queue_offset == cq.max_offset:
-                # keeps the queue continuous; served, the entry fails its check and is skipped
-                store._dispatch(topic, queue_id, tx, 0, [pos], [end - pos], [""], to_index=False)
-                queued = True
-        if not (queued and framed):
-            # a span of broken framing may hold more records than the one whose header was read
-            gaps.unattributed.append((pos, end - pos))
+        store.count("recovery_damaged_records")
+        queue_damage(store, head, pos, end - pos, framed, gaps)
 
     # the queues' next offsets, kept current as on_record fills them: what settled_run compares
     queue_next = {(t.encode(), q): cq.max_offset for (t, q), cq in store.cqs.items()}
@@ -127,7 +114,7 @@ def recover(store, ckpt_path: str, abnormal: bool) -> None:
         log.warning("CommitLog cut at %d (%d bytes after it dropped)", end, cl.write_end - end)
         cl.truncate(end)
     cl.flushed = end
-    store._dispatched = end
+    store.mark_dispatched(end)
     for cq in store.cqs.values():
         last = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
         if last is not None and last[0] + last[1] > end:
@@ -214,7 +201,7 @@ def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool, check
     return pos
 
 
-def _note_next(store, queue_next: dict, rec: record.Record) -> None:
+def _note_next(store: MessageStore, queue_next: dict, rec: record.Record) -> None:
     cq = store.cqs.get((rec.topic, rec.queue_id))
     if cq is not None:
         queue_next[(rec.topic.encode(), rec.queue_id)] = cq.max_offset
@@ -227,21 +214,6 @@ def _one_framed_record(raw: bytes, pos: int, span: int) -> bool:
     except (record.BadRecord, IndexError):
         return False
     return not blank and size == span == len(raw)
-
-
-def _fill_gap(cq, nxt: int, rec: record.Record, gaps: ReplicaState) -> int:
-    """Queue offsets [nxt, rec.queue_offset) lost in damage whose header could not be read:
-    entries pointing at that damage (never served), by the slave's rule; returns the queue's
-    next offset (unchanged when no such damage explains the gap)."""
-    last = cq.entry(nxt - 1) if nxt > 0 else None
-    spans = gaps.gap_fill(last[0] if last else -1, rec.phys_offset, rec.queue_offset - nxt)
-    if spans is None:
-        return nxt
-    cq.append(b"".join(ENTRY.pack(off, size, 0) for off, size in spans))
-    log.error("%s/%d: queue offsets [%d, %d) were in damaged CommitLog bytes: their entries point at the "
-              "damage (never served), the queue goes on at %d", cq.topic, cq.queue_id, nxt, rec.queue_offset,
-              rec.queue_offset)
-    return cq.max_offset
 
 
 def resync(seg, pos: int) -> int | None:

@@ -15,16 +15,22 @@ runs it as a step from the broker's scheduler (every 10 s there).
   fully-stale files are deleted, and so are index files below the new minimum.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
 DELETE_BATCH_MAX = 10
 
 
-def clean_expired(store, now_ms: int | None = None, force: bool = False) -> int:
+def clean_expired(store: MessageStore, now_ms: int | None = None, force: bool = False) -> int:
     """One retention step; returns the number of segments deleted."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     ratio = store.disk_ratio()
@@ -36,7 +42,7 @@ def clean_expired(store, now_ms: int | None = None, force: bool = False) -> int:
     cl = store.commit_log
     deleted = 0
     # The flush lock: the flush thread must not be syncing a descriptor we close.
-    with store._flush_lock:
+    with store.exclusive():
         while deleted < DELETE_BATCH_MAX and len(cl.segments) > 1:
             seg = cl.segments[0]
             expired = os.stat(seg.path).st_mtime * 1000 + reserved_ms <= now_ms
@@ -58,7 +64,7 @@ def clean_expired(store, now_ms: int | None = None, force: bool = False) -> int:
     return deleted
 
 
-def _follow_min(store, min_phys: int) -> None:
+def _follow_min(store: MessageStore, min_phys: int) -> None:
     """ConsumeQueue min offsets and files, and index files, after the log's start moved."""
     for cq in list(store.cqs.values()):
         cq.min_offset = cq.first_offset_where(lambda e: e[0] >= min_phys, lo=cq.min_offset)

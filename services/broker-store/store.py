@@ -1,10 +1,11 @@
 """MessageStore: the broker's storage façade over CommitLog, ConsumeQueues and index.
 
-Owns the put path (disk guard, append + inline dispatch, rollback), the flush
-thread and the store's lifecycle; the pull path (queue_reads) and key/time
-lookups (lookups) are behind its methods. Does not own any disk format
-(commit_log, consume_queue, index_file, checkpoint), restart repair
-(recovery), deletion policy (retention) nor the disk-space rule (disk_space)::
+Owns the put path (disk guard, append, rollback) and the store's lifecycle; the
+pull path (queue_reads), key/time lookups (lookups) and a slave's append
+(replica_append) are behind its methods. Does not own any disk format
+(commit_log, consume_queue, index_file, checkpoint), the entries a record gets
+(queue_entries), the flush thread (flushing), restart repair (recovery),
+deletion policy (retention) nor the disk-space rule (disk_space)::
 
     data_dir/
       commitlog/<20-digit offset>            records (commit_log.py)
@@ -18,22 +19,22 @@ checked, path confined under consumequeue/).
 
 Dispatch (ConsumeQueue + index entries) runs inline in put_batch rather than on
 a reput thread: it is the same Python work either way and doing it here needs
-no hand-off. Recovery feeds decoded records through the same `_dispatch`.
+no hand-off. Recovery and a slave's append feed records through the same
+`dispatch`; which records get a queue entry is queue_entries'.
 
 A put is all or nothing: the disk guard refuses it before any write when the
 partition is past its limit (DISK_FULL); a write that fails anyway (ENOSPC,
 EIO ...) cuts back the put's ConsumeQueue entries and CommitLog bytes under the
-flush lock (WRITE_FAILED), so nothing later is written after torn bytes and no
-flush reports them; `max_phys_offset` (what replication streams) only counts
-whole puts.
+flush lock (`roll_back`, WRITE_FAILED), so nothing later is written after torn
+bytes and no flush reports them; `max_phys_offset` (what replication streams)
+only counts whole puts.
 
 Threading: every public method but `request_flush` runs on the broker's main
-thread. The flush thread shares only file descriptors: it holds `_flush_lock`
-while it syncs (the CommitLog; every logic_flush_interval_ms the ConsumeQueues,
-index and checkpoint, serving a SYNC flush asked meanwhile between them), and
-anything that closes a descriptor (retention, delete_topic, close) takes that
-lock first. With SYNC flush it reports the flushed offset (`on_flushed`) before
-the ConsumeQueue/index syncs, so those never hold a reply back.
+thread. The flush thread (flushing.py) shares only file descriptors; anything
+that closes a descriptor or cuts a file holds `exclusive()` (its lock) first.
+
+Its own modules (recovery, replica_append, queue_reads, retention) use its internal
+API (`queue`, `roll_back`, `mark_dispatched`, `count`, `exclusive`), never its privates.
 """
 
 import collections
@@ -43,24 +44,20 @@ import os
 import shutil
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from quiver.runtime.histogram import Histogram
 from quiver.wire import record
 from quiver.errors import QuiverError
-from quiver.wire.properties import TIMER_DELIVER_MS, tag_hash
-from quiver.wire.speedups import fast
-from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC
 
 from . import lookups, queue_reads, recovery, replica_append, retention, visibility
-from .checkpoint import Checkpoint, CheckpointFile
 from .commit_log import CommitLog
 from .config import DEFAULT_DELAY_LEVELS_MS
-from .consume_queue import ENTRY_SIZE, ConsumeQueue, load_queues, pack_entries, queue_dir
+from .consume_queue import ENTRY_SIZE, ConsumeQueue, load_queues, queue_dir
 from .disk_space import DiskSpace
-from .index_file import HASH_MASK, IndexService, prefix_crc
+from .flushing import Flusher
+from .index_file import IndexService
+from .queue_entries import dispatch, takes_queue_offset
 from .queue_reads import GetResult, GetStatus
 
 __all__ = ["GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]  # the statuses callers map
@@ -90,7 +87,7 @@ class MessageStore:
                  index_entries: int = 20_000_000, flush_sync: bool = False,
                  flush_interval_ms: int = 500, store_host: bytes = b"\x7f\0\0\x01\0\0\x2a\x8f",
                  delay_levels_ms: Sequence[int] = DEFAULT_DELAY_LEVELS_MS, file_reserved_hours: float = 72,
-                 delete_when_hours=(4,), disk_max_used_ratio: float = 0.75,
+                 delete_when_hours: Sequence[int] = (4,), disk_max_used_ratio: float = 0.75,
                  disk_clean_forcibly_ratio: float = 0.85, disk: DiskSpace | None = None,
                  logic_flush_interval_ms: int = 1000, prop_crc: bool = False,
                  on_flushed: Callable[[int], None] | None = None):
@@ -102,35 +99,28 @@ class MessageStore:
         self.segment_bytes = segment_bytes
         self.cq_entries_per_file = cq_entries_per_file
         self.flush_sync = flush_sync
-        self.flush_interval_ms = flush_interval_ms
         self.store_host = store_host
         self.delay_levels_ms = list(delay_levels_ms)
         self.file_reserved_hours = file_reserved_hours
         self.delete_when_hours = tuple(delete_when_hours)
         self.disk_max_used_ratio = disk_max_used_ratio
         self.disk_clean_forcibly_ratio = disk_clean_forcibly_ratio
-        self.disk = disk if disk is not None else DiskSpace(data_dir, resume_ratio=disk_clean_forcibly_ratio)
-        self.logic_flush_interval_s = logic_flush_interval_ms / 1000
+        self.disk: DiskSpace = disk if disk is not None else DiskSpace(data_dir,
+                                                                      resume_ratio=disk_clean_forcibly_ratio)
         self.prop_crc = prop_crc
-        self.on_flushed = on_flushed
-        self.commit_log = CommitLog(os.path.join(data_dir, "commitlog"), segment_bytes)
-        self.index = IndexService(os.path.join(data_dir, "index"), index_slots, index_entries)
+        self.commit_log: CommitLog = CommitLog(os.path.join(data_dir, "commitlog"), segment_bytes)
+        self.index: IndexService = IndexService(os.path.join(data_dir, "index"), index_slots, index_entries)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._cq_dir = os.path.join(data_dir, "consumequeue")
         self._abort_path = os.path.join(data_dir, "abort")
-        self._cp = Checkpoint()
-        self._cp_file: CheckpointFile | None = None
-        self._flush_lock = threading.Lock()   # held by a whole flush pass
         self._files_lock = threading.Lock()   # guards self.cqs membership
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last_logic_flush = 0.0
         self._dispatched = 0   # CommitLog end whose CQ/index entries are written
-        self._counts = collections.Counter()
-        self.flush_seconds = Histogram()  # CommitLog fsync time, on the flush thread: /metrics
+        self._counts: collections.Counter = collections.Counter()
+        self.flusher: Flusher = Flusher(
+            self.commit_log, self.index, self._queues, lambda: self._dispatched, self.disk, self._counts,
+            flush_sync=flush_sync, interval_ms=flush_interval_ms, logic_interval_ms=logic_flush_interval_ms,
+            on_flushed=on_flushed)
         self.bad_logged: set[int] = set()  # CommitLog offsets of corrupt records already logged
-        self._logic_error = ""  # the last ConsumeQueue/index/checkpoint sync error, "" once one succeeds
         # --auto-failover: what every SyncStateSet member holds (visibility.py); None: no such bound
         self.replica_confirm: int | None = None
         self.unconfirmed: collections.deque[tuple[int, str, int]] = collections.deque()
@@ -141,24 +131,18 @@ class MessageStore:
     def open(self) -> None:
         os.makedirs(self._cq_dir, exist_ok=True)
         self.commit_log.load()
-        self._load_cqs()
+        queues, skipped = load_queues(self._cq_dir, self.cq_entries_per_file)
+        self.cqs.update(queues)
+        self._counts["skipped_queue_dirs"] += skipped
         self.index.load()
         ckpt_path = os.path.join(self.data_dir, "checkpoint")
         recovery.recover(self, ckpt_path, abnormal=os.path.exists(self._abort_path))
         open(self._abort_path, "wb").close()
-        self._cp_file = CheckpointFile(ckpt_path)
-        self.flush_step(force=True)
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._flush_loop, name="store-flush", daemon=True)
-        self._thread.start()
+        self.flusher.start(ckpt_path)
 
     def close(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._wake.set()
-            self._thread.join()
-            self._thread = None
-        if self._cp_file is None:
+        self.flusher.stop()
+        if not self.flusher.is_open:
             return
         try:
             self.flush_step(force=True)
@@ -166,23 +150,19 @@ class MessageStore:
         except OSError as exc:  # a failed fsync: keep `abort`, so the next open recovers as after a crash
             log.error("final flush failed, next start recovers as after a crash: %s", exc)
             clean = False
-        with self._flush_lock:
+        with self.flusher.lock:
             for cq in self.cqs.values():
                 cq.close()
             self.cqs.clear()
             self.index.close()
             self.commit_log.close()
-            self._cp_file.close()
-            self._cp_file = None
+            self.flusher.close_checkpoint()
         if clean:
             os.unlink(self._abort_path)
 
-    def _load_cqs(self) -> None:
-        queues, skipped = load_queues(self._cq_dir, self.cq_entries_per_file)
-        self.cqs.update(queues)
-        self._counts["skipped_queue_dirs"] += skipped
+    # ---- internal API: for recovery, replica_append, queue_reads and retention ----
 
-    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue, created on first use; raises MessageIllegalError / UnsafePathError (before
         anything is written) for a name that cannot be a directory under consumequeue/."""
         cq = self.cqs.get((topic, queue_id))
@@ -192,6 +172,39 @@ class MessageStore:
             with self._files_lock:
                 self.cqs[(topic, queue_id)] = cq
         return cq
+
+    def _queues(self) -> list[ConsumeQueue]:
+        with self._files_lock:
+            return list(self.cqs.values())
+
+    def exclusive(self) -> threading.Lock:
+        """Held (`with store.exclusive():`) while closing a descriptor or cutting a file: no flush
+        pass syncs meanwhile, nor reports bytes about to be cut as flushed."""
+        return self.flusher.lock
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add to one of the counters `stats` reports."""
+        self._counts[name] += n
+
+    def mark_dispatched(self, end: int) -> None:
+        """Every record below CommitLog `end` has its queue and index entries (and nothing past it)."""
+        self._dispatched = end
+
+    def roll_back(self, start: int, marks: dict[tuple[str, int], int], exc: Exception, what: str) -> None:
+        """Cut back what a failed write from CommitLog `start` left (a put, a replicated chunk):
+        the ConsumeQueue entries past `marks` ({(topic, queue): max offset before it}), then the
+        CommitLog bytes (new segments removed). Under the flush lock, so no flush pass reports
+        the cut bytes flushed. Index entries it left point at cut records: every key is
+        rechecked on the record."""
+        with self.flusher.lock:
+            for key, mark in marks.items():
+                cq = self.cqs.get(key)
+                if cq is not None and cq.max_offset > mark:
+                    cq.truncate_to(mark)
+            self.commit_log.truncate(start)
+            visibility.cut(self, start)
+        self._counts["puts_rolled_back"] += 1
+        log.error("%s failed and was rolled back to CommitLog offset %d: %r", what, start, exc)
 
     # ---- put ---------------------------------------------------------------------
 
@@ -206,10 +219,8 @@ class MessageStore:
         write fails, everything of this put is cut back before returning
         WRITE_FAILED, so no later put builds on torn bytes or unwritten entries."""
         cl = self.commit_log
-        tx = sys_flag & record.TX_MASK
-        in_cq = tx == record.TX_NOT or tx == record.TX_COMMIT
-        # Half and rollback records take no queue offset (RocketMQ writes 0).
-        cq = self._cq(topic, queue_id) if in_cq else None
+        in_cq = takes_queue_offset(sys_flag)
+        cq = self.queue(topic, queue_id) if in_cq else None
         topic_b = topic.encode()
         pbs = [p.encode() for p in props]
         sys_flag &= ~record.SYSFLAG_PROP_CRC  # the store's to set: a re-put record may carry it
@@ -237,15 +248,16 @@ class MessageStore:
                 phys_offsets, sizes, end = self._append_rolling(
                     bodies, topic_b, queue_id, flags, qoff if in_cq else None, sys_flag, born_ts, born_host,
                     store_ts, reconsume, prepared_offset, pbs, body_crcs)
-            self._dispatch(topic, queue_id, tx, store_ts, phys_offsets, sizes, props)
+            dispatch(self, topic, queue_id, sys_flag, store_ts, phys_offsets, sizes, props)
         except Exception as exc:
             failed_write = isinstance(exc, OSError)
             if not failed_write and cl.write_end == start and (cq is None or cq.max_offset == qoff):
                 raise  # refused before writing (a record larger than a segment ...)
-            remark = self._undo_put(start, cq, qoff, exc, f"put of {len(bodies)} to {topic}/{queue_id}")
+            self.roll_back(start, {(topic, queue_id): qoff} if cq is not None else {}, exc,
+                           f"put of {len(bodies)} to {topic}/{queue_id}")
             if not failed_write:
                 raise
-            return PutResult(PutStatus.WRITE_FAILED, -1, [], start, 0, remark)
+            return PutResult(PutStatus.WRITE_FAILED, -1, [], start, 0, self.disk.write_failed("a put", exc))
         self._dispatched = end
         if in_cq and (self.flush_sync or self.replica_confirm is not None):
             visibility.note(self, cq, end, qoff)
@@ -292,47 +304,6 @@ class MessageStore:
                 cl.append(b"".join(parts))
         return phys_offsets, sizes, phys
 
-    def _undo_put(self, start: int, cq: ConsumeQueue | None, qoff: int, exc: Exception, what: str) -> str:
-        """Cut back what a failed put wrote: its ConsumeQueue entries, then its CommitLog bytes
-        (new segments removed). Under the flush lock, so no flush pass reports the cut bytes
-        flushed. Index entries it left point at cut records: every key is rechecked on the
-        record. Returns the refusal remark."""
-        with self._flush_lock:
-            if cq is not None and cq.max_offset > qoff:
-                cq.truncate_to(qoff)
-            self.commit_log.truncate(start)
-            visibility.cut(self, start)
-        self._counts["puts_rolled_back"] += 1
-        log.error("%s failed and was rolled back to CommitLog offset %d: %r", what, start, exc)
-        if isinstance(exc, OSError):
-            return self.disk.write_failed("a put", exc)
-        return f"{what} failed: {exc!r}"
-
-    def _dispatch(self, topic: str, queue_id: int, tx: int, store_ts: int,
-                  phys_offsets: list[int], sizes: list[int], props: list[str],
-                  to_cq: bool = True, to_index: bool = True) -> None:
-        """ConsumeQueue and index entries for records of one queue (put and recovery).
-
-        The index is given disk for its entries first and written last: the only
-        write that can fail after the ConsumeQueue append is a rare second index
-        file (see IndexService.put_many)."""
-        to_cq = to_cq and (tx == record.TX_NOT or tx == record.TX_COMMIT)
-        to_index = to_index and tx != record.TX_ROLLBACK
-        want_tags = to_cq and topic != SCHEDULE_TOPIC and topic != TIMER_TOPIC
-        codes, keyed = index_run(phys_offsets, props, prefix_crc(topic), want_tags, to_index)
-        if keyed:
-            self.index.reserve(len(keyed))
-        if to_cq:
-            if topic == SCHEDULE_TOPIC:
-                levels = self.delay_levels_ms
-                codes = [store_ts + levels[min(max(queue_id, 0), len(levels) - 1)]] * len(sizes)
-            elif topic == TIMER_TOPIC:
-                codes = [_int(record.get_property(p, TIMER_DELIVER_MS)) for p in props]
-            self._cq(topic, queue_id).append(pack_entries(phys_offsets, sizes, codes))
-        if keyed:
-            self.index.put_many(keyed, store_ts)
-            self.index.sync_header()
-
     # ---- replication (slave) ----------------------------------------------------
 
     def append_replicated(self, offset: int, data) -> tuple[int, set]:
@@ -375,104 +346,17 @@ class MessageStore:
     def min_phys_offset(self) -> int:
         return self.commit_log.min_offset
 
+    @property
+    def flush_seconds(self):
+        """CommitLog fsync time, observed on the flush thread: /metrics."""
+        return self.flusher.flush_seconds
+
     def request_flush(self, offset: int) -> None:
-        if not self._wake.is_set():  # set() takes the Event's lock; once per flush pass is enough
-            self._wake.set()
+        self.flusher.request()
 
     def flush_step(self, force: bool = False) -> int:
-        """One flush pass: CommitLog always; ConsumeQueues, index and checkpoint every
-        logic_flush_interval_ms (or when forced). Returns the flushed CommitLog offset.
-
-        A CommitLog sync error is raised (the flush loop then refuses writes until a
-        restart, CommitLog.flush says why); a ConsumeQueue/index/checkpoint error is
-        logged and the old checkpoint kept — it is still true, only older — and tried
-        next pass."""
-        flushed = self._flush_commit_log()
-        self._flush_logic_if_due(force)
-        return flushed
-
-    def _flush_commit_log(self) -> int:
-        with self._flush_lock:
-            return self._sync_commit_log()
-
-    def _sync_commit_log(self) -> int:
-        """fdatasync the CommitLog (the caller holds the flush lock); its flush latency observed."""
-        before, began = self.commit_log.flushed, time.monotonic()
-        flushed = self.commit_log.flush()
-        if flushed > before:  # a pass with nothing new to sync is no flush latency
-            self.flush_seconds.observe(time.monotonic() - began)
-        return flushed
-
-    def _flush_logic_if_due(self, force: bool) -> None:
-        now = time.monotonic()
-        if not (force or now - self._last_logic_flush >= self.logic_flush_interval_s):
-            return
-        with self._flush_lock:
-            if self._cp_file is None:
-                return
-            self._last_logic_flush = now
-            # a failed put may have cut the log since the CommitLog sync: read both under the lock
-            self._flush_logic(self.commit_log.flushed, self._dispatched)
-
-    def _flush_logic(self, flushed: int, dispatched: int) -> None:
-        with self._files_lock:
-            cqs = list(self.cqs.values())
-        try:
-            for cq in cqs:
-                cq.flush()
-                self._sync_flush_between()
-            self.index.flush()
-            self._sync_flush_between()
-            ts = int(time.time() * 1000)
-            cp = Checkpoint(ts, ts, ts, flushed, min(dispatched, flushed))
-            self._cp_file.write(cp)
-        except OSError as exc:
-            self._counts["checkpoint_errors"] += 1
-            if not self._logic_error:
-                log.error("ConsumeQueue/index sync or checkpoint failed, old checkpoint kept: %s", exc)
-            self._logic_error = str(exc)
-            return
-        self._cp = cp
-        if self._logic_error:
-            log.warning("checkpoint written again (last error: %s)", self._logic_error)
-            self._logic_error = ""
-
-    def _sync_flush_between(self) -> None:
-        """A SYNC flush asked for while the ConsumeQueues and index are synced (tens of ms
-        with many queues) is served between two of their syncs, not after all of them."""
-        if not self._wake.is_set() or self._stop.is_set():
-            return
-        self._wake.clear()
-        before = self.commit_log.flushed
-        try:
-            flushed = self._sync_commit_log()
-        except OSError:  # sticky (CommitLog.flush): the loop's own pass raises it again and stops writes
-            return
-        if self.on_flushed is not None and flushed > before:
-            self.on_flushed(flushed)
-
-    def _flush_loop(self) -> None:
-        interval = self.flush_interval_ms / 1000
-        while not self._stop.is_set():
-            if self.flush_sync:
-                woke = self._wake.wait(interval)
-                self._wake.clear()
-            else:
-                woke = False
-                self._stop.wait(interval)
-            if self._stop.is_set():
-                break
-            try:
-                before = self.commit_log.flushed
-                flushed = self._flush_commit_log()
-                if self.on_flushed is not None and (woke or flushed > before):
-                    self.on_flushed(flushed)  # before the ConsumeQueue/index syncs: they must not delay replies
-                self._flush_logic_if_due(False)
-            except OSError as exc:  # nothing newer is acknowledged, nothing more is taken
-                self._counts["flush_errors"] += 1
-                self.disk.failed_for_good("a CommitLog fsync", exc)
-            except Exception:  # the loop must outlive a bad pass; it is logged
-                log.exception("flush pass failed")
+        """One flush pass now (flushing.Flusher.step); returns the flushed CommitLog offset."""
+        return self.flusher.step(force)
 
     # ---- get ---------------------------------------------------------------------
 
@@ -521,7 +405,7 @@ class MessageStore:
         except QuiverError as exc:
             log.warning("delete of topic %s: no directory deleted (%s)", ascii(topic), exc.remark)
             tdir = None
-        with self._flush_lock, self._files_lock:
+        with self.flusher.lock, self._files_lock:
             for key in [k for k in self.cqs if k[0] == topic]:
                 self.cqs.pop(key).close()
         if tdir is not None:
@@ -563,31 +447,3 @@ class MessageStore:
             "flush_errors": c["flush_errors"], "checkpoint_errors": c["checkpoint_errors"],
             "recovery_damaged_records": c["recovery_damaged_records"],
         }
-
-
-@fast
-def index_run(phys_offsets: list[int], props: list[str], prefix: int, want_tags: bool,
-              to_index: bool) -> tuple[list[int], list[tuple[int, int]]]:
-    """(tag codes, [(key hash, phys offset)]) of a run of records: their ConsumeQueue tag
-    codes (when `want_tags`) and IndexFile keys, UNIQ_KEY then KEYS (when `to_index`).
-    `prefix` is index_file.prefix_crc of the topic. Per message on the put path
-    (compiled twin: quiver.wire.speedups)."""
-    codes: list[int] = []
-    keyed: list[tuple[int, int]] = []
-    crc32, fields = zlib.crc32, record.index_fields
-    for phys, p in zip(phys_offsets, props):
-        tag, uniq, keys = fields(p)
-        if want_tags:
-            codes.append(tag_hash(tag) if tag is not None else 0)
-        if to_index:
-            if uniq is not None:
-                keyed.append((crc32(uniq.encode(), prefix) & HASH_MASK, phys))
-            keyed.extend((crc32(k.encode(), prefix) & HASH_MASK, phys) for k in keys)
-    return codes, keyed
-
-
-def _int(s: str | None) -> int:
-    try:
-        return int(s) if s else 0
-    except ValueError:
-        return 0

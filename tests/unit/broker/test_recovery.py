@@ -29,9 +29,7 @@ def put(store, n, qid=0, tag="a", start=0):
 def crash(store):
     """Like kill -9 after an fsync: data synced, nothing closed, no checkpoint update."""
     store.commit_log.flush()
-    store._stop.set()
-    store._wake.set()
-    store._thread.join()
+    store.flusher.stop()
 
 
 def pull_raw(store, qid=0):

@@ -39,9 +39,7 @@ def crash(store):
     """Like kill -9: data in the page cache, nothing closed, the checkpoint left where it was
     (at 0 here, so recovery walks the whole log)."""
     store.commit_log.flush()
-    store._stop.set()
-    store._wake.set()
-    store._thread.join()
+    store.flusher.stop()
 
 
 def pull(store, qid=0):
