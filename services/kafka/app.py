@@ -1,7 +1,8 @@
 """The Kafka gateway process: a TCP server speaking Kafka's protocol, PING/STATUS on --listen.
 
-One thread per Kafka connection reads a frame, answers it and reads the next, so answers go
-out in request order as the protocol wants. A frame over --max-request-bytes, or one whose
+One thread per Kafka connection reads requests and a second writes the answers in request
+order, as the protocol wants; a Produce's sends go to the brokers at once and its answer waits
+in that order for theirs, so a client's pipelined produces overlap. A frame over --max-request-bytes, or one whose
 header does not parse, closes that connection only; an API or version not served is answered
 with UNSUPPORTED_VERSION; a handler's failure is logged and answered as UNKNOWN_SERVER_ERROR
 in the API's own response. The gateway holds no messages: every call goes to the brokers
@@ -9,6 +10,7 @@ through the SDK (handlers.py).
 """
 
 import logging
+import queue
 import socket
 import struct
 import threading
@@ -22,6 +24,7 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 ACCEPT_TIMEOUT_S = 0.5
+MAX_IN_FLIGHT = 64   # answers a connection may have pending (a pipelining client's produces); then it waits
 
 
 class App:
@@ -94,7 +97,11 @@ class App:
             threading.Thread(target=self._serve, args=(conn, peer), name=f"kafka-{peer[1]}", daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer) -> None:
+        """Read requests; answers (some still being sent to the brokers) go to the writer in order."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answers: queue.Queue = queue.Queue(MAX_IN_FLIGHT)
+        writer = threading.Thread(target=self._write, args=(conn, answers), name=f"kafka-w-{peer[1]}", daemon=True)
+        writer.start()
         try:
             while not self._stop.is_set():
                 head = _read(conn, 4)
@@ -112,17 +119,31 @@ class App:
                 out = self.answer(frame, peer)
                 if out is None:
                     return
-                if out:
-                    conn.sendall(out)
+                answers.put(out)
         except OSError:
             pass   # the client went away
         finally:
+            answers.put(None)
+            writer.join(self.config.request_timeout_ms / 1000 + 5)
             with self._lock:
                 self._conns.discard(conn)
             _close(conn)
 
-    def answer(self, frame: bytes, peer=None) -> bytes | None:
-        """The frame answering one request frame; b"" for no answer (acks=0); None: close."""
+    def _write(self, conn: socket.socket, answers: queue.Queue) -> None:
+        """Each answer in request order: bytes, or a callable waiting for the brokers first."""
+        broken = False
+        while (out := answers.get()) is not None:
+            if callable(out):
+                out = out()
+            if out and not broken:
+                try:
+                    conn.sendall(out)
+                except OSError:
+                    broken = True   # keep draining: the reader stops at its next recv
+
+    def answer(self, frame: bytes, peer=None):
+        """What answers one request frame: its bytes (b"" for none: acks=0), a callable giving them once
+        its sends are answered, or None: close the connection."""
         try:
             req = protocol.parse(frame)
         except protocol.BadRequest as exc:
@@ -131,14 +152,20 @@ class App:
             return None
         if req.body is None:
             return protocol.unsupported(req)
-        try:
-            values = self.gateway.handle(req)
-        except Exception:
-            log.exception("%s v%d from %s failed", req.api_key, req.version, peer)
-            values = {"error_code": protocol.UNKNOWN_SERVER_ERROR}
+        values = self._handle(req, peer, self.gateway.handle, req)
         if values is None:
             return b""
+        if callable(values):
+            return lambda: protocol.response_frame(req, protocol.response(req, self._handle(req, peer, values)))
         return protocol.response_frame(req, protocol.response(req, values))
+
+    @staticmethod
+    def _handle(req, peer, fn, *args):
+        try:
+            return fn(*args)
+        except Exception:
+            log.exception("%s v%d from %s failed", req.api_key, req.version, peer)
+            return {"error_code": protocol.UNKNOWN_SERVER_ERROR}
 
 
 def _read(conn: socket.socket, n: int) -> bytes | None:

@@ -121,29 +121,35 @@ class Gateway:
         return {"throttle_time": 0, "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
                 "cluster_id": CLUSTER_ID, "controller_id": NODE_ID, "topics": topics}
 
-    def produce(self, body) -> dict | None:
+    def produce(self, body):
+        """The answer's values, None for acks=0, or - sends under way - a callable waiting for them
+        (the connection reads its next request meanwhile: a client's pipelined produces overlap)."""
         if body.acks not in (0, 1, -1):
-            err = INVALID_REQUIRED_ACKS
-            return self._produce_answer(body, lambda *_: (err, -1, None))
+            return self._produce_answer(body, {}, (INVALID_REQUIRED_ACKS, -1, None))
         if body.transactional_id is not None:
-            return self._produce_answer(body, lambda *_: (UNSUPPORTED_FOR_MESSAGE_FORMAT, -1,
-                                                          "transactions are not served by the gateway"))
-        answer = self._produce_answer(body, lambda t, p: self._produce_one(t, p, body.acks != 0))
-        return None if body.acks == 0 else answer
+            return self._produce_answer(body, {}, (UNSUPPORTED_FOR_MESSAGE_FORMAT, -1,
+                                                   "transactions are not served by the gateway"))
+        started = {(td.name, pd.index): self._produce_start(td.name, pd, body.acks != 0)
+                   for td in body.topic_data for pd in td.partition_data}
+        if body.acks == 0:
+            return None
+        return lambda: self._produce_answer(body, started)
 
-    def _produce_answer(self, body, one) -> dict:
+    def _produce_answer(self, body, started: dict, same=None) -> dict:
         responses = []
         for td in body.topic_data:
             parts = []
             for pd in td.partition_data:
-                err, base, msg = one(td.name, pd)
+                got = same or started[(td.name, pd.index)]
+                err, base, msg = got if isinstance(got, tuple) else self._produce_wait(td.name, pd.index, got)
                 self._count("produce", err)
                 parts.append({"index": pd.index, "error_code": err, "base_offset": base, "log_start_offset": -1,
                               "record_errors": [], "error_message": msg})
             responses.append({"name": td.name, "partition_responses": parts})
         return {"responses": responses, "throttle_time": 0}
 
-    def _produce_one(self, topic: str, pd, wait: bool):
+    def _produce_start(self, topic: str, pd, wait: bool):
+        """The partition's answer (error, base offset, message), or its sends under way."""
         mq, err = self.queue(topic, pd.index)
         if mq is None:
             return err, -1, None
@@ -153,22 +159,28 @@ class Gateway:
             return UNSUPPORTED_COMPRESSION_TYPE, -1, str(exc)
         except records.Corrupt as exc:
             return CORRUPT_MESSAGE, -1, str(exc)
-        base = -1
+        sends = []
         try:
             for b in batches:
-                if not b.records:
-                    continue
-                born = b.records[0].timestamp
-                msgs = [mapping.to_message(topic, r, born) for r in b.records]
-                first = self.sender.send(mq, msgs, born, wait)
-                base = first if base < 0 else base
-        except MessageIllegalError as exc:
-            code = MESSAGE_TOO_LARGE if "limit" in str(exc) else INVALID_RECORD
-            return code, -1, str(exc)
+                if b.records:
+                    born = b.records[0].timestamp
+                    sends.append(self.sender.submit(mq, [mapping.to_message(topic, r, born) for r in b.records],
+                                                   born, wait))
         except Exception as exc:
-            log.info("produce to %s[%d] failed: %s", topic, pd.index, exc)
-            return error_of(exc), -1, str(exc)
-        return NONE, base, None
+            return self._produce_failed(topic, pd.index, exc)
+        return sends if wait and sends else (NONE, -1, None)
+
+    def _produce_wait(self, topic: str, partition: int, sends: list):
+        try:
+            return NONE, [s.offset() for s in sends][0], None
+        except Exception as exc:
+            return self._produce_failed(topic, partition, exc)
+
+    def _produce_failed(self, topic: str, partition: int, exc: Exception):
+        if isinstance(exc, MessageIllegalError):
+            return MESSAGE_TOO_LARGE if "limit" in str(exc) else INVALID_RECORD, -1, str(exc)
+        log.info("produce to %s[%d] failed: %s", topic, partition, exc)
+        return error_of(exc), -1, str(exc) or type(exc).__name__
 
     def fetch(self, body) -> dict:
         deadline = time.monotonic() + max(0, body.max_wait.total_seconds())

@@ -21,8 +21,9 @@ class QueueSender(Producer):
         super().__init__(GROUP, namesrv, send_timeout=timeout, max_message_bytes=max_message_bytes)
         self.start()
 
-    def send(self, mq: MessageQueue, msgs: list[Message], born_ts: int, wait: bool = True) -> int:  # type: ignore[override]
-        """Store `msgs` in `mq`; the first one's queue offset (-1 when not waiting)."""
+    def submit(self, mq: MessageQueue, msgs: list[Message], born_ts: int, wait: bool = True) -> "Sent | None":
+        """Send `msgs` to `mq` without waiting; what `Sent.offset()` waits on (None when not waiting).
+        Sends to one broker leave in call order, so a partition's batches are stored in order."""
         route = self.route(mq.topic)
         if mq not in route.write_queues:
             raise MessageIllegalError(f"{mq.topic}:{mq.broker}:{mq.queue_id} is not writable now")
@@ -37,6 +38,22 @@ class QueueSender(Producer):
         addr = route.addr(mq.broker)
         if not wait:
             self._io().oneway(addr, code, req.ext(), frames)
-            return -1
-        env = self._io().call(addr, code, req.ext(), frames, self.send_timeout, ok=tuple(_STATUS))
-        return self._result(env, mq, addr, [""] * len(msgs))[0].queue_offset
+            return None
+        return Sent(self, self._io().call_future(addr, code, req.ext(), frames, self.send_timeout), mq, addr, len(msgs))
+
+    def send(self, mq: MessageQueue, msgs: list[Message], born_ts: int, wait: bool = True) -> int:  # type: ignore[override]
+        """Store `msgs` in `mq`; the first one's queue offset (-1 when not waiting)."""
+        sent = self.submit(mq, msgs, born_ts, wait)
+        return -1 if sent is None else sent.offset()
+
+
+class Sent:
+    """A send under way: `offset()` waits for the broker and gives the first message's queue offset,
+    or raises what the SDK raises for its answer."""
+
+    def __init__(self, sender: QueueSender, future, mq: MessageQueue, addr: str, count: int):
+        self.sender, self.future, self.mq, self.addr, self.count = sender, future, mq, addr, count
+
+    def offset(self) -> int:
+        env = self.future.result(self.sender.send_timeout + 1.0)
+        return self.sender._result(env, self.mq, self.addr, [""] * self.count)[0].queue_offset
