@@ -21,6 +21,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert,
 from quiver.errors import InvalidParameterError, QuiverError, ServiceNotAvailableError
 from quiver.runtime.acl import SUPER, Acl, Rule, User, check_rule, user_problem
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import AclSnapshotReply, AclVersionReply
 
 log = logging.getLogger(__name__)
 
@@ -192,18 +193,18 @@ class AclRequests:
     def update_user(self, req) -> None:
         a = req.args
         self.store.put_user(a.name, a.public_key, a.type)
-        req.reply(ResponseCode.SUCCESS, "", {"version": self.store.acl.version})
+        req.reply(ResponseCode.SUCCESS, "", AclVersionReply(version=self.store.acl.version))
 
     def delete_user(self, req) -> None:
         if not self.store.delete_user(req.args.name):
             req.reply(ResponseCode.QUERY_NOT_FOUND, f"no user {req.args.name!r}")
             return
-        req.reply(ResponseCode.SUCCESS, "", {"version": self.store.acl.version})
+        req.reply(ResponseCode.SUCCESS, "", AclVersionReply(version=self.store.acl.version))
 
     def grant(self, req) -> None:
         a = req.args
         self.store.grant(Rule(a.user, a.resource, frozenset(a.actions), a.deny, a.source))
-        req.reply(ResponseCode.SUCCESS, "", {"version": self.store.acl.version})
+        req.reply(ResponseCode.SUCCESS, "", AclVersionReply(version=self.store.acl.version))
 
     def revoke(self, req) -> None:
         a = req.args
@@ -211,11 +212,11 @@ class AclRequests:
         if not n:
             req.reply(ResponseCode.QUERY_NOT_FOUND, f"user {a.user!r} has no such rule on {a.resource}")
             return
-        req.reply(ResponseCode.SUCCESS, "", {"version": self.store.acl.version})
+        req.reply(ResponseCode.SUCCESS, "", AclVersionReply(version=self.store.acl.version))
 
     def snapshot(self, req) -> None:
         acl = self.store.acl
         if req.args.known == acl.version:
-            req.reply(ResponseCode.SUCCESS, "", {"version": acl.version, "unchanged": True})
+            req.reply(ResponseCode.SUCCESS, "", AclSnapshotReply(version=acl.version, unchanged=True))
             return
-        req.reply(ResponseCode.SUCCESS, "", acl.snapshot())
+        req.reply(ResponseCode.SUCCESS, "", AclSnapshotReply(**acl.snapshot()))

@@ -14,6 +14,7 @@ import logging
 
 from quiver.wire import record
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import ConsumeStatsReply, ConsumeStatsRow
 
 from .store import GetStatus
 
@@ -58,7 +59,7 @@ class ConsumeStats:
                     out[(topic, qid)] = cid
         return out
 
-    def stats(self, group: str) -> dict:
+    def stats(self, group: str) -> ConsumeStatsReply:
         store = self.store
         offsets = self.metadata.group_offsets(group)
         members = self.clients.consumers.get(group, {})
@@ -74,11 +75,12 @@ class ConsumeStats:
             for qid in range(conf["read"]):
                 consumer = offsets.get((topic, qid))
                 broker = store.max_offset(topic, qid)
-                rows.append({"topic": topic, "queue_id": qid, "broker_offset": broker, "consumer_offset": consumer,
-                             "lag": max(0, broker - (consumer or 0)),
-                             "last_consume_time": _last_consume_ms(store, topic, qid, consumer),
-                             "client_id": owned.get((topic, qid))})
-        return {"rows": rows, "clients": sorted(members), "conflicts": self.clients.subscription_conflicts(group)}
+                rows.append(ConsumeStatsRow(topic=topic, queue_id=qid, broker_offset=broker, consumer_offset=consumer,
+                                            lag=max(0, broker - (consumer or 0)),
+                                            last_consume_time=_last_consume_ms(store, topic, qid, consumer),
+                                            client_id=owned.get((topic, qid))))
+        return ConsumeStatsReply(rows=rows, clients=sorted(members),
+                                 conflicts=self.clients.subscription_conflicts(group))
 
 
 class GroupWatch:

@@ -18,6 +18,8 @@ import logging
 import time
 
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.errors import FieldError
+from quiver.wire.replies import RegisterFilterServerReply, SubscriptionParseFailedReply
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,8 @@ class FilterServerRequests:
             self.registry.unregister(addr)
         else:
             self.registry.register(addr)
-        req.reply(ResponseCode.SUCCESS, "", {"broker_name": self.broker_name, "broker_id": self.broker_id})
+        req.reply(ResponseCode.SUCCESS, "", RegisterFilterServerReply(broker_name=self.broker_name,
+                                                                        broker_id=self.broker_id))
 
     def check_client_config(self, req) -> None:
         if (req.args.expression_type or "TAG") == "TAG":
@@ -113,6 +116,10 @@ class FilterServerRequests:
                 else:
                     self.post(req.reply, ResponseCode.SYSTEM_ERROR, f"no attached filter server answered: {result}")
                 return
-            self.post(req.reply, result.code, result.remark or "", result.ext)
+            try:   # relayed as the schema reads it: only the expression's error position
+                ext = SubscriptionParseFailedReply.decode(result.ext) if result.ext else None
+            except FieldError:
+                ext = None   # a garbled position: the remark still says what failed
+            self.post(req.reply, result.code, result.remark or "", ext)
 
         self.transport.send(addr, req.args, None, (), done, RELAY_TIMEOUT_S)

@@ -241,10 +241,12 @@ class ReplicationMaster:
         """A slave's offsets in (max of both kept); topics, groups and offsets out."""
         meta = self.metadata
         merge_offsets(meta, req.args.offsets, self.store)
-        offsets = [[g, t, q, o] for (g, t, q), o in list(meta.offsets.items())]
-        req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows, "groups": meta.groups, "offsets": offsets,
-                                             "max_offset": self.store.max_phys_offset,
-                                             **({"acl": self.acl.acl.snapshot()} if self.acl is not None else {})})
+        offsets = [(g, t, q, o) for (g, t, q), o in list(meta.offsets.items())]
+        req.reply(ResponseCode.SUCCESS, "", rq.HaSyncMetadataReply(
+            topics={name: rq.TopicConfig(**row) for name, row in list(self.topics.rows.items())},
+            groups={name: rq.GroupConfig(**g) for name, g in list(meta.groups.items())}, offsets=offsets,
+            max_offset=self.store.max_phys_offset,
+            acl=rq.AclData(**self.acl.acl.snapshot()) if self.acl is not None else None))
 
     def status(self) -> dict:
         return {"ha_listen": self.bind_addr if self._sock is not None else "", "slaves": self.snapshot,

@@ -428,7 +428,7 @@ class ReplicationSlave:
         return {RequestCode.HA_SLAVE_OFFSETS: self.slave_offsets, RequestCode.HA_SYNC_METADATA: _is_a_slave}
 
     def slave_offsets(self, req) -> None:
-        req.reply(ResponseCode.SUCCESS, "", {"offsets": [list(row) for row in self.local_offsets()]})
+        req.reply(ResponseCode.SUCCESS, "", rq.HaSlaveOffsetsReply(offsets=[tuple(row) for row in self.local_offsets()]))
 
     def status(self) -> dict:
         end = self.store.max_phys_offset

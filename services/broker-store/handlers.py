@@ -67,7 +67,7 @@ class TopicRequests:
         if behind:
             raise IllegalOperationError(shrink_refusal(a.topic, a.read, behind))
         conf = self.topics.put(a.topic, a.read, write, a.perm, order=a.order)
-        req.reply(ResponseCode.SUCCESS, "", {"topic": a.topic, "config": conf})
+        req.reply(ResponseCode.SUCCESS, "", rq.TopicConfigReply(topic=a.topic, config=rq.TopicConfig(**conf)))
 
     def delete(self, req) -> None:
         topic = req.args.topic
@@ -78,7 +78,7 @@ class TopicRequests:
         req.reply(ResponseCode.SUCCESS)
 
     def all_topics(self, req) -> None:
-        req.reply(ResponseCode.SUCCESS, "", {"topics": self.topics.rows})
+        req.reply(ResponseCode.SUCCESS, "", rq.TopicConfigsReply(topics=self.topics.rows))
 
 
 def shrink_refusal(topic: str, read: int, behind: dict[int, list[str]]) -> str:
@@ -109,7 +109,7 @@ class OffsetRequests:
         off = self.metadata.get_offset(a.group, a.topic, a.queue_id)
         if off is None:
             raise QueryNotFoundError(f"group {a.group!r} has no offset for {a.topic}:{a.queue_id}")
-        req.reply(ResponseCode.SUCCESS, "", {"offset": off})
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=off))
 
     def update(self, req) -> None:
         a = req.args
@@ -120,18 +120,18 @@ class OffsetRequests:
     def max_offset(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": self.store.max_offset(a.topic, a.queue_id)})
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=self.store.max_offset(a.topic, a.queue_id)))
 
     def min_offset(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": self.store.min_offset(a.topic, a.queue_id)})
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=self.store.min_offset(a.topic, a.queue_id)))
 
     def by_time(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
         off = self.store.search_offset_by_time(a.topic, a.queue_id, a.timestamp)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": off})
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=off))
 
 
 class OffsetResets:
@@ -170,7 +170,7 @@ class OffsetResets:
         told = self._tell(a.group, a.topic, offsets)
         log.info("offsets of group %s on %s reset to %s (%s); %d online member(s) told", a.group, a.topic,
                  dict(offsets), f"time {a.timestamp}" if a.offset is None else f"offset {a.offset}", told)
-        req.reply(ResponseCode.SUCCESS, "", rq.ResetOffsetReply(offsets=offsets, members=told).ext())
+        req.reply(ResponseCode.SUCCESS, "", rq.ResetOffsetReply(offsets=offsets, members=told))
 
     def _target(self, a, queue_id: int) -> int:
         if a.offset is None:
@@ -201,7 +201,7 @@ class MessageRequests:
         recs = [r for r in recs if visibility.record_visible(self.store, r)]
         if not recs:
             raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
-        req.reply(ResponseCode.SUCCESS, "", {"count": len(recs)}, [r.stored for r in recs])
+        req.reply(ResponseCode.SUCCESS, "", rq.QueryMessageReply(count=len(recs)), [r.stored for r in recs])
 
     def view(self, req) -> None:
         off = req.args.offset
@@ -209,11 +209,11 @@ class MessageRequests:
         if rec is None or not visibility.record_visible(self.store, rec):
             raise QueryNotFoundError(f"no message at commitlog offset {off} (never written, or expired)")
         req.authorize(topic_resource(rec.topic), SUB, GET)
-        req.reply(ResponseCode.SUCCESS, "", {}, [rec.stored])
+        req.reply(ResponseCode.SUCCESS, "", None, [rec.stored])
 
     def clean_expired(self, req) -> None:
         n = self.store.clean_expired(force=True)
-        req.reply(ResponseCode.SUCCESS, "", {"deleted_segments": n})
+        req.reply(ResponseCode.SUCCESS, "", rq.CleanExpiredReply(deleted_segments=n))
 
 
 class ClientRequests:
@@ -241,4 +241,4 @@ class ClientRequests:
         req.reply(ResponseCode.SUCCESS)
 
     def consumer_list(self, req) -> None:
-        req.reply(ResponseCode.SUCCESS, "", {"ids": self.clients.consumer_ids(req.args.group)})
+        req.reply(ResponseCode.SUCCESS, "", rq.ConsumerListReply(ids=self.clients.consumer_ids(req.args.group)))

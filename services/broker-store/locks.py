@@ -11,6 +11,7 @@ injectable for tests.
 import time
 
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import LockBatchReply
 
 LOCK_LEASE_S = 60.0
 
@@ -59,7 +60,7 @@ class LockManager:
     def lock_batch(self, req) -> None:
         a = req.args
         got = self.try_lock(a.group, a.client_id, a.queues)
-        req.reply(ResponseCode.SUCCESS, "", {"locked": [list(m) for m in got]})
+        req.reply(ResponseCode.SUCCESS, "", LockBatchReply(locked=[tuple(m) for m in got]))
 
     def unlock_batch(self, req) -> None:
         a = req.args

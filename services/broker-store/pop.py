@@ -136,7 +136,7 @@ class PopRequests:
             return False
         handles = [ReceiptHandle(self.broker_name, a.topic, q, off, pt, a.invisible_ms, rc) for q, off, rc, _ in picked]
         self.counters["popped_messages"] += len(picked)
-        req.reply(ResponseCode.SUCCESS, "", rq.PopReply(handles=handles).ext(), (b"".join(p[3] for p in picked),))
+        req.reply(ResponseCode.SUCCESS, "", rq.PopReply(handles=handles), (b"".join(p[3] for p in picked),))
         return True
 
     def _normal(self, a, q: int, left: int, now: int):
@@ -322,7 +322,7 @@ class PopRequests:
                 self.book.apply(rec, first + i)
         acked = len(a.handles) - len(failed)
         self.counters["acked_messages"] += acked
-        ext = rq.AckReply(acked=acked, failed=failed).ext()
+        ext = rq.AckReply(acked=acked, failed=failed)
         if not failed:
             req.reply(ResponseCode.SUCCESS, "", ext)
         else:
@@ -341,4 +341,4 @@ class PopRequests:
         rec = ck_record(a.group, a.topic, h.queue_id, pt, a.invisible_ms, None, [(h.offset, e.reconsume)], [])
         self.book.apply(rec, self.revive_log.append([rec]))
         new = ReceiptHandle(self.broker_name, a.topic, h.queue_id, h.offset, pt, a.invisible_ms, e.reconsume)
-        req.reply(ResponseCode.SUCCESS, "", rq.ChangeInvisibleReply(handle=new).ext())
+        req.reply(ResponseCode.SUCCESS, "", rq.ChangeInvisibleReply(handle=new))

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from quiver.wire import tags
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import PullReply
 from quiver.errors import InvalidParameterError, TopicNotExistError
 
 from .status_codes import pull_code
@@ -75,7 +76,7 @@ class Puller:
             # the group's offsets were reset and this consumer has not moved yet: its commit is stale
             lo, hi = self.store.min_offset(topic, queue_id), self.store.max_offset(topic, queue_id)
             req.reply(ResponseCode.PULL_OFFSET_MOVED, f"the group's offset was reset: pull from {moved}",
-                      {"next": moved, "min": lo, "max": hi})
+                      PullReply(next=moved, min=lo, max=hi))
             return
         if a.group and a.commit_offset is not None and a.commit_offset >= 0:
             # forward only: a pull sent before its queue moved may arrive after the final commit; never
@@ -103,7 +104,7 @@ class Puller:
         code, remark = pull_code(res.status, offset, res.min_offset, res.max_offset)
         if code == ResponseCode.PULL_NOT_FOUND and not final:
             return False  # nothing new yet (at the queue's end, an empty queue at 0, or not yet flushed)
-        ext = {"next": res.next_offset, "min": res.min_offset, "max": res.max_offset}
+        ext = PullReply.wire(res.next_offset, res.min_offset, res.max_offset)   # the hot path's form
         if code == ResponseCode.SUCCESS:
             self.counters["pulled_messages"] += res.count
             self.traffic.pulled(task.topic, task.req.args.group, res.count, len(res.data))

@@ -26,6 +26,7 @@ from quiver.wire.ids import host_str
 from quiver.wire.access import SUB, topic_resource
 from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX
 from quiver.wire.requests import SendMessage
+from quiver.wire.replies import GroupConfig, GroupConfigReply
 from quiver.wire.properties import (DELAY, DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, INT32_MAX, MAX_RECONSUME_TIMES,
                                     ORIGIN_MESSAGE_ID, REAL_QID, REAL_TOPIC, RECONSUME_TIME, RETRY_TOPIC,
                                     TIMER_DELIVER_MS, UNIQ_KEY, read_int)
@@ -148,7 +149,7 @@ class Retry:
         a = req.args   # quiver.wire.requests.UpdateSubscriptionGroup: retry_max_times 0..1000000
         group = a.group
         self.metadata.put_group(group, a.retry_max_times)
-        req.reply(ResponseCode.SUCCESS, "", {"group": group, "config": self.metadata.groups[group]})
+        req.reply(ResponseCode.SUCCESS, "", GroupConfigReply(group=group, config=GroupConfig(**self.metadata.groups[group])))
 
     def delete_group(self, req) -> None:
         a = req.args   # quiver.wire.requests.DeleteSubscriptionGroup

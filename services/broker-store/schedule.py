@@ -81,7 +81,7 @@ class Schedule:
         req.reply(ResponseCode.SUCCESS, "", rq.ScheduleInitReply(
             delay_levels_ms=list(levels), broker_name=c.name, schedule_queues=schedule["read"],
             timer_queues=timer["read"], timer_horizon_ms=c.timer_horizon_ms, now_ms=int(time.time() * 1000),
-            max_message_bytes=c.max_message_bytes).ext())
+            max_message_bytes=c.max_message_bytes))
 
     def reput(self, req) -> None:
         a = req.args  # quiver.wire.requests.ScheduleReput: entries typed and ranged
@@ -92,7 +92,7 @@ class Schedule:
             more = f" ({len(bad) - 1} more bad entries)" if len(bad) > 1 else ""
             log.warning("re-put refused: entry %d: %s%s", bad[0][0], bad[0][1], more)
             req.reply(ResponseCode.MESSAGE_ILLEGAL, f"entry {bad[0][0]}: {bad[0][1]}{more}",
-                      {"bad": [i for i, _ in bad], "dropped": dropped})
+                      rq.ScheduleReputReply(bad=[i for i, _ in bad], dropped=dropped))
             return
         if roll:
             self.topics.config(TIMER_TOPIC, create=True, system=True, queues=1)
@@ -137,7 +137,8 @@ class Schedule:
             store_ts = store_ts or res.store_ts
             touched.append((topic, qid, res.end_offset))
         self.counters["schedule_reput"] += total - len(dropped)
-        out = {"n": total - len(dropped), "dropped": dropped, "ts": store_ts or int(time.time() * 1000)}
+        out = rq.ScheduleReputReply(count=total - len(dropped), dropped=dropped,
+                                    store_ts=store_ts or int(time.time() * 1000))
         self.commit.answer(req, out, touched)
 
 

@@ -21,6 +21,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
 from quiver.wire.requests import SendMessage
+from quiver.wire.replies import SendReply
 from quiver.wire.properties import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put
 from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties, get_property as get_props_value
 
@@ -170,7 +171,7 @@ class Sender:
         check_stored(res, "writes")
         self.counters["put_messages"] += len(bodies)
         self.traffic.put(topic, len(bodies), sum(map(len, bodies)))
-        out = {"t": topic, "q": queue_id, "o": res.first_queue_offset, "p": res.phys_offsets}
+        out = SendReply.wire(topic, queue_id, res.first_queue_offset, res.phys_offsets)   # the hot path's form
         if self.note_put is not None:
             self.note_put(res.end_offset)
         if self.commit.sync:

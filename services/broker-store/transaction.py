@@ -49,6 +49,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, NoPermissionError, QuiverError, error_for
 from quiver.wire.access import PUB, topic_resource
 from quiver.wire.names import CHECK_MAX_TOPIC, HALF_TOPIC, OP_HALF_TOPIC
+from quiver.wire.replies import TransactionCheckReply, TransactionListReply
 from quiver.wire.properties import (CHECK_IMMUNITY_TIME_IN_SECONDS as CHECK_IMMUNITY, DELAY, INT32_MAX, PGROUP,
                                     KEYS, REAL_QID, REAL_TOPIC, TAGS, TIMER_DELIVER_MS,
                                     TRANSACTION_CHECK_TIMES as CHECK_TIMES, TRANSACTION_ID, TRAN_BORN_MS as BORN_MS,
@@ -188,7 +189,7 @@ class Transactions:
         if len(entries) == 1 and results[0] in _ERRORS:
             code, remark = _ERRORS[results[0]]
             raise error_for(code, denials[0] if denials else remark)
-        self.commit.answer(req, {"r": results}, touched)
+        self.commit.answer(req, TransactionCheckReply(results=results), touched)
 
     def _end_one(self, group, phys, qoff, state, txid, from_check, now, commits, ops, req=None,
                  denials=None) -> str:
@@ -301,7 +302,7 @@ class Transactions:
         c = self.counters
         c["txn_checked"] += sum(r == "checked" for r in results)
         c["txn_discarded"] += len(discards)
-        self.commit.answer(req, {"r": results}, touched)
+        self.commit.answer(req, TransactionCheckReply(results=results), touched)
 
     def _resolve_if_committed(self, props, txid, rec) -> bool:
         if not self._already_committed(props.get(REAL_TOPIC, ""), txid):
@@ -394,5 +395,5 @@ class Transactions:
             scanned += res.count
             off = res.next_offset
         rows = sorted(open_.values(), key=lambda r: -r["age_ms"])[:limit]
-        req.reply(ResponseCode.SUCCESS, "", {"open": rows, "count": len(open_), "resolved": len(self.resolved)})
+        req.reply(ResponseCode.SUCCESS, "", TransactionListReply(open=rows, count=len(open_), resolved=len(self.resolved)))
 

@@ -27,6 +27,7 @@ import time
 
 from quiver.client import queue_puller
 from quiver.wire.codes import ResponseCode
+from quiver.wire.replies import PullReply
 from quiver.errors import FieldError, QuiverError
 from quiver.client.queue_puller import FOUND, NO_NEW_MSG, OFFSET_ILLEGAL
 
@@ -105,7 +106,7 @@ class FilteredPull:
         if self.result.matched:  # answer what we have; the next pull meets the condition again
             return self._answer()
         app.service.call_soon_threadsafe(self.req.reply, ResponseCode.PULL_OFFSET_MOVED, env.remark or "",
-                                         {"next": pulled.next, "min": pulled.min, "max": pulled.max})
+                                         PullReply(next=pulled.next, min=pulled.min, max=pulled.max))
 
     def _scanned(self, buf, broker_next: int) -> None:
         cfg = self.app.config
@@ -140,8 +141,8 @@ class FilteredPull:
     # ---- answers ---------------------------------------------------------------------------
 
     def _answer(self) -> None:
-        ext = {"next": self.offset, "min": self.min if self.min is not None else 0,
-               "max": self.max if self.max is not None else self.offset}
+        ext = PullReply(next=self.offset, min=self.min if self.min is not None else 0,
+                        max=self.max if self.max is not None else self.offset)
         res = self.result
         if res.matched:
             self.app.counters["replies_found"] += 1
@@ -152,7 +153,7 @@ class FilteredPull:
             self.app.service.call_soon_threadsafe(self.req.reply, ResponseCode.PULL_NOT_FOUND,
                                                   "no matching message", ext)
 
-    def _found(self, ext: dict, body: bytes) -> None:
+    def _found(self, ext: PullReply, body: bytes) -> None:
         """On the service thread: the messages, unless the consumer's user was deleted or lost
         SUB while the broker held the pull (the ACL checked again as it is now)."""
         denied = self.req.denied_now()

@@ -8,6 +8,7 @@ and the 0-based `position` in ext). PING and STATUS come from quiver.runtime.ser
 import logging
 
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import SubscriptionParseFailedReply
 from quiver.errors import InvalidParameterError, QuiverError, ServiceNotAvailableError, SubscriptionParseError
 
 from .filtered_pull import FilteredPull
@@ -16,8 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def _parse_failed(req, exc: SubscriptionParseError) -> None:
-    ext = {"position": exc.position} if getattr(exc, "position", None) is not None else None
-    req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.remark, ext)
+    req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, exc.remark,
+              SubscriptionParseFailedReply(position=getattr(exc, "position", None)))
 
 
 def _answer(req, handler, **kw) -> None:

@@ -43,6 +43,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 
 from quiver.errors import ServiceNotAvailableError
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import ReplicaInfoReply
 
 from . import raft_wire
 from .controller_state import Groups, Liveness, group_key, pick_master
@@ -214,8 +215,7 @@ class Controller:
         self.state.register(a.cluster, a.broker_name, a.addr, a.ha_addr, callback=self._here(registered))
 
     def _answer(self, req, key: str, addr: str, term: int) -> None:
-        out = self.state.read(lambda gs: gs.assignment(key, addr, self.lease_ms))
-        req.reply(ResponseCode.SUCCESS, "", {**out, "term": term})
+        req.reply(ResponseCode.SUCCESS, "", self.state.read(lambda gs: gs.assignment(key, addr, self.lease_ms, term)))
 
     def _confirm(self, req, key: str, addr: str) -> None:
         """Answer once a Raft entry proposed after now is committed (a lease-granting read)."""
@@ -272,8 +272,8 @@ class Controller:
         self.state.alter(key, a.master_addr, a.epoch, a.sync_state_set, callback=self._here(altered))
 
     def replica_info(self, req) -> None:
-        req.reply(ResponseCode.SUCCESS, "", {"leader": self.is_leader, "groups": self.groups_view(),
-                                             "raft": self.raft_status()})
+        req.reply(ResponseCode.SUCCESS, "", ReplicaInfoReply(leader=self.is_leader, groups=self.groups_view(),
+                                                             raft=self.raft_status()))
 
     def _snapshot(self) -> dict:
         return self.state.read(lambda gs: copy.deepcopy(gs.data))

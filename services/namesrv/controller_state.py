@@ -19,6 +19,8 @@ Does not own timing (controller.py) nor the brokers' side (quiver_broker.replica
 import time
 from dataclasses import dataclass
 
+from quiver.wire.replies import ControllerAssignment
+
 
 def group_key(cluster: str, broker_name: str) -> str:
     return f"{cluster}/{broker_name}"
@@ -77,15 +79,16 @@ class Groups:
         g["sss"] = list(dict.fromkeys(sss))
         return True
 
-    def assignment(self, key: str, addr: str, lease_ms: int) -> dict:
-        """What `addr` is now (a quiver.wire.replies.ControllerAssignment's fields)."""
+    def assignment(self, key: str, addr: str, lease_ms: int, term: int = 0) -> ControllerAssignment:
+        """What `addr` is now, as the answering leader of `term` says it."""
         g = self.data.get(key)
         m = g["members"].get(addr) if g else None
         if m is None or not g["master"]:
-            return {"role": "none", "ep": g["epoch"] if g else 0, "lease_ms": lease_ms}
+            return ControllerAssignment(role="none", epoch=g["epoch"] if g else 0, lease_ms=lease_ms, term=term)
         master = g["master"]
-        return {"role": "master" if master == addr else "slave", "ep": g["epoch"], "master": master,
-                "master_ha": g["members"][master]["ha"], "id": m["id"], "sss": list(g["sss"]), "lease_ms": lease_ms}
+        return ControllerAssignment(role="master" if master == addr else "slave", epoch=g["epoch"],
+                                    master_addr=master, master_ha_addr=g["members"][master]["ha"], broker_id=m["id"],
+                                    sync_state_set=list(g["sss"]), lease_ms=lease_ms, term=term)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 import logging
 
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.wire.replies import ClusterReply, RouteReply, TopicListReply
 from quiver.errors import TopicNotExistError
 
 log = logging.getLogger(__name__)
@@ -24,13 +25,13 @@ def make_handlers(table):
         route = table.route(topic)
         if route is None:
             raise TopicNotExistError(f"no route for topic {topic!r}: create it or enable auto-create on a broker")
-        req.reply(ResponseCode.SUCCESS, "", {"route": route})
+        req.reply(ResponseCode.SUCCESS, "", RouteReply(route=route))
 
     def cluster_info(req):
-        req.reply(ResponseCode.SUCCESS, "", {"cluster": table.cluster_info()})
+        req.reply(ResponseCode.SUCCESS, "", ClusterReply(cluster=table.cluster_info()))
 
     def topic_list(req):
-        req.reply(ResponseCode.SUCCESS, "", {"topics": table.topic_list()})
+        req.reply(ResponseCode.SUCCESS, "", TopicListReply(topics=table.topic_list()))
 
     return {
         RequestCode.REGISTER_BROKER: register_broker,

@@ -20,6 +20,8 @@ registered. No sockets here.
 import time
 from dataclasses import dataclass, field
 
+from quiver.wire import replies
+from quiver.wire.replies import BrokerData, ClusterData, QueueData, RegisterBrokerReply, RouteData
 from quiver.wire.requests import DataVersion, RegisterBroker, TopicConfig, UnregisterBroker
 
 
@@ -42,7 +44,7 @@ class RouteTable:
         self.clusters: dict[str, set[str]] = {}
         self.live: dict[str, LiveBroker] = {}       # broker addr -> liveness
 
-    def register(self, reg: RegisterBroker) -> dict:
+    def register(self, reg: RegisterBroker) -> RegisterBrokerReply:
         """Record a decoded registration; returns the master's addresses for a slave."""
         name, addr = reg.broker_name, reg.broker_addr
         prev = self.live.get(addr)
@@ -66,7 +68,7 @@ class RouteTable:
         if changed and master_writes:
             self._replace_queue_data(name, reg.topics)
         master = data["addrs"].get(0, "")
-        return {"master_addr": master, "ha_addr": self.live[master].ha_addr if master in self.live else ""}
+        return RegisterBrokerReply(master_addr=master, ha_addr=self.live[master].ha_addr if master in self.live else "")
 
     def _replace_queue_data(self, broker_name: str, topics: dict[str, TopicConfig]) -> None:
         for name in list(self.topics):
@@ -120,7 +122,7 @@ class RouteTable:
             self._remove(self.live[addr].broker_name, addr)
         return gone
 
-    def route(self, topic: str) -> dict | None:
+    def route(self, topic: str) -> RouteData | None:
         per = self.topics.get(topic)
         if not per:
             return None
@@ -128,33 +130,32 @@ class RouteTable:
         brokers = [self._broker_view(n) for n in names if n in self.brokers]
         filters = {}
         for b in brokers:
-            for addr in b["addrs"].values():
+            for addr in b.addrs.values():
                 lb = self.live.get(addr)
                 if lb and lb.filter_servers:
                     filters[addr] = lb.filter_servers
-        return {"topic": topic, "queues": [per[n] for n in names], "brokers": brokers, "filter_servers": filters,
-                "cluster_filter_servers": self.cluster_filter_servers({b["cluster"] for b in brokers})}
+        queues = [QueueData(**per[n]) for n in names]
+        return RouteData(topic=topic, queues=queues, brokers=brokers, filter_servers=filters,
+                         cluster_filter_servers=self.cluster_filter_servers({b.cluster for b in brokers}))
 
     def cluster_filter_servers(self, clusters: set[str]) -> list[str]:
         """Every live filter server of these clusters: any of them serves any of their brokers, so a
         topic whose brokers have none of their own is still readable with SQL92."""
         return sorted({f for lb in self.live.values() if lb.cluster in clusters for f in lb.filter_servers})
 
-    def _broker_view(self, name: str) -> dict:
+    def _broker_view(self, name: str) -> BrokerData:
         data = self.brokers[name]
-        return {"cluster": data["cluster"], "broker_name": name,
-                "addrs": {str(k): v for k, v in sorted(data["addrs"].items())}}
+        return BrokerData(cluster=data["cluster"], broker_name=name, addrs=dict(sorted(data["addrs"].items())))
 
-    def cluster_info(self) -> dict:
+    def cluster_info(self) -> ClusterData:
         now = self.clock()
-        return {
-            "brokers": {n: self._broker_view(n) for n in sorted(self.brokers)},
-            "clusters": {c: sorted(names) for c, names in sorted(self.clusters.items())},
-            "live": {addr: {"broker_name": lb.broker_name, "broker_id": lb.broker_id,
-                            "age_ms": int((now - lb.last_update) * 1000),
-                            "filter_servers": lb.filter_servers}
-                     for addr, lb in sorted(self.live.items())},
-        }
+        return ClusterData(
+            brokers={n: self._broker_view(n) for n in sorted(self.brokers)},
+            clusters={c: sorted(names) for c, names in sorted(self.clusters.items())},
+            live={addr: replies.LiveBroker(broker_name=lb.broker_name, broker_id=lb.broker_id,
+                                           age_ms=int((now - lb.last_update) * 1000),
+                                           filter_servers=lb.filter_servers)
+                  for addr, lb in sorted(self.live.items())})
 
     def topic_list(self) -> list[str]:
         return sorted(self.topics)

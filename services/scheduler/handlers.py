@@ -12,14 +12,14 @@ from quiver.wire.codes import RequestCode, ResponseCode
 def make_handlers(app):
     def ping(req):
         me = rq.PingReply(service="scheduler", client_id=app.client.client_id)
-        req.reply(ResponseCode.SUCCESS, "pong", me.ext())
+        req.reply(ResponseCode.SUCCESS, "pong", me)
 
     def cancel(req):
         def answer(result):   # once the tombstone is committed (App.cancel)
             if isinstance(result, Exception):
                 req.reply(ResponseCode.SYSTEM_ERROR, f"cancel not stored: {result}")
             else:
-                req.reply(ResponseCode.SUCCESS, "", {"result": result})
+                req.reply(ResponseCode.SUCCESS, "", rq.ScheduleCancelReply(result=result))
         app.cancel(req.args.msg_id, req.args.topic, answer)
 
     return {RequestCode.PING: ping, RequestCode.SCHEDULE_CANCEL: cancel}

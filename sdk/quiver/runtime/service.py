@@ -30,7 +30,9 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError, QuiverError
 from quiver.runtime.histogram import RequestStats
 from quiver.runtime.loops import Failures
+from quiver.wire.replies import REPLIES, PingReply, StatusReply
 from quiver.wire.requests import SCHEMAS
+from quiver.wire.schema import Schema
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +75,27 @@ class Request:
     def ext(self) -> dict:
         return self.env.ext
 
-    def reply(self, code=ResponseCode.SUCCESS, remark: str = "", ext: dict | None = None, bodies=()) -> None:
-        """Answer (once) from the service thread."""
+    def reply(self, code=ResponseCode.SUCCESS, remark: str = "", ext: Schema | dict | None = None, bodies=()) -> None:
+        """Answer (once) from the service thread. `ext` is a reply schema (quiver.wire.replies) tied to
+        the request's code; only a code with none may still answer with a plain map."""
         if self.answered:
             return
+        if ext is not None:
+            ext = reply_ext(self.env.code, ext)
         self.answered = True
         self.service.request_stats.replied(self.env.code, code, self.received)
         self.service.send_frames(self.identity, protocol.reply(code, self.env.id, remark, ext, bodies))
+
+
+def reply_ext(request_code: int, ext: Schema | dict) -> dict:
+    """The wire form of a reply's ext; TypeError if it is not one of the schemas tied to the code."""
+    tied = REPLIES.get(request_code)
+    if tied is None:
+        return ext.ext() if isinstance(ext, Schema) else ext
+    if type(ext) not in tied:
+        raise TypeError(f"a reply to {RequestCode(request_code).name} is built by "
+                        f"{' or '.join(t.__qualname__ for t in tied)} (quiver.wire.replies), not sent as {type(ext).__name__}")
+    return ext if isinstance(ext, dict) else ext.ext()   # a schema's Wire map is its ext() already
 
 
 def freeze_startup_objects() -> None:
@@ -100,7 +116,7 @@ class Service:
         self.listen = listen
         self.max_frame_bytes = max_frame_bytes
         self.handlers = dict(handlers)
-        self.handlers.setdefault(RequestCode.PING, lambda req: protocol.reply(0, req.env.id, "pong", {"service": name}))
+        self.handlers.setdefault(RequestCode.PING, lambda req: req.reply(ResponseCode.SUCCESS, "pong", PingReply(service=name)))
         self.handlers.setdefault(RequestCode.STATUS, self._status)
         missing = sorted(RequestCode(c).name for c in self.handlers if c not in SCHEMAS)
         if missing:
@@ -360,7 +376,7 @@ class Service:
             return
         if out is not None and not req.answered:
             req.answered = True
-            self.request_stats.replied(env.code, ResponseCode.SUCCESS, req.received)  # only PING returns frames
+            self.request_stats.replied(env.code, ResponseCode.SUCCESS, req.received)  # a handler may return frames
             self.send_frames(req.identity, out)
 
     def _held_for_acl(self, req: Request, handler) -> bool:
@@ -386,7 +402,7 @@ class Service:
             status["metrics"] = self.metrics_addr
         if self.status_fn is not None:
             status.update(self.status_fn())
-        req.reply(ResponseCode.SUCCESS, "", {"status": status})
+        req.reply(ResponseCode.SUCCESS, "", StatusReply(status=status))
 
 
 def _loopback(host: str) -> bool:

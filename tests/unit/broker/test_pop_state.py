@@ -5,6 +5,7 @@ import collections
 
 import pytest
 
+from quiver.runtime.service import reply_ext
 from quiver.client.message import SHARDING_KEY, decode_messages
 from quiver.wire import requests as rq
 from quiver.wire.codes import ResponseCode
@@ -48,7 +49,8 @@ class Req:
         return self.denied
 
     def reply(self, code=0, remark="", ext=None, bodies=()):
-        self.answered, self.code, self.remark, self.ext, self.bodies = True, code, remark, ext or {}, bodies
+        ext = reply_ext(self.args.CODE, ext) if ext is not None else {}   # as Request.reply sends it
+        self.answered, self.code, self.remark, self.ext, self.bodies = True, code, remark, ext, bodies
 
 
 class Broker:

@@ -76,11 +76,11 @@ def test_stale_elections_and_alters_change_nothing():
 
 def test_assignment():
     g = _group()
-    assert g.assignment(K, A, 1200)["role"] == "none"
+    assert g.assignment(K, A, 1200).role == "none"
     g.elect(K, 0, A)
-    m, s = g.assignment(K, A, 1200), g.assignment(K, B, 1200)
-    assert (m["role"], m["ep"], m["lease_ms"]) == ("master", 1, 1200)
-    assert (s["role"], s["master"], s["master_ha"], s["id"]) == ("slave", A, A + "1", 2)
+    m, s = g.assignment(K, A, 1200, term=3), g.assignment(K, B, 1200)
+    assert (m.role, m.epoch, m.lease_ms, m.term) == ("master", 1, 1200, 3)
+    assert (s.role, s.master_addr, s.master_ha_addr, s.broker_id) == ("slave", A, A + "1", 2)
 
 
 def test_election_checks_the_sync_state_set_as_it_applies():

@@ -70,7 +70,7 @@ def test_keys_the_schema_does_not_know_are_ignored_not_stored():
     assert reg.data_version == DataVersion(counter=1) and reg.topics == {"T": TopicConfig(read=1, write=1)}
     table = RouteTable()
     table.register(reg)
-    assert table.route("T")["queues"] == [{"broker_name": "broker-a", "read": 1, "write": 1, "perm": 6,
+    assert table.route("T").ext()["queues"] == [{"broker_name": "broker-a", "read": 1, "write": 1, "perm": 6,
                                            "sysflag": 0, "order": False}]
 
 
@@ -151,7 +151,7 @@ def test_bad_registration_leaves_no_trace_and_good_state_is_kept():
     table = RouteTable()
     door = _Door(table)
     assert door.ask(RequestCode.REGISTER_BROKER, _good()).code == ResponseCode.SUCCESS
-    before = copy.deepcopy((table.topics, table.brokers, table.clusters, table.cluster_info()))
+    before = copy.deepcopy((table.topics, table.brokers, table.clusters, table.cluster_info().ext()))
     bad = [_good(broker_name="ghost", filter_servers=5), _good(broker_name="ghost", topics={"T": "conf"}),
            _good(broker_name="ghost", broker_addr="ghost"), _good(data_version={"counter": 4}, topics={"T": {"read": -1}}),
            _good(cluster="Other", broker_id="1"), _good(data_version={"counter": 5}, topics={"T": {"read": 4}}),
@@ -161,7 +161,7 @@ def test_bad_registration_leaves_no_trace_and_good_state_is_kept():
         env = door.ask(RequestCode.REGISTER_BROKER, ext)
         assert env.code == ResponseCode.INVALID_PARAMETER and env.remark.startswith("REGISTER_BROKER (103): field ")
         assert (table.topics, table.brokers, table.clusters) == before[:3]
-    info = table.cluster_info()
+    info = table.cluster_info().ext()
     assert info["brokers"] == before[3]["brokers"] and list(info["live"]) == ["127.0.0.1:10911"]
 
 

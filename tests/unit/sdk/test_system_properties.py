@@ -9,6 +9,7 @@ import pytest
 from quiver import MessageExt
 from quiver.wire import properties as sp
 from quiver.wire.codes import RequestCode, ResponseCode
+from quiver.runtime.service import reply_ext
 from quiver.wire.property_string import format_properties
 from quiver.errors import MessageIllegalError
 
@@ -151,7 +152,7 @@ class _Req:
 
     def reply(self, code, remark="", ext=None):
         self.answered = True
-        self.replies.append((code, remark, ext))
+        self.replies.append((code, remark, reply_ext(self.args.CODE, ext) if ext is not None else None))
 
     def authorize(self, resource, *actions):  # auth off: a Service's Request allows everything
         pass

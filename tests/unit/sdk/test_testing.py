@@ -109,7 +109,7 @@ def test_hold_keeps_requests_until_release_in_order(net):
 
     def record(req):
         seen.append(req.args.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", {"offset": req.args.queue_id})
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=req.args.queue_id))
     net.serve(Service(TOY, {RequestCode.GET_MAX_OFFSET: record}, "toy"))
     t = net.transport("t")
     net.hold(TOY)
