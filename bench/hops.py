@@ -38,7 +38,7 @@ import time
 
 from quiver import Admin, Message, Producer
 
-from bench.hops_listener import GcPauses, switches
+from bench.hops_listener import GcPauses, Stalls, switches
 from bench.peers import base
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -94,7 +94,7 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
         try:
             with Producer("hops", namesrv=cluster.namesrv) as p:
                 _ready(child, p, "Hops")
-                pauses, before = GcPauses(), switches()
+                pauses, stalls, before = GcPauses(), Stalls(), switches()
                 sent: dict[int, tuple[float, float]] = {}
                 counter = iter(range(n))
 
@@ -107,7 +107,7 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
                 t0 = time.perf_counter()
                 base.paced_runs(rate, n, send_many)
                 rate_done = n / (time.perf_counter() - t0)
-                gc_producer, after = pauses.close(), switches()
+                gc_producer, stalls_producer, after = pauses.close(), stalls.close(), switches()
             out = json.loads(child.stdout.readline())
         finally:
             base.stop(child)
@@ -119,8 +119,9 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
             points[i] = {"send": sent[i][0], "replied": sent[i][1], "consumed": t,
                          "born": born_ms / 1000 + MID_MS, "stored": store_ms / 1000 + MID_MS, "queue": qid}
     _match_pulls(points, out["pulls"])
-    procs = {"producer": {"gc": gc_producer, "rusage": {k: after[k] - before[k] for k in after}},
-             "consumer": {"gc": out["gc"], "rusage": out["rusage"]}}
+    procs = {"producer": {"gc": gc_producer, "stalls": stalls_producer,
+                          "rusage": {k: after[k] - before[k] for k in after}},
+             "consumer": {"gc": out["gc"], "stalls": out["stalls"], "rusage": out["rusage"]}}
     return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent), "procs": procs}
 
 
@@ -165,9 +166,10 @@ def analyse(points: dict, procs: dict | None = None, slow_share: float = 0.01) -
             out["slowest"][key]["pull_sent_after_stored"] = len(late)
             out["slowest"][key]["pull_sent_after_stored_mean_us"] = sum(late) / len(late) * 1e6 if late else 0.0
         if procs:
-            pauses = procs["consumer" if key == "e2e" else "producer"]["gc"]
-            out["slowest"][key]["through_gc"] = sum(
-                1 for _, pt in slow if any(s0 < pt[_end(total)] and s0 + d > pt["send"] for s0, d, _ in pauses))
+            mine = procs["consumer" if key == "e2e" else "producer"]
+            for what, spans in (("through_gc", [g[:2] for g in mine["gc"]]), ("through_stall", mine["stalls"])):
+                out["slowest"][key][what] = sum(
+                    1 for _, pt in slow if any(s0 < pt[_end(total)] and s0 + d > pt["send"] for s0, d in spans))
     return out
 
 
@@ -206,7 +208,10 @@ def report(doc: dict) -> str:
     lines += ["", "Hops at `stored` or `born` are good to ±500 µs (millisecond stamps, taken at their middle).", ""]
     for who, p in doc.get("procs", {}).items():
         longest = max((d for _, d, _ in p["gc"]), default=0.0)
+        stall = max((d for _, d in p["stalls"]), default=0.0)
         lines.append(f"- {who} process: {len(p['gc'])} GC pause(s) of 1 ms or more (longest {longest * 1e3:.1f} ms), "
+                     f"{len(p['stalls'])} stall(s) of 30 ms or more that no thread ran in (a 5 ms ticker's gaps; "
+                     f"longest {stall * 1e3:.0f} ms), "
                      f"{p['rusage']['involuntary']:,} involuntary context switches (preempted), "
                      f"{p['rusage']['voluntary']:,} voluntary")
     lines.append("")
@@ -225,7 +230,8 @@ def report(doc: dict) -> str:
         lines += [f"## The slowest {s['messages']} by {s['by']}", "",
                   f"Furthest above its p50: {dom}. Their mean µs: {parts}. They arrived in {s['bursts']} "
                   f"burst(s) (arrivals < 2 ms apart grouped: few bursts = a stall, not slow messages one by one); "
-                  f"{s.get('through_gc', 0)} waited through a GC pause of the process that took them in."
+                  f"{s.get('through_gc', 0)} waited through a GC pause and {s.get('through_stall', 0)} through a "
+                  "stall of the process that took them in."
                   + (f" For {s['pull_sent_after_stored']} no pull was waiting on their queue when they were stored "
                      f"(the pull that brought them left {s['pull_sent_after_stored_mean_us']:,.0f} µs after, mean)."
                      if "pull_sent_after_stored" in s else ""), "",

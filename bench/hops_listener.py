@@ -7,7 +7,8 @@ the listener on the IO thread), pull (PullConsumer.poll, as `python -m bench` e2
 pull-direct (direct_poll). Messages whose property "i" is -1 are warm-up: "ready" is
 printed once one has come from each of the topic's QUEUES queues (every queue owned and
 pulled). Then prints one JSON object: {"seen": [[i, t, born_ms, store_ms, queue id], ...],
-"threads": {thread name: messages}, "gc": [[start, seconds, generation], ...], "rusage",
+"threads": {thread name: messages}, "gc": [[start, seconds, generation], ...], "stalls": [[start,
+seconds], ...] (a ticker thread's gaps of 30 ms or more), "rusage",
 "pulls": [[queue id, sent, answered], ...] (the IO thread's pulls; not direct_poll's held ones)},
 t = time.time() when the listener (or poll) got it; "gc" the collector's pauses of 1 ms or
 more and "rusage" the context switches of this process (involuntary: it was preempted).
@@ -37,6 +38,30 @@ class GcPauses:
     def close(self) -> list:
         gc.callbacks.remove(self._on)
         return self.pauses
+
+
+class Stalls:
+    """Gaps of at least `min_s` between the ticks of a thread that sleeps `tick_s`: the times this
+    process (or the GIL) let none of its threads run."""
+
+    def __init__(self, tick_s: float = 0.005, min_s: float = 0.03):
+        self.gaps: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(tick_s, min_s), name="stall-ticker", daemon=True)
+        self._thread.start()
+
+    def _run(self, tick_s: float, min_s: float) -> None:
+        last = time.time()
+        while not self._stop.wait(tick_s):
+            now = time.time()
+            if now - last - tick_s >= min_s:
+                self.gaps.append([last, now - last])
+            last = now
+
+    def close(self) -> list:
+        self._stop.set()
+        self._thread.join(1)
+        return self.gaps
 
 
 def watch_pulls(client, pulls: list) -> None:
@@ -91,7 +116,7 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
                 done.set()
 
     deadline = time.monotonic() + seconds
-    pauses, pulls = GcPauses(), []
+    pauses, stalls, pulls = GcPauses(), Stalls(), []
     if mode.startswith("push"):
         c = PushConsumer("hops", namesrv=namesrv, consume_from="last", consume_inline=mode == "push-inline")
         c.subscribe(topic)
@@ -115,7 +140,8 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
                 msgs = pc.poll(0.05)
                 if msgs:
                     got(msgs)
-    print(json.dumps({"seen": seen, "threads": threads, "gc": pauses.close(), "rusage": switches(),
+    print(json.dumps({"seen": seen, "threads": threads, "gc": pauses.close(), "stalls": stalls.close(),
+                      "rusage": switches(),
                       "pulls": pulls}), flush=True)
 
 
