@@ -19,6 +19,7 @@ from quiver.runtime.settings import advertised_addr
 
 from . import protocol
 from .handlers import Gateway
+from .offsets import Offsets
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class App:
         adv_host, adv_port = adv.rsplit(":", 1)
         self.service.bind()
         self.gateway = Gateway(self.config, adv_host, int(adv_port))
+        self.gateway.apis.update(Offsets(self.gateway).apis())
         log.info("Kafka protocol on %s:%d, advertised as %s (name servers %s)", host, self.port, adv,
                  self.config.namesrv)
 

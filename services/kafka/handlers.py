@@ -63,14 +63,15 @@ class Gateway:
         self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes)
         self.counts: dict[tuple[str, int], int] = {}   # (api, Kafka error code) -> answers: STATUS
         self._lock = threading.Lock()
+        self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
+                     FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}   # offsets.py and groups.py add theirs
 
     def shutdown(self) -> None:
         self.sender.shutdown()
         self.admin.shutdown()
 
     def handle(self, req: Request) -> dict | None:
-        return {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
-                FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}[req.api_key](req.body)
+        return self.apis[req.api_key](req.body)
 
     # ---- partitions ---------------------------------------------------------------------------
 

@@ -27,15 +27,19 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS, PRODUCE, FETCH, LIST_OFFSETS, METADATA = 18, 0, 1, 2, 3
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 
 # API key -> (min, max) version served. Non-flexible versions of Produce, Fetch, ListOffsets and
-# Metadata: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
+# Metadata, and the group offset APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
 SUPPORTED = {
     PRODUCE: (3, 8),
     FETCH: (4, 11),
     LIST_OFFSETS: (1, 5),
     METADATA: (1, 8),
     API_VERSIONS: (0, 3),
+    OFFSET_COMMIT: (2, 7),
+    OFFSET_FETCH: (1, 5),
+    FIND_COORDINATOR: (0, 3),
 }
 
 # Kafka's error codes used here
@@ -47,6 +51,12 @@ REQUEST_TIMED_OUT = 7
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
 TOPIC_AUTHORIZATION_FAILED = 29
 UNSUPPORTED_VERSION = 35
 INVALID_REQUEST = 42

@@ -138,6 +138,41 @@ def test_acks_0_and_1_store_every_message(env, acks):
     assert sorted(m.value() for m in got) == sorted(b"a-%d" % i for i in range(20))
 
 
+def _poll_one(consumer, timeout=20):
+    m = wait_for(lambda: consumer.poll(0.5), timeout, "a message")
+    assert m.error() is None, m.error()
+    return m
+
+
+def test_committed_offsets_are_quiver_consumer_offsets_and_a_new_consumer_resumes(env):
+    c, gw, admin, bootstrap = env
+    queues = _topic(admin, "KfCommit")
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(6):
+        p.produce("KfCommit", b"c-%d" % i, partition=2)
+    assert p.flush(20) == 0
+    conf = {"bootstrap.servers": bootstrap, "group.id": "kf-commit", "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100}
+    first = Consumer(conf)
+    try:
+        first.assign([TopicPartition("KfCommit", 2)])        # no offset: the group's committed one, else earliest
+        got = [_poll_one(first) for _ in range(4)]
+        assert [m.value() for m in got] == [b"c-0", b"c-1", b"c-2", b"c-3"]
+        first.commit(message=got[-1], asynchronous=False)  # commits offset 4: the next to read
+        [tp] = first.committed([TopicPartition("KfCommit", 2)], timeout=10)
+        assert tp.offset == 4
+    finally:
+        first.close()
+    assert admin.consumer_offset("kf-commit", queues[2]) == 4   # partition 2 = the third queue
+    second = Consumer(conf)
+    try:
+        second.assign([TopicPartition("KfCommit", 2)])
+        m = _poll_one(second)
+        assert m.value() == b"c-4" and m.offset() == 4
+    finally:
+        second.close()
+
+
 def _frame(api_key, version, corr, body=b""):
     head = struct.pack(">hhih", api_key, version, corr, 4) + b"test"
     return struct.pack(">i", len(head) + len(body)) + head + body
@@ -160,7 +195,7 @@ def test_unsupported_api_is_answered_and_oversize_frame_closes_only_that_connect
     c, gw, admin, bootstrap = env
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
-        s.sendall(_frame(10, 1, 77, struct.pack(">h", 5) + b"group" + b"\x00"))   # FindCoordinator v1
+        s.sendall(_frame(29, 1, 77))                                              # DescribeAcls v1
         out = _answer(s)
         assert struct.unpack_from(">i", out)[0] == 77
         assert struct.unpack_from(">ih", out, 4)[1] == 35                         # UNSUPPORTED_VERSION
