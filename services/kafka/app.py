@@ -18,6 +18,7 @@ import threading
 from quiver.runtime.settings import advertised_addr
 
 from . import protocol
+from .groups import Coordinator
 from .handlers import Gateway
 from .offsets import Offsets
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 ACCEPT_TIMEOUT_S = 0.5
+GROUP_EXPIRY_S = 1.0   # how often members past their session timeout are dropped
 MAX_IN_FLIGHT = 64   # answers a connection may have pending (a pipelining client's produces); then it waits
 
 
@@ -34,6 +36,7 @@ class App:
         self.config = config
         self.service = Service(config.listen, {}, "kafka", self.status)
         self.gateway = None
+        self.groups = Coordinator()
         self.sock = None
         self.port = 0
         self._stop = threading.Event()
@@ -47,6 +50,7 @@ class App:
                 "advertised": f"{self.gateway.host}:{self.gateway.port}" if self.gateway else "",
                 "namesrv": self.config.namesrv, "connections": len(self._conns),
                 "closed_oversize": self.closed_oversize, "closed_bad": self.closed_bad,
+                "groups": {name: len(g.members) for name, g in list(self.groups.groups.items())},
                 "answers": {f"{api}/{err}": n for (api, err), n in sorted(self.gateway.counts.items())}
                 if self.gateway else {}}
 
@@ -59,7 +63,9 @@ class App:
         adv_host, adv_port = adv.rsplit(":", 1)
         self.service.bind()
         self.gateway = Gateway(self.config, adv_host, int(adv_port))
-        self.gateway.apis.update(Offsets(self.gateway).apis())
+        self.gateway.apis.update(Offsets(self.gateway, self.groups).apis())
+        self.gateway.apis.update(self.groups.apis())
+        self.service.every("kafka-group-expiry", GROUP_EXPIRY_S, self.groups.expire)
         log.info("Kafka protocol on %s:%d, advertised as %s (name servers %s)", host, self.port, adv,
                  self.config.namesrv)
 

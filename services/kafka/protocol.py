@@ -28,9 +28,10 @@ from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS, PRODUCE, FETCH, LIST_OFFSETS, METADATA = 18, 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
+JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 
 # API key -> (min, max) version served. Non-flexible versions of Produce, Fetch, ListOffsets and
-# Metadata, and the group offset APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
+# Metadata, and the group APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
 SUPPORTED = {
     PRODUCE: (3, 8),
     FETCH: (4, 11),
@@ -40,6 +41,10 @@ SUPPORTED = {
     OFFSET_COMMIT: (2, 7),
     OFFSET_FETCH: (1, 5),
     FIND_COORDINATOR: (0, 3),
+    JOIN_GROUP: (0, 5),
+    SYNC_GROUP: (0, 3),
+    HEARTBEAT: (0, 3),
+    LEAVE_GROUP: (0, 3),
 }
 
 # Kafka's error codes used here

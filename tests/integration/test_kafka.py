@@ -173,6 +173,45 @@ def test_committed_offsets_are_quiver_consumer_offsets_and_a_new_consumer_resume
         second.close()
 
 
+def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_one_leaves(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfGroup")
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(40):
+        p.produce("KfGroup", b"g-%d" % i, partition=i % 4)
+    assert p.flush(20) == 0
+    conf = {"bootstrap.servers": bootstrap, "group.id": "kf-group", "auto.offset.reset": "earliest",
+            "enable.auto.commit": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"}
+    members = [Consumer(conf), Consumer(conf)]
+    got = {0: [], 1: []}
+    try:
+        for m in members:
+            m.subscribe(["KfGroup"])
+
+        def poll_all():
+            for i, m in enumerate(members):
+                msg = m.poll(0.2)
+                if msg is not None and msg.error() is None:
+                    got[i].append(msg.value())
+                    m.commit(message=msg, asynchronous=False)
+            return len(got[0]) + len(got[1]) >= 40 and all(len(m.assignment()) == 2 for m in members)
+        wait_for(poll_all, 30, "40 messages shared by two members of two partitions each")
+        assert sorted(got[0] + got[1]) == sorted(b"g-%d" % i for i in range(40))   # each once
+        assert got[0] and got[1]
+        members.pop().close()                                   # LeaveGroup: the other takes all four
+        wait_for(lambda: members[0].poll(0.2) is None and len(members[0].assignment()) == 4, 30,
+                 "the remaining member assigned all four partitions")
+        for i in range(4):
+            p.produce("KfGroup", b"after-%d" % i, partition=i)
+        assert p.flush(20) == 0
+        after = sorted(_poll_one(members[0]).value() for _ in range(4))
+        assert after == [b"after-%d" % i for i in range(4)]   # what was committed does not come again
+    finally:
+        for m in members:
+            m.close()
+
+
 def _frame(api_key, version, corr, body=b""):
     head = struct.pack(">hhih", api_key, version, corr, 4) + b"test"
     return struct.pack(">i", len(head) + len(body)) + head + body

@@ -1,0 +1,231 @@
+"""JoinGroup, SyncGroup, Heartbeat, LeaveGroup: Kafka's classic group membership, kept by the gateway.
+
+Kafka's protocol, in memory: a join (of a new member, or of a member told REBALANCE_IN_PROGRESS
+by its heartbeat) opens a round; the round ends when every member has joined it, or at the
+longest rebalance timeout, dropping the members that did not. The new generation's leader gets
+the members' metadata, computes the assignment on the client (range, roundrobin, cooperative-sticky:
+the client's own assignors) and hands it over in its SyncGroup; each member gets its part there.
+A member not heard of within its session timeout is dropped and the others rebalance.
+
+Membership is this gateway's: run one gateway for the group's consumers (several gateways each
+keep their own members). The offsets are the brokers' (offsets.py), so they survive a gateway
+restart; the members rejoin then. Joins and syncs wait on a condition, holding their
+connection's reader thread as a Kafka broker holds the connection's next request.
+"""
+
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from quiver.wire.names import group_problem
+
+from .protocol import (HEARTBEAT, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+                       INVALID_SESSION_TIMEOUT, JOIN_GROUP, LEAVE_GROUP, NONE, REBALANCE_IN_PROGRESS, SYNC_GROUP,
+                       UNKNOWN_MEMBER_ID)
+
+MIN_SESSION_MS, MAX_SESSION_MS = 1000, 300_000
+MAX_MEMBERS = 1000
+
+
+@dataclass
+class Member:
+    member_id: str
+    protocols: list                  # [(name, metadata)], the member's preference order
+    session_s: float
+    rebalance_s: float
+    seen: float
+    joined_round: int = -1           # the round this member last joined
+    assignment: bytes = b""
+
+
+@dataclass
+class Group:
+    name: str
+    protocol_type: str = ""
+    members: dict = field(default_factory=dict)
+    generation: int = 0
+    protocol: str = ""
+    leader: str = ""
+    round: int = 0                   # the round being joined (== generation + 1 while joining)
+    joining: bool = False
+    deadline: float = 0.0
+    synced: bool = False             # the leader's assignment for this generation has come
+
+
+class Coordinator:
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.groups: dict[str, Group] = {}
+        self.cond = threading.Condition()
+        self._ids = itertools.count(1)
+
+    def apis(self) -> dict:
+        return {JOIN_GROUP: self.join, SYNC_GROUP: self.sync, HEARTBEAT: self.heartbeat, LEAVE_GROUP: self.leave}
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    def _start_round(self, g: Group) -> None:
+        if not g.joining:
+            g.joining, g.synced, g.round = True, False, g.generation + 1
+            g.deadline = self.clock() + max((m.rebalance_s for m in g.members.values()), default=0)
+        self.cond.notify_all()
+
+    def _maybe_complete(self, g: Group) -> None:
+        if not g.joining:
+            return
+        waiting = [m for m in g.members.values() if m.joined_round != g.round]
+        if waiting and self.clock() < g.deadline:
+            return
+        for m in waiting:                      # did not rejoin in time: out of the group
+            del g.members[m.member_id]
+        g.joining = False
+        if not g.members:
+            g.generation += 1
+            return
+        g.generation = g.round
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members))
+        common = [name for name, _ in g.members[g.leader].protocols
+                  if all(name in dict(m.protocols) for m in g.members.values())]
+        g.protocol = common[0] if common else ""
+        for m in g.members.values():
+            m.assignment = b""
+        self.cond.notify_all()
+
+    def expire(self) -> None:
+        """Drop members past their session timeout (a timer calls it; so does every request)."""
+        with self.cond:
+            now = self.clock()
+            for g in self.groups.values():
+                gone = [m for m in g.members.values() if now - m.seen > m.session_s]
+                for m in gone:
+                    del g.members[m.member_id]
+                    if m.member_id == g.leader:
+                        g.leader = ""
+                if gone and g.members:
+                    self._start_round(g)
+                self._maybe_complete(g)
+
+    def check_commit(self, group: str, member_id: str, generation: int) -> int:
+        """Whether a commit of `generation` by `member_id` is current (OffsetCommit)."""
+        with self.cond:
+            g = self.groups.get(group)
+            if g is None or member_id not in g.members:
+                return UNKNOWN_MEMBER_ID if g is not None and g.members else ILLEGAL_GENERATION
+            if g.joining:
+                return REBALANCE_IN_PROGRESS
+            return NONE if generation == g.generation else ILLEGAL_GENERATION
+
+    # ---- APIs ----------------------------------------------------------------------------------
+
+    def join(self, body) -> dict:
+        out = {"error_code": NONE, "generation_id": -1, "protocol_name": "", "leader": "",
+               "member_id": body.member_id or "", "members": []}
+        if group_problem(body.group_id):
+            return {**out, "error_code": INVALID_GROUP_ID}
+        session_ms = int(body.session_timeout.total_seconds() * 1000)
+        if not MIN_SESSION_MS <= session_ms <= MAX_SESSION_MS:
+            return {**out, "error_code": INVALID_SESSION_TIMEOUT}
+        rebalance = getattr(body, "rebalance_timeout", None)
+        rebalance_s = min(MAX_SESSION_MS / 1000, rebalance.total_seconds() if rebalance else session_ms / 1000)
+        protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
+        self.expire()
+        with self.cond:
+            g = self.groups.setdefault(body.group_id, Group(body.group_id))
+            mid = body.member_id
+            if mid and mid not in g.members:
+                return {**out, "error_code": UNKNOWN_MEMBER_ID}
+            if g.members and (body.protocol_type != g.protocol_type or not any(
+                    all(name in dict(m.protocols) for m in g.members.values()) for name, _ in protocols)):
+                return {**out, "error_code": INCONSISTENT_GROUP_PROTOCOL}
+            if not mid:
+                if len(g.members) >= MAX_MEMBERS:
+                    return {**out, "error_code": INVALID_GROUP_ID}
+                mid = f"quiver-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
+            g.protocol_type = body.protocol_type
+            m = g.members.get(mid)
+            if m is None or m.protocols != protocols:
+                self._start_round(g)           # a new member or new metadata: everyone rejoins
+            m = g.members[mid] = Member(mid, protocols, session_ms / 1000, rebalance_s, self.clock(),
+                                        m.joined_round if m else -1)
+            self._start_round(g)
+            m.joined_round = g.round
+            my_round = g.round
+            while True:
+                self._maybe_complete(g)
+                if g.members.get(mid) is not m:
+                    return {**out, "member_id": mid, "error_code": UNKNOWN_MEMBER_ID}
+                if not g.joining and g.generation >= my_round:
+                    break
+                m.seen = self.clock()          # waiting in a join counts as alive
+                self.cond.wait(max(0.01, min(1.0, g.deadline - self.clock())))
+            members = [{"member_id": x.member_id, "group_instance_id": None,
+                        "metadata": dict(x.protocols).get(g.protocol, b"")}
+                       for x in g.members.values()] if mid == g.leader else []
+            return {**out, "generation_id": g.generation, "protocol_name": g.protocol, "leader": g.leader,
+                    "member_id": mid, "members": members}
+
+    def sync(self, body) -> dict:
+        out = {"error_code": NONE, "assignment": b""}
+        with self.cond:
+            g = self.groups.get(body.group_id)
+            m = g.members.get(body.member_id) if g else None
+            if m is None:
+                return {**out, "error_code": UNKNOWN_MEMBER_ID}
+            if g.joining:
+                return {**out, "error_code": REBALANCE_IN_PROGRESS}
+            if body.generation_id != g.generation:
+                return {**out, "error_code": ILLEGAL_GENERATION}
+            m.seen = self.clock()
+            generation = g.generation
+            if body.member_id == g.leader:
+                given = {a.member_id: bytes(a.assignment) for a in body.assignments}
+                for x in g.members.values():
+                    x.assignment = given.get(x.member_id, b"")
+                g.synced = True
+                self.cond.notify_all()
+            deadline = self.clock() + m.session_s
+            while not g.synced and not g.joining and g.generation == generation and body.member_id in g.members:
+                if self.clock() >= deadline:
+                    return {**out, "error_code": REBALANCE_IN_PROGRESS}
+                self.cond.wait(max(0.01, min(1.0, deadline - self.clock())))
+            if g.joining or g.generation != generation or body.member_id not in g.members:
+                return {**out, "error_code": REBALANCE_IN_PROGRESS}
+            return {**out, "assignment": m.assignment}
+
+    def heartbeat(self, body) -> dict:
+        self.expire()
+        with self.cond:
+            g = self.groups.get(body.group_id)
+            m = g.members.get(body.member_id) if g else None
+            if m is None:
+                return {"error_code": UNKNOWN_MEMBER_ID}
+            m.seen = self.clock()
+            if g.joining:
+                return {"error_code": REBALANCE_IN_PROGRESS}
+            return {"error_code": NONE if body.generation_id == g.generation else ILLEGAL_GENERATION}
+
+    def leave(self, body) -> dict:
+        ids = [x.member_id for x in body.members] if hasattr(body, "members") else [body.member_id]
+        answers = []
+        with self.cond:
+            g = self.groups.get(body.group_id)
+            for mid in ids:
+                if g is None or mid not in g.members:
+                    answers.append({"member_id": mid, "group_instance_id": None, "error_code": UNKNOWN_MEMBER_ID})
+                    continue
+                del g.members[mid]
+                answers.append({"member_id": mid, "group_instance_id": None, "error_code": NONE})
+            if g is not None and any(a["error_code"] == NONE for a in answers):
+                if g.leader not in g.members:
+                    g.leader = ""
+                if g.members:
+                    self._start_round(g)
+                    self._maybe_complete(g)
+                else:
+                    g.joining = False
+                    self.cond.notify_all()
+        err = NONE if len(ids) > 1 or not answers else answers[0]["error_code"]
+        return {"error_code": err, "members": answers}

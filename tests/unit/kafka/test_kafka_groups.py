@@ -1,0 +1,71 @@
+"""The Kafka gateway's group coordinator: rounds, generations, leader, assignments, expiry (a fake clock)."""
+
+import datetime
+import threading
+import types
+
+from quiver_kafka import protocol as p
+from quiver_kafka.groups import Coordinator
+from support.waiting import wait_for
+
+S = types.SimpleNamespace
+
+
+def _join(c, member="", group="g", protocols=(("range", b"meta"),)):
+    return c.join(S(group_id=group, session_timeout=datetime.timedelta(seconds=10),
+                    rebalance_timeout=datetime.timedelta(seconds=30), member_id=member, protocol_type="consumer",
+                    protocols=[S(name=n, metadata=m) for n, m in protocols]))
+
+
+def _hb(c, member, generation, group="g"):
+    return c.heartbeat(S(group_id=group, generation_id=generation, member_id=member))["error_code"]
+
+
+def test_rounds_generations_assignments_and_expiry():
+    now = [100.0]
+    c = Coordinator(clock=lambda: now[0])
+    a = _join(c)
+    assert (a["error_code"], a["generation_id"], a["leader"]) == (0, 1, a["member_id"])
+    assert [m["metadata"] for m in a["members"]] == [b"meta"]
+    A = a["member_id"]
+    assert _hb(c, A, 1) == p.NONE and _hb(c, A, 0) == p.ILLEGAL_GENERATION and _hb(c, "x", 1) == p.UNKNOWN_MEMBER_ID
+
+    second = {}
+    t = threading.Thread(target=lambda: second.update(_join(c, protocols=(("range", b"b-meta"),))))
+    t.start()
+    wait_for(lambda: _hb(c, A, 1) == p.REBALANCE_IN_PROGRESS, 10, "B's join opening a round")
+    again = _join(c, A)                                               # A rejoins: the round completes
+    t.join(10)
+    B = second["member_id"]
+    assert again["generation_id"] == second["generation_id"] == 2
+    assert again["leader"] == A and sorted(m["metadata"] for m in again["members"]) == [b"b-meta", b"meta"]
+    assert second["members"] == []                                    # only the leader gets the members
+
+    got = {}
+    t = threading.Thread(target=lambda: got.update(c.sync(S(group_id="g", generation_id=2, member_id=B,
+                                                            assignments=[]))))
+    t.start()
+    lead = c.sync(S(group_id="g", generation_id=2, member_id=A,
+                    assignments=[S(member_id=A, assignment=b"to-a"), S(member_id=B, assignment=b"to-b")]))
+    t.join(10)
+    assert lead == {"error_code": 0, "assignment": b"to-a"} and got == {"error_code": 0, "assignment": b"to-b"}
+    assert c.check_commit("g", B, 2) == p.NONE and c.check_commit("g", B, 1) == p.ILLEGAL_GENERATION
+
+    now[0] += 5
+    assert _hb(c, A, 2) == p.NONE
+    now[0] += 6                                                       # B silent 11 s > its 10 s session
+    c.expire()
+    assert _hb(c, B, 2) == p.UNKNOWN_MEMBER_ID and _hb(c, A, 2) == p.REBALANCE_IN_PROGRESS
+    assert _join(c, A)["generation_id"] == 3
+
+
+def test_bad_joins_and_leave():
+    c = Coordinator()
+    assert _join(c, group="bad group!")["error_code"] == p.INVALID_GROUP_ID
+    assert _join(c, member="never-joined")["error_code"] == p.UNKNOWN_MEMBER_ID
+    a = _join(c)
+    assert _join(c, protocols=(("other", b""),))["error_code"] == p.INCONSISTENT_GROUP_PROTOCOL
+    assert c.leave(S(group_id="g", member_id=a["member_id"]))["error_code"] == p.NONE
+    assert c.leave(S(group_id="g", member_id=a["member_id"]))["error_code"] == p.UNKNOWN_MEMBER_ID
+    assert c.check_commit("g", a["member_id"], 1) == p.ILLEGAL_GENERATION
+
