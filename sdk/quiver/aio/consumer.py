@@ -30,7 +30,7 @@ class _WakingPullConsumer(PullConsumer):
 
     def _apply(self, st: Any, gen: int, offset: int, single: bool, pulled: Any) -> bool:
         took = super()._apply(st, gen, offset, single, pulled)
-        if self._buffer and self.wake is not None:
+        if self._pulled_buf.items and self.wake is not None:
             self.wake()
         return took
 

@@ -2,9 +2,10 @@
 
 Each assigned queue keeps one long-polling pull in flight (queue_puller.py:
 where it goes, failover, the decoded answer); pulled messages go into a local
-buffer that `poll()` drains. The tag expression is checked on the broker by
-hash and again here by string. A queue whose buffered messages reach
-`cached_msgs_per_queue` pauses until `poll()` has taken half of them.
+buffer that `poll()` drains (pull_buffer.py: the queues' positions and the
+buffer). The tag expression is checked on the broker by hash and again here by
+string. A queue whose buffered messages reach `cached_msgs_per_queue` pauses
+until `poll()` has taken half of them.
 Offsets: `poll()` advances the consumed position, `commit()` stores it on the
 broker (also every `commit_interval_ms` with auto_commit, and on shutdown).
 Consumers of one group share the queues like push consumers (rebalance.py's
@@ -25,15 +26,12 @@ no commit of the old position can reach the broker after it. A pull answered
 OFFSET_MOVED (also how the broker moves a member not told of a reset) drops
 what is buffered of the queue.
 With `direct_poll`, a poll() that finds nothing buffered holds the pulls of
-the idle queues on its own thread's sockets (direct_poll.py) and reads their
-answers itself; the IO thread then only fetches what is stored (suspend 0) and
-leaves a caught-up queue to the next poll(). A held pull its thread does not
-read in time (the thread stopped polling) is taken back: its answer is dropped
-and the IO thread pulls the queue again from the same offset.
+the idle queues on its own thread's sockets and reads their answers itself
+(pull_direct.py); the IO thread then only fetches what is stored (suspend 0)
+and leaves a caught-up queue to the next poll().
 Settings: options.py's ConsumerOptions.
 """
 
-import collections
 import logging
 import threading
 import time
@@ -51,9 +49,10 @@ from quiver.wire.names import check_group
 from quiver.client.offset_store import query_offset, start_offset
 from quiver.client.options import ConsumerOptions
 from quiver.client.process_queue import DelayedCalls
-from quiver.client.direct_poll import DirectPolls, HeldPulls
-from quiver.client.queue_puller import FOUND, NO_FILTER_RETRY_S, NO_NEW_MSG, OFFSET_ILLEGAL, BadRecords, Pulled, \
-    QueuePuller
+from quiver.client.direct_poll import DirectPolls
+from quiver.client.pull_buffer import PullBuffer, QueueState
+from quiver.client.pull_direct import DirectPoller
+from quiver.client.queue_puller import FOUND, NO_NEW_MSG, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.wire.transport import Transport
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
 from quiver.client.producer import client_tracer
@@ -61,39 +60,9 @@ from quiver.client.tracing import enabled as trace_enabled
 
 log = logging.getLogger(__name__)
 
-HELD_GRACE_S = 1.0   # direct_poll: a held pull not read this long after its suspend ends is taken back
-
-
 def _caught_up(pulled: Pulled) -> bool:
     """Nothing stored past this answer (a pull now would find nothing new)."""
     return pulled.status is NO_NEW_MSG or (pulled.status is FOUND and pulled.next >= pulled.max)
-
-
-class _QueueState:
-    __slots__ = ("mq", "_addr", "next", "consumed", "committed", "in_flight", "buffered", "paused", "gen",
-                 "narrow_until", "held_id")
-
-    def __init__(self, mq: MessageQueue, addr: str, offset: int) -> None:
-        self.mq, self._addr = mq, addr
-        self.next = offset          # next offset to pull
-        self.consumed = offset      # next offset the app has not polled yet
-        self.committed: int | None = None
-        self.in_flight = False
-        self.buffered = 0
-        self.paused = False
-        self.gen = 0                # bumped by seek, reset and drop: replies of older pulls are dropped
-        self.narrow_until = 0       # below this offset pull one record at a time (after an unwalkable answer)
-        self.held_id: int | None = None   # direct_poll: the pull a poll() thread holds for it
-
-    @property
-    def addr(self) -> str:
-        """The broker address reads and commits go to (the master, or a slave while it is down)."""
-        return self._addr
-
-    @addr.setter
-    def addr(self, addr: str) -> None:
-        if addr != self._addr:
-            self._addr, self.committed = addr, None   # the new address has not stored our offset
 
 
 class PullConsumer(ClientBase):
@@ -112,7 +81,8 @@ class PullConsumer(ClientBase):
 
     _timer: DelayedCalls     # built by start()
     _puller: QueuePuller
-    _direct: DirectPolls | None = None   # direct_poll on a real transport (start())
+    _direct: DirectPolls | None = None   # direct_poll on a real transport (start()) ...
+    _poller: DirectPoller | None = None  # ... and what holds poll()'s pulls on them
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
@@ -126,10 +96,9 @@ class PullConsumer(ClientBase):
         self.group = group
         self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
         self.subscriptions: dict[str, MessageSelector] = {}
-        self._queues: dict[MessageQueue, _QueueState] = {}
-        # (queue, its pulled messages, the offset after them), in pull order
-        self._buffer: collections.deque[tuple[_QueueState, list[MessageExt], int]] = collections.deque()
-        self._cond = threading.Condition()
+        self._pulled_buf = PullBuffer(opts.cached_msgs_per_queue)
+        self._queues = self._pulled_buf.queues
+        self._cond = self._pulled_buf.cond
         self._stop = threading.Event()
         self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
         self._bad = BadRecords(opts.on_bad_record)
@@ -157,14 +126,9 @@ class PullConsumer(ClientBase):
             self._resubscribed()
 
     def _forget(self, topic: str) -> bool:
-        if self.subscriptions.pop(topic, None) is None:   # else its buffer goes, its queues pause until released
+        if self.subscriptions.pop(topic, None) is None:
             return False
-        with self._cond:
-            self._buffer = collections.deque(m for m in self._buffer if m[0].mq.topic != topic)
-            for st in self._queues.values():
-                if st.mq.topic == topic:
-                    st.gen += 1   # a pull under way is ignored
-                    st.buffered, st.paused, st.in_flight = 0, True, False
+        self._pulled_buf.forget(topic)
         return True
 
     def _resubscribed(self) -> None:
@@ -197,8 +161,11 @@ class PullConsumer(ClientBase):
         self._timer = DelayedCalls(f"pull-consumer-{self.group}")
         self._puller = QueuePuller(self, self.group, self.options, self._timer.call_later, self._bad)
         # quiver.testing's fake network has no sockets to hold pulls on: there the IO thread holds them
-        self._direct = (DirectPolls(credentials_from(self.credentials))
-                        if self.options.direct_poll and isinstance(self.transport, Transport) else None)
+        if self.options.direct_poll and isinstance(self.transport, Transport):
+            self._direct = DirectPolls(credentials_from(self.credentials))
+            self._poller = DirectPoller(self._direct, self._pulled_buf, self._puller, self.options.suspend_ms,
+                                        selector=self.subscriptions.get, started=lambda: self._started,
+                                        pulled=self._pulled, pull=self._pull, call_later=self._timer.call_later)
         self._rebalance.start("pull-consumer-rebalance")
         if self.options.auto_commit:
             threading.Thread(target=self._auto_commit, name="pull-consumer-commit", daemon=True).start()
@@ -248,23 +215,18 @@ class PullConsumer(ClientBase):
         except (QuiverError, KeyError) as exc:
             log.warning("cannot take %s: %s", mq, exc)
             return False
-        st = self._queues[mq] = _QueueState(mq, addr, offset)
+        st = self._queues[mq] = QueueState(mq, addr, offset)
         self._pull(st)
         return True
 
     def _drop(self, mq: MessageQueue) -> None:
         with self._commit_lock:
-            with self._cond:
-                st = self._queues.pop(mq, None)
-                if st is None:
-                    return
-                st.gen += 1  # replies of pulls under way are ignored
-                st.paused = True
-                self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
+            st = self._pulled_buf.remove(mq)
+            if st is None:
+                return
             if st.committed != st.consumed:
                 try:
-                    self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
-                                                                      queue_id=mq.queue_id, offset=st.consumed))
+                    self._store(st, st.consumed)
                 except QuiverError as exc:
                     log.warning("commit of released %s failed: %s", mq, exc)
         log.info("released %s at offset %d", mq, st.consumed)
@@ -277,15 +239,9 @@ class PullConsumer(ClientBase):
             raise ClientError(f"{mq} is not assigned to this consumer")
         self._restart_at(st, offset)
 
-    def _restart_at(self, st: _QueueState, offset: int) -> None:
+    def _restart_at(self, st: QueueState, offset: int) -> None:
         """Drop what is buffered of the queue and its pull under way; pull again from `offset`."""
-        with self._cond:
-            st.gen += 1
-            self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
-            st.buffered = 0
-            st.next = st.consumed = offset
-            st.in_flight = st.paused = False
-            st.narrow_until = 0
+        self._pulled_buf.restart(st, offset)
         self._pull(st)
 
     def _reset(self, offsets: dict[MessageQueue, int]) -> None:
@@ -303,9 +259,7 @@ class PullConsumer(ClientBase):
                 self._restart_at(st, offset)
                 log.info("%s reset to offset %d by its broker (%d buffered message(s) dropped)", mq, offset, dropped)
                 try:
-                    self.call_broker(st.addr, rq.UpdateConsumerOffset(group=self.group, topic=mq.topic,
-                                                                      queue_id=mq.queue_id, offset=offset))
-                    st.committed = offset
+                    self._store(st, offset)
                 except QuiverError as exc:
                     st.committed = None   # the next commit stores it
                     log.warning("commit of the reset offset of %s failed: %s", mq, exc)
@@ -334,34 +288,30 @@ class PullConsumer(ClientBase):
 
     def _commit(self) -> None:
         for st in list(self._queues.values()):
-            off = st.consumed
-            if st.committed == off:
-                continue
-            req = rq.UpdateConsumerOffset(group=self.group, topic=st.mq.topic, queue_id=st.mq.queue_id, offset=off)
-            try:
-                self.call_broker(st.addr, req)
-            except ClientError:  # its master is unreachable: the slave keeps it meanwhile
-                self.read_failed(st.addr)
-                addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False)
-                if not addr or addr == st.addr:
-                    raise
-                self.call_broker(addr, req)
-            st.committed = off
+            if st.committed != st.consumed:
+                self._store(st, st.consumed)
+
+    def _store(self, st: QueueState, offset: int) -> None:
+        """Store a queue's offset on its broker (commit, release, reset); QuiverError if it fails."""
+        req = rq.UpdateConsumerOffset(group=self.group, topic=st.mq.topic, queue_id=st.mq.queue_id, offset=offset)
+        try:
+            self.call_broker(st.addr, req)
+        except ClientError:  # its master is unreachable: the slave keeps it meanwhile
+            self.read_failed(st.addr)
+            addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False)
+            if not addr or addr == st.addr:
+                raise
+            self.call_broker(addr, req)
+        st.committed = offset
 
     # ---- pulling (IO-thread callbacks) --------------------------------------------------
 
-    def _pull(self, st: _QueueState) -> None:
-        # IO thread, timer and poll() all start pulls: claiming the queue's one pull is
-        # atomic, or two pulls at the same offset would deliver its messages twice
-        with self._cond:
-            if not self._started or st.in_flight or st.paused:
-                return
-            if st.buffered >= self.options.cached_msgs_per_queue:
-                st.paused = True
-                return
-            st.in_flight = True
-            gen, offset = st.gen, st.next
-            single = offset < st.narrow_until
+    def _pull(self, st: QueueState) -> None:
+        # IO thread, timer and poll() all start pulls: the buffer hands out the queue's one pull
+        claim = self._pulled_buf.claim(st) if self._started else None
+        if claim is None:
+            return
+        _, gen, offset, single = claim
         try:   # direct_poll: the IO thread only fetches what is stored, poll() holds the waiting pulls
             self._puller.pull(st, offset, self.subscriptions.get(st.mq.topic),
                               lambda pulled, retry_s: self._pulled(st, gen, offset, single, pulled, retry_s),
@@ -370,7 +320,7 @@ class PullConsumer(ClientBase):
             log.exception("pull of %s not sent: trying again", st.mq)
             self._pulled(st, gen, offset, single, None, self._puller.error_delay_s)
 
-    def _pulled(self, st: _QueueState, gen: int, offset: int, single: bool, pulled: Pulled | None,
+    def _pulled(self, st: QueueState, gen: int, offset: int, single: bool, pulled: Pulled | None,
                 retry_s: float) -> None:
         if pulled is not None:
             try:
@@ -380,11 +330,8 @@ class PullConsumer(ClientBase):
             except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
                 log.exception("answer to the pull of %s from offset %d not taken: pulling again", st.mq, offset)
                 pulled, retry_s = None, self._puller.error_delay_s
-        with self._cond:
-            if gen != st.gen:
-                return  # seek, reset or drop restarted the queue, in_flight included
-            st.in_flight = False  # only now: st.next has moved, so the next pull starts past this batch
-            st.held_id = None
+        if not self._pulled_buf.answered(st, gen):
+            return
         if pulled is not None and self._direct is not None and _caught_up(pulled):
             self._direct.wake()   # nothing more stored: the next poll() holds its pull
         elif pulled is not None:
@@ -392,42 +339,19 @@ class PullConsumer(ClientBase):
         elif self._started:
             self._timer.call_later(retry_s, self._pull, st)
 
-    def _apply(self, st: _QueueState, gen: int, offset: int, single: bool, pulled: Pulled) -> bool:
+    def _apply(self, st: QueueState, gen: int, offset: int, single: bool, pulled: Pulled) -> bool:
         """Move the queue by a pull's answer; False when a seek, reset or drop superseded it."""
         if pulled.status is FOUND:
             got = self._puller.decode(st, pulled, self.subscriptions.get(st.mq.topic), offset, single)
-            nxt, msgs = got.next, got.msgs
-            with self._cond:
-                if gen != st.gen:
-                    return False
-                st.next = nxt
-                st.narrow_until = max(st.narrow_until, got.narrow_until)
-                if msgs:
-                    self._buffer.append((st, msgs, nxt))
-                    st.buffered += len(msgs)
-                    self._cond.notify_all()
-                    if self._direct is not None:
-                        self._direct.wake()
-                elif st.consumed < nxt and st.buffered == 0:
-                    st.consumed = nxt  # all filtered out (or undecodable): still consumed
-            return True
+            buffered = self._pulled_buf.found(st, gen, got)
+            if buffered and self._direct is not None:
+                self._direct.wake()
+            return buffered is not None
         # nothing to hand over (NO_NEW_MSG, NO_MATCHED_MSG) or the offset moved: the position moves
-        nxt = pulled.next
         moved = pulled.status is OFFSET_ILLEGAL
         if moved:
-            log.info("offset of %s moved from %d to %d", st.mq, offset, nxt)
-        with self._cond:
-            if gen != st.gen:
-                return False
-            st.next = nxt
-            if moved:
-                st.narrow_until = 0
-                if st.buffered:   # what is buffered lies elsewhere (the group's offset was reset meanwhile)
-                    self._buffer = collections.deque(m for m in self._buffer if m[0] is not st)
-                    st.buffered = 0
-            if st.buffered == 0 and (moved or st.consumed < nxt):
-                st.consumed = nxt
-        return True
+            log.info("offset of %s moved from %d to %d", st.mq, offset, pulled.next)
+        return self._pulled_buf.moved(st, gen, pulled.next, moved)
 
     # ---- app side ---------------------------------------------------------------------
 
@@ -444,31 +368,15 @@ class PullConsumer(ClientBase):
         once if no subscribed topic exists, else after the wait."""
         self._need_started()
         raising = not self.options.wait_for_topic
-        if (self._direct is not None and timeout > 0 and not self._buffer
+        if (self._poller is not None and timeout > 0 and not self._pulled_buf.items
                 and not (raising and self._missing_topics(every=True))):
-            self._poll_direct(self._direct, time.monotonic() + timeout)
+            self._poller.poll(time.monotonic() + timeout)
             timeout = 0
-        out: list[MessageExt] = []
-        resume: list[_QueueState] = []
         with self._cond:
-            if not self._buffer:
+            if not self._pulled_buf.items:
                 if not (raising and self._missing_topics(every=True)):
                     self._cond.wait(timeout)
-            while self._buffer and (max_messages is None or len(out) < max_messages):
-                st, msgs, nxt = self._buffer[0]
-                room = len(msgs) if max_messages is None else max_messages - len(out)
-                take = msgs[:room]
-                out.extend(take)
-                st.buffered -= len(take)
-                if len(take) == len(msgs):
-                    self._buffer.popleft()
-                    st.consumed = nxt
-                else:
-                    self._buffer[0] = (st, msgs[room:], nxt)
-                    st.consumed = take[-1].queue_offset + 1
-                if st.paused and st.buffered < self.options.cached_msgs_per_queue // 2:
-                    st.paused = False
-                    resume.append(st)
+            out, resume = self._pulled_buf.drain(max_messages)
         for st in resume:
             self._pull(st)
         tracer = self.tracer
@@ -480,83 +388,6 @@ class PullConsumer(ClientBase):
                 raise TopicNotExistError(f"topic {', '.join(map(repr, missing))} does not exist (the name server "
                                          "has no route): create it, or fix the subscription")
         return out
-
-    def _poll_direct(self, direct: DirectPolls, deadline: float) -> None:
-        """Until something is buffered or `deadline`: hold the pulls of idle queues on this
-        thread's sockets (direct_poll.py), reading their answers as they come."""
-        held = direct.mine()
-        if held is None:
-            return   # shut down
-        try:
-            while True:
-                for entry, env in direct.wait(held, 0):
-                    self._held_answered(entry, env)
-                left = deadline - time.monotonic()
-                with self._cond:
-                    if self._buffer or not self._started or left <= 0:
-                        return
-                    claims = self._claim_idle()   # each claim is held or handed back below
-                for claim in claims:
-                    self._hold(direct, held, claim, left)
-                for entry, env in direct.wait(held, left):
-                    self._held_answered(entry, env)
-        finally:
-            direct.release(held)
-
-    def _claim_idle(self) -> list[tuple[_QueueState, int, int, bool]]:
-        """Queues no pull is under way for (caller holds _cond): claimed, as `_pull` claims them."""
-        claims = []
-        for st in self._queues.values():
-            if st.in_flight or st.paused:
-                continue
-            if st.buffered >= self.options.cached_msgs_per_queue:
-                st.paused = True
-                continue
-            st.in_flight = True
-            claims.append((st, st.gen, st.next, st.next < st.narrow_until))
-        return claims
-
-    def _hold(self, direct: DirectPolls, held: HeldPulls, claim: tuple[_QueueState, int, int, bool],
-              left_s: float) -> None:
-        """Send a claimed queue's pull on this thread's socket, held by the broker at most until
-        this poll's deadline; without a live connection the IO thread pulls it instead."""
-        st, gen, offset, single = claim
-        suspend_ms = max(1, min(self.options.suspend_ms, int(left_s * 1000)))
-        try:
-            prepared = self._puller.prepare(st, offset, self.subscriptions.get(st.mq.topic), single=single,
-                                            suspend_ms=suspend_ms)
-        except Exception:
-            log.exception("pull of %s not prepared: trying again", st.mq)
-            prepared = None
-        if prepared is None:
-            self._pulled(st, gen, offset, single, None, NO_FILTER_RETRY_S)
-            return
-        via, sql, req = prepared
-        req_id = direct.send(held, via, req, (st, gen, offset, single, via, sql))
-        with self._cond:
-            if gen != st.gen:
-                return
-            if req_id is None:
-                st.in_flight = False
-            else:
-                st.held_id = req_id
-        if req_id is None:
-            self._pull(st)
-        else:   # not read by its thread in time (it stopped polling): the IO thread takes the queue back
-            self._timer.call_later(suspend_ms / 1000 + HELD_GRACE_S, self._take_back, st, gen, req_id)
-
-    def _held_answered(self, entry: tuple[_QueueState, int, int, bool, str, bool], env: Envelope) -> None:
-        st, gen, offset, single, via, sql = entry
-        pulled, retry_s = self._puller.answer(st, via, sql, env)
-        self._pulled(st, gen, offset, single, pulled, retry_s)
-
-    def _take_back(self, st: _QueueState, gen: int, req_id: int) -> None:
-        with self._cond:
-            if st.gen != gen or st.held_id != req_id or self._queues.get(st.mq) is not st:
-                return
-            st.gen += 1   # the held answer, if its thread reads it after all, is dropped
-            st.in_flight, st.held_id = False, None
-        self._pull(st)
 
     def _missing_topics(self, every: bool = False) -> list[str]:
         """Subscribed topics known not to exist (all of them, or none, with `every`); the

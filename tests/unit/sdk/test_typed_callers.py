@@ -17,10 +17,11 @@ from quiver.wire import protocol, record, replies, schema
 from quiver.wire import requests as rq
 from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import ResponseCode
-from quiver.client.consumer import PullConsumer, _QueueState
+from quiver.client.consumer import PullConsumer
 from quiver.errors import FieldError, QueryNotFoundError
 from quiver.client.message import MessageSelector
 from quiver.client.process_queue import ProcessQueue
+from quiver.client.pull_buffer import QueueState
 from quiver.client.producer import Producer
 from quiver.client.push_consumer import PushConsumer
 from quiver.client.queue_puller import QueuePuller
@@ -249,7 +250,7 @@ def test_cancel_scheduled_unknown_everywhere_looks_the_id_up():
 
 def test_pull_consumer_pulls_with_a_typed_request_and_moves_by_the_pull_reply():
     c = _pulling(_pull_consumer())
-    st = _QueueState(MQ, ADDR, 5)
+    st = QueueState(MQ, ADDR, 5)
     c._queues[MQ] = st
     c._pull(st)
     (how, addr, req, ext, _), = c.transport.sent
@@ -264,7 +265,7 @@ def test_pull_consumer_pulls_with_a_typed_request_and_moves_by_the_pull_reply():
 
 def test_a_garbled_pull_reply_moves_nothing_and_asks_again_later():
     c = _pulling(_pull_consumer())
-    st = _QueueState(MQ, ADDR, 5)
+    st = QueueState(MQ, ADDR, 5)
     c._queues[MQ] = st
     c._pull(st)
     c.transport.callbacks[-1](protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""))
