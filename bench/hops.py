@@ -142,11 +142,12 @@ def analyse(points: dict, procs: dict | None = None, slow_share: float = 0.01) -
     """Each hop's p50/p99 (µs), the slowest `slow_share` of messages by e2e and by sync send, each
     one's timeline (µs after send), the hop furthest above its p50 in it, and how many of them
     waited through a GC pause of the process that took them in (`procs`: run_quiver's)."""
-    pulled = all("pull_sent" in pt for pt in points.values())
-    hops = {name: sorted(pt[b] - pt[a] for pt in points.values())
-            for name, a, b in HOPS + (PULL_HOPS if pulled else [])}
+    matched = [pt for pt in points.values() if "pull_sent" in pt]   # all but what pulls sent before the
+    pulled = len(matched) >= 0.9 * len(points)                       # watch began brought, if any
+    hops = {name: sorted(pt[b] - pt[a] for pt in points.values()) for name, a, b in HOPS}
+    hops.update({name: sorted(pt[b] - pt[a] for pt in matched) for name, a, b in PULL_HOPS if pulled})
     stats = {name: base.percentiles(vals) for name, vals in hops.items()}
-    out = {"count": len(points), "hops": stats, "slowest": {}}
+    out = {"count": len(points), "pulls_matched": len(matched), "hops": stats, "slowest": {}}
     for key, (total, parts) in SPLITS.items():
         by = sorted(points.items(), key=lambda kv: _hop(kv[1], total), reverse=True)
         slow = by[:max(1, int(len(by) * slow_share))]
@@ -162,7 +163,8 @@ def analyse(points: dict, procs: dict | None = None, slow_share: float = 0.01) -
         out["slowest"][key] = {"by": total, "messages": len(slow), "dominant": dominant, "parts_mean_us": mean,
                                "bursts": _bursts([pt[_end(total)] for _, pt in slow]), "timelines": lines}
         if pulled and key == "e2e":   # was a pull waiting on its queue when it was stored?
-            late = [pt["pull_sent"] - pt["stored"] for _, pt in slow if pt["pull_sent"] > pt["stored"] + MID_MS]
+            late = [pt["pull_sent"] - pt["stored"] for _, pt in slow
+                    if pt.get("pull_sent", 0.0) > pt["stored"] + MID_MS]
             out["slowest"][key]["pull_sent_after_stored"] = len(late)
             out["slowest"][key]["pull_sent_after_stored_mean_us"] = sum(late) / len(late) * 1e6 if late else 0.0
         if procs:

@@ -147,6 +147,7 @@ def test_bench_hops_timeline(tmp_path):
     assert a["count"] == 200
     from bench.hops import HOPS, PULL_HOPS, SPLITS
     assert set(a["hops"]) == {name for name, _, _ in HOPS + PULL_HOPS}   # the push consumer's pulls are timed
+    assert 180 <= a["pulls_matched"] <= 200
     for name, s in a["hops"].items():
         assert all(math.isfinite(s[q]) for q in ("p50_us", "p99_us", "p999_us")), (name, s)
         assert s["p50_us"] <= s["p99_us"] <= s["p999_us"], (name, s)
