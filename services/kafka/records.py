@@ -9,13 +9,15 @@
 
 Written by hand rather than taken from kio's record readers: those round a record's timestamp to
 the second and know no compression, and a Kafka timestamp must come back to the millisecond.
-Compression: none and gzip (the standard library's); another codec is `Unsupported`.
+Compression (reading; what the gateway writes is uncompressed): gzip, snappy (raw, or the
+Java client's xerial framing), lz4 (frame format) and zstd, through cramjam.
 """
 
-import gzip
 import struct
+import zlib
 from dataclasses import dataclass, field
 
+import cramjam
 from crc32c import crc32c
 
 MAGIC = 2
@@ -23,7 +25,8 @@ _HEAD = struct.Struct(">qiibI")           # baseOffset, batchLength, leaderEpoch
 _BODY = struct.Struct(">hiqqqhii")        # attributes .. count
 HEAD_BYTES = _HEAD.size                    # 21: where the CRC'd part starts
 BATCH_OVERHEAD = _HEAD.size + _BODY.size   # 61
-NONE, GZIP = 0, 1
+NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
+_XERIAL = b"\x82SNAPPY\x00"
 COMPRESSION_MASK = 0x07
 LOG_APPEND_TIME = 0x08
 TRANSACTIONAL, CONTROL = 0x10, 0x20
@@ -122,15 +125,8 @@ def decode(data: bytes, max_uncompressed: int = 64 << 20) -> list[Batch]:
             raise Unsupported("control batches (transactions) are not taken")
         body = bytes(view[pos + BATCH_OVERHEAD:end])   # bytes index faster than a memoryview
         codec = attrs & COMPRESSION_MASK
-        if codec == GZIP:
-            try:
-                body = gzip.decompress(body)
-            except (OSError, EOFError) as exc:
-                raise Corrupt(f"gzip records do not decompress: {exc}") from None
-            if len(body) > max_uncompressed:
-                raise Corrupt(f"gzip records inflate past {max_uncompressed} bytes")
-        elif codec != NONE:
-            raise Unsupported(f"compression codec {codec} (gzip is the one taken)")
+        if codec != NONE:
+            body = inflate(codec, body, max_uncompressed)
         if not 0 <= count <= len(body):
             raise Corrupt(f"record count {count} does not fit the batch")
         out.append(Batch(base_offset, attrs, pid, pepoch, bseq, _records(body, count, base_offset, base_ts)))
@@ -167,6 +163,42 @@ def _records(body, count: int, base_offset: int, base_ts: int) -> list[Record]:
             raise Corrupt("a record's fields do not add up to its length")
         recs.append(Record(base_offset + off_delta, base_ts + ts_delta, key, value, headers))
     return recs
+
+
+def inflate(codec: int, data: bytes, cap: int) -> bytes:
+    """The records of a compressed batch; Corrupt past `cap` bytes or when they do not decompress."""
+    if codec not in (GZIP, SNAPPY, LZ4, ZSTD):
+        raise Unsupported(f"compression codec {codec} (1-4 are Kafka's)")
+    try:
+        if codec == GZIP:
+            out = zlib.decompressobj(wbits=31).decompress(data, cap + 1)   # stops past the cap
+        elif codec == SNAPPY:
+            out = _snappy(data, cap)
+        else:   # lz4 frames and zstd: checked once inflated
+            out = bytes((cramjam.lz4 if codec == LZ4 else cramjam.zstd).decompress(data))
+    except (zlib.error, cramjam.DecompressionError) as exc:
+        raise Corrupt(f"codec {codec} records do not decompress: {exc}") from None
+    if len(out) > cap:
+        raise Corrupt(f"compressed records inflate past {cap} bytes")
+    return out
+
+
+def _snappy(data: bytes, cap: int) -> bytes:
+    if not data.startswith(_XERIAL):
+        if cramjam.snappy.decompress_raw_len(data) > cap:
+            raise Corrupt(f"snappy records inflate past {cap} bytes")
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out, pos = bytearray(), 16          # magic, version, compatible version
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise Corrupt("a xerial snappy block length runs past the end")
+        n = struct.unpack_from(">i", data, pos)[0]
+        block = data[pos + 4:pos + 4 + n]
+        if n < 0 or len(block) != n or len(out) + cramjam.snappy.decompress_raw_len(block) > cap:
+            raise Corrupt(f"a xerial snappy block is truncated, or the records inflate past {cap} bytes")
+        out += cramjam.snappy.decompress_raw(block)
+        pos += 4 + n
+    return bytes(out)
 
 
 # ---- encode -----------------------------------------------------------------------------------

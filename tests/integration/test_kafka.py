@@ -138,6 +138,20 @@ def test_acks_0_and_1_store_every_message(env, acks):
     assert sorted(m.value() for m in got) == sorted(b"a-%d" % i for i in range(20))
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_produce_reads_back(env, codec):
+    c, gw, admin, bootstrap = env
+    topic = f"KfZip{codec}"
+    _topic(admin, topic, queues=1)
+    p = Producer({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 20})
+    values = [(b"%s-%d " % (codec.encode(), i)) * 20 for i in range(30)]
+    for v in values:
+        p.produce(topic, v, key=b"k", headers=[("codec", codec.encode())], partition=1)
+    assert p.flush(20) == 0
+    got = _consume(bootstrap, topic, [1], 30)
+    assert [m.value() for m in got] == values and {m.headers()[0][1] for m in got} == {codec.encode()}
+
+
 def _poll_one(consumer, timeout=20):
     m = wait_for(lambda: consumer.poll(0.5), timeout, "a message")
     assert m.error() is None, m.error()

@@ -5,6 +5,7 @@ import gzip
 import io
 import struct
 
+import cramjam
 import pytest
 from crc32c import crc32c
 from kio.schema.produce.v8.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -28,17 +29,9 @@ def test_batch_round_trip_keeps_every_field_exactly():
     assert batch.base_offset == 10 and batch.records == recs
 
 
-def test_several_batches_and_gzip_decode():
-    plain = records.encode([_rec(0, 5), _rec(1, 6)])
-    # rewrite the second batch as gzip: attributes 1, the records compressed, the CRC anew
-    second = bytearray(records.encode([_rec(2, 7, value=b"x" * 100)]))
-    body = gzip.compress(bytes(second[records.BATCH_OVERHEAD:]))
-    tail = bytearray(second[records.HEAD_BYTES:records.BATCH_OVERHEAD]) + body
-    struct.pack_into(">h", tail, 0, records.GZIP)
-    head = struct.pack(">qiibI", 2, len(tail) + 9, 0, 2, crc32c(bytes(tail)))
-    batches = records.decode(plain + head + bytes(tail))
-    assert [r.offset for b in batches for r in b.records] == [0, 1, 2]
-    assert batches[1].records[0].value == b"x" * 100
+def test_several_batches_decode_in_order():
+    data = records.encode([_rec(0, 5), _rec(1, 6)]) + _compressed(records.GZIP, [_rec(2, 7)], gzip.compress)
+    assert [r.offset for b in records.decode(data) for r in b.records] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("damage, error", [
@@ -53,12 +46,39 @@ def test_bad_batches_are_refused_saying_why(damage, error):
         records.decode(damage(good))
 
 
-def test_other_codecs_are_unsupported():
-    data = bytearray(records.encode([_rec(0, 1)]))
-    struct.pack_into(">h", data, records.HEAD_BYTES, 4)   # zstd
-    struct.pack_into(">I", data, 17, crc32c(bytes(data[records.HEAD_BYTES:])))
-    with pytest.raises(records.Unsupported, match="codec 4"):
-        records.decode(bytes(data))
+def _compressed(codec, recs, compress):
+    """A batch of `recs` with its records compressed by `compress` under `codec`, CRC anew."""
+    plain = records.encode(recs)
+    tail = bytearray(plain[records.HEAD_BYTES:records.BATCH_OVERHEAD]) + compress(plain[records.BATCH_OVERHEAD:])
+    struct.pack_into(">h", tail, 0, codec)
+    return struct.pack(">qiibI", recs[0].offset, len(tail) + 9, 0, 2, crc32c(bytes(tail))) + bytes(tail)
+
+
+def _xerial(data):
+    block = bytes(cramjam.snappy.compress_raw(data))
+    return b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1) + struct.pack(">i", len(block)) + block
+
+
+@pytest.mark.parametrize("codec, compress", [
+    (records.GZIP, gzip.compress),
+    (records.SNAPPY, lambda d: bytes(cramjam.snappy.compress_raw(d))),
+    (records.SNAPPY, _xerial),
+    (records.LZ4, lambda d: bytes(cramjam.lz4.compress(d))),
+    (records.ZSTD, lambda d: bytes(cramjam.zstd.compress(d))),
+])
+def test_every_kafka_codec_decodes(codec, compress):
+    recs = [_rec(5, 7, value=b"x" * 300, headers=[("h", b"v")]), _rec(6, 8)]
+    [batch] = records.decode(_compressed(codec, recs, compress))
+    assert batch.records == recs
+    with pytest.raises(records.Corrupt, match="inflates* past"):
+        records.decode(_compressed(codec, recs, compress), max_uncompressed=100)
+
+
+def test_unknown_codec_and_garbage_compressed_data():
+    with pytest.raises(records.Unsupported, match="codec 5"):
+        records.decode(_compressed(5, [_rec(0, 1)], lambda d: d))
+    with pytest.raises(records.Corrupt, match="do not decompress"):
+        records.decode(_compressed(records.ZSTD, [_rec(0, 1)], lambda d: b"not zstd at all"))
 
 
 def _ext(msg, offset=3, born=1000):
