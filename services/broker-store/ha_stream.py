@@ -25,7 +25,7 @@ raw bytes and leaves the checks to the slave's dispatch). Two kinds:
 
 - framing intact, a CRC wrong (body, or __CRC32# with --append-prop-crc):
   the size field is trusted because the record's own lengths add up to it
-  and its PHYSICALOFFSET is right (`record.check_frame`). The master streams
+  and its PHYSICALOFFSET is right (`record_checks.check_frame`). The master streams
   it like any record; the slave copies it, counts and logs it, and gives it
   the ConsumeQueue entry the master gave it (from its salvaged header), so
   queue offsets stay the master's; served, the slave's pull path skips it by
@@ -41,7 +41,7 @@ raw bytes and leaves the checks to the slave's dispatch). Two kinds:
   nothing intact after it yet (the tail of the log) waits for the next put:
   the master's own recovery would cut such a tail after a restart, and a
   slave holding it would then be ahead of its master. The span gets a queue entry when its header is salvageable
-  (record.salvage_head), else the slave fills the queue gap it leaves when
+  (record_checks.salvage_head), else the slave fills the queue gap it leaves when
   the queue's next record arrives (replica_append).
 Nothing acknowledged behind a bad record is lost, and the bad record is
 served by neither side.
@@ -52,7 +52,7 @@ import collections
 import time
 from typing import NamedTuple
 
-from quiver.wire import record
+from quiver.wire import record, record_checks
 
 REPORT_MAX_FRAME_BYTES = 64 * 1024  # far above an HA_REPORT header (< 1 KiB)
 _MAGICS = tuple(m.to_bytes(4, "big") for m in (record.MAGIC_V1, record.MAGIC_V2, record.MAGIC_BLANK))
@@ -65,7 +65,7 @@ def frame_prefix(buf, offset: int, limit: int, segment_bytes: int) -> int:
     lengths only; CRCs are the slave's to check."""
     pos, n = 0, min(len(buf), limit)
     view = buf if n == len(buf) else memoryview(buf)[:n]
-    check = record.check_frame
+    check = record_checks.check_frame
     while pos < n:
         try:
             size, blank = check(view, pos, offset + pos)
@@ -81,7 +81,7 @@ class Damage(NamedTuple):
     """Replicated bytes that are not an intact record: copied as they are."""
     offset: int         # CommitLog offset of the first byte
     size: int
-    head: tuple | None  # record.salvage_head: (topic, queue id, queue offset, sysflag), or None
+    head: tuple | None  # record_checks.salvage_head: (topic, queue id, queue offset, sysflag), or None
     store_ts: int       # STORETIMESTAMP if the bytes hold one (a ConsumeQueue entry's time), else 0
     props: str          # the properties if still readable (the entry's tag), else ""
     framed: bool        # True: one record whose framing holds and a CRC does not
@@ -100,7 +100,7 @@ def check_chunk(data, offset: int, segment_bytes: int) -> list:
     while pos < end:
         phys = offset + pos
         try:
-            size, blank = record.check_frame(data, pos, phys)
+            size, blank = record_checks.check_frame(data, pos, phys)
         except (record.BadRecord, IndexError) as exc:
             nxt = resync_in(data, pos, offset, segment_bytes)
             nxt = end if nxt is None else nxt
@@ -130,7 +130,7 @@ def _damage(data, pos: int, end: int, phys: int, framed: bool, why: str) -> Dama
             props = record.decode_at(raw).props  # the CRC is what failed, not the fields
         except record.BadRecord:
             pass
-    return Damage(phys, end - pos, record.salvage_head(raw, phys), store_ts, props, framed, why)
+    return Damage(phys, end - pos, record_checks.salvage_head(raw, phys), store_ts, props, framed, why)
 
 
 def resync_in(data, pos: int, offset: int, segment_bytes: int) -> int | None:

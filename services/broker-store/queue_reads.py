@@ -3,7 +3,7 @@
 Owns how one pull picks its records (tag filter, message and byte caps, the
 RocketMQ-style scan limit of a filtered pull), how they are read (one pread
 per run of nearby records in a segment) and that every served record is
-checked first (quiver.wire.record.check_run: size, magic, offset, body CRC,
+checked first (quiver.wire.record_checks.check_run: size, magic, offset, body CRC,
 lengths). A corrupt record is left out and counted
 (`corrupt_records_skipped` in STATUS), logged once naming topic, queue and
 offset; the pull's next offset still moves past it, so a bad record never
@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from quiver.wire import record
+from quiver.wire import record_checks
 
 from .consume_queue import ENTRY, ENTRY_SIZE, ConsumeQueue
 
@@ -123,7 +123,7 @@ def _skipped(store: MessageStore, cq: ConsumeQueue, offset: int, bad: list[tuple
 
 def _read_records(cl, picked: list[tuple[int, int]]) -> tuple[bytes, list[tuple[int, int, str]]]:
     """(the records, [(CommitLog offset, size, why) of those that failed their check]),
-    with one pread and one record.check_run per run of nearby records in one segment."""
+    with one pread and one record_checks.check_run per run of nearby records in one segment."""
     out: list[bytes] = []
     bad_all: list[tuple[int, int, str]] = []
     i, n = 0, len(picked)
@@ -146,7 +146,7 @@ def _read_records(cl, picked: list[tuple[int, int]]) -> tuple[bytes, list[tuple[
             j += 1
         buf = cl.read(start, end - start)
         run = picked[i:j]
-        bad = record.check_run(buf, run, start)
+        bad = record_checks.check_run(buf, run, start)
         if bad:
             skip = {k for k, _ in bad}
             bad_all.extend((*run[k], why) for k, why in bad)

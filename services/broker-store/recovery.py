@@ -30,12 +30,12 @@ Unlike RocketMQ we CRC-check from the segment start on a clean restart too: it
 costs one segment's scan. A record below the checkpoint's logics offset (its entries
 were flushed before the checkpoint was written), within the index and below its
 queue's next offset needs no dispatch, only its check: runs of those are passed over
-by `record.settled_run` (compiled: framing, the pull path's CRC check, the queue's
+by `record_checks.settled_run` (compiled: framing, the pull path's CRC check, the queue's
 next offset), so only a record that needs more takes the record-by-record path
 (1M records: 11 s -> about 1 s). RocketMQ cuts the log at the first bad record; we
 cut only the tail of the last segment. A damaged record that keeps its ConsumeQueue
 entry is skipped by the pull path's check (queue_reads) when served; one that
-still needs its entry gets it from its salvaged header (record.salvage_head) so
+still needs its entry gets it from its salvaged header (record_checks.salvage_head) so
 its queue stays continuous, and the pull path skips it the same way.
 """
 
@@ -46,7 +46,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from quiver.wire import names, record
+from quiver.wire import names, record, record_checks
 
 from . import checkpoint
 from .queue_entries import Gaps, dispatch, entry_due, queue_damage, takes_queue_offset
@@ -134,7 +134,7 @@ def scan(cl, start: int, on_record, on_damage=None, checked_only=(0, -1, {})) ->
     segment it runs to the segment's end and the walk goes on with the next one.
     `checked_only` = (end, last start, queue_next): intact records ending by `end`, starting
     at or before `last start` and below their queue's next offset in `queue_next` (see
-    record.settled_run) are checked but not passed to on_record: their entries exist."""
+    record_checks.settled_run) are checked but not passed to on_record: their entries exist."""
     pos = start
     segs = cl.segments
     i = max(bisect.bisect_right([s.start for s in segs], pos) - 1, 0)
@@ -157,7 +157,7 @@ def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool, check
         if rel + 8 > len(win):
             win, win_at, rel = os.pread(seg.fd, min(CHUNK, seg.end - pos), pos - seg.start), pos, 0
         if pos < checked_end and pos <= checked_last:
-            run = record.settled_run(win, rel, pos, min(checked_end, seg.end), checked_last, queue_next)
+            run = record_checks.settled_run(win, rel, pos, min(checked_end, seg.end), checked_last, queue_next)
             if run:
                 pos += run
                 continue
@@ -196,7 +196,7 @@ def _scan_segment(cl, seg, pos: int, on_record, on_damage, finished: bool, check
             log.warning("CommitLog ends at %d: %s, and no intact record after it (a torn tail)", pos, why)
             return pos
         raw = os.pread(seg.fd, min(nxt - pos, SALVAGE_BYTES), pos - seg.start)
-        on_damage(pos, nxt, record.salvage_head(raw, pos), _one_framed_record(raw, pos, nxt - pos))
+        on_damage(pos, nxt, record_checks.salvage_head(raw, pos), _one_framed_record(raw, pos, nxt - pos))
         win, win_at, pos = b"", nxt, nxt
     return pos
 
@@ -210,7 +210,7 @@ def _note_next(store: MessageStore, queue_next: dict, rec: record.Record) -> Non
 def _one_framed_record(raw: bytes, pos: int, span: int) -> bool:
     """The damaged span is one record whose framing holds (a CRC is what failed)."""
     try:
-        size, blank = record.check_frame(raw, 0, pos)
+        size, blank = record_checks.check_frame(raw, 0, pos)
     except (record.BadRecord, IndexError):
         return False
     return not blank and size == span == len(raw)

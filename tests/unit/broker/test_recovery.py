@@ -154,7 +154,7 @@ def test_flipped_size_field_in_the_middle_loses_only_that_record(d, xor):
 
 
 def test_flipped_body_below_the_checkpoint_is_found_by_the_recovery_scan(d):
-    # below the checkpoint records are passed over in runs (record.settled_run): a run stops
+    # below the checkpoint records are passed over in runs (record_checks.settled_run): a run stops
     # at a damaged one, which is then counted, logged and skipped as anywhere else
     s = make(d)
     bodies, res = put(s, 20)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from quiver.wire import record
+from quiver.wire import record, record_checks
 from quiver.wire.properties import TAGS, index_fields
 from quiver.wire.property_string import format_properties, get_property, parse_properties
 from quiver.client.message import host_bytes
@@ -161,11 +161,11 @@ def _run(n=4, topic=b"T", base=1000):
 
 def test_check_run_passes_intact_records_with_gaps_and_v2_topics():
     buf, spans = _run()
-    assert record.check_run(bytes(buf), spans, 1000) == []
-    assert record.check_run(bytes(buf), spans[1::2], 1000) == []  # a filtered pull: gaps between
+    assert record_checks.check_run(bytes(buf), spans, 1000) == []
+    assert record_checks.check_run(bytes(buf), spans[1::2], 1000) == []  # a filtered pull: gaps between
     long_buf, long_spans = _run(topic=b"L" * 200)
-    assert record.check_run(bytes(long_buf), long_spans, 1000) == []
-    assert record.check_run(b"", [], 0) == []
+    assert record_checks.check_run(bytes(long_buf), long_spans, 1000) == []
+    assert record_checks.check_run(b"", [], 0) == []
 
 
 @pytest.mark.parametrize("where, why", [
@@ -182,15 +182,15 @@ def test_check_run_names_each_damaged_record(where, why):
     plen = len(format_properties({"TAGS": "a", "UNIQ_KEY": "u2"}).encode())
     at = phys - 1000 + (where if where >= 0 else size - plen + where)
     buf[at] ^= 0x40
-    bad = record.check_run(bytes(buf), spans, 1000)
+    bad = record_checks.check_run(bytes(buf), spans, 1000)
     assert [k for k, _ in bad] == [2] and why in bad[0][1]
 
 
 def test_check_run_reports_a_short_read_and_a_span_outside_the_buffer():
     buf, spans = _run()
-    bad = record.check_run(bytes(buf[:-10]), spans, 1000)
+    bad = record_checks.check_run(bytes(buf[:-10]), spans, 1000)
     assert [k for k, _ in bad] == [3] and "not readable" in bad[0][1]
-    assert [k for k, _ in record.check_run(bytes(buf), [(999, 100)], 1000)] == [0]
+    assert [k for k, _ in record_checks.check_run(bytes(buf), [(999, 100)], 1000)] == [0]
 
 
 def test_prop_crc_is_rocketmqs_property_over_the_whole_record():
@@ -212,16 +212,16 @@ def test_prop_crc_catches_a_flipped_property_byte_the_body_crc_cannot():
     props = [format_properties({"TAGS": "a", "KEYS": f"k{i}"}).encode() for i in range(3)]
     data, offs, sizes = record.encode_run(_head(), [b"x" * 30] * 3, [0] * 3, props, prop_crc=True)
     spans = list(zip(offs, sizes))
-    assert record.check_run(data, spans, 0) == []
+    assert record_checks.check_run(data, spans, 0) == []
     buf = bytearray(data)
     buf[offs[1] + sizes[1] - 25] ^= 0x20          # inside KEYS' value
-    assert record.check_run(bytes(buf), spans, 0) == [(1, "record CRC (__CRC32#) mismatch")]
+    assert record_checks.check_run(bytes(buf), spans, 0) == [(1, "record CRC (__CRC32#) mismatch")]
     with pytest.raises(record.BadRecord):
         record.decode_at(bytes(buf), offs[1], check_crc=True)
     plain, offs2, sizes2 = record.encode_run(_head(), [b"x" * 30] * 3, [0] * 3, props)
     buf = bytearray(plain)
     buf[offs2[1] + sizes2[1] - 5] ^= 0x20
-    assert record.check_run(bytes(buf), list(zip(offs2, sizes2)), 0) == []  # without it: not detectable
+    assert record_checks.check_run(bytes(buf), list(zip(offs2, sizes2)), 0) == []  # without it: not detectable
 
 
 def test_format_properties_takes_a_map_or_pairs_and_parse_properties_reads_it_back():

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from quiver.client import message
-from quiver.wire import record, speedups
+from quiver.wire import record, record_checks, speedups
 from quiver.wire.property_string import parse_properties
 from quiver_broker import consume_queue, index_file, queue_entries
 
@@ -33,8 +33,8 @@ FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCh
 HOST = b"\x7f\x00\x00\x01\x00\x00\x2a\x9f"
 I32 = st.integers(-(2**31), 2**31 - 1)
 WIDE = st.one_of(I32, st.integers(-(2**70), 2**70))  # in and past struct's 'i' / 'q'
-TWINS = {"encode_run": record.encode_run, "check_run": record.check_run, "decode_fields": record.decode_fields,
-         "settled_run": record.settled_run,
+TWINS = {"encode_run": record.encode_run, "check_run": record_checks.check_run, "decode_fields": record.decode_fields,
+         "settled_run": record_checks.settled_run,
          "parse_properties": parse_properties, "java_hash": message.java_hash,
          "index_run": queue_entries.index_run, "pack_entries": consume_queue.pack_entries,
          "put_entries": index_file.put_entries}
@@ -309,7 +309,7 @@ def test_settled_run_matches(data):
                                        {(topic, 1): "x"}, {(topic, 1): 2**70}, {(topic, 2): 0}]))
     whole = spans[-1][0] + spans[-1][1]
     assert _same("settled_run", raw, 0, base, whole, base + len(raw), {}) or not _c()
-    assert record.settled_run(raw, 0, base, whole, whole, {}) == len(raw)   # intact, nothing queued
+    assert record_checks.settled_run(raw, 0, base, whole, whole, {}) == len(raw)   # intact, nothing queued
     buf = _damage(draw, raw)
     lead = draw(st.sampled_from([b"", b"\0" * 7, bytes(range(40))]))
     _same("settled_run", lead + buf, len(lead), base + draw(st.sampled_from([0, 0, 1, -1])),
@@ -322,13 +322,13 @@ def test_settled_run_stops_at_a_record_its_queue_lacks():
     head = record.RunHead(b"T", 3, 10, 1000, 0, 0, HOST, 0, HOST)
     raw, offs, sizes = record.encode_run.reference(head, [b"a", b"b", b"c"], [0] * 3, [b""] * 3, None, False)
     end = offs[-1] + sizes[-1]
-    assert record.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 13}) == len(raw)
-    assert record.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 11}) == sizes[0]   # the queue ends at 11
-    assert record.settled_run(raw, 0, 1000, end, offs[1], {}) == sizes[0] + sizes[1]  # none starts past offs[1]
-    assert record.settled_run(raw, 0, 1000, end - 1, end, {}) == sizes[0] + sizes[1]  # the last ends past end
+    assert record_checks.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 13}) == len(raw)
+    assert record_checks.settled_run(raw, 0, 1000, end, end, {(b"T", 3): 11}) == sizes[0]   # the queue ends at 11
+    assert record_checks.settled_run(raw, 0, 1000, end, offs[1], {}) == sizes[0] + sizes[1]  # none starts past offs[1]
+    assert record_checks.settled_run(raw, 0, 1000, end - 1, end, {}) == sizes[0] + sizes[1]  # the last ends past end
     flipped = bytearray(raw)
     flipped[offs[1] - 1000 + record.FIXED_SIZE] ^= 1   # the second body: its CRC fails
-    assert record.settled_run(bytes(flipped), 0, 1000, end, end, {}) == sizes[0]
+    assert record_checks.settled_run(bytes(flipped), 0, 1000, end, end, {}) == sizes[0]
 
 
 # ---- properties, tags, index keys ----------------------------------------------------------
