@@ -214,7 +214,7 @@ def plot(doc: dict, path: str) -> None:
     if not any(k in results[s]["metrics"] for s in systems for k, _ in THROUGHPUT_ROWS + LATENCY_ROWS):
         return   # nothing the plot shows (a scale-only run)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5))
-    _bars(ax1, results, systems, THROUGHPUT_ROWS, "msg/s (higher is better)", log=False)
+    _bars(ax1, results, [s for s in systems if s != "floor"], THROUGHPUT_ROWS, "msg/s (higher is better)", log=False)
     raw = _median(results, "ceilings", "raw_1ack_msgs_s")
     if raw:
         ax1.axvline(raw, color="grey", ls="--", lw=1)
@@ -222,8 +222,11 @@ def plot(doc: dict, path: str) -> None:
     _bars(ax2, results, systems, LATENCY_ROWS, "µs, log scale (lower is better)", log=True)
     ax1.set_title("Throughput")
     ax2.set_title("Latency")
-    handles, labels = ax1.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(systems), fontsize=10, frameon=False)
+    legend = {}   # a system may have bars in one panel only (the floor: latency)
+    for ax in (ax1, ax2):
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=len(systems), fontsize=10, frameon=False)
     fig.suptitle(f"Quiver vs NATS JetStream, RabbitMQ, Redis Streams — {doc['meta']['date']} "
                  f"(median of {doc['meta']['repeat']}, whiskers min–max; shared 2-core VM)", fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
@@ -237,6 +240,8 @@ COLORS = {"floor": "#7f7f7f", "quiver-async": "#1f77b4", "quiver-sync": "#7fb3e0
 
 def _bars(ax, results, systems, rows, xlabel, log) -> None:
     rows = [(k, lbl) for k, lbl in rows if any(k in results[s]["metrics"] for s in systems)]
+    if not rows:
+        return
     h = 0.8 / len(systems)
     for i, s in enumerate(systems):
         ys, xs, lo, hi = [], [], [], []
