@@ -28,6 +28,7 @@ from quiver.wire.names import split_addrs
 from quiver.wire.curve import Credentials, credentials_from
 from quiver.wire.protocol import Envelope
 from quiver.wire.transport import Transport
+from quiver.client.access import BrokerAccess
 from quiver.client.tracing import ClientTrace
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,7 @@ class ClientBase:
         # traced clients (trace=True): what start() builds the ClientTrace (`tracer`) with
         self.tracer_factory = tracer_factory
         self.traced = tracer_factory is not None
+        self.brokers = BrokerAccess(self)   # what helpers of this client may use (access.py)
 
     # ---- lifecycle ------------------------------------------------------------
 

@@ -103,7 +103,7 @@ class PullConsumer(ClientBase):
         self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
         self._bad = BadRecords(opts.on_bad_record)
         self._resets = 0
-        self._rebalancer = Rebalancer(self, group, opts.allocate)   # .missing: subscribed topics not there yet
+        self._rebalancer = Rebalancer(self.brokers, group, opts.allocate)   # .missing: subscribed topics not there yet
         self._rebalance = RebalanceLoop(self._rebalancer, opts.rebalance_interval_ms / 1000,
                                         lambda: list(self.subscriptions), self._queues, self._take, self._drop)
 
@@ -113,7 +113,7 @@ class PullConsumer(ClientBase):
         an SQL92 expression is checked then (SubscriptionParseError), else at start()."""
         sel = filter_route.as_selector(expression)
         if self._started:
-            filter_route.check_subscription(self, topic, sel, self.group)
+            filter_route.check_subscription(self.brokers, topic, sel, self.group)
         self.subscriptions[topic] = sel
         if self._started:
             self._resubscribed()
@@ -153,13 +153,13 @@ class PullConsumer(ClientBase):
         super().start()
         try:
             for topic, sel in self.subscriptions.items():
-                filter_route.check_subscription(self, topic, sel, self.group)
+                filter_route.check_subscription(self.brokers, topic, sel, self.group)
         except QuiverError:
             super().shutdown()
             raise
         self._stop.clear()
         self._timer = DelayedCalls(f"pull-consumer-{self.group}")
-        self._puller = QueuePuller(self, self.group, self.options, self._timer.call_later, self._bad)
+        self._puller = QueuePuller(self.brokers, self.group, self.options, self._timer.call_later, self._bad)
         # quiver.testing's fake network has no sockets to hold pulls on: there the IO thread holds them
         if self.options.direct_poll and isinstance(self.transport, Transport):
             self._direct = DirectPolls(credentials_from(self.credentials))
@@ -209,9 +209,9 @@ class PullConsumer(ClientBase):
             addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
             if addr is None:
                 raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
-            offset = query_offset(self, self.group, mq, addr)
+            offset = query_offset(self.brokers, self.group, mq, addr)
             if offset is None:
-                offset = start_offset(self, mq, addr, self.options.consume_from)
+                offset = start_offset(self.brokers, mq, addr, self.options.consume_from)
         except (QuiverError, KeyError) as exc:
             log.warning("cannot take %s: %s", mq, exc)
             return False

@@ -109,11 +109,11 @@ class PushConsumer(ClientBase):
         self._listener: Listener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._rebalance = RebalanceLoop(Rebalancer(self, group, opts.allocate, opts.broadcast),
+        self._rebalance = RebalanceLoop(Rebalancer(self.brokers, group, opts.allocate, opts.broadcast),
                                         opts.rebalance_interval_ms / 1000, self._topics, self._pqs, self._add,
                                         self._drop, changed=self.send_heartbeats)  # brokers learn the owners
         self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self.client_host}@{opts.instance_name}", group)
-                        if opts.broadcast else RemoteOffsetStore(self, group))
+                        if opts.broadcast else RemoteOffsetStore(self.brokers, group))
         self._running = False
         self._state_lock = threading.RLock()   # queue state and offsets vs an offset reset (see above)
         self._bad = BadRecords(opts.on_bad_record)
@@ -132,7 +132,7 @@ class PushConsumer(ClientBase):
         sel = filter_route.as_selector(expression)
         if self._running:
             self._check_topic(topic)
-            filter_route.check_subscription(self, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
+            filter_route.check_subscription(self.brokers, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
         self.subscriptions[topic] = sel
         if self._running:
             self.send_heartbeats()
@@ -172,20 +172,20 @@ class PushConsumer(ClientBase):
             raise ClientError("no subscription: call subscribe(topic, expression) before start()")
         opts = self.options
         self._timer = DelayedCalls(f"push-consumer-{self.group}")
-        self._puller = QueuePuller(self, self.group, opts, self._timer.call_later, self._bad)
+        self._puller = QueuePuller(self.brokers, self.group, opts, self._timer.call_later, self._bad)
         self._running = True
         super().start()   # the tracer too
         self._consume = ConsumeService(self.group, opts, self._listener, orderly=self._orderly,
                                        broadcast=self.broadcast, timer=self._timer, call_broker=self.call_broker,
                                        commit=self._consumed, relock=self._relock, tracer=self.tracer)
         if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
-            popper = Popper(self, self.group, consume_from="first" if opts.consume_from == "first" else "last",
+            popper = Popper(self.brokers, self.group, consume_from="first" if opts.consume_from == "first" else "last",
                             fifo=self._orderly, max_reconsume_times=opts.max_reconsume_times)
             self._pop_loop = PopPushLoop(popper, self._consume, lambda: self.subscriptions, opts, self.request_timeout)
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
             for topic, sel in list(self.subscriptions.items()):
                 self._check_topic(topic)
-                filter_route.check_subscription(self, topic, sel, self.group)
+                filter_route.check_subscription(self.brokers, topic, sel, self.group)
         except QuiverError:
             self.shutdown()
             raise
@@ -306,7 +306,7 @@ class PushConsumer(ClientBase):
                 return False
             off = self.offsets.read(mq, addr)
             if off is None:
-                off = start_offset(self, mq, addr, self.options.consume_from)
+                off = start_offset(self.brokers, mq, addr, self.options.consume_from)
         except (QuiverError, KeyError) as exc:
             log.warning("cannot take %s: %s", mq, exc)
             return False
