@@ -1,5 +1,8 @@
 """CommitLog record codec: RocketMQ's field order, CRC, v1/v2 topic length."""
 
+import ast
+import pathlib
+
 import pytest
 
 from quiver.wire import record, record_checks
@@ -8,6 +11,7 @@ from quiver.wire.property_string import format_properties, get_property, parse_p
 from quiver.client.message import host_bytes
 
 HOST = host_bytes("127.0.0.1", 10911)
+SDK = pathlib.Path(__file__).resolve().parents[3] / "sdk" / "quiver"
 
 
 def _rec(body=b"hello", topic="Orders", props="TAGS\x01A\x02"):
@@ -230,6 +234,32 @@ def test_format_properties_takes_a_map_or_pairs_and_parse_properties_reads_it_ba
     assert s == "TAGS\x01a\x02REAL_QID\x013\x02ü\x01ß\x02"
     assert format_properties(dict(pairs)) == s and format_properties({}) == ""
     assert parse_properties(s) == {"TAGS": "a", "REAL_QID": "3", "ü": "ß"}
+
+
+def _wire_imports(name: str) -> set[str]:
+    tree = ast.parse((SDK / "wire" / f"{name}.py").read_text())
+    return {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+
+def test_the_properties_string_module_needs_no_record_and_property_names_no_codec():
+    assert {m for m in _wire_imports("property_string") if m.startswith("quiver")} == {"quiver.wire.speedups"}
+    assert not {m for m in _wire_imports("properties") if "record" in m}
+
+
+def test_no_code_but_property_string_writes_a_separator_itself():
+    """The separators are written in one module: elsewhere a properties string is built by
+    format_properties and searched with NAME_SEP/PROP_SEP, never with \\x01 or \\x02 typed in."""
+    found = []
+    for top in ("sdk", "services"):
+        for path in sorted((SDK.parents[1] / top).rglob("*.py")):
+            if path.name == "property_string.py" and path.parent.name == "wire":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                        ("\x01" in node.value or "\x02" in node.value):
+                    found.append(f"{path.relative_to(SDK.parents[1])}:{node.lineno}")
+    assert found == []
 
 
 def test_a_producer_builds_its_properties_string_with_format_properties():
