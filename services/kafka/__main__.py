@@ -4,10 +4,11 @@ from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config
+from .metrics import collector
 
 
 def main(argv=None) -> None:
-    run_service(Config, App, "quiver_kafka", argv, bind_first=True)
+    run_service(Config, App, "quiver_kafka", argv, collector, bind_first=True)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import socket
 import struct
 import threading
 
+from kio.schema.index import api_key_map
+
 from quiver.runtime.settings import advertised_addr
 
 from . import protocol
@@ -161,6 +163,8 @@ class App:
         if req.body is None:
             return protocol.unsupported(req)
         values = self._handle(req, peer, self.gateway.handle, req)
+        if isinstance(values, dict) and "error_code" in values:   # group calls: one error for the call
+            self.gateway._count(api_key_map.get(req.api_key, str(req.api_key)), int(values["error_code"]))
         if values is None:
             return b""
         if callable(values):

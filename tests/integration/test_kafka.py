@@ -7,6 +7,7 @@ topic. Consumers assign partitions themselves (no group).
 import socket
 import struct
 import time
+import urllib.request
 
 import pytest
 
@@ -31,8 +32,8 @@ def env(tmp_path_factory):
     try:
         c.add_core(brokers=2)
         bootstrap = f"127.0.0.1:{free_port()}"
-        gw = c.add_service("kafka", "quiver_kafka", "--kafka-listen", bootstrap,
-                           "--max-request-bytes", str(MAX_REQUEST), data=False)
+        gw = c.add_service("kafka", "quiver_kafka", "--kafka-listen", bootstrap, "--max-request-bytes",
+                           str(MAX_REQUEST), "--metrics-listen", f"127.0.0.1:{free_port()}", data=False)
         c.wait()
         admin = Admin(namesrv=c.namesrv)
     except BaseException:
@@ -264,3 +265,16 @@ def test_unsupported_api_is_answered_and_oversize_frame_closes_only_that_connect
         other.sendall(_frame(18, 2, 80))
         assert struct.unpack_from(">ih", _answer(other)) == (80, 0)
     assert gw.alive()
+
+
+def test_metrics_count_answers_by_api_and_error_and_the_groups_members(env):
+    c, gw, admin, bootstrap = env
+    metrics = gw.args[gw.args.index("--metrics-listen") + 1]
+    _topic(admin, "KfMetrics", queues=1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce("KfMetrics", b"x", partition=0)
+    assert p.flush(20) == 0
+    text = wait_for(lambda: (t := urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode())
+                    and 'quiver_kafka_answers_total{api="produce",error_code="0"}' in t and t, 20, "produce counted")
+    assert 'quiver_kafka_answers_total{api="metadata"' not in text   # Metadata is not counted per call
+    assert "quiver_kafka_connections " in text and "quiver_kafka_connections_closed_total" in text
