@@ -21,7 +21,7 @@ import json
 
 from quiver.client.message import Message
 from quiver.wire.properties import RESERVED_PROPERTIES
-from quiver.wire.record import NAME_SEP, PROP_SEP
+from quiver.wire.property_string import NAME_SEP, PROP_SEP
 
 from .records import Record
 

@@ -33,7 +33,7 @@ from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enab
 from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
 from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
                                     java_hash)
-from quiver.wire.record import NAME_SEP, PROP_SEP, format_properties
+from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties
 from quiver.wire.ids import host_bytes
 from quiver.wire.validation import DEFAULT_MAX_MESSAGE_BYTES, check_body, check_properties_size, check_topic
 

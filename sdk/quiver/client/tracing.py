@@ -26,7 +26,8 @@ import time
 
 from quiver.client.message import Message
 from quiver.wire import trace
-from quiver.wire.record import NAME_SEP, PROP_SEP, index_fields
+from quiver.wire.properties import index_fields
+from quiver.wire.property_string import NAME_SEP, PROP_SEP
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,6 @@ from typing import NamedTuple
 
 from quiver.wire import speedups
 from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties, parse_properties
-# Also importable from here, their homes being properties.py and property_string.py:
-from quiver.wire.properties import KEYS, TAGS, UNIQ_KEY, index_fields  # noqa: F401,E402
-from quiver.wire.property_string import get_property  # noqa: F401,E402
 from quiver.wire.speedups import fast
 
 MAGIC_V1 = 0xDAA320A7

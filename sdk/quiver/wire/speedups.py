@@ -15,8 +15,8 @@ its header and entry), so the positions have one description, the Python table. 
 whose layout was not handed over, or was refused (a field it does not know or of another
 width: the C code needs the change too), declines every call; `REFUSED` says which.
 
-Owns the choice only: not the functions (quiver.wire.record, quiver.client.message and
-the broker's store, consume_queue, index_file).
+Owns the choice only: not the functions (quiver.wire's record, record_checks,
+property_string and properties, the broker's queue_entries, consume_queue, index_file).
 """
 
 import functools
