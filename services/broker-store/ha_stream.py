@@ -81,7 +81,7 @@ class Damage(NamedTuple):
     """Replicated bytes that are not an intact record: copied as they are."""
     offset: int         # CommitLog offset of the first byte
     size: int
-    head: tuple | None  # record_checks.salvage_head: (topic, queue id, queue offset, sysflag), or None
+    head: record_checks.Salvaged | None  # what record_checks.salvage_head could read, or None
     store_ts: int       # STORETIMESTAMP if the bytes hold one (a ConsumeQueue entry's time), else 0
     props: str          # the properties if still readable (the entry's tag), else ""
     framed: bool        # True: one record whose framing holds and a CRC does not

@@ -10,6 +10,7 @@ record.py (its AT positions, magics and sizes) and raise or report its BadRecord
 
 import struct
 import zlib
+from typing import NamedTuple
 
 from quiver.wire.record import (AT, FIXED_SIZE, MAGIC_V1, MAGIC_V2, MIN_RECORD, SYSFLAG_PROP_CRC, TX_COMMIT,
                                 TX_MASK, TX_NOT, BadRecord, check_head, crc, prop_crc_ok)
@@ -134,8 +135,16 @@ def _why(buf, pos: int, phys: int, size: int, exc: Exception) -> str:
     return str(exc)
 
 
-def salvage_head(buf, phys: int) -> tuple[str, int, int, int] | None:
-    """(topic, queue id, queue offset, sysflag) of a damaged record that fills `buf`, read from
+class Salvaged(NamedTuple):
+    """What `salvage_head` reads of a damaged record: enough to keep its queue continuous."""
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+
+
+def salvage_head(buf, phys: int) -> Salvaged | None:
+    """The topic, queue id, queue offset and sysflag of a damaged record that fills `buf`, read from
     its fixed fields and topic without trusting its size or CRC; None unless its magic and
     PHYSICALOFFSET (== `phys`) are intact and its topic is readable. Recovery uses it to keep
     a queue continuous past a record it cannot serve."""
@@ -152,6 +161,6 @@ def salvage_head(buf, phys: int) -> tuple[str, int, int, int] | None:
             tlen, p = _U16.unpack_from(buf, p)[0], p + 2
         if p + tlen > len(buf):
             return None
-        return bytes(buf[p:p + tlen]).decode(), queue_id, qoff, sys_flag
+        return Salvaged(bytes(buf[p:p + tlen]).decode(), queue_id, qoff, sys_flag)
     except (struct.error, IndexError, UnicodeDecodeError):
         return None

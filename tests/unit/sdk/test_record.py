@@ -270,3 +270,13 @@ def test_a_producer_builds_its_properties_string_with_format_properties():
     msg_id, props = p._encode(Message("T", b"x", tags="t", keys=["a", "b"], delay_level=2, properties={"k": "v"}))
     assert props == format_properties({"UNIQ_KEY": msg_id, "TAGS": "t", "KEYS": "a b", "DELAY": 2, "k": "v",
                                               "TRACE_ON": "true"})
+
+
+def test_salvage_head_reads_a_damaged_records_queue_by_name():
+    raw = bytearray(record.encode(b"body", topic=b"Orders", queue_id=3, queue_offset=7, phys_offset=500, sys_flag=8))
+    raw[record.FIXED_SIZE] ^= 0xFF                                    # the body no longer matches its CRC
+    raw[0:4] = (10**6).to_bytes(4, "big")                             # nor the size its bytes
+    head = record_checks.salvage_head(bytes(raw), 500)
+    assert head == ("Orders", 3, 7, 8) and (head.topic, head.queue_id, head.queue_offset, head.sys_flag) == head
+    assert record_checks.salvage_head(bytes(raw), 501) is None        # PHYSICALOFFSET is not where it was read
+    assert record_checks.salvage_head(bytes(raw[:40]), 500) is None
