@@ -27,6 +27,7 @@ from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, FETCH, INVALID_RECORD, INV
                        NONE, OFFSET_OUT_OF_RANGE, PRODUCE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
                        UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
                        UNSUPPORTED_FOR_MESSAGE_FORMAT, Request, api_versions)
+from .idempotence import Idempotence
 from .sending import QueueSender
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ class Gateway:
         self._lock = threading.Lock()
         self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
                      FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}   # offsets.py and groups.py add theirs
+        self.idempotence = Idempotence()
+        self.apis.update(self.idempotence.apis())
 
     def shutdown(self) -> None:
         self.sender.shutdown()
@@ -160,21 +163,32 @@ class Gateway:
             return UNSUPPORTED_COMPRESSION_TYPE, -1, str(exc)
         except records.Corrupt as exc:
             return CORRUPT_MESSAGE, -1, str(exc)
-        sends = []
+        sends = []   # (send under way, its batch)
         try:
             for b in batches:
-                if b.records:
-                    born = b.records[0].timestamp
-                    sends.append(self.sender.submit(mq, [mapping.to_message(topic, r, born) for r in b.records],
-                                                   born, wait))
+                if not b.records:
+                    continue
+                err, dup = self.idempotence.check(topic, pd.index, b)
+                if err:
+                    return err, -1, f"producer {b.producer_id} epoch {b.producer_epoch} sequence {b.base_sequence}"
+                if dup is not None:   # a retry of a batch already sent: answered with its offset
+                    sends.append((dup, b))
+                    continue
+                born = b.records[0].timestamp
+                sent = self.sender.submit(mq, [mapping.to_message(topic, r, born) for r in b.records], born, wait)
+                if sent is not None:
+                    self.idempotence.record(topic, pd.index, b, sent)
+                    sends.append((sent, b))
         except Exception as exc:
             return self._produce_failed(topic, pd.index, exc)
-        return sends if wait and sends else (NONE, -1, None)
+        return sends if sends else (NONE, -1, None)
 
     def _produce_wait(self, topic: str, partition: int, sends: list):
         try:
-            return NONE, [s.offset() for s in sends][0], None
+            return NONE, [sent.offset() for sent, _ in sends][0], None
         except Exception as exc:
+            for _, b in sends:
+                self.idempotence.forget(topic, partition, b)
             return self._produce_failed(topic, partition, exc)
 
     def _produce_failed(self, topic: str, partition: int, exc: Exception):

@@ -29,6 +29,7 @@ from kio.serial import entity_reader, entity_writer
 API_VERSIONS, PRODUCE, FETCH, LIST_OFFSETS, METADATA = 18, 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+INIT_PRODUCER_ID = 22
 
 # API key -> (min, max) version served. Non-flexible versions of Produce, Fetch, ListOffsets and
 # Metadata, and the group APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
@@ -45,6 +46,7 @@ SUPPORTED = {
     SYNC_GROUP: (0, 3),
     HEARTBEAT: (0, 3),
     LEAVE_GROUP: (0, 3),
+    INIT_PRODUCER_ID: (0, 4),
 }
 
 # Kafka's error codes used here

@@ -153,6 +153,18 @@ def test_compressed_produce_reads_back(env, codec):
     assert [m.value() for m in got] == values and {m.headers()[0][1] for m in got} == {codec.encode()}
 
 
+def test_idempotent_producer_stores_each_message_once_in_order(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfIdem", queues=1)
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2})
+    for i in range(60):
+        p.produce("KfIdem", b"i-%d" % i, partition=i % 2)
+    assert p.flush(20) == 0
+    got = _consume(bootstrap, "KfIdem", [0, 1], 60)
+    for part in (0, 1):
+        assert [m.value() for m in got if m.partition() == part] == [b"i-%d" % i for i in range(part, 60, 2)]
+
+
 def _poll_one(consumer, timeout=20):
     m = wait_for(lambda: consumer.poll(0.5), timeout, "a message")
     assert m.error() is None, m.error()

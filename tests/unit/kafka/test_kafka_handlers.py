@@ -1,12 +1,17 @@
 """The Kafka gateway's handlers over a fake SDK: partition order, answers when a topic or partition is missing."""
 
+import struct
 import threading
 import types
+
+from crc32c import crc32c
 
 from quiver.client.base import MessageQueue
 from quiver.errors import TopicNotExistError
 from quiver_kafka import protocol
+from quiver_kafka import records
 from quiver_kafka.handlers import Gateway
+from quiver_kafka.idempotence import INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE, Idempotence
 
 
 class _Admin:
@@ -19,10 +24,22 @@ class _Admin:
         return types.SimpleNamespace(read_queues=self.queues[topic])
 
 
+class _Sender:
+    """Stores each batch at the next offset of a single queue."""
+
+    def __init__(self):
+        self.stored = []
+
+    def submit(self, mq, msgs, born_ts, wait=True):
+        first = len(self.stored)
+        self.stored += msgs
+        return types.SimpleNamespace(offset=lambda: first)
+
+
 def _gateway(queues):
     g = Gateway.__new__(Gateway)
     g.config, g.host, g.port = types.SimpleNamespace(max_request_bytes=1 << 20), "h", 9092
-    g.admin, g.sender, g.counts = _Admin(queues), None, {}
+    g.admin, g.sender, g.counts, g.idempotence = _Admin(queues), _Sender(), {}, Idempotence()
     g._lock = threading.Lock()
     return g
 
@@ -58,3 +75,43 @@ def test_produce_with_bad_acks_or_to_a_missing_partition():
     assert resp["partition_responses"][0]["error_code"] == protocol.UNKNOWN_TOPIC_OR_PARTITION
     body.acks = 0
     assert g.produce(body) is None        # acks=0: no answer at all
+
+
+def _idempotent_batch(seq, count=2, pid=7, epoch=0):
+    data = bytearray(records.encode([records.Record(i, 1000 + i, None, b"v%d" % i) for i in range(count)]))
+    struct.pack_into(">qhi", data, 43, pid, epoch, seq)           # producerId, producerEpoch, baseSequence
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def _produce(g, data):
+    part = types.SimpleNamespace(index=0, records=data)
+    body = types.SimpleNamespace(acks=-1, transactional_id=None,
+                                 topic_data=[types.SimpleNamespace(name="T", partition_data=[part])])
+    [resp] = g.produce(body)()["responses"]
+    r = resp["partition_responses"][0]
+    return r["error_code"], r["base_offset"]
+
+
+def test_idempotent_produce_stores_a_retried_batch_once_and_checks_sequence_and_epoch():
+    g = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    assert _produce(g, _idempotent_batch(0)) == (0, 0)
+    assert _produce(g, _idempotent_batch(2)) == (0, 2)
+    assert _produce(g, _idempotent_batch(0)) == (0, 0)        # a retry: the first send's offset, not stored again
+    assert len(g.sender.stored) == 4
+    assert _produce(g, _idempotent_batch(9))[0] == OUT_OF_ORDER_SEQUENCE
+    assert _produce(g, _idempotent_batch(0, epoch=1)) == (0, 4)   # a new epoch starts over
+    assert _produce(g, _idempotent_batch(6, epoch=0))[0] == INVALID_PRODUCER_EPOCH
+    assert _produce(g, _idempotent_batch(0, pid=-1)) == (0, 6)    # not idempotent: always stored
+    assert _produce(g, _idempotent_batch(0, pid=-1)) == (0, 8)
+
+
+def test_init_producer_id_gives_distinct_ids_bumps_epochs_and_refuses_transactions():
+    i = Idempotence()
+    plain = types.SimpleNamespace(transactional_id=None, transaction_timeout=None)
+    a, b = i.init_producer_id(plain), i.init_producer_id(plain)
+    assert a["producer_id"] != b["producer_id"] and a["producer_id"] >= 0 and a["producer_epoch"] == 0
+    bumped = i.init_producer_id(types.SimpleNamespace(transactional_id=None, producer_id=a["producer_id"],
+                                                      producer_epoch=0))
+    assert (bumped["producer_id"], bumped["producer_epoch"]) == (a["producer_id"], 1)
+    assert i.init_producer_id(types.SimpleNamespace(transactional_id="tx"))["error_code"] == protocol.UNSUPPORTED_VERSION
