@@ -23,6 +23,7 @@ from . import protocol
 from .groups import Coordinator
 from .handlers import Gateway
 from .offsets import Offsets
+from .topics import Topics
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class App:
         self.gateway = Gateway(self.config, adv_host, int(adv_port))
         self.gateway.apis.update(Offsets(self.gateway, self.groups).apis())
         self.gateway.apis.update(self.groups.apis())
+        self.gateway.apis.update(Topics(self.gateway).apis())
         self.service.every("kafka-group-expiry", GROUP_EXPIRY_S, self.groups.expire)
         log.info("Kafka protocol on %s:%d, advertised as %s (name servers %s)", host, self.port, adv,
                  self.config.namesrv)

@@ -30,6 +30,7 @@ API_VERSIONS, PRODUCE, FETCH, LIST_OFFSETS, METADATA = 18, 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 INIT_PRODUCER_ID = 22
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 
 # API key -> (min, max) version served. Non-flexible versions of Produce, Fetch, ListOffsets and
 # Metadata, and the group APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
@@ -47,6 +48,9 @@ SUPPORTED = {
     HEARTBEAT: (0, 3),
     LEAVE_GROUP: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
+    CREATE_TOPICS: (2, 4),
+    DELETE_TOPICS: (1, 3),
+    CREATE_PARTITIONS: (0, 1),
 }
 
 # Kafka's error codes used here

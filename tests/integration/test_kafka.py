@@ -165,6 +165,29 @@ def test_idempotent_producer_stores_each_message_once_in_order(env):
         assert [m.value() for m in got if m.partition() == part] == [b"i-%d" % i for i in range(part, 60, 2)]
 
 
+def test_admin_client_creates_grows_and_deletes_topics(env):
+    c, gw, admin, bootstrap = env
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    ac = AdminClient({"bootstrap.servers": bootstrap})
+    [f] = ac.create_topics([NewTopic("KfAdmin", 5)], operation_timeout=10).values()
+    assert f.result(20) is None
+    parts = lambda: len(ac.list_topics("KfAdmin", timeout=10).topics["KfAdmin"].partitions)   # noqa: E731
+    wait_for(lambda: parts() == 5, 20, "5 partitions")
+    before = sorted(admin.queues("KfAdmin"), key=lambda q: (q.broker, q.queue_id))
+    assert [sum(q.broker == b for q in before) for b in sorted({q.broker for q in before})] == [3, 2]
+    [again] = ac.create_topics([NewTopic("KfAdmin", 5)]).values()
+    with pytest.raises(KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        again.result(20)
+    [grow] = ac.create_partitions([NewPartitions("KfAdmin", 7)]).values()
+    assert grow.result(20) is None
+    wait_for(lambda: parts() == 7, 20, "7 partitions")
+    after = sorted(admin.queues("KfAdmin"), key=lambda q: (q.broker, q.queue_id))
+    assert after[:5] == before      # the old partitions keep their numbers
+    [gone] = ac.delete_topics(["KfAdmin"]).values()
+    assert gone.result(20) is None
+    wait_for(lambda: ac.list_topics("KfAdmin", timeout=10).topics["KfAdmin"].error is not None, 20, "deleted")
+
+
 def _poll_one(consumer, timeout=20):
     m = wait_for(lambda: consumer.poll(0.5), timeout, "a message")
     assert m.error() is None, m.error()

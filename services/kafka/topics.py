@@ -1,0 +1,116 @@
+"""CreateTopics, DeleteTopics, CreatePartitions: Kafka's topic admin over Quiver's Admin.
+
+A topic of N partitions is created with its queues spread over the registered brokers in name
+order (the first N mod B brokers one queue more), so partition i is the i-th queue by broker
+name then queue id, as Metadata numbers them. New partitions are queues added on the broker
+that sorts last, so the existing partitions keep their numbers. The replication factor, replica
+assignments and topic configs are not Kafka's to set here: replication is the brokers' own
+(master/slave), retention the brokers' settings; they are accepted and not applied.
+"""
+
+from quiver.errors import QuiverError, TopicNotExistError
+from quiver.wire.names import topic_problem
+
+from .handlers import error_of
+from .protocol import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, INVALID_REQUEST, NONE
+
+TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_TOPIC = 36, 37, 17
+MAX_PARTITIONS = 1024
+
+
+class Topics:
+    def __init__(self, gateway):
+        self.gw = gateway
+
+    def apis(self) -> dict:
+        return {CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics,
+                CREATE_PARTITIONS: self.create_partitions}
+
+    def _exists(self, topic: str) -> bool:
+        try:
+            return bool(self.gw.admin.route(topic, refresh=True).read_queues)
+        except TopicNotExistError:
+            return False
+
+    def _brokers(self) -> list[str]:
+        return sorted(self.gw.admin.all_broker_addrs())
+
+    def create_topics(self, body) -> dict:
+        out = []
+        for t in body.topics:
+            err, msg = self._create(t.name, t.num_partitions, body.validate_only)
+            self.gw._count("create_topics", err)
+            out.append({"name": t.name, "error_code": err, "error_message": msg, "topic_id": None,
+                        "num_partitions": t.num_partitions if not err else -1, "replication_factor": -1,
+                        "configs": []})
+        return {"throttle_time": 0, "topics": out}
+
+    def _create(self, topic: str, partitions: int, validate_only: bool):
+        problem = topic_problem(topic)
+        if problem:
+            return INVALID_TOPIC, problem
+        if partitions == -1:
+            partitions = 4   # the broker default a Kafka client leaves it to
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            return INVALID_PARTITIONS, f"partitions are 1..{MAX_PARTITIONS}, not {partitions}"
+        try:
+            if self._exists(topic):
+                return TOPIC_ALREADY_EXISTS, f"topic {topic!r} exists"
+            brokers = self._brokers()
+            if not brokers:
+                return INVALID_REQUEST, "no broker is registered with the name servers"
+            if validate_only:
+                return NONE, None
+            share, extra = divmod(partitions, len(brokers))
+            for i, name in enumerate(brokers):
+                queues = share + (1 if i < extra else 0)
+                if queues:
+                    self.gw.admin.create_topic(topic, queues=queues, brokers=[name])
+        except QuiverError as exc:
+            return error_of(exc), str(exc)
+        return NONE, None
+
+    def delete_topics(self, body) -> dict:
+        out = []
+        for name in body.topic_names:
+            err = NONE
+            if topic_problem(name):
+                err = INVALID_TOPIC
+            else:
+                try:
+                    if not self._exists(name):
+                        err = error_of(TopicNotExistError(name))
+                    else:
+                        self.gw.admin.delete_topic(name)
+                except QuiverError as exc:
+                    err = error_of(exc)
+            self.gw._count("delete_topics", err)
+            out.append({"name": name, "topic_id": None, "error_code": err, "error_message": None})
+        return {"throttle_time": 0, "responses": out}
+
+    def create_partitions(self, body) -> dict:
+        out = []
+        for t in body.topics:
+            err, msg = self._grow(t.name, t.count, body.validate_only)
+            self.gw._count("create_partitions", err)
+            out.append({"name": t.name, "error_code": err, "error_message": msg})
+        return {"throttle_time": 0, "results": out}
+
+    def _grow(self, topic: str, count: int, validate_only: bool):
+        try:
+            now = self.gw.partitions(topic, refresh=True)
+        except QuiverError as exc:
+            return error_of(exc), str(exc)
+        if not len(now) < count <= MAX_PARTITIONS:
+            return INVALID_PARTITIONS, f"{topic!r} has {len(now)} partitions: ask for more, at most {MAX_PARTITIONS}"
+        last = now[-1].broker
+        have = sum(q.broker == last for q in now)
+        if have + count - len(now) > MAX_PARTITIONS:
+            return INVALID_PARTITIONS, f"broker {last} holds at most {MAX_PARTITIONS} queues of a topic"
+        if validate_only:
+            return NONE, None
+        try:
+            self.gw.admin.create_topic(topic, queues=have + count - len(now), brokers=[last])
+        except QuiverError as exc:
+            return error_of(exc), str(exc)
+        return NONE, None
