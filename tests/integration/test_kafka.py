@@ -4,8 +4,10 @@ One cluster (a name server, two brokers, the gateway) serves the module; each te
 topic. Consumers assign partitions themselves (no group).
 """
 
+import shutil
 import socket
 import struct
+import subprocess
 import time
 import urllib.request
 
@@ -186,6 +188,19 @@ def test_admin_client_creates_grows_and_deletes_topics(env):
     [gone] = ac.delete_topics(["KfAdmin"]).values()
     assert gone.result(20) is None
     wait_for(lambda: ac.list_topics("KfAdmin", timeout=10).topics["KfAdmin"].error is not None, 20, "deleted")
+
+
+@pytest.mark.skipif(not shutil.which("kcat"), reason="Debian's kcat is not installed (.ci/run installs it)")
+def test_kcat_lists_produces_and_consumes_in_a_group(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfKcat", queues=1)
+    run = lambda *args, **kw: subprocess.run(["kcat", "-b", bootstrap, *args], capture_output=True,  # noqa: E731
+                                             timeout=60, check=True, **kw)
+    listing = run("-L", "-t", "KfKcat").stdout.decode()
+    assert 'topic "KfKcat" with 2 partitions' in listing
+    run("-P", "-t", "KfKcat", "-K", ":", input=b"".join(b"k%d:v%d\n" % (i, i) for i in range(6)))
+    out = run("-C", "-G", "kf-kcat", "-o", "beginning", "-c", "6", "-f", "%k=%s\n", "KfKcat").stdout.decode()
+    assert sorted(out.split()) == sorted(f"k{i}=v{i}" for i in range(6))
 
 
 def _poll_one(consumer, timeout=20):
