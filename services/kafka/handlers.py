@@ -64,6 +64,7 @@ class Gateway:
         self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes)
         self.counts: dict[tuple[str, int], int] = {}   # (api, Kafka error code) -> answers: STATUS
         self._lock = threading.Lock()
+        self.produced = threading.Condition()   # notified when a produce was stored: fetches look again
         self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
                      FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}   # offsets.py and groups.py add theirs
         self.idempotence = Idempotence()
@@ -185,7 +186,10 @@ class Gateway:
 
     def _produce_wait(self, topic: str, partition: int, sends: list):
         try:
-            return NONE, [sent.offset() for sent, _ in sends][0], None
+            offsets = [sent.offset() for sent, _ in sends]
+            with self.produced:
+                self.produced.notify_all()
+            return NONE, offsets[0], None
         except Exception as exc:
             for _, b in sends:
                 self.idempotence.forget(topic, partition, b)
@@ -204,7 +208,8 @@ class Gateway:
             total, responses = self._fetch_round(body)
             if total >= min_bytes or time.monotonic() >= deadline:
                 return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
-            time.sleep(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+            with self.produced:   # woken by a produce through this gateway, else polls the brokers again
+                self.produced.wait(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
 
     def _fetch_round(self, body):
         total, responses, budget = 0, [], body.max_bytes if body.max_bytes > 0 else 1 << 30

@@ -40,7 +40,7 @@ def _gateway(queues):
     g = Gateway.__new__(Gateway)
     g.config, g.host, g.port = types.SimpleNamespace(max_request_bytes=1 << 20), "h", 9092
     g.admin, g.sender, g.counts, g.idempotence = _Admin(queues), _Sender(), {}, Idempotence()
-    g._lock = threading.Lock()
+    g._lock, g.produced = threading.Lock(), threading.Condition()
     return g
 
 
