@@ -4,6 +4,7 @@ One cluster (a name server, two brokers, the gateway) serves the module; each te
 topic. Consumers assign partitions themselves (no group).
 """
 
+import asyncio
 import shutil
 import socket
 import struct
@@ -201,6 +202,50 @@ def test_kcat_lists_produces_and_consumes_in_a_group(env):
     run("-P", "-t", "KfKcat", "-K", ":", input=b"".join(b"k%d:v%d\n" % (i, i) for i in range(6)))
     out = run("-C", "-G", "kf-kcat", "-o", "beginning", "-c", "6", "-f", "%k=%s\n", "KfKcat").stdout.decode()
     assert sorted(out.split()) == sorted(f"k{i}=v{i}" for i in range(6))
+
+
+def test_kafka_python_and_aiokafka_produce_and_consume_in_groups(env):
+    c, gw, admin, bootstrap = env
+    kafka = pytest.importorskip("kafka")
+    aiokafka = pytest.importorskip("aiokafka")
+    _topic(admin, "KfPyClients", queues=1)
+    p = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for i in range(8):
+        p.send("KfPyClients", value=b"kp-%d" % i, key=b"k%d" % i, headers=[("via", b"kafka-python")])
+    p.flush(20)
+    p.close()
+    cons = kafka.KafkaConsumer("KfPyClients", bootstrap_servers=bootstrap, group_id="kf-py",
+                               auto_offset_reset="earliest", consumer_timeout_ms=20_000)
+    got = []
+    for m in cons:
+        got.append((m.key, m.value, m.headers))
+        if len(got) == 8:
+            break
+    cons.close()
+    assert sorted(got) == sorted((b"k%d" % i, b"kp-%d" % i, [("via", b"kafka-python")]) for i in range(8))
+
+    async def aio():
+        pr = aiokafka.AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
+        await pr.start()
+        try:
+            for i in range(8):
+                await pr.send_and_wait("KfPyClients", b"aio-%d" % i, key=b"k", partition=0)
+        finally:
+            await pr.stop()
+        co = aiokafka.AIOKafkaConsumer("KfPyClients", bootstrap_servers=bootstrap, group_id="kf-aio",
+                                       auto_offset_reset="earliest")
+        await co.start()
+        out = []
+        try:
+            async with asyncio.timeout(20):
+                async for m in co:
+                    out.append(m.value)
+                    if len(out) == 16:
+                        return out
+        finally:
+            await co.stop()
+    out = asyncio.run(aio())
+    assert [v for v in out if v.startswith(b"aio-")] == [b"aio-%d" % i for i in range(8)]   # one partition: in order
 
 
 def _poll_one(consumer, timeout=20):
