@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from quiver.wire.names import group_problem
 
-from .protocol import (HEARTBEAT, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+from .protocol import (DESCRIBE_GROUPS, HEARTBEAT, LIST_GROUPS, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
                        INVALID_SESSION_TIMEOUT, JOIN_GROUP, LEAVE_GROUP, NONE, REBALANCE_IN_PROGRESS, SYNC_GROUP,
                        UNKNOWN_MEMBER_ID)
 
@@ -62,7 +62,8 @@ class Coordinator:
         self._ids = itertools.count(1)
 
     def apis(self) -> dict:
-        return {JOIN_GROUP: self.join, SYNC_GROUP: self.sync, HEARTBEAT: self.heartbeat, LEAVE_GROUP: self.leave}
+        return {JOIN_GROUP: self.join, SYNC_GROUP: self.sync, HEARTBEAT: self.heartbeat, LEAVE_GROUP: self.leave,
+                DESCRIBE_GROUPS: self.describe, LIST_GROUPS: self.list}
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -229,3 +230,37 @@ class Coordinator:
                     self.cond.notify_all()
         err = NONE if len(ids) > 1 or not answers else answers[0]["error_code"]
         return {"error_code": err, "members": answers}
+
+    def list(self, _body) -> dict:
+        with self.cond:
+            groups = [{"group_id": g.name, "protocol_type": g.protocol_type, "group_state": self._state(g)}
+                      for g in self.groups.values() if g.members]
+        return {"throttle_time": 0, "error_code": NONE, "groups": groups}
+
+    def describe(self, body) -> dict:
+        out = []
+        with self.cond:
+            for name in body.groups:
+                g = self.groups.get(name)
+                if group_problem(name):
+                    out.append({"error_code": INVALID_GROUP_ID, "group_id": name, "group_state": "Dead"})
+                    continue
+                if g is None or not g.members:   # Kafka's answer for a group without members
+                    out.append({"error_code": NONE, "group_id": name, "group_state": "Dead", "members": []})
+                    continue
+                stable = self._state(g) == "Stable"
+                out.append({"error_code": NONE, "group_id": name, "group_state": self._state(g),
+                            "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
+                                {"member_id": m.member_id, "group_instance_id": None, "client_id": "",
+                                 "client_host": "", "member_metadata": dict(m.protocols).get(g.protocol, b""),
+                                 "member_assignment": m.assignment if stable else b""}
+                                for m in g.members.values()]})
+        return {"throttle_time": 0, "groups": out}
+
+    @staticmethod
+    def _state(g: Group) -> str:
+        if not g.members:
+            return "Empty"
+        if g.joining:
+            return "PreparingRebalance"
+        return "Stable" if g.synced else "CompletingRebalance"

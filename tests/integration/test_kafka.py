@@ -309,6 +309,12 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
         wait_for(poll_all, 30, "40 messages shared by two members of two partitions each")
         assert sorted(got[0] + got[1]) == sorted(b"g-%d" % i for i in range(40))   # each once
         assert got[0] and got[1]
+        from confluent_kafka.admin import AdminClient
+        ac = AdminClient({"bootstrap.servers": bootstrap})
+        desc = ac.describe_consumer_groups(["kf-group"])["kf-group"].result(20)
+        assert len(desc.members) == 2 and desc.partition_assignor == "range"
+        listed = ac.list_consumer_groups().result(20)
+        assert "kf-group" in {g.group_id for g in listed.valid}
         members.pop().close()                                   # LeaveGroup: the other takes all four
         wait_for(lambda: members[0].poll(0.2) is None and len(members[0].assignment()) == 4, 30,
                  "the remaining member assigned all four partitions")

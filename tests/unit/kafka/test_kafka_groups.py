@@ -51,6 +51,12 @@ def test_rounds_generations_assignments_and_expiry():
     assert lead == {"error_code": 0, "assignment": b"to-a"} and got == {"error_code": 0, "assignment": b"to-b"}
     assert c.check_commit("g", B, 2) == p.NONE and c.check_commit("g", B, 1) == p.ILLEGAL_GENERATION
 
+    [desc] = c.describe(S(groups=["g"]))["groups"]
+    assert desc["group_state"] == "Stable" and desc["protocol_data"] == "range"
+    assert sorted(m["member_assignment"] for m in desc["members"]) == [b"to-a", b"to-b"]
+    assert c.list(None)["groups"] == [{"group_id": "g", "protocol_type": "consumer", "group_state": "Stable"}]
+    assert c.describe(S(groups=["other"]))["groups"][0]["group_state"] == "Dead"
+
     now[0] += 5
     assert _hb(c, A, 2) == p.NONE
     now[0] += 6                                                       # B silent 11 s > its 10 s session
