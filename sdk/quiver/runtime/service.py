@@ -76,8 +76,8 @@ class Request:
         return self.env.ext
 
     def reply(self, code=ResponseCode.SUCCESS, remark: str = "", ext: Schema | dict | None = None, bodies=()) -> None:
-        """Answer (once) from the service thread. `ext` is a reply schema (quiver.wire.replies) tied to
-        the request's code; only a code with none may still answer with a plain map."""
+        """Answer (once) from the service thread. `ext`, if any, is built by a reply schema tied to
+        the request's code (quiver.wire.replies.REPLIES)."""
         if self.answered:
             return
         if ext is not None:
@@ -88,13 +88,12 @@ class Request:
 
 
 def reply_ext(request_code: int, ext: Schema | dict) -> dict:
-    """The wire form of a reply's ext; TypeError if it is not one of the schemas tied to the code."""
-    tied = REPLIES.get(request_code)
-    if tied is None:
-        return ext.ext() if isinstance(ext, Schema) else ext
+    """The wire form of a reply's ext; TypeError unless it is built by a schema tied to the code."""
+    tied = REPLIES.get(request_code, ())
     if type(ext) not in tied:
-        raise TypeError(f"a reply to {RequestCode(request_code).name} is built by "
-                        f"{' or '.join(t.__qualname__ for t in tied)} (quiver.wire.replies), not sent as {type(ext).__name__}")
+        want = " or ".join(t.__qualname__ for t in tied) or "a reply schema tied to it by @reply_to"
+        raise TypeError(f"a reply to {RequestCode(request_code).name} is built by {want} (quiver.wire.replies), "
+                        f"not sent as {type(ext).__name__}")
     return ext if isinstance(ext, dict) else ext.ext()   # a schema's Wire map is its ext() already
 
 

@@ -49,9 +49,13 @@ def toy():
     def wrong_schema(req):
         req.reply(ResponseCode.SUCCESS, "", rq.ConsumerListReply(ids=["c"]))
 
+    def untied(req):   # a code with no reply schema answers without an ext
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=1))
+
     net = FakeNetwork()
     net.serve(Service(ADDR, {RequestCode.GET_MAX_OFFSET: offset, RequestCode.GET_MIN_OFFSET: hand_written,
-                             RequestCode.QUERY_CONSUMER_OFFSET: wrong_schema}, "toy"))
+                             RequestCode.QUERY_CONSUMER_OFFSET: wrong_schema, RequestCode.UNLOCK_BATCH_MQ: untied},
+                      "toy"))
     yield net
     net.close()
 
@@ -62,6 +66,8 @@ def test_a_reply_not_built_by_its_schema_is_refused(toy):
         toy.call(ADDR, rq.GetMinOffset(topic="T", queue_id=0))
     with pytest.raises(SystemError_, match=r"QUERY_CONSUMER_OFFSET is built by OffsetReply .*ConsumerListReply"):
         toy.call(ADDR, rq.QueryConsumerOffset(group="g", topic="T", queue_id=0))
+    with pytest.raises(SystemError_, match=r"UNLOCK_BATCH_MQ is built by a reply schema tied to it"):
+        toy.call(ADDR, rq.UnlockBatchMq(group="g", client_id="c", queues=[("T", 0)]))
     env = toy.call(ADDR, rq.Ping())   # the service's own replies too
     assert rq.PingReply.decode(env.ext).service == "toy"
 
