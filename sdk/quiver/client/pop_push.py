@@ -55,7 +55,8 @@ class PopPushLoop:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(self._wait_s + 1)
+        if self._thread.is_alive():   # a start() that failed its checks never started it
+            self._thread.join(self._wait_s + 1)
 
     def _run(self) -> None:
         opts = self.options

@@ -32,9 +32,11 @@ queued, so none of the old position reaches the broker after the new one.
 Owns taking and releasing queues, flow control and what a pull's answer does
 to a queue; the pulls themselves (target, failover, decode) are
 queue_puller.py's, the rebalance loop and allocation rebalance.py's, the
-per-queue cache process_queue.py's, listener calls and orderly locking
-consume_service.py's, offset persistence offset_store.py's, settings
-options.py's (ConsumerOptions).
+per-queue cache process_queue.py's, listener calls and orderly consumption
+consume_service.py's, the orderly queues' broker locks queue_locks.py's, POP
+mode pop_push.py's, offset persistence offset_store.py's, settings
+options.py's (ConsumerOptions). Each part is given what it uses, never the
+consumer.
 """
 
 import contextlib
@@ -59,6 +61,7 @@ from quiver.client.options import ConsumerOptions
 from quiver.client.pop_push import PopPushLoop
 from quiver.client.popping import Popper
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
+from quiver.client.queue_locks import QueueLocks
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
 from quiver.client.producer import client_tracer
@@ -109,6 +112,7 @@ class PushConsumer(ClientBase):
         self._listener: Listener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        self._locks = QueueLocks(group, self.client_id, self.call_broker)   # orderly: broker locks (queue_locks.py)
         self._rebalance = RebalanceLoop(Rebalancer(self.brokers, group, opts.allocate, opts.broadcast),
                                         opts.rebalance_interval_ms / 1000, self._topics, self._pqs, self._add,
                                         self._drop, changed=self.send_heartbeats)  # brokers learn the owners
@@ -177,7 +181,7 @@ class PushConsumer(ClientBase):
         super().start()   # the tracer too
         self._consume = ConsumeService(self.group, opts, self._listener, orderly=self._orderly,
                                        broadcast=self.broadcast, timer=self._timer, call_broker=self.call_broker,
-                                       commit=self._consumed, relock=self._relock, tracer=self.tracer)
+                                       commit=self._consumed, relock=self._locks.relock, tracer=self.tracer)
         if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
             popper = Popper(self.brokers, self.group, consume_from="first" if opts.consume_from == "first" else "last",
                             fifo=self._orderly, max_reconsume_times=opts.max_reconsume_times)
@@ -197,7 +201,8 @@ class PushConsumer(ClientBase):
         self._rebalance.start("rebalance")
         self._timer.every(opts.commit_interval_ms / 1000, self.persist_offsets)
         if self._orderly and not self.broadcast:
-            self._timer.every(opts.lock_interval_ms / 1000, self._lock_all)
+            self._timer.every(opts.lock_interval_ms / 1000,
+                              lambda: self._locks.renew(list(self._pqs.values()), self._consume.kick_orderly))
         return self
 
     def __enter__(self) -> Self:
@@ -302,7 +307,7 @@ class PushConsumer(ClientBase):
             addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
             if addr is None:
                 raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
-            if self._orderly and not self.broadcast and not self._lock_mqs(addr, [mq]):
+            if self._orderly and not self.broadcast and not self._locks.lock(addr, [mq]):
                 return False
             off = self.offsets.read(mq, addr)
             if off is None:
@@ -340,7 +345,7 @@ class PushConsumer(ClientBase):
             self.offsets.update(pq.mq, pq.commit_offset())
             self._persist_one(pq)
             self.offsets.remove(pq.mq)
-            self._unlock_mqs(pq.addr, [pq.mq])
+            self._locks.unlock(pq.addr, [pq.mq])
 
     def _consumed(self, pq: ProcessQueue, offset: int) -> None:
         """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
@@ -404,42 +409,6 @@ class PushConsumer(ClientBase):
         log.info("%s now consumed from offset %d (%d cached message(s) dropped)", mq, offset, len(old.msgs))
         self._pull(pq)
         return True
-
-    # ---- broker locks (orderly) -----------------------------------------------------------------------
-
-    def _lock_mqs(self, addr: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        req = rq.LockBatchMq(group=self.group, client_id=self.client_id, queues=[(m.topic, m.queue_id) for m in mqs])
-        try:
-            got = set(rq.LockBatchReply.decode(self.call_broker(addr, req).ext).locked)
-        except QuiverError as exc:
-            log.warning("locking %d queues on %s failed: %s", len(mqs), addr, exc)
-            return set()
-        return {m for m in mqs if (m.topic, m.queue_id) in got}
-
-    def _unlock_mqs(self, addr: str, mqs: list[MessageQueue]) -> None:
-        req = rq.UnlockBatchMq(group=self.group, client_id=self.client_id, queues=[(m.topic, m.queue_id) for m in mqs])
-        try:
-            self.call_broker(addr, req)
-        except QuiverError as exc:
-            log.warning("unlocking on %s failed: %s", addr, exc)
-
-    def _relock(self, pq: ProcessQueue) -> bool:
-        return bool(self._lock_mqs(pq.addr, [pq.mq]))
-
-    def _lock_all(self) -> None:
-        by_addr: dict[str, list[ProcessQueue]] = {}
-        for pq in list(self._pqs.values()):
-            by_addr.setdefault(pq.addr, []).append(pq)
-        for addr, pqs in by_addr.items():
-            got = self._lock_mqs(addr, [pq.mq for pq in pqs])
-            now = time.monotonic()
-            for pq in pqs:
-                was = pq.locked
-                pq.locked = pq.mq in got
-                if pq.locked:
-                    pq.lock_ts = now
-                    if not was:
-                        self._consume.kick_orderly(pq)
 
     # ---- pulling (IO thread callbacks) -----------------------------------------------------------------
 

@@ -159,3 +159,18 @@ def test_quiver_client_has_no_import_circle():
         done.add(mod)
     for mod in sorted(graph):
         visit(mod, [])
+
+
+def test_queue_locks_renew_marks_each_queue_and_resumes_the_ones_locked_again():
+    from quiver.client.queue_locks import QueueLocks
+
+    class _Reply:
+        ext = rq.LockBatchReply(locked=[("T", 0)]).ext()
+    sent = []
+    locks = QueueLocks("G", "me", lambda addr, req: sent.append((addr, req)) or _Reply())
+    held, lost = ProcessQueue(MQ, "h:1", 0), ProcessQueue(MessageQueue("T", "a", 1), "h:1", 0)
+    lost.locked = True
+    resumed = []
+    locks.renew([held, lost], resumed.append)
+    assert [(a, r.queues) for a, r in sent] == [("h:1", [("T", 0), ("T", 1)])]   # one request per broker
+    assert held.locked and not lost.locked and resumed == [held]
