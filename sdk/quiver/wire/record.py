@@ -112,8 +112,11 @@ def crc(body) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
+_CRC_PROP = format_properties(((PROP_CRC, "%s"),)).encode()  # a template: per record stored
+
+
 def _crc_prop(c: int) -> bytes:
-    return format_properties(((PROP_CRC, str(c)[::-1].ljust(10, "0")),)).encode()
+    return _CRC_PROP % str(c)[::-1].ljust(10, "0").encode()
 
 
 def strip_prop_crc(props):
@@ -202,11 +205,12 @@ def encode_run(head: RunHead, bodies, flags, props: list[bytes], body_crcs=None,
         extend((pack(size, magic, c, queue_id, flag, 0 if qoff is None else qoff, phys, sys_flag, born_ts,
                      born_host, store_ts, store_host, reconsume, prepared_offset, len(body)),
                 body, tpart, u16(len(pb) + extra), pb))
-        if extra:
-            parts.append(_crc_prop(crc32(b"".join(parts[-5:])) & 0x7FFFFFFF))
         phys += size
         if qoff is not None:
             qoff += 1
+    if extra:  # five parts a record; each gets its __CRC32# of every byte before it
+        recs = [b"".join(parts[i:i + 5]) for i in range(0, len(parts), 5)]
+        parts = [part for rec in recs for part in (rec, _crc_prop(crc32(rec) & 0x7FFFFFFF))]
     return b"".join(parts), offsets, sizes
 
 
