@@ -58,7 +58,7 @@ def test_no_name_of_before_the_layers_imports():
 SERVICES = SDK.parents[1] / "services"
 # services that are clients of another service (they pull, send, rebalance or administer through
 # the SDK's clients); the broker and the name server serve, and take wire facts from quiver.wire
-CLIENT_SERVICES = {"scheduler", "txn-checker", "filter", "proxy", "console"}
+CLIENT_SERVICES = {"scheduler", "txn-checker", "filter", "proxy", "console", "kafka"}
 
 
 def _service_packages() -> dict[str, str]:
