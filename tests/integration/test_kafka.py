@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  
 
 from quiver import Admin  # noqa: E402
 from quiver import Message as QMessage  # noqa: E402
+from quiver import PullConsumer  # noqa: E402
 from quiver import Producer as QProducer  # noqa: E402
 from quiver.client.base import MessageQueue  # noqa: E402
 from quiver.tools.local import LocalCluster, free_port  # noqa: E402
@@ -326,6 +327,49 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
     finally:
         for m in members:
             m.close()
+
+
+def test_offsets_for_times_finds_the_first_message_stored_at_or_after(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfTimes", queues=1)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(4):
+        p.produce("KfTimes", b"t-%d" % i, partition=0)
+    assert p.flush(20) == 0
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    for i in range(4, 8):
+        p.produce("KfTimes", b"t-%d" % i, partition=0)
+    assert p.flush(20) == 0
+    cons = Consumer({"bootstrap.servers": bootstrap, "group.id": "kf-times"})
+    try:
+        [tp] = cons.offsets_for_times([TopicPartition("KfTimes", 0, cut)], timeout=10)
+        assert tp.error is None and tp.offset == 4
+        cons.assign([tp])                               # seek by timestamp
+        assert _poll_one(cons).value() == b"t-4"
+    finally:
+        cons.close()
+
+
+def test_kafka_producer_to_quiver_pull_consumer_with_keys_properties_and_born_time(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfToQuiver", queues=1)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(3):
+        p.produce("KfToQuiver", b"kq-%d" % i, key=b"order-%d" % i, headers=[("region", b"eu")],
+                  timestamp=1_600_000_000_000 + i, partition=i % 2)
+        assert p.flush(20) == 0      # one record a batch: its timestamp is the born time itself
+    got = []
+    pc = PullConsumer("kf-to-quiver", namesrv=c.namesrv, consume_from="first")
+    pc.subscribe("KfToQuiver", "*")                 # before start: its first rebalance owns the queues
+    with pc:
+        wait_for(lambda: got.extend(pc.poll(timeout=0.5)) or len(got) >= 3, 30, "3 messages in Quiver")
+    by_body = {m.body: m for m in got}
+    for i in range(3):
+        m = by_body[b"kq-%d" % i]
+        assert m.keys == ["order-%d" % i] and m.properties["region"] == "eu"
+        assert m.born_timestamp == 1_600_000_000_000 + i
 
 
 def _frame(api_key, version, corr, body=b""):
