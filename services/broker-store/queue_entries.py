@@ -115,6 +115,17 @@ def _fill_gap(cq: ConsumeQueue, nxt: int, phys: int, queue_offset: int, gaps: Ga
     return cq.max_offset
 
 
+def cut_past(cq: ConsumeQueue, end: int) -> int | None:
+    """Cut the entries of `cq` pointing at or past CommitLog `end` (the log was cut back there);
+    returns the queue offset cut from, None when no entry did."""
+    last = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
+    if last is None or last[0] + last[1] <= end:
+        return None
+    cut = cq.first_offset_where(lambda e: e[0] + e[1] > end)
+    cq.truncate_to(cut)
+    return cut
+
+
 def queue_damage(store: MessageStore, head, pos: int, size: int, framed: bool, gaps: Gaps, store_ts: int = 0,
                  props: str = "", before: Callable[[tuple[str, int], int], None] | None = None) -> None:
     """Damaged bytes [pos, pos + size) with a salvaged `head` (topic, queue id, queue offset,

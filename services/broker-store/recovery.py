@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from quiver.wire import names, record, record_checks
 
 from . import checkpoint
-from .queue_entries import Gaps, dispatch, entry_due, queue_damage, takes_queue_offset
+from .queue_entries import Gaps, cut_past, dispatch, entry_due, queue_damage, takes_queue_offset
 
 if TYPE_CHECKING:
     from .store import MessageStore
@@ -116,12 +116,9 @@ def recover(store: MessageStore, ckpt_path: str, abnormal: bool) -> None:
     cl.flushed = end
     store.mark_dispatched(end)
     for cq in store.cqs.values():
-        last = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
-        if last is not None and last[0] + last[1] > end:
-            cut = cq.first_offset_where(lambda e: e[0] + e[1] > end)
-            log.warning("%s/%d: entries from %d point past the log end; cut", cq.topic,
-                        cq.queue_id, cut)
-            cq.truncate_to(cut)
+        cut = cut_past(cq, end)
+        if cut is not None:
+            log.warning("%s/%d: entries from %d point past the log end; cut", cq.topic, cq.queue_id, cut)
         # Entries of deleted segments stay in the file until retention removes it.
         cq.min_offset = cq.first_offset_where(lambda e: e[0] >= cl.min_offset)
     store.index.clamp_end(end)

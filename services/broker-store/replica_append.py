@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from quiver.wire import names
 
 from . import ha_stream, visibility
-from .queue_entries import Gaps, dispatch, entry_due, queue_damage, takes_queue_offset
+from .queue_entries import Gaps, cut_past, dispatch, entry_due, queue_damage, takes_queue_offset
 
 if TYPE_CHECKING:
     from .store import MessageStore
@@ -160,16 +160,14 @@ def _damaged(store: MessageStore, d: ha_stream.Damage, marks: dict, state: Repli
 def truncate(store: MessageStore, end: int) -> int:
     """Cut a slave's log back to `end` (a record boundary its master shares) before it replicates:
     the CommitLog, every queue entry pointing at or past it, the index's view. Returns the bytes cut.
-    recovery.py applies the same queue rule after a crash."""
+    recovery.py cuts the queues alike after a crash (queue_entries.cut_past)."""
     cl = store.commit_log
     cut = cl.write_end - end
     if cut <= 0:
         return 0
     with store.exclusive():
         for cq in store.cqs.values():
-            last = cq.entry(cq.max_offset - 1) if cq.max_offset > 0 else None
-            if last is not None and last[0] + last[1] > end:
-                cq.truncate_to(cq.first_offset_where(lambda e: e[0] + e[1] > end))
+            cut_past(cq, end)
         cl.truncate(end)
         cl.flushed = min(cl.flushed, end)
         store.mark_dispatched(end)
