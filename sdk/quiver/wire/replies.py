@@ -298,10 +298,11 @@ class StatusReply(Schema):
     status: dict = wire("status", MapOf(Str(255), Json(), 10_000))
 
 
-@reply_to(RC.CHECK_CLIENT_CONFIG)
+@reply_to(RC.CHECK_CLIENT_CONFIG, RC.PULL_MESSAGE)
 @schema
 class SubscriptionParseFailedReply(Schema):
-    """CHECK_CLIENT_CONFIG answered SUBSCRIPTION_PARSE_FAILED: where in the expression."""
+    """SUBSCRIPTION_PARSE_FAILED: where in the expression (a filter server's CHECK_CLIENT_CONFIG,
+    or its PULL_MESSAGE of an expression it cannot compile)."""
     position: int | None = wire("position", Opt(U31), None)
 
 
