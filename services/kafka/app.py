@@ -14,15 +14,18 @@ import queue
 import socket
 import struct
 import threading
+from dataclasses import dataclass
 
 from kio.schema.index import api_key_map
 
 from quiver.runtime.settings import advertised_addr
+from quiver.wire.curve import read_credentials
 
 from . import protocol
 from .groups import Coordinator
 from .handlers import Gateway
 from .offsets import Offsets
+from .sasl import ILLEGAL_SASL_STATE, MECHANISMS, SASL_AUTHENTICATION_FAILED, Session, load_users
 from .topics import Topics
 
 log = logging.getLogger(__name__)
@@ -37,7 +40,9 @@ class App:
     def __init__(self, config):
         from quiver.runtime.service import Service
         self.config = config
-        self.service = Service(config.listen, {}, "kafka", self.status)
+        self.service = Service(config.listen, {}, "kafka", self.status, security=_status_security(config))
+        self.users = load_users(config.sasl_users) if config.sasl_users else {}
+        self._user_gateways: dict[str, Gateway] = {}
         self.gateway = None
         self.groups = Coordinator()
         self.sock = None
@@ -65,13 +70,27 @@ class App:
         adv = advertised_addr(f"{host}:{self.port}", self.config.advertise)
         adv_host, adv_port = adv.rsplit(":", 1)
         self.service.bind()
-        self.gateway = Gateway(self.config, adv_host, int(adv_port))
-        self.gateway.apis.update(Offsets(self.gateway, self.groups).apis())
-        self.gateway.apis.update(self.groups.apis())
-        self.gateway.apis.update(Topics(self.gateway).apis())
+        own = read_credentials(self.config.key_file) if self.config.key_file else None
+        self.gateway = self._new_gateway(adv_host, int(adv_port), own)
         self.service.every("kafka-group-expiry", GROUP_EXPIRY_S, self.groups.expire)
         log.info("Kafka protocol on %s:%d, advertised as %s (name servers %s)", host, self.port, adv,
                  self.config.namesrv)
+
+    def _new_gateway(self, host: str, port: int, credentials, shared=None) -> Gateway:
+        gw = Gateway(self.config, host, port, credentials, shared)
+        gw.apis.update(Offsets(gw, self.groups).apis())
+        gw.apis.update(self.groups.apis())
+        gw.apis.update(Topics(gw).apis())
+        return gw
+
+    def _gateway_for(self, user: str) -> Gateway:
+        """The SDK clients acting as a SASL user, made on first use."""
+        with self._lock:
+            gw = self._user_gateways.get(user)
+            if gw is None:
+                gw = self._user_gateways[user] = self._new_gateway(self.gateway.host, self.gateway.port,
+                                                                   self.users[user][1], self.gateway)
+            return gw
 
     def run(self) -> None:
         if self.sock is None:
@@ -87,7 +106,8 @@ class App:
                 for c in list(self._conns):
                     _close(c)
             self.sock.close()
-            self.gateway.shutdown()
+            for gw in (self.gateway, *self._user_gateways.values()):
+                gw.shutdown()
 
     def _accept(self) -> None:
         while not self._stop.is_set():
@@ -112,6 +132,7 @@ class App:
         """Read requests; answers (some still being sent to the brokers) go to the writer in order."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         answers: queue.Queue = queue.Queue(MAX_IN_FLIGHT)
+        conn_state = _Conn(None, Session(self.users)) if self.users else _Conn(self.gateway, None)
         writer = threading.Thread(target=self._write, args=(conn, answers), name=f"kafka-w-{peer[1]}", daemon=True)
         writer.start()
         try:
@@ -128,7 +149,7 @@ class App:
                 frame = _read(conn, size)
                 if frame is None:
                     return
-                out = self.answer(frame, peer)
+                out = self.answer(frame, peer, conn_state)
                 if out is None:
                     return
                 answers.put(out)
@@ -153,9 +174,10 @@ class App:
                 except OSError:
                     broken = True   # keep draining: the reader stops at its next recv
 
-    def answer(self, frame: bytes, peer=None):
+    def answer(self, frame: bytes, peer=None, conn: "_Conn | None" = None):
         """What answers one request frame: its bytes (b"" for none: acks=0), a callable giving them once
         its sends are answered, or None: close the connection."""
+        conn = conn or _Conn(self.gateway, None)
         try:
             req = protocol.parse(frame)
         except protocol.BadRequest as exc:
@@ -164,7 +186,13 @@ class App:
             return None
         if req.body is None:
             return protocol.unsupported(req)
-        values = self._handle(req, peer, self.gateway.handle, req)
+        if req.api_key in (protocol.SASL_HANDSHAKE, protocol.SASL_AUTHENTICATE):
+            values = self._sasl(req, peer, conn)
+        elif conn.gw is None and req.api_key != protocol.API_VERSIONS:
+            log.warning("closed %s: %s before SASL authentication", peer, api_key_map.get(req.api_key, req.api_key))
+            return None
+        else:
+            values = self._handle(req, peer, (conn.gw or self.gateway).handle, req)
         if isinstance(values, dict) and "error_code" in values:   # group calls: one error for the call
             self.gateway._count(api_key_map.get(req.api_key, str(req.api_key)), int(values["error_code"]))
         if values is None:
@@ -172,6 +200,18 @@ class App:
         if callable(values):
             return lambda: protocol.response_frame(req, protocol.response(req, self._handle(req, peer, values)))
         return protocol.response_frame(req, protocol.response(req, values))
+
+    def _sasl(self, req, peer, conn: "_Conn") -> dict:
+        if conn.session is None or conn.gw is not None:
+            return {"error_code": ILLEGAL_SASL_STATE, "error_message": "no SASL here, or already authenticated",
+                    "mechanisms": list(MECHANISMS) if conn.session else []}
+        values = self._handle(req, peer, conn.session.apis()[req.api_key], req.body)
+        if conn.session.user is not None:
+            conn.gw = self._gateway_for(conn.session.user)
+            log.info("%s authenticated as %s (%s)", peer, conn.session.user, conn.session.mechanism)
+        elif values.get("error_code") == SASL_AUTHENTICATION_FAILED:
+            log.warning("%s failed SASL %s authentication", peer, conn.session.mechanism)
+        return values
 
     @staticmethod
     def _handle(req, peer, fn, *args):
@@ -197,3 +237,18 @@ def _close(conn: socket.socket) -> None:
         conn.close()
     except OSError:
         pass
+
+
+@dataclass
+class _Conn:
+    """A connection's identity: the gateway (SDK clients) it acts through, None until SASL succeeds."""
+    gw: Gateway | None
+    session: Session | None
+
+
+def _status_security(config):
+    """Auth on: PING/STATUS is a CURVE server with the cluster's key, like every service's socket."""
+    if not config.auth_dir:
+        return None
+    from quiver.runtime.security import Security
+    return Security(config.auth_dir, "namesrv")

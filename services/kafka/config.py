@@ -1,5 +1,6 @@
 """Kafka gateway settings (each a --flag and a QUIVER_* env var)."""
 
+import os
 from dataclasses import dataclass
 
 from quiver.runtime.settings import ServiceSettings, setting
@@ -24,6 +25,17 @@ class Config(ServiceSettings):
     max_message_bytes: int = setting(4 * 1024 * 1024, "largest message value (and batch) a Produce may store")
     max_connections: int = setting(1024, "Kafka connections open at once; more are closed on accept")
     request_timeout_ms: int = setting(5000, "how long one broker request waits")
+    sasl_users: str = setting("", "JSON file {user: {password, credentials: a Quiver user's key file}} (mode 0600): "
+                                  "Kafka clients authenticate (SASL PLAIN, SCRAM-SHA-256/512) and act as that user; "
+                                  "empty: no SASL")
+    credentials: str = setting("", "auth on: the key file the gateway's own SDK clients use (without --sasl-users, "
+                                   "every Kafka client's); empty: the auth dir's admin.key")
+
+    @property
+    def key_file(self) -> str | None:
+        if self.credentials:
+            return self.credentials
+        return os.path.join(self.auth_dir, "admin.key") if self.auth_dir else None
 
     def __post_init__(self):
         _host_port("--kafka-listen", self.kafka_listen)

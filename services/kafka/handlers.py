@@ -57,14 +57,17 @@ def error_of(exc: Exception) -> int:
 class Gateway:
     """Answers one parsed request: `handle(req)` -> kio response values, or None for no answer."""
 
-    def __init__(self, config, host: str, port: int):
+    def __init__(self, config, host: str, port: int, credentials=None, shared: "Gateway | None" = None):
+        """`credentials`: the Quiver user the SDK clients act as; `shared`: the gateway whose answer
+        counts and produce notifications this one (another user's) adds to."""
         self.config, self.host, self.port = config, host, port
         timeout = config.request_timeout_ms / 1000
-        self.admin = Admin(config.namesrv, timeout)
-        self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes)
-        self.counts: dict[tuple[str, int], int] = {}   # (api, Kafka error code) -> answers: STATUS
-        self._lock = threading.Lock()
-        self.produced = threading.Condition()   # notified when a produce was stored: fetches look again
+        self.admin = Admin(config.namesrv, timeout, credentials=credentials)
+        self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes, credentials)
+        self.counts: dict[tuple[str, int], int] = shared.counts if shared else {}   # (api, error) -> answers
+        self._lock = shared._lock if shared else threading.Lock()
+        # notified when a produce was stored: fetches look again
+        self.produced = shared.produced if shared else threading.Condition()
         self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
                      FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}   # offsets.py and groups.py add theirs
         self.idempotence = Idempotence()

@@ -31,6 +31,7 @@ OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 8, 9, 10
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 11, 12, 13, 14, 15, 16
 INIT_PRODUCER_ID = 22
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 # API key -> (min, max) version served. Non-flexible versions of Produce, Fetch, ListOffsets and
 # Metadata, and the group APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
@@ -53,6 +54,8 @@ SUPPORTED = {
     CREATE_TOPICS: (2, 4),
     DELETE_TOPICS: (1, 3),
     CREATE_PARTITIONS: (0, 1),
+    SASL_HANDSHAKE: (1, 1),       # v0 (raw tokens after the handshake) is not served
+    SASL_AUTHENTICATE: (0, 2),
 }
 
 # Kafka's error codes used here

@@ -17,8 +17,9 @@ GROUP = "quiver-kafka"
 
 
 class QueueSender(Producer):
-    def __init__(self, namesrv: str, timeout: float, max_message_bytes: int):
-        super().__init__(GROUP, namesrv, send_timeout=timeout, max_message_bytes=max_message_bytes)
+    def __init__(self, namesrv: str, timeout: float, max_message_bytes: int, credentials=None):
+        super().__init__(GROUP, namesrv, send_timeout=timeout, max_message_bytes=max_message_bytes,
+                         credentials=credentials)
         self.start()
 
     def submit(self, mq: MessageQueue, msgs: list[Message], born_ts: int, wait: bool = True) -> "Sent | None":

@@ -115,3 +115,16 @@ def test_init_producer_id_gives_distinct_ids_bumps_epochs_and_refuses_transactio
                                                       producer_epoch=0))
     assert (bumped["producer_id"], bumped["producer_epoch"]) == (a["producer_id"], 1)
     assert i.init_producer_id(types.SimpleNamespace(transactional_id="tx"))["error_code"] == protocol.UNSUPPORTED_VERSION
+
+
+def test_sasl_plain_session_and_refusals():
+    from quiver_kafka.sasl import ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM, Session
+    s = Session({"alice": ("pw", None)})
+    auth = lambda token: s.authenticate(types.SimpleNamespace(auth_bytes=token))["error_code"]  # noqa: E731
+    assert auth(b"\0alice\0pw") == ILLEGAL_SASL_STATE                     # no handshake yet
+    assert s.handshake(types.SimpleNamespace(mechanism="GSSAPI"))["error_code"] == UNSUPPORTED_SASL_MECHANISM
+    assert s.handshake(types.SimpleNamespace(mechanism="PLAIN"))["error_code"] == protocol.NONE
+    assert auth(b"\0alice\0wrong") == SASL_AUTHENTICATION_FAILED and s.user is None
+    assert auth(b"garbage") == SASL_AUTHENTICATION_FAILED
+    assert auth(b"\0alice\0pw") == protocol.NONE and s.user == "alice"
+    assert auth(b"\0alice\0pw") == ILLEGAL_SASL_STATE                     # once
