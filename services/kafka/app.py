@@ -12,6 +12,7 @@ through the SDK (handlers.py).
 import logging
 import queue
 import socket
+import ssl
 import struct
 import threading
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 ACCEPT_TIMEOUT_S = 0.5
 GROUP_EXPIRY_S = 1.0   # how often members past their session timeout are dropped
+TLS_HANDSHAKE_S = 10.0
 MAX_IN_FLIGHT = 64   # answers a connection may have pending (a pipelining client's produces); then it waits
 
 
@@ -42,6 +44,11 @@ class App:
         self.config = config
         self.service = Service(config.listen, {}, "kafka", self.status, security=_status_security(config))
         self.users = load_users(config.sasl_users) if config.sasl_users else {}
+        self.tls = None
+        if config.tls_cert:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
+            self.tls.load_cert_chain(config.tls_cert, config.tls_key)
         self._user_gateways: dict[str, Gateway] = {}
         self.gateway = None
         self.groups = Coordinator()
@@ -131,6 +138,21 @@ class App:
     def _serve(self, conn: socket.socket, peer) -> None:
         """Read requests; answers (some still being sent to the brokers) go to the writer in order."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is not None:
+            raw = conn
+            try:   # the handshake on this connection's thread: a slow or bad client holds only itself
+                raw.settimeout(TLS_HANDSHAKE_S)
+                conn = self.tls.wrap_socket(raw, server_side=True)
+                conn.settimeout(None)
+            except OSError as exc:   # ssl.SSLError is one
+                log.warning("closed %s: TLS handshake failed: %s", peer, exc)
+                with self._lock:
+                    self._conns.discard(raw)
+                _close(raw)
+                return
+            with self._lock:
+                self._conns.discard(raw)
+                self._conns.add(conn)
         answers: queue.Queue = queue.Queue(MAX_IN_FLIGHT)
         conn_state = _Conn(None, Session(self.users)) if self.users else _Conn(self.gateway, None)
         writer = threading.Thread(target=self._write, args=(conn, answers), name=f"kafka-w-{peer[1]}", daemon=True)

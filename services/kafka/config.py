@@ -28,6 +28,9 @@ class Config(ServiceSettings):
     sasl_users: str = setting("", "JSON file {user: {password, credentials: a Quiver user's key file}} (mode 0600): "
                                   "Kafka clients authenticate (SASL PLAIN, SCRAM-SHA-256/512) and act as that user; "
                                   "empty: no SASL")
+    tls_cert: str = setting("", "PEM certificate (chain) of the Kafka listener: clients connect with TLS (SSL, or "
+                                "SASL_SSL with --sasl-users); empty: plaintext")
+    tls_key: str = setting("", "PEM private key of --tls-cert")
     credentials: str = setting("", "auth on: the key file the gateway's own SDK clients use (without --sasl-users, "
                                    "every Kafka client's); empty: the auth dir's admin.key")
 
@@ -42,6 +45,8 @@ class Config(ServiceSettings):
         _host_port("--listen", self.listen)
         if self.advertise and addr_problem(self.advertise):
             raise ValueError(f"--advertise {self.advertise!r}: {addr_problem(self.advertise)}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together")
         if not 1024 <= self.max_request_bytes <= 256 * 1024 * 1024:
             raise ValueError("--max-request-bytes must be in 1024..268435456")
         if not 1 <= self.max_message_bytes <= 64 * 1024 * 1024:

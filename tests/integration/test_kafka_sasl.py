@@ -1,9 +1,16 @@
-"""SASL through the Kafka gateway on an auth-on cluster: PLAIN and SCRAM users act as their Quiver ACL users."""
+"""SASL through the Kafka gateway on an auth-on cluster: PLAIN and SCRAM users act as their Quiver ACL users,
+over plaintext and over TLS (SASL_SSL)."""
 
+import datetime
+import ipaddress
 import json
 import os
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
@@ -14,6 +21,29 @@ from quiver.wire.curve import init_auth_dir, write_credentials  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+secured_tls: list = []   # the SASL_SSL gateway's address and CA file, set by the fixture
+
+
+def _self_signed(root):
+    """A certificate for 127.0.0.1 and its key, PEM files under `root`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = str(root / "tls.crt"), str(root / "tls.key")
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return cert_path, key_path
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +71,15 @@ def secured(tmp_path_factory):
             json.dump(users, f)
         bootstrap = f"127.0.0.1:{free_port()}"
         gw = c.add_service("kafka", "quiver_kafka", "--kafka-listen", bootstrap, "--sasl-users", path, data=False)
+        cert, key = _self_signed(root)
+        tls_bootstrap = f"127.0.0.1:{free_port()}"
+        c.add_service("kafka", "quiver_kafka", "--kafka-listen", tls_bootstrap, "--sasl-users", path,
+                      "--tls-cert", cert, "--tls-key", key, data=False)
         c.wait()
     except BaseException:
         c.stop()
         raise
+    secured_tls[:] = [tls_bootstrap, cert]
     yield c, gw, admin, bootstrap
     admin.shutdown()
     c.stop()
@@ -92,3 +127,19 @@ def test_a_wrong_password_fails_authentication_and_stores_nothing(secured):
     p.flush(15)
     assert errors and errors[0] is not None
     assert admin.max_offset(q) == before
+
+
+def test_sasl_ssl_scram_produces_and_consumes(secured):
+    c, gw, admin, bootstrap = secured
+    tls_bootstrap, ca = secured_tls
+    alice = {**_conf(tls_bootstrap, "SCRAM-SHA-512", "alice", "alice-secret"), "security.protocol": "SASL_SSL",
+             "ssl.ca.location": ca}
+    assert _produce(alice, "KsOpen", b"over TLS") == [None]
+    cons = Consumer({**alice, "group.id": "ks-alice", "fetch.wait.max.ms": 100})
+    try:
+        cons.assign([TopicPartition("KsOpen", 0, confluent_kafka.OFFSET_BEGINNING)])
+        seen = []
+        wait_for(lambda: seen.extend(m.value() for m in cons.consume(50, 0.5) if m.error() is None)
+                 or b"over TLS" in seen, 20, "the message sent over TLS")
+    finally:
+        cons.close()
