@@ -32,6 +32,7 @@ JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 1
 INIT_PRODUCER_ID = 22
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+DESCRIBE_CONFIGS = 32
 
 # API key -> (min, max) version served. Non-flexible versions of Produce, Fetch, ListOffsets and
 # Metadata, and the group APIs: every current client (librdkafka, the Java client, aiokafka, kafka-python) speaks them.
@@ -56,6 +57,7 @@ SUPPORTED = {
     CREATE_PARTITIONS: (0, 1),
     SASL_HANDSHAKE: (1, 1),       # v0 (raw tokens after the handshake) is not served
     SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_CONFIGS: (1, 3),
 }
 
 # Kafka's error codes used here
@@ -107,7 +109,10 @@ def parse(frame: bytes) -> Request:
     lo_hi = SUPPORTED.get(key)
     if lo_hi is None or not lo_hi[0] <= version <= lo_hi[1]:
         return Request(key, version, corr, None, None, _flexible(key, version))
-    cls = load_request_schema(key, version)
+    try:
+        cls = load_request_schema(key, version)
+    except Exception:   # a version this kio does not know: answered as not served
+        return Request(key, version, corr, None, None, False)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     try:
         header, size = entity_reader(header_cls)(frame, 0)

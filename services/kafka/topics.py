@@ -12,9 +12,11 @@ from quiver.errors import QuiverError, TopicNotExistError
 from quiver.wire.names import topic_problem
 
 from .handlers import error_of
-from .protocol import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, INVALID_REQUEST, NONE
+from .protocol import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, INVALID_REQUEST, NONE
 
 TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_TOPIC = 36, 37, 17
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+STATIC_SOURCE, DEFAULT_SOURCE = 4, 5   # Kafka's ConfigSource: static broker config, default
 MAX_PARTITIONS = 1024
 
 
@@ -24,7 +26,7 @@ class Topics:
 
     def apis(self) -> dict:
         return {CREATE_TOPICS: self.create_topics, DELETE_TOPICS: self.delete_topics,
-                CREATE_PARTITIONS: self.create_partitions}
+                CREATE_PARTITIONS: self.create_partitions, DESCRIBE_CONFIGS: self.describe_configs}
 
     def _exists(self, topic: str) -> bool:
         try:
@@ -114,3 +116,30 @@ class Topics:
         except QuiverError as exc:
             return error_of(exc), str(exc)
         return NONE, None
+
+    def describe_configs(self, body) -> dict:
+        """The few settings a Kafka client reads that the gateway can state (read-only); a topic must exist."""
+        out = []
+        for r in body.resources:
+            err, configs = NONE, {}
+            if r.resource_type == TOPIC_RESOURCE:
+                try:
+                    self.gw.partitions(r.resource_name, refresh=True)
+                    configs = {"cleanup.policy": "delete", "max.message.bytes": str(self.gw.config.max_message_bytes),
+                               "message.timestamp.type": "CreateTime", "compression.type": "producer"}
+                except QuiverError as exc:
+                    err = error_of(exc)
+            elif r.resource_type == BROKER_RESOURCE:
+                configs = {"message.max.bytes": str(self.gw.config.max_message_bytes),
+                           "auto.create.topics.enable": "false"}
+            else:
+                err = INVALID_REQUEST
+            wanted = set(r.configuration_keys) if r.configuration_keys is not None else None
+            out.append({"error_code": err, "error_message": None, "resource_type": r.resource_type,
+                        "resource_name": r.resource_name, "configs": [
+                            {"name": k, "value": v, "read_only": True, "config_source": STATIC_SOURCE,
+                             "is_default": False, "is_sensitive": False, "synonyms": [], "config_type": 0,
+                             "documentation": None}
+                            for k, v in sorted(configs.items()) if wanted is None or k in wanted]})
+            self.gw._count("describe_configs", err)
+        return {"throttle_time": 0, "results": out}

@@ -187,6 +187,9 @@ def test_admin_client_creates_grows_and_deletes_topics(env):
     wait_for(lambda: parts() == 7, 20, "7 partitions")
     after = sorted(admin.queues("KfAdmin"), key=lambda q: (q.broker, q.queue_id))
     assert after[:5] == before      # the old partitions keep their numbers
+    from confluent_kafka.admin import ConfigResource
+    [cfg] = ac.describe_configs([ConfigResource("topic", "KfAdmin")]).values()
+    assert cfg.result(20)["max.message.bytes"].value == str(4 * 1024 * 1024)
     [gone] = ac.delete_topics(["KfAdmin"]).values()
     assert gone.result(20) is None
     wait_for(lambda: ac.list_topics("KfAdmin", timeout=10).topics["KfAdmin"].error is not None, 20, "deleted")

@@ -140,3 +140,10 @@ def test_garbled_or_unserved_requests():
     assert struct.unpack_from(">ih", protocol.unsupported(unserved), 4) == (6, protocol.UNSUPPORTED_VERSION)
     versions = protocol.unsupported(protocol.parse(struct.pack(">hhih", 18, 99, 7, -1)))
     assert struct.unpack_from(">ih", versions, 4) == (7, protocol.UNSUPPORTED_VERSION)
+
+
+def test_every_served_version_has_kio_types():
+    from kio.index import load_request_schema, load_response_schema
+    for key, (lo, hi) in protocol.SUPPORTED.items():
+        for version in range(lo, hi + 1):
+            assert load_request_schema(key, version) and load_response_schema(key, version), (key, version)
