@@ -177,6 +177,8 @@ class App:
                 answers.put(out)
         except OSError:
             pass   # the client went away
+        except Exception:   # a request that breaks the gateway's code: this connection ends, no other
+            log.exception("closed %s: its request could not be answered", peer)
         finally:
             answers.put(None)
             writer.join(self.config.request_timeout_ms / 1000 + 5)
@@ -188,13 +190,17 @@ class App:
         """Each answer in request order: bytes, or a callable waiting for the brokers first."""
         broken = False
         while (out := answers.get()) is not None:
-            if callable(out):
-                out = out()
-            if out and not broken:
-                try:
+            try:
+                if callable(out):
+                    out = out()
+                if out and not broken:
                     conn.sendall(out)
-                except OSError:
-                    broken = True   # keep draining: the reader stops at its next recv
+            except OSError:
+                broken = True       # keep draining: the reader stops at its next recv
+            except Exception:       # an answer that cannot be written: this connection ends, no other
+                log.exception("an answer could not be written; closing the connection")
+                broken = True
+                _shutdown(conn)
 
     def answer(self, frame: bytes, peer=None, conn: "_Conn | None" = None):
         """What answers one request frame: its bytes (b"" for none: acks=0), a callable giving them once
@@ -252,6 +258,13 @@ def _read(conn: socket.socket, n: int) -> bytes | None:
             return None
         buf += chunk
     return bytes(buf)
+
+
+def _shutdown(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)   # the reader's recv returns: it stops
+    except OSError:
+        pass
 
 
 def _close(conn: socket.socket) -> None:

@@ -128,3 +128,21 @@ def test_sasl_plain_session_and_refusals():
     assert auth(b"garbage") == SASL_AUTHENTICATION_FAILED
     assert auth(b"\0alice\0pw") == protocol.NONE and s.user == "alice"
     assert auth(b"\0alice\0pw") == ILLEGAL_SASL_STATE                     # once
+
+
+def test_a_failing_handler_is_answered_unknown_server_error_and_a_garbled_header_closes():
+    from quiver_kafka.app import App
+
+    class Broken:
+        counts, _lock = {}, threading.Lock()
+
+        def handle(self, req):
+            raise RuntimeError("bug")
+
+        def _count(self, api, err):
+            self.counts[(api, err)] = self.counts.get((api, err), 0) + 1
+    app = App.__new__(App)
+    app.gateway, app.users, app.closed_bad = Broken(), {}, 0
+    out = app.answer(struct.pack(">hhih", 18, 2, 9, -1))            # ApiVersions v2
+    assert struct.unpack_from(">iih", out) == (len(out) - 4, 9, protocol.UNKNOWN_SERVER_ERROR)
+    assert app.answer(b"\x00\x12") is None and app.closed_bad == 1  # the caller closes that connection
