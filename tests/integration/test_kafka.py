@@ -19,10 +19,10 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  
 
 from quiver import Admin  # noqa: E402
 from quiver import Message as QMessage  # noqa: E402
-from quiver import PullConsumer  # noqa: E402
+from quiver import MessageSelector, PullConsumer  # noqa: E402
 from quiver import Producer as QProducer  # noqa: E402
 from quiver.client.base import MessageQueue  # noqa: E402
-from quiver.tools.local import LocalCluster, free_port  # noqa: E402
+from quiver.tools.local import LocalCluster, free_port, wait_healthy  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -373,6 +373,27 @@ def test_kafka_producer_to_quiver_pull_consumer_with_keys_properties_and_born_ti
         m = by_body[b"kq-%d" % i]
         assert m.keys == ["order-%d" % i] and m.properties["region"] == "eu"
         assert m.born_timestamp == 1_600_000_000_000 + i
+
+
+def test_kafka_headers_are_properties_a_sql92_selector_filters_on(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfSql", queues=1)
+    flt = c.add_service("filter", "quiver_filter", "--register-interval-ms", "500", data=False)
+    wait_healthy([flt])
+    wait_for(lambda: flt.addr in {a for addrs in admin.topic_route("KfSql").get("filter_servers", {}).values()
+                                  for a in addrs}, 30, "the filter server in KfSql's route")
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        p.produce("KfSql", b"s-%d" % i, headers=[("region", b"eu" if i % 2 else b"us"), ("n", str(i).encode())],
+                  partition=i % 2)
+    assert p.flush(20) == 0
+    got = []
+    pc = PullConsumer("kf-sql", namesrv=c.namesrv, consume_from="first")
+    pc.subscribe("KfSql", MessageSelector.sql("region = 'eu' AND n > 2"))
+    with pc:
+        wait_for(lambda: got.extend(m.body for m in pc.poll(timeout=0.5)) or len(got) >= 4, 30, "4 matches")
+        got.extend(m.body for m in pc.poll(timeout=0.5))
+    assert sorted(got) == [b"s-3", b"s-5", b"s-7", b"s-9"]
 
 
 def _frame(api_key, version, corr, body=b""):
