@@ -13,7 +13,7 @@ from quiver.runtime.settings import describe
 
 SERVICES = [("namesrv", "quiver_namesrv"), ("broker-store", "quiver_broker"), ("filter", "quiver_filter"),
             ("scheduler", "quiver_scheduler"), ("txn-checker", "quiver_txn"), ("console", "quiver_console"),
-            ("proxy", "quiver_proxy")]
+            ("proxy", "quiver_proxy"), ("kafka", "quiver_kafka")]
 BEGIN, END = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
 
 
