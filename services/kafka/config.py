@@ -31,8 +31,9 @@ class Config(ServiceSettings):
     tls_cert: str = setting("", "PEM certificate (chain) of the Kafka listener: clients connect with TLS (SSL, or "
                                 "SASL_SSL with --sasl-users); empty: plaintext")
     tls_key: str = setting("", "PEM private key of --tls-cert")
-    credentials: str = setting("", "auth on: the key file the gateway's own SDK clients use (without --sasl-users, "
-                                   "every Kafka client's); empty: the auth dir's admin.key")
+    credentials: str = setting("", "auth on: the key file the gateway's own SDK clients use; without --sasl-users "
+                                   "every Kafka client acts with it, so it must be given then (a user with only the "
+                                   "rights anonymous clients may have); empty: the auth dir's admin.key")
 
     @property
     def key_file(self) -> str | None:
@@ -45,6 +46,10 @@ class Config(ServiceSettings):
         _host_port("--listen", self.listen)
         if self.advertise and addr_problem(self.advertise):
             raise ValueError(f"--advertise {self.advertise!r}: {addr_problem(self.advertise)}")
+        if self.auth_dir and not self.sasl_users and not self.credentials:
+            # unauthenticated Kafka clients would act with the auth dir's SUPER key
+            raise ValueError("auth is on (--auth-dir) but Kafka clients do not authenticate: give --sasl-users, or "
+                             "--credentials with the key of a user holding only what every client may do")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
         if not 1024 <= self.max_request_bytes <= 256 * 1024 * 1024:
