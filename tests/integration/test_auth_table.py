@@ -18,7 +18,6 @@ from quiver.wire.curve import Credentials, KeyPair
 from quiver.wire.transport import Transport
 
 from support.secure import add_user, secure_cluster
-from support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -82,19 +81,6 @@ class Table:
             self.rightful[code] = Transport(f"t-{user}", credentials=creds)
         return self.rightful[code]
 
-    @staticmethod
-    def _rightful(right, role, addr, code, ext, bodies, retry):
-        """The reply to the user with the right. A follower service (all but the broker) whose ACL
-        fetch fell between the user's creation and its grants refuses it until its next fetch when
-        the refusal just before (the user without the right) used up its re-check for half a second:
-        asked again until served."""
-        def call():
-            return right.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
-        if not retry or role == "broker":
-            return call()
-        return wait_for(lambda: (lambda env: env if env.code != ResponseCode.NO_PERMISSION else None)(call()), 30,
-                        f"{role} to serve {code.name} to the user with the right", interval=0.2)
-
     def check(self, role: str, addr: str, code: RequestCode) -> None:
         ext, bodies = self.table[int(code)]
         schema = rq.SCHEMAS[code]
@@ -109,7 +95,7 @@ class Table:
             if denied.code != ResponseCode.NO_PERMISSION and not lookup_failed:
                 self.wrong.append(f"{role} {code.name}: a user without the right got {denied.code} {denied.remark}")
         right = self.t_admin if access.roles or access.super_only else self._right(code, schema, ext)
-        got = self._rightful(right, role, addr, code, ext, bodies, retry=not access.roles)
+        got = right.call(addr, code, ext, bodies, timeout=5, ok=tuple(ResponseCode))
         refused = got.code == ResponseCode.NO_PERMISSION
         if access.roles and not refused:
             self.wrong.append(f"{role} {code.name}: a SUPER user's key got past a service-role check ({got.code})")

@@ -6,8 +6,9 @@ Every `interval_s` (and at once, at most twice a second, when ZAP sees a key it
 does not know — a user just added) the follower asks one broker for its
 snapshot with the version it has; an unchanged ACL costs one small reply.
 A request this ACL refuses is held for one fetch too (started at most twice a
-second, joined by the refusals that come while it runs) and checked again once it
-is answered: a grant of a moment ago is served at once, not after the interval.
+second, joined by the refusals that come while it runs or waits to start) and checked
+again once it is answered: a grant of a moment ago is served at once, not after the
+interval, even right after another refusal's fetch.
 Everything runs on the transport's IO thread through callbacks: the service
 thread never waits on it. A broker that does not answer is skipped for the
 next one; the snapshot in use stays until a newer one comes.
@@ -64,9 +65,9 @@ class AclFollower:
         return answered
 
     def recheck(self, then) -> bool:
-        """A request this ACL refused (service thread): fetch now and call then() once answered
-        (any thread), so it is checked again. False: not held (a fetch started under half a
-        second ago has ended, or too many wait), refuse it now."""
+        """A request this ACL refused (service thread): fetch and call then() once answered (any
+        thread), so it is checked again. The fetch starts now, or half a second after the last
+        one started (so at most two a second). False: not held (too many wait), refuse it now."""
         with self._lock:
             if self._held is not None:
                 if len(self._held) >= MAX_HELD:
@@ -74,11 +75,16 @@ class AclFollower:
                 self._held.append(then)
                 return True
             now = self._clock()
-            if now - self._last_recheck < 0.5:
-                return False
-            self._last_recheck = now
+            wait = self._last_recheck + 0.5 - now
+            self._last_recheck = max(now, self._last_recheck + 0.5)
             self._held = [then]
-        self.step(self._rechecked)
+        if wait > 0:
+            # the last fetch may predate this request's grant: held for the next one, when it is due
+            timer = threading.Timer(wait, self.step, (self._rechecked,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self.step(self._rechecked)
         return True
 
     def _rechecked(self) -> None:
