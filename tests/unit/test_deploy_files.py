@@ -20,7 +20,7 @@ def _compose_metrics_ports() -> set[int]:
 def test_prometheus_scrapes_every_metrics_port():
     doc = yaml.safe_load((ROOT / "deploy/prometheus.yml").read_text())
     ports = {sd["port"] for job in doc["scrape_configs"] for sd in job["dns_sd_configs"]}
-    assert ports == _compose_metrics_ports() == set(range(9301, 9308))
+    assert ports == _compose_metrics_ports() == set(range(9301, 9309))
     assert all(job["job_name"].startswith("quiver-") for job in doc["scrape_configs"])
 
 

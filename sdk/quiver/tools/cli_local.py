@@ -88,6 +88,8 @@ def up(data_dir, compose, scale, free_ports, flush, auto_create, demo, detach, s
     from quiver.tools import compose as compose_mod
     from quiver.tools.local import LocalCluster
     specs = compose_mod.load(_compose_path(compose))
+    if secure:   # unauthenticated Kafka clients would act as the admin: the gateway needs SASL users first
+        specs = [s for s in specs if s.role != "kafka"]
     counts = {}
     for item in scale:
         name, _, n = item.partition("=")
@@ -119,11 +121,15 @@ def up(data_dir, compose, scale, free_ports, flush, auto_create, demo, detach, s
         say(f"  {svc['role']:<12} {svc['name']:<16} {svc['addr']:<22} pid {svc['pid']}{metrics}")
     say(f"  namesrv for clients: {cluster.namesrv}  (in {state}: quiver verbs run from here, or with "
         f"QUIVER_DATA_DIR={cluster.data_dir}, use it)")
+    kafka = [s.url for s in cluster.services if s.role == "kafka"]
+    if kafka:
+        say(f"  Kafka clients: bootstrap.servers={','.join(kafka)}")
     say(f"export QUIVER_NAMESRV='{cluster.namesrv}'")
     if auth_dir:
         key = os.path.join(auth_dir, "admin.key")
         os.environ["QUIVER_CREDENTIALS"] = key  # the demo's clients
         say(f"  auth on: CURVE + ACL; SUPER user key {key}")
+        say("    the Kafka gateway is not started: with auth on it needs --sasl-users (README, Kafka clients)")
         say(f"    export QUIVER_CREDENTIALS={key}   # then: quiver acl user add NAME --out NAME.key")
     if demo:
         from quiver.tools.demo import run_demo

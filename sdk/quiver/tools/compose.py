@@ -19,7 +19,10 @@ from quiver.tools.local import LocalCluster, ServiceProcess, free_port
 
 ROLE_OF_MODULE = {"quiver_namesrv": "namesrv", "quiver_broker": "broker", "quiver_filter": "filter",
                   "quiver_scheduler": "scheduler", "quiver_txn": "txn-checker", "quiver_console": "console",
-                  "quiver_proxy": "proxy"}
+                  "quiver_proxy": "proxy", "quiver_kafka": "kafka"}
+# the setting holding a service's client-facing port (besides its PING port), what routes or Metadata
+# advertise, and how the summary names it
+CLIENT_PORT = {"QUIVER_GRPC_LISTEN": "endpoints", "QUIVER_KAFKA_LISTEN": "bootstrap.servers"}
 
 
 @dataclass
@@ -115,11 +118,12 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
                 env["QUIVER_DATA_DIR"] = os.path.join(cluster.data_dir, spec.name, replica)
             if env.get("QUIVER_METRICS_LISTEN"):
                 env["QUIVER_METRICS_LISTEN"] = _metrics_addr(env["QUIVER_METRICS_LISTEN"], cluster.host, i, free_ports)
-            for key in ("QUIVER_HTTP_LISTEN", "QUIVER_GRPC_LISTEN"):  # console pages, proxy: as the metrics port
+            for key in ("QUIVER_HTTP_LISTEN", *CLIENT_PORT):  # console pages, proxy, gateway: as the metrics port
                 if env.get(key):
                     env[key] = _metrics_addr(env[key], cluster.host, i, free_ports)
-            if env.get("QUIVER_GRPC_LISTEN"):   # the proxy's routes name its gRPC port
-                env["QUIVER_ADVERTISE"] = env["QUIVER_GRPC_LISTEN"]
+            client_key = next((k for k in CLIENT_PORT if env.get(k)), None)
+            if client_key:   # the proxy's routes, the gateway's Metadata name that port
+                env["QUIVER_ADVERTISE"] = env[client_key]
             if spec.role == "broker":
                 env["QUIVER_BROKER_NAME"] = f"broker-{chr(ord('a') + i)}" if i < 26 else f"broker-{i}"
             env.update((overrides or {}).get(spec.name, {}))
@@ -127,8 +131,8 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
                                  spec.role, env=env)
             if env.get("QUIVER_HTTP_LISTEN"):
                 svc.url = f"http://{env['QUIVER_HTTP_LISTEN']}/"
-            elif env.get("QUIVER_GRPC_LISTEN"):   # RocketMQ 5 clients' endpoints
-                svc.url = env["QUIVER_GRPC_LISTEN"]
+            elif client_key:   # RocketMQ 5 clients' endpoints, Kafka clients' bootstrap server
+                svc.url = env[client_key]
             cluster.services.append(cluster.start_service(svc))
             started.append(svc)
         cluster.wait()
@@ -136,10 +140,12 @@ def start(cluster: LocalCluster, specs: list[ServiceSpec], scale: dict[str, int]
             cluster.wait_registered(len(started))
         for svc in started:
             if svc.url:
-                log(f"{spec.name} {svc.name}: {'open' if svc.url.startswith('http') else 'endpoints'} {svc.url}")
+                label = "open" if svc.url.startswith("http") else next(
+                    (v for k, v in CLIENT_PORT.items() if svc.env.get(k)), "endpoints")
+                log(f"{spec.name} {svc.name}: {label} {svc.url}")
 
 
-PORT_SETTINGS = ("QUIVER_METRICS_LISTEN", "QUIVER_HTTP_LISTEN", "QUIVER_GRPC_LISTEN")
+PORT_SETTINGS = ("QUIVER_METRICS_LISTEN", "QUIVER_HTTP_LISTEN", *CLIENT_PORT)
 
 
 def planned_ports(specs: list[ServiceSpec], scale: dict[str, int]) -> list[tuple[str, int]]:
