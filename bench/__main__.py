@@ -8,8 +8,8 @@
     python -m bench --only quiver-async --trace --workloads produce           # message trace on vs off
 
 Systems: ceilings (raw pyzmq + disk), floor (bare pyzmq on the sync and e2e workloads), quiver-async, quiver-sync, quiver-auth, quiver-trace, redis,
-jetstream, rabbitmq, rocketmq5-proxy (rocketmq-python-client through quiver_proxy) (aliases: quiver,
-nats, rabbit, raw, peers, proxy). Workloads:
+jetstream, rabbitmq, rocketmq5-proxy (rocketmq-python-client through quiver_proxy), kafka-gateway
+(confluent-kafka through quiver_kafka) (aliases: quiver, nats, rabbit, raw, peers, proxy, kafka). Workloads:
 produce, batch, consume, sync, e2e, produce_64, produce_16k, procs, raw, disk.
 Peers are installed with apt-get when absent, started on 127.0.0.1 with data
 in a temp dir and stopped by PID, also on Ctrl-C. Writes

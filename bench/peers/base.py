@@ -139,6 +139,59 @@ def one_broker(data_dir: str, *broker_args: str, **cluster_kw):
     return cluster
 
 
+def timed_produce(client, topic: str, n: int, size: int) -> dict:
+    """msg/s of a client's pipelined `produce(topic, n, size)` (which returns the acked count),
+    after 10 untimed ones (routes, metadata, connections); every message must be acked."""
+    client.produce(topic, 10, size)
+    t0 = time.perf_counter()
+    acked = client.produce(topic, n, size)
+    if acked != n:
+        raise RuntimeError(f"{acked} of {n} sends acked")
+    return {"msgs_s": acked / (time.perf_counter() - t0)}
+
+
+class GatewaySystem(System):
+    """A name server and one broker on loopback with a gateway in front (`add_gateway`), the
+    Quiver Admin that makes each fresh topic (4 queues), and `client_class(conn())` to produce."""
+
+    tmp_prefix = "quiver-bench-"
+    client_class = None
+
+    def add_gateway(self, cluster) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        import contextlib
+        import tempfile
+
+        from quiver import Admin
+        from quiver.tools.local import LocalCluster
+        with contextlib.ExitStack() as stack:      # a failed start undoes what it started
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix=self.tmp_prefix))
+            self.cluster = LocalCluster(tmp)
+            stack.callback(self.cluster.stop)
+            self.cluster.add_core()
+            self.add_gateway(self.cluster)
+            self.cluster.wait()
+            self.admin = Admin(namesrv=self.cluster.namesrv)
+            stack.callback(self.admin.shutdown)
+            self.client = self.client_class(self.conn())
+            stack.callback(self.client.close)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+
+    def new_topic(self) -> str:
+        topic = unique("T")
+        self.admin.create_topic(topic, queues=4)
+        return topic
+
+    def produce(self, n: int, size: int) -> dict:
+        return timed_produce(self.client, self.new_topic(), n, size)
+
+
 # ---- child processes ------------------------------------------------------------------
 
 def stop(proc: subprocess.Popen) -> None:

@@ -17,10 +17,12 @@ SYSTEMS = {
     "jetstream": ("bench.peers.jetstream", "JetStream"),
     "rabbitmq": ("bench.peers.rabbitmq", "RabbitMQ"),
     "rocketmq5-proxy": ("bench.peers.rocketmq5", "RocketMQ5"),
+    "kafka-gateway": ("bench.peers.kafka_gateway", "KafkaGateway"),
 }
 ALIASES = {"quiver": ["quiver-async", "quiver-sync"], "nats": ["jetstream"], "rabbit": ["rabbitmq"],
            "raw": ["ceilings", "floor"], "peers": ["redis", "jetstream", "rabbitmq"],
-           "proxy": ["rocketmq5-proxy"], "rocketmq5": ["rocketmq5-proxy"]}
+           "proxy": ["rocketmq5-proxy"], "rocketmq5": ["rocketmq5-proxy"],
+           "kafka": ["kafka-gateway"]}
 OPT_IN = {"quiver-auth", "quiver-trace"}  # only by name or with --auth / --trace
 PACKAGES = {"redis": "redis-server", "jetstream": "nats-server", "rabbitmq": "rabbitmq-server"}
 

@@ -10,18 +10,13 @@ What the client itself costs, without the proxy: `python -m bench.proxy` (its ce
 """
 
 import collections
-import contextlib
 import logging
-import tempfile
 import time
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression
 from rocketmq import Message as V5Message
 from rocketmq import Producer as V5Producer
 from rocketmq import SimpleConsumer as V5SimpleConsumer
-
-from quiver import Admin
-from quiver.tools.local import LocalCluster
 
 from bench.peers import base
 
@@ -69,47 +64,21 @@ class Client:
         self.producers.clear()
 
 
-class RocketMQ5(base.System):
+class RocketMQ5(base.GatewaySystem):
     name = "rocketmq5-proxy"
     durability = "Quiver flush ASYNC behind quiver_proxy (gRPC)"
     notes = {"batch": "N/A: the 5.x client sends one message per SendMessage call",
              "e2e": "N/A: the 5.x client sends fewer than the 2k msg/s asked (python -m bench.proxy)",
              "consume": "SimpleConsumer (POP) batches of 32, one ack call per message"}
 
-    def __enter__(self):
-        with contextlib.ExitStack() as stack:      # a failed start undoes what it started
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="quiver-bench-rocketmq5-"))
-            self.cluster = LocalCluster(tmp)
-            stack.callback(self.cluster.stop)
-            self.cluster.add_core()
-            self.proxy = self.cluster.add_proxy("--pop-consume-from", "first")
-            self.cluster.wait()
-            self.admin = Admin(namesrv=self.cluster.namesrv)
-            stack.callback(self.admin.shutdown)
-            self.client = Client(self.conn())
-            stack.callback(self.client.close)
-            self._stack = stack.pop_all()
-        return self
+    tmp_prefix = "quiver-bench-rocketmq5-"
+    client_class = Client
 
-    def __exit__(self, *exc):
-        self._stack.close()
+    def add_gateway(self, cluster) -> None:
+        self.proxy = cluster.add_proxy("--pop-consume-from", "first")
 
     def conn(self) -> dict:
         return {"endpoint": self.proxy.url}
-
-    def new_topic(self) -> str:
-        topic = base.unique("T")
-        self.admin.create_topic(topic, queues=4)
-        return topic
-
-    def produce(self, n: int, size: int) -> dict:
-        topic = self.new_topic()
-        self.client.produce(topic, 10, size)          # route and settings outside the timing
-        t0 = time.perf_counter()
-        acked = self.client.produce(topic, n, size)
-        if acked != n:
-            raise RuntimeError(f"{acked} of {n} sends acked")
-        return {"msgs_s": acked / (time.perf_counter() - t0)}
 
     def consume(self, n: int) -> dict:
         topic = self.new_topic()

@@ -84,6 +84,7 @@ PER_SYSTEM = {
     "quiver-trace": ["produce", "batch"],                     # next to quiver-async: what tracing costs
     # the 5.x client sends under 2k msg/s here: no e2e at 2k (nor the load steps), no 16 client processes
     "rocketmq5-proxy": ["produce", "consume", "sync", "produce_64", "produce_16k"],
+    "kafka-gateway": ["produce", "consume", "sync", "e2e", "produce_64", "produce_16k"],
 }
 DEFAULT = ["produce", "batch", "consume", "sync", "e2e", "produce_64", "produce_16k", "procs", "load"]
 # run only when named in --workloads: minutes each (10M messages stored, then a kill -9 and recovery)

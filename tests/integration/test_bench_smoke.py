@@ -120,6 +120,26 @@ def test_bench_rocketmq5_proxy_column(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.bench
+@pytest.mark.kafka
+def test_bench_kafka_gateway_column(tmp_path):
+    # confluent-kafka through quiver_kafka as a system of its own: pipelined produce, a group's
+    # consumer, sync produce and e2e, every workload measured (structure, not speed)
+    proc = subprocess.run([sys.executable, "-m", "bench", "--only", "kafka", "--smoke", "--repeat", "1",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [js] = list(tmp_path.glob("*.json"))
+    entry = json.loads(js.read_text())["results"]["kafka-gateway"]
+    assert entry["errors"] == {}, entry["errors"]
+    m = entry["metrics"]
+    for key in ("produce_msgs_s", "consume_msgs_s", "produce_64b_msgs_s", "produce_16k_msgs_s", "e2e_rate_msgs_s"):
+        assert m[key]["median"] > 0, key
+    assert 0 < m["sync_p50_us"]["median"] <= m["sync_p99_us"]["median"]
+    assert 0 < m["e2e_p50_us"]["median"] <= m["e2e_p99_us"]["median"]
+    assert "| kafka-gateway |" in js.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.bench
 def test_bench_proxy_reports_the_client_ceiling(tmp_path):
     # SDK, proxy and the 5.x client against a server answering at once, with CPU per message
     proc = subprocess.run([sys.executable, "-m", "bench.proxy", "--messages", "200", "--out", str(tmp_path)], cwd=ROOT,
