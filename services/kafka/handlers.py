@@ -216,10 +216,14 @@ class Gateway:
 
     def _fetch_round(self, body):
         total, responses, budget = 0, [], body.max_bytes if body.max_bytes > 0 else 1 << 30
-        for t in body.topics:
+        # every partition's pull leaves at once (the brokers work while earlier answers are converted);
+        # the answers are then read in request order, the response's byte budget applied to each
+        started = [[self._pull_start(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
+                    for p in t.partitions] for t in body.topics]
+        for t, pulls in zip(body.topics, started):
             parts = []
-            for p in t.partitions:
-                part = self._fetch_one(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget))
+            for p, pull in zip(t.partitions, pulls):
+                part = self._fetch_one(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget), pull)
                 size = len(part["records"] or b"")
                 total, budget = total + size, max(0, budget - size)
                 self._count("fetch", part["error_code"])
@@ -227,7 +231,24 @@ class Gateway:
             responses.append({"topic": t.topic, "partitions": parts})
         return total, responses
 
-    def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int) -> dict:
+    def _pull_request(self, topic: str, mq, offset: int, max_bytes: int):
+        addr = self.admin.read_addr(topic, mq.broker) or self.admin.broker_addr(mq.broker, topic)
+        return addr, queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
+                                          max_bytes=max(1024, max_bytes))
+
+    def _pull_start(self, topic: str, partition: int, offset: int, max_bytes: int):
+        """A partition's pull sent without waiting (its future), None when it cannot start so:
+        _fetch_one then pulls the blocking way, which reports the error or reads from a slave."""
+        mq, _ = self.queue(topic, partition)
+        if mq is None or offset < 0:
+            return None
+        try:
+            addr, req = self._pull_request(topic, mq, offset, max_bytes)
+            return self.admin._io().call_future(addr, req, None, (), self.admin.request_timeout)
+        except Exception:
+            return None
+
+    def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, pull=None) -> dict:
         out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
                "records": b""}   # empty, not null: librdkafka refuses a null record set
@@ -236,13 +257,17 @@ class Gateway:
             return {**out, "error_code": err}
         if offset < 0:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
-        try:
-            addr = self.admin.read_addr(topic, mq.broker) or self.admin.broker_addr(mq.broker, topic)
-            req = queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
-                                       max_bytes=max(1024, max_bytes))
-            pulled = queue_puller.fetch(self.admin, addr, req)
-        except Exception as exc:
-            return {**out, "error_code": error_of(exc)}
+        pulled = None
+        if pull is not None:
+            try:
+                pulled = queue_puller.read(pull.result(self.admin.request_timeout + 1.0))
+            except Exception:
+                pulled = None   # pulled again below: a slave may answer, else its error is the answer
+        if pulled is None:
+            try:
+                pulled = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, max_bytes))
+            except Exception as exc:
+                return {**out, "error_code": error_of(exc)}
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
         if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}

@@ -203,22 +203,50 @@ def _snappy(data: bytes, cap: int) -> bytes:
 
 # ---- encode -----------------------------------------------------------------------------------
 
+# a varint's bytes for 0 <= n < 1 << 13 (lengths and deltas of most records): one lookup, no loop
+_SMALL = tuple(bytes([(n << 1) & 0x7F | 0x80, n >> 6]) if n >= 64 else bytes([n << 1]) for n in range(1 << 13))
+_NULL = b"\x01"   # varint -1: a null key or value
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < 8192:
+        return _SMALL[n]
+    out = bytearray()
+    put_varint(out, n)
+    return bytes(out)
+
+
+def _headers(headers: list[tuple[str, bytes | None]]) -> bytes:
+    out = bytearray(_varint(len(headers)))
+    for hk, hv in headers:
+        _put_bytes(out, hk.encode())
+        _put_bytes(out, hv)
+    return bytes(out)
+
+
 def encode(records: list[Record]) -> bytes:
-    """One uncompressed batch of `records` (offsets ascending, at least one)."""
+    """One uncompressed batch of `records` (offsets ascending, at least one). Each record's pieces
+    are gathered and joined once: a key or value is not copied into a per-record buffer."""
     base, base_ts = records[0].offset, records[0].timestamp
-    body = bytearray()
+    parts: list[bytes] = []
+    add, varint, small = parts.extend, _varint, _SMALL
+    max_ts = base_ts
     for r in records:
-        rec = bytearray(b"\x00")
-        put_varint(rec, r.timestamp - base_ts)
-        put_varint(rec, r.offset - base)
-        _put_bytes(rec, r.key)
-        _put_bytes(rec, r.value)
-        put_varint(rec, len(r.headers))
-        for hk, hv in r.headers:
-            _put_bytes(rec, hk.encode())
-            _put_bytes(rec, hv)
-        put_varint(body, len(rec))
-        body += rec
-    tail = _BODY.pack(NONE, records[-1].offset - base, base_ts, max(r.timestamp for r in records),
-                      -1, -1, -1, len(records)) + body
+        ts, key, value = r.timestamp, r.key, r.value
+        if ts > max_ts:
+            max_ts = ts
+        dt, do = ts - base_ts, r.offset - base
+        head = b"\x00" + (small[dt] if 0 <= dt < 8192 else varint(dt)) + (small[do] if 0 <= do < 8192 else varint(do))
+        if key is None:
+            kl, key = _NULL, b""
+        else:
+            kl = small[len(key)] if len(key) < 8192 else varint(len(key))
+        if value is None:
+            vl, value = _NULL, b""
+        else:
+            vl = small[len(value)] if len(value) < 8192 else varint(len(value))
+        hs = _headers(r.headers) if r.headers else b"\x00"
+        size = len(head) + len(kl) + len(key) + len(vl) + len(value) + len(hs)
+        add((small[size] if size < 8192 else varint(size), head, kl, key, vl, value, hs))
+    tail = _BODY.pack(NONE, records[-1].offset - base, base_ts, max_ts, -1, -1, -1, len(records)) + b"".join(parts)
     return _HEAD.pack(base, len(tail) + 9, 0, MAGIC, crc32c(tail)) + tail

@@ -29,6 +29,16 @@ def test_batch_round_trip_keeps_every_field_exactly():
     assert batch.base_offset == 10 and batch.records == recs
 
 
+def test_batch_round_trip_across_varint_widths():
+    # lengths and deltas each side of the one- and two-byte varints and of the writer's lookup table
+    sizes = [0, 1, 63, 64, 65, 8191, 8192, 20_000]
+    recs = [_rec(5 + i * 70, 1_700_000_000_000 + d, b"k" * n, b"v" * sizes[-1 - i], [("h", b"x" * n)] if i % 2 else [])
+            for i, (n, d) in enumerate(zip(sizes, [0, -1, 64, -9000, 8191, 8192, 10**9, -(10**9)]))]
+    recs.append(_rec(recs[-1].offset + 9000, 0, None, None))
+    [batch] = records.decode(records.encode(recs))
+    assert batch.base_offset == 5 and batch.records == recs
+
+
 def test_several_batches_decode_in_order():
     data = records.encode([_rec(0, 5), _rec(1, 6)]) + _compressed(records.GZIP, [_rec(2, 7)], gzip.compress)
     assert [r.offset for b in records.decode(data) for r in b.records] == [0, 1, 2]
