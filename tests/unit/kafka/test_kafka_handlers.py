@@ -8,6 +8,7 @@ from crc32c import crc32c
 
 from quiver.client.base import MessageQueue
 from quiver.errors import TopicNotExistError
+from quiver.wire.codes import ResponseCode
 from quiver_kafka import protocol
 from quiver_kafka import records
 from quiver_kafka.handlers import Gateway
@@ -146,3 +147,23 @@ def test_a_failing_handler_is_answered_unknown_server_error_and_a_garbled_header
     out = app.answer(struct.pack(">hhih", 18, 2, 9, -1))            # ApiVersions v2
     assert struct.unpack_from(">iih", out) == (len(out) - 4, 9, protocol.UNKNOWN_SERVER_ERROR)
     assert app.answer(b"\x00\x12") is None and app.closed_bad == 1  # the caller closes that connection
+
+
+def test_a_fetch_round_sends_every_partitions_pull_before_reading_an_answer():
+    g = _gateway({"T": [MessageQueue("T", "a", i) for i in range(3)]})
+    sent, sent_when_read = [], []
+    nothing_new = types.SimpleNamespace(code=ResponseCode.PULL_NOT_FOUND, remark="", bodies=(),
+                                        ext={"next": 7, "min": 0, "max": 7})
+
+    class _Pull:
+        def result(self, timeout=None):
+            sent_when_read.append(len(sent))
+            return nothing_new
+
+    io = types.SimpleNamespace(call_future=lambda addr, req, ext, bodies, timeout: sent.append(req.queue_id) or _Pull())
+    g.admin.read_addr, g.admin.request_timeout, g.admin._io = (lambda topic, broker: "127.0.0.1:1"), 1.0, lambda: io
+    body = types.SimpleNamespace(max_bytes=1 << 20, topics=[types.SimpleNamespace(topic="T", partitions=[
+        types.SimpleNamespace(partition=i, fetch_offset=7, partition_max_bytes=1024) for i in range(3)])])
+    total, [answer] = g._fetch_round(body)
+    assert sent == [0, 1, 2] and sent_when_read == [3, 3, 3] and total == 0
+    assert [(p["error_code"], p["high_watermark"]) for p in answer["partitions"]] == [(0, 7)] * 3
