@@ -86,11 +86,16 @@ class Project:
         # every port compose publishes on the host is this project's own: two projects run at once
         self.env = {"QUIVER_NAMESRV_PORT": str(free_port()), "QUIVER_DEV_BROKER_PORT": str(free_port()),
                     "QUIVER_CONSOLE_PORT": str(free_port()), "QUIVER_SPARK_UI_PORT": str(free_port()),
-                    "QUIVER_PROXY_PORT": str(free_port())}
+                    "QUIVER_PROXY_PORT": str(free_port()), "QUIVER_KAFKA_PORT": str(free_port())}
+        self.env["QUIVER_KAFKA_ADVERTISE"] = f"127.0.0.1:{self.env['QUIVER_KAFKA_PORT']}"
 
     @property
     def namesrv_port(self) -> int:
         return int(self.env["QUIVER_NAMESRV_PORT"])
+
+    @property
+    def kafka_port(self) -> int:
+        return int(self.env["QUIVER_KAFKA_PORT"])
 
     @property
     def dev_broker_port(self) -> int:

@@ -77,6 +77,20 @@ def test_send_and_consume(traffic):
     assert traffic["consume"] == {"ok": True, "bodies": 200}
 
 
+def test_kafka_client_on_the_host_through_the_gateway(stack, traffic):
+    """The kafka service: a Kafka client on the host (its published port) sees the topic and produces."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from confluent_kafka.admin import AdminClient
+    from support.waiting import wait_for
+    conf = {"bootstrap.servers": f"127.0.0.1:{stack.kafka_port}"}
+    admin = AdminClient(conf)
+    wait_for(lambda: "Orders" in admin.list_topics(timeout=5).topics, 120, "the gateway to list Orders")
+    acked = []
+    p = confluent_kafka.Producer({**conf, "acks": "all"})
+    p.produce("Orders", b"from kafka", key=b"k1", on_delivery=lambda err, msg: acked.append(err))
+    assert p.flush(30) == 0 and acked == [None]
+
+
 def test_tag_filter(traffic):
     assert traffic["tags"]["ok"], traffic["tags"]
     assert traffic["tags"]["bodies"] == sorted(f"order-{i}" for i in range(1, 200, 2))
@@ -146,8 +160,9 @@ def test_down_then_up_keeps_every_message(project, ledger):
     ledger["timings"]["down+up"] = time.monotonic() - t0
     assert broker_names(project) == SLOTS               # new containers, the same three slots
     assert_every_acked_message_is_served(project, ledger)
-    orders = set(project.client("consume", topic="Orders", group="after-down-up", want=202)["bodies"])
-    assert orders == {f"order-{i}" for i in range(200)} | {"delayed-1", "tx-commit"}  # the traffic test's too
+    orders = set(project.client("consume", topic="Orders", group="after-down-up", want=203)["bodies"])
+    # the traffic test's, and the Kafka client's through the gateway
+    assert orders == {f"order-{i}" for i in range(200)} | {"delayed-1", "tx-commit", "from kafka"}
 
 
 def test_scale_down_then_up_serves_the_old_data(project, ledger):
