@@ -291,9 +291,6 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
     c, gw, admin, bootstrap = env
     _topic(admin, "KfGroup")
     p = Producer({"bootstrap.servers": bootstrap})
-    for i in range(40):
-        p.produce("KfGroup", b"g-%d" % i, partition=i % 4)
-    assert p.flush(20) == 0
     conf = {"bootstrap.servers": bootstrap, "group.id": "kf-group", "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"}
@@ -303,6 +300,15 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
         for m in members:
             m.subscribe(["KfGroup"])
 
+        def joined():   # both in the group before anything is sent: neither can take all 40 alone
+            for m in members:
+                assert m.poll(0.2) is None
+            return all(len(m.assignment()) == 2 for m in members)
+        wait_for(joined, 60, "two members assigned two partitions each")
+        for i in range(40):
+            p.produce("KfGroup", b"g-%d" % i, partition=i % 4)
+        assert p.flush(20) == 0
+
         def poll_all():
             for i, m in enumerate(members):
                 msg = m.poll(0.2)
@@ -310,7 +316,7 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
                     got[i].append(msg.value())
                     m.commit(message=msg, asynchronous=False)
             return len(got[0]) + len(got[1]) >= 40 and all(len(m.assignment()) == 2 for m in members)
-        wait_for(poll_all, 30, "40 messages shared by two members of two partitions each")
+        wait_for(poll_all, 60, "40 messages shared by two members of two partitions each")
         assert sorted(got[0] + got[1]) == sorted(b"g-%d" % i for i in range(40))   # each once
         assert got[0] and got[1]
         from confluent_kafka.admin import AdminClient
