@@ -292,7 +292,7 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
     _topic(admin, "KfGroup")
     p = Producer({"bootstrap.servers": bootstrap})
     conf = {"bootstrap.servers": bootstrap, "group.id": "kf-group", "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 6000,
+            "enable.auto.commit": False, "fetch.wait.max.ms": 100, "session.timeout.ms": 30000,
             "heartbeat.interval.ms": 500, "partition.assignment.strategy": "range"}
     members = [Consumer(conf), Consumer(conf)]
     got = {0: [], 1: []}
