@@ -333,15 +333,19 @@ class Timers:
         wm = (low - 1) if low is not None else now_ms()
         if q.in_flight:
             wm = min(wm, min(rows[0].due_ms for rows in q.in_flight) - 1)
-        q.wm = max(q.wm, wm)
+        # not max(q.wm, wm): a timer ingested later may be due before the last watermark (sent out
+        # of due order), and a watermark above a pending row would drop it on the next start
+        q.wm = wm
+        if q.wm >= 0:   # -1: nothing delivered yet (an offset cannot be negative)
+            # before the offset, on the same connection: cut off between the two, the broker holds
+            # a lower watermark with the old offset (delivered twice), never the reverse (lost)
+            self.app.request(q.addr, rq.UpdateConsumerOffset(group=wm_group(self.config.group), topic=TIMER_TOPIC,
+                                                             queue_id=q.unit.queue_id, offset=q.wm),
+                             _log_failure)
         if q.stored != q.committed:
             q.committed = q.stored
             self.app.request(q.addr, rq.UpdateConsumerOffset(group=self.config.group, topic=TIMER_TOPIC,
                                                              queue_id=q.unit.queue_id, offset=q.stored),
-                             _log_failure)
-        if q.wm >= 0:   # -1: nothing delivered yet (an offset cannot be negative)
-            self.app.request(q.addr, rq.UpdateConsumerOffset(group=wm_group(self.config.group), topic=TIMER_TOPIC,
-                                                             queue_id=q.unit.queue_id, offset=q.wm),
                              _log_failure)
 
     # ---- roll forward ---------------------------------------------------------------------

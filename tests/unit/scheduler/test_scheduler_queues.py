@@ -275,7 +275,7 @@ def test_timer_queue_goes_on_past_poison(tmp_path):
     app.settle()
     assert db.pending_count() == 2 and app.service.counters["poisoned_skipped"] == 2
     commits = [r[0] for r in app.requests if isinstance(r[0], rq.UpdateConsumerOffset)]
-    assert [c.group for c in commits] == [app.config.group, f"{app.config.group}_TIMER_WM"]
+    assert [c.group for c in commits] == [f"{app.config.group}_TIMER_WM", app.config.group]   # watermark first
     timers._deliver(q)
     (_, _, done), = app.reputs()
     done(_env(ResponseCode.MESSAGE_ILLEGAL, bad=[0]))       # refused by the broker: cancelled, the rest goes on
@@ -288,6 +288,23 @@ def test_timer_queue_goes_on_past_poison(tmp_path):
     assert timers.in_flight_ids() == {"M3"}                 # a cancel is too late until it is marked
     app.settle()
     assert db.pending_count() == 0 and not timers.in_flight_ids()
+    app.writer.close()
+    db.close()
+
+
+def test_a_timer_ingested_after_the_watermark_passed_its_due_time_lowers_it(tmp_path):
+    """Sent out of due order: a timer stored later but due sooner than the pending ones. The
+    watermark the broker keeps must fall below it, or the next start would drop it as delivered."""
+    db, app, timers, q = _timers(tmp_path)
+    later = int(time.time() * 1000) + 60_000
+    timers.ingest(q, _parked([({"TIMER_DELIVER_MS": str(later), "REAL_TOPIC": "T"}, 0)]), 1)
+    app.settle()
+    timers.ingest(q, _parked([({"TIMER_DELIVER_MS": str(later - 30_000), "REAL_TOPIC": "T"}, 1)]), 2)
+    app.settle()
+    wms = [r[0].offset for r in app.requests
+           if isinstance(r[0], rq.UpdateConsumerOffset) and r[0].group.endswith("_TIMER_WM")]
+    assert wms == [later - 1, later - 30_000 - 1]
+    assert db.drop_delivered_by_others("b", wms[-1]) == 0    # a restart drops neither of them
     app.writer.close()
     db.close()
 
