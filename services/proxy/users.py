@@ -30,7 +30,8 @@ from rocketmq.grpc_protocol.definition_pb2 import Code
 
 from quiver.client.base import ClientBase
 from quiver.client.producer import Producer
-from quiver.wire.curve import Credentials, read_credentials
+from quiver.errors import ClientError
+from quiver.wire.curve import Credentials, check_private, read_credentials
 
 from .receiving import Receiving
 from .routes import Routes
@@ -71,7 +72,12 @@ class Backend:
 
 
 def load_access_keys(path: str) -> dict[str, tuple[bytes, Credentials]]:
-    """--access-keys: {access key: (secret, the user's Credentials)}; ValueError saying what is wrong."""
+    """--access-keys: {access key: (secret, the user's Credentials)}; ValueError saying what is wrong.
+    The file holds secrets: one that group or others may read is refused, like a key file."""
+    try:
+        check_private(path, "--access-keys")
+    except ClientError as exc:
+        raise ValueError(str(exc)) from None
     try:
         with open(path) as f:
             data = json.load(f)

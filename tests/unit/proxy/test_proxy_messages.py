@@ -1,5 +1,6 @@
 """The proxy's checks at the door and its conversions, without processes."""
 
+import os
 import time
 
 import pytest
@@ -110,6 +111,10 @@ def test_access_keys_file_and_signatures(tmp_path):
     write_credentials(str(tmp_path / "bob.key"), QCredentials("bob", kp.public_key, kp.secret_key, server.public_key))
     path = tmp_path / "keys.json"
     path.write_text(json.dumps({"AK1": {"secret": "s3cret", "credentials": str(tmp_path / "bob.key")}}))
+    os.chmod(path, 0o644)
+    with pytest.raises(ValueError, match="chmod 600"):                 # secrets others may read
+        load_access_keys(str(path))
+    os.chmod(path, 0o600)
     keys = load_access_keys(str(path))
     assert keys["AK1"][1].user == "bob"
     md = Signature.metadata(ClientConfiguration("127.0.0.1:8081", Credentials("AK1", "s3cret")), "cid")
