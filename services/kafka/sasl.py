@@ -15,10 +15,9 @@ SCRAM salts are drawn when the gateway starts (the file keeps the password, not 
 import base64
 import hashlib
 import hmac
-import json
 import os
 
-from quiver.wire.curve import check_private, read_credentials
+from quiver.wire.curve import load_secret_map
 
 from .protocol import NONE, SASL_AUTHENTICATE, SASL_HANDSHAKE
 
@@ -30,21 +29,7 @@ MAX_USERS = 10_000
 
 def load_users(path: str) -> dict:
     """--sasl-users as {user: (password, Credentials)}; ValueError saying what is wrong."""
-    check_private(path, "--sasl-users")
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--sasl-users {path}: {exc}") from None
-    if not isinstance(data, dict) or not 0 < len(data) <= MAX_USERS:
-        raise ValueError(f"--sasl-users {path}: a JSON object of 1..{MAX_USERS} users")
-    users = {}
-    for name, entry in data.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("password"), str) or not entry["password"] \
-                or not isinstance(entry.get("credentials"), str):
-            raise ValueError(f"--sasl-users {path}: user {name!r} needs a password and a credentials key file")
-        users[name] = (entry["password"], read_credentials(entry["credentials"]))
-    return users
+    return load_secret_map(path, "--sasl-users", "password", MAX_USERS)
 
 
 class Session:

@@ -18,7 +18,6 @@ header stops working after the window.
 """
 
 import hmac
-import json
 import re
 import threading
 import time
@@ -30,8 +29,7 @@ from rocketmq.grpc_protocol.definition_pb2 import Code
 
 from quiver.client.base import ClientBase
 from quiver.client.producer import Producer
-from quiver.errors import ClientError
-from quiver.wire.curve import Credentials, check_private, read_credentials
+from quiver.wire.curve import Credentials, load_secret_map
 
 from .receiving import Receiving
 from .routes import Routes
@@ -72,28 +70,12 @@ class Backend:
 
 
 def load_access_keys(path: str) -> dict[str, tuple[bytes, Credentials]]:
-    """--access-keys: {access key: (secret, the user's Credentials)}; ValueError saying what is wrong.
-    The file holds secrets: one that group or others may read is refused, like a key file."""
-    try:
-        check_private(path, "--access-keys")
-    except ClientError as exc:
-        raise ValueError(str(exc)) from None
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"--access-keys {path}: {exc}") from None
-    if not isinstance(data, dict) or not 0 < len(data) <= MAX_ACCESS_KEYS:
-        raise ValueError(f"--access-keys {path}: a JSON object of 1..{MAX_ACCESS_KEYS} access keys")
-    out = {}
-    for ak, entry in data.items():
-        if not _AUTH.fullmatch(f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={'0' * 40}") \
-                or not isinstance(entry, dict) or not isinstance(entry.get("secret"), str) or not entry["secret"] \
-                or not isinstance(entry.get("credentials"), str):
-            raise ValueError(f"--access-keys {path}: entry {ak[:40]!r} is not "
-                             '{"secret": "...", "credentials": "<key file>"} under an access key without spaces or commas')
-        out[ak] = (entry["secret"].encode(), read_credentials(entry["credentials"]))
-    return out
+    """--access-keys: {access key: (secret, the user's Credentials)}; ValueError saying what is wrong."""
+    def ok(ak: str) -> bool:
+        return bool(_AUTH.fullmatch(f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
+                                    f"Signature={'0' * 40}"))
+    keys = load_secret_map(path, "--access-keys", "secret", MAX_ACCESS_KEYS, ok)
+    return {ak: (sk.encode(), creds) for ak, (sk, creds) in keys.items()}
 
 
 def signed_access_key(metadata, keys: dict, window_s: int = 900, now: float | None = None) -> str:

@@ -121,6 +121,32 @@ def read_credentials(path: str) -> Credentials:
         raise ClientError(f"key file {path} has no {exc.args[0]!r}") from None
 
 
+def load_secret_map(path: str, flag: str, secret: str, limit: int, name_ok=None) -> dict[str, tuple[str, Credentials]]:
+    """A gateway's {name: {<secret>: "...", "credentials": "<key file>"}} file (the Kafka gateway's
+    SASL users, the proxy's access keys) as {name: (secret, Credentials)}; ValueError saying what
+    is wrong. It holds secrets: refused if group or others may read it, like a key file."""
+    try:
+        check_private(path, flag)
+        with open(path) as f:
+            data = json.load(f)
+    except ClientError as exc:
+        raise ValueError(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{flag} {path}: {exc}") from None
+    if not isinstance(data, dict) or not 0 < len(data) <= limit:
+        raise ValueError(f"{flag} {path}: a JSON object of 1..{limit} entries")
+    out = {}
+    for name, entry in data.items():
+        if (name_ok is not None and not name_ok(name)) or not isinstance(entry, dict) \
+                or not isinstance(entry.get(secret), str) or not entry[secret] \
+                or not isinstance(entry.get("credentials"), str):
+            raise ValueError(f"{flag} {path}: entry {name[:40]!r} is not "
+                             f'{{"{secret}": "...", "credentials": "<key file>"}}'
+                             + (" under a name without spaces or commas" if name_ok is not None else ""))
+        out[name] = (entry[secret], read_credentials(entry["credentials"]))
+    return out
+
+
 def credentials_from(value) -> Credentials | None:
     """`credentials=` as given to a client: a path, Credentials, or None: then the process's service
     key (inside a service, which must never act as a user), else QUIVER_CREDENTIALS if set."""
