@@ -199,7 +199,8 @@ class App:
         pop = PopRequests(c.name, self.store, self.topics, book, revive_log, limit, self.counters,
                           c.long_poll_max_ms)
         revive = Revive(book, revive_log, self.store, self.topics, self.metadata, self.counters, limit, pop.wake,
-                        pop.expire_held, notify=self._visible, writable=lambda: not self.is_slave)
+                        pop.expire_held, notify=self._visible, writable=lambda: not self.is_slave,
+                        traffic=self.traffic)
         book.start = revive.start_of
         return pop, revive
 

@@ -56,6 +56,8 @@ class Config(ServiceSettings):
     register_interval_ms: int = setting(30_000, "re-register with name servers this often")
     auto_create_topics: bool = setting(True, "create a topic on first send")
     default_topic_queues: int = setting(4, "queues of an auto-created topic")
+    metrics_per_queue: bool = setting(False, "consumer lag and offset metrics per queue (a queue_id label), "
+                                             "not per group and topic: one series per queue")
     max_message_bytes: int = setting(4 * 1024 * 1024, "largest body accepted")
     delay_levels: str = setting(DEFAULT_DELAY_LEVELS, "delay level table (units ms, s, m, h, d)")
     timer_horizon_ms: int = setting(40 * 86_400_000, "furthest allowed delivery time of a timer message")

@@ -126,7 +126,7 @@ class Revive:
     `notify(topic, queue_id)` tells readers of a DLQ queue it grew; `writable()` is False on a slave."""
 
     def __init__(self, book, revive_log, store, topics, metadata, counters, limit, wake, expire_held,
-                 notify=None, writable=lambda: True, clock_ms=lambda: int(time.time() * 1000)):
+                 notify=None, writable=lambda: True, clock_ms=lambda: int(time.time() * 1000), traffic=None):
         self.book = book
         self.log = revive_log
         self.store = store
@@ -138,6 +138,7 @@ class Revive:
         self.expire_held = expire_held
         self.notify = notify
         self.writable = writable
+        self.traffic = traffic   # traffic.Traffic: DLQ moves per group, for /metrics
         self.clock_ms = clock_ms
         self.in_memory_bytes = in_memory_bytes()
 
@@ -206,6 +207,8 @@ class Revive:
                                    rec.sys_flag & ~record.TX_MASK, rec.born_ts, rec.born_host, reconsume)
         check_stored(put, "DLQ move")   # raised: the message stays in flight and the next step retries
         self.counters["pop_dlq_messages"] += 1
+        if self.traffic is not None:
+            self.traffic.dead_lettered(group)
         log.info("POP message %s/%d offset %d of group %s -> %s after %d reconsumes", topic, q, off, group, dlq,
                  reconsume)
         if self.notify is not None:

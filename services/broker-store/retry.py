@@ -122,6 +122,7 @@ class Retry:
         props[RECONSUME_TIME] = str(reconsume)
         self.topics.config(topic, create=True, system=True, queues=1)
         self.counters["dlq_messages"] += 1
+        self.sender.traffic.dead_lettered(group)
         log.info("message %a of group %s -> %s after %d reconsumes", origin_id, group, topic, reconsume)
         return topic, 0, format_properties(props)
 

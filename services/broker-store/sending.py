@@ -170,7 +170,7 @@ class Sender:
             raise MessageIllegalError(f"message does not fit a CommitLog segment: {exc}") from None
         check_stored(res, "writes")
         self.counters["put_messages"] += len(bodies)
-        self.traffic.put(topic, len(bodies), sum(map(len, bodies)))
+        self.traffic.put(topic, bodies)
         out = SendReply.wire(topic, queue_id, res.first_queue_offset, res.phys_offsets)   # the hot path's form
         if self.note_put is not None:
             self.note_put(res.end_offset)

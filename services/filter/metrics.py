@@ -10,6 +10,8 @@ from quiver.runtime.metrics import ServiceCollector, counter, gauge
 
 
 class FilterMetrics(ServiceCollector):
+    claimed_events = frozenset({"broker_pull_failed", "parse_failed"})   # named families below, not loops
+
     def __init__(self, service, selectors, attached):
         super().__init__(service)
         self.selectors = selectors   # selectors.SelectorCache

@@ -72,8 +72,31 @@ def code_name(enum, code: int) -> str:
 
 # ---- the collector every service extends ---------------------------------------------------
 
+# the Service loop's own STATUS counters: (family, help, counter key)
+SERVICE_EVENTS = (
+    ("quiver_frames_dropped_total", "frames too short to hold a request", "dropped_frames"),
+    ("quiver_frames_malformed_total", "requests whose envelope did not decode (version, framing)", "malformed_frames"),
+    ("quiver_requests_unsupported_total", "requests with a code this service does not serve", "unsupported"),
+    ("quiver_requests_denied_total", "requests the ACL refused", "denied"),
+    ("quiver_requests_invalid_total", "requests refused by their schema (a field missing, mistyped or out of "
+     "range)", "bad_requests"),
+    ("quiver_peer_replies_total", "replies received to requests this service sent", "replies_in"),
+    ("quiver_reply_send_failures_total", "replies that could not be written to the socket", "send_failed"),
+)
+
+
+def named_counters(table, counts: dict):
+    """One unlabelled counter per (name, help, key) row of `table`, valued counts[key]."""
+    for name, doc, key in table:
+        yield counter(name, doc, rows=[((), counts.get(key, 0))])
+
+
 class ServiceCollector(Collector):
-    """The families of quiver.runtime.service.Service, then `sections()` of the subclass."""
+    """The families of quiver.runtime.service.Service, then `sections()` of the subclass.
+    `claimed_events`: STATUS counter keys ending in _failed that the subclass exports by name
+    (the rest are loop failures)."""
+
+    claimed_events: frozenset = frozenset()
 
     def __init__(self, service):
         self.service = service
@@ -105,8 +128,14 @@ class ServiceCollector(Collector):
         counts = snapshot(svc.counters)
         yield counter("quiver_requests_total", "requests handled (known request codes)",
                       rows=[((), counts.get("requests", 0))])
-        yield counter("quiver_service_events_total", "the service's STATUS counters, by name", ("event",),
-                      sorted(counts.items()))
+        yield from named_counters(SERVICE_EVENTS, counts)
+        claimed = self.claimed_events | {key for _, _, key in SERVICE_EVENTS}
+        yield counter("quiver_loop_failures_total", "failed steps of the service's periodic loops (and of "
+                      "items inside one), by loop", ("loop",),
+                      sorted((k[:-len("_failed")], n) for k, n in counts.items()
+                             if k.endswith("_failed") and k not in claimed))
+        yield counter("quiver_service_events_total", "deprecated, removed in the next release: the STATUS "
+                      "counters by name (each now has a named family)", ("event",), sorted(counts.items()))
         yield counter("quiver_request_errors_total", "replies with a response code other than SUCCESS",
                       ("response_code",),
                       sorted((code_name(ResponseCode, c), n) for c, n in snapshot(stats.errors).items()))

@@ -8,8 +8,8 @@ take CPU and memory from the service's own work. This server is one thread aroun
   and is answered in one pass, so idle connections cannot keep it out);
 - each connection is closed `timeout_s` after it was accepted, answered or not (slow senders and
   slow readers alike);
-- a request head over 8 KiB gets 431, anything but GET or HEAD 405, a path other than /metrics
-  (or /) 404; one request per connection (`Connection: close`).
+- a request head over 8 KiB gets 431, anything but GET or HEAD 405, / a one-link index, any path
+  but /metrics and / 404; one request per connection (`Connection: close`).
 
 A scrape renders the registry on this thread (prometheus_client.exposition, the text or
 OpenMetrics format the Accept header asks for); the collectors only read what their service keeps.
@@ -27,6 +27,7 @@ from prometheus_client.exposition import choose_encoder
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 8192
+INDEX = b'<!doctype html><title>Quiver metrics</title><a href="/metrics">/metrics</a>\n'
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 431: "Request Header Fields Too Large"}
 
 
@@ -167,9 +168,11 @@ class BoundedHttpServer:
             self.stats["bad_requests"] += 1
             return _response(405, b"only GET /metrics\n")
         path = urlsplit(parts[1]).path
-        if path not in ("/metrics", "/"):
+        if path == "/":
+            return _response(200, INDEX, "text/html; charset=utf-8", head_only=parts[0] == "HEAD")
+        if path != "/metrics":
             self.stats["bad_requests"] += 1
-            return _response(404, b"GET /metrics\n")
+            return _response(404, b"not found: the metrics are at /metrics\n")
         headers = {}
         for line in header_lines:
             name, sep, value = line.partition(":")

@@ -5,6 +5,8 @@ request stats on the real service loop, JSON log lines, the shared settings' che
 import json
 import logging
 import sys
+import urllib.error
+import urllib.request
 
 import pytest
 from support.scrape import samples, value
@@ -98,7 +100,6 @@ def test_a_failing_section_is_left_out_not_the_scrape():
 
 
 def test_metrics_server_serves_on_a_free_loopback_port_and_stops():
-    import urllib.request
     server = MetricsServer("127.0.0.1:0", ServiceCollector(Service("127.0.0.1:1", {}, "unit")))
     addr = server.start()
     try:
@@ -109,6 +110,37 @@ def test_metrics_server_serves_on_a_free_loopback_port_and_stops():
         server.stop()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://{addr}/metrics", timeout=2)
+
+
+def test_metrics_port_serves_an_index_at_root_and_404_elsewhere():
+    server = MetricsServer("127.0.0.1:0", ServiceCollector(Service("127.0.0.1:1", {}, "unit")))
+    addr = server.start()
+    try:
+        with urllib.request.urlopen(f"http://{addr}/", timeout=5) as r:
+            body = r.read().decode()
+            assert r.status == 200 and r.headers["Content-Type"].startswith("text/html")
+        assert 'href="/metrics"' in body and "quiver_" not in body
+        for path in ("/metric", "/metrics/x", "/favicon.ico", "/index.html"):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"http://{addr}{path}", timeout=5)
+            assert err.value.code == 404, path
+    finally:
+        server.stop()
+
+
+def test_service_loop_counters_have_families_of_their_own():
+    svc = Service("127.0.0.1:1", {}, "unit")
+    svc.use_socket(Sink())
+    svc.handle([b"peer"])                                         # too short: dropped
+    svc.handle([b"peer", *protocol.request(9999, 3)])           # unsupported
+    svc.counters["flush_failed"] += 3                            # a loop's failures (loops.Failures)
+    got = samples(ServiceCollector(svc))
+    assert value(got, "quiver_frames_dropped_total") == 1
+    assert value(got, "quiver_requests_unsupported_total") == 1
+    assert value(got, "quiver_requests_denied_total") == 0
+    assert value(got, "quiver_loop_failures_total", loop="flush") == 3
+    assert value(got, "quiver_loop_failures_total", loop="send") is None   # send_failed has its own family
+    assert value(got, "quiver_service_events_total", event="unsupported") == 1   # deprecated, still served
 
 
 def _record(msg, *args, exc_info=None):
