@@ -1,11 +1,13 @@
 """python -m quiver_broker"""
 
 import dataclasses
+import sys
 
 from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config
+from .data_format import EXIT_FORMAT, FormatError
 from .metrics import collector
 from .identity import claim_slot
 
@@ -19,7 +21,11 @@ def make_app(config: Config) -> App:
 
 
 def main(argv=None) -> None:
-    run_service(Config, make_app, "quiver_broker", argv, collector)
+    try:
+        run_service(Config, make_app, "quiver_broker", argv, collector)
+    except FormatError as exc:  # one line an operator (or an orchestrator's event log) can act on
+        sys.stderr.write(f"quiver_broker: {exc}\n")
+        raise SystemExit(EXIT_FORMAT) from None
 
 
 if __name__ == "__main__":

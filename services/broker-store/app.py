@@ -31,7 +31,7 @@ from quiver.runtime.service import Service
 from quiver.runtime.settings import split_addrs
 from quiver.wire.transport import Transport
 
-from . import ha_master, handlers
+from . import data_format, ha_master, handlers
 from .acl import AclRequests, AclStore
 from .clients import ClientRegistry
 from .consume_stats import ConsumeStats, GroupWatch
@@ -76,6 +76,7 @@ class App:
     def __init__(self, config, transport=None):
         self.config = c = config
         os.makedirs(c.store_dir, exist_ok=True)
+        data_format.check(c.store_dir)  # FormatError before anything in it is opened
         self.security = service_security(c, "broker")  # before any socket: they all take its key
         self.service = Service(c.listen, {}, "broker-store", self.status, max_frame_bytes(c), self.security)
         self.counters = self.service.counters  # one map in STATUS: the parts' and the loops' failures

@@ -30,7 +30,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from quiver.wire import protocol
-from quiver.errors import ClientError, ProtocolError, RequestTimeoutError
+from quiver.errors import ClientError, ProtocolError, RequestTimeoutError, VersionNotSupportedError
 from quiver.wire.curve import secure_client
 
 CONNECT_WAIT_S = 1.0  # a first connection to a peer may take this long
@@ -214,7 +214,9 @@ class DirectCalls:
             if peer.sock in events:
                 try:
                     env = protocol.decode(peer.sock.recv_multipart())
-                except ProtocolError:
+                except ProtocolError as exc:
+                    if getattr(exc, "version_mismatch", False) and protocol.request_id_of(exc) == req_id:
+                        raise VersionNotSupportedError(f"{addr}: {exc.remark}") from None
                     continue
                 if env.is_reply and env.id == req_id:
                     return env

@@ -8,7 +8,11 @@ Every request and reply is one ZeroMQ multipart message::
       request header: {"c": RequestCode,  "id": int, "ext": {...}}
       reply header:   {"c": ResponseCode, "id": int, "r": remark, "ext": {...}}
 
-A ROUTER adds/strips the identity frame in front. A reply always carries "r"
+A ROUTER adds/strips the identity frame in front. A peer of another version is
+refused, not guessed at: a server answers VERSION_NOT_SUPPORTED naming both
+versions, and whichever side reads a frame of another version still takes the
+"id" of its header (a JSON map with an integer "id" is what every version keeps),
+so the request it answers fails at once with that refusal. A reply always carries "r"
 (possibly empty); a request never does, which is how a client tells a pushed
 request (CHECK_TRANSACTION_STATE, NOTIFY_CONSUMER_IDS_CHANGED) from a reply.
 Bodies are raw bytes, never JSON. Per-message fields of a batch travel as
@@ -72,8 +76,12 @@ def decode(frames) -> Envelope:
         raise ProtocolError(f"expected at least 2 frames [version, header], got {_count(frames)}")
     version = _as_bytes(frames[0])
     if version != VERSION:
-        err = ProtocolError(f"unsupported protocol version {version[:16]!r}; this peer speaks {VERSION!r}")
+        err = ProtocolError(f"unsupported protocol version {version[:16]!r}; this peer speaks {VERSION!r}: "
+                            "run client and server releases that share a protocol version (docs/upgrade.md)")
         err.version_mismatch = True
+        rid = _peek_id(frames[1])
+        if rid is not None:  # so the asker's request fails at once, not by its timeout
+            err.request_id = rid
         raise err
     raw = _as_bytes(frames[1])
     if len(raw) > MAX_HEADER_BYTES:
@@ -104,6 +112,18 @@ def decode(frames) -> Envelope:
 def request_id_of(exc: ProtocolError) -> int:
     """The request id a malformed frame carried, or UNATTRIBUTED_ID."""
     return getattr(exc, "request_id", UNATTRIBUTED_ID)
+
+
+def _peek_id(frame) -> int | None:
+    """The integer "id" of a header from a peer of another version, if it is a JSON map
+    holding one: every version keeps that much, so a refusal reaches the request it answers."""
+    try:
+        raw = _as_bytes(frame)
+        head = _loads(raw) if len(raw) <= MAX_HEADER_BYTES else None
+    except (ProtocolError, orjson.JSONDecodeError):
+        return None
+    rid = head.get("id") if isinstance(head, dict) else None
+    return rid if type(rid) is int else None
 
 
 def _as_bytes(frame) -> bytes:

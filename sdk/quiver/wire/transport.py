@@ -29,7 +29,8 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from quiver.wire import protocol
-from quiver.errors import ClientError, ProtocolError, QuiverError, RequestTimeoutError, error_for
+from quiver.errors import (ClientError, ProtocolError, QuiverError, RequestTimeoutError, VersionNotSupportedError,
+                           error_for)
 from quiver.wire.codes import ResponseCode
 from quiver.wire.curve import credentials_from, secure_client
 from quiver.wire.direct import HANDSHAKE_FAILED, REFUSED_RETRY_S, DirectCalls, handshake_problem, unreachable
@@ -346,7 +347,8 @@ class Transport:
                 rid = protocol.request_id_of(exc)
                 log.warning("malformed frame from %s: %s", addr, exc)
                 if rid in self._pending:
-                    self._fail(rid, exc)
+                    self._fail(rid, VersionNotSupportedError(f"{addr}: {exc.remark}")
+                               if getattr(exc, "version_mismatch", False) else exc)
                 continue
             if env.is_reply:
                 entry = self._pending.pop(env.id, None)

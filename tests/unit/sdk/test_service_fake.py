@@ -77,7 +77,8 @@ def test_quiver_error_keeps_its_code(toy):
 
 
 @pytest.mark.parametrize("frames, code, req_id", [
-    ([b"QV9", b'{"c": 9000, "id": 5}'], ResponseCode.VERSION_NOT_SUPPORTED, protocol.UNATTRIBUTED_ID),
+    ([b"QV9", b'{"c": 9000, "id": 5}'], ResponseCode.VERSION_NOT_SUPPORTED, 5),
+    ([b"QV9", b'\x00\x01'], ResponseCode.VERSION_NOT_SUPPORTED, protocol.UNATTRIBUTED_ID),
     ([protocol.VERSION, b"{not json"], ResponseCode.BAD_REQUEST, protocol.UNATTRIBUTED_ID),
     ([protocol.VERSION, b'{"c": "x", "id": 8}'], ResponseCode.BAD_REQUEST, 8),
     ([protocol.VERSION, b'{"c": 9000, "id": 9, "ext": 5}'], ResponseCode.BAD_REQUEST, 9),
