@@ -18,3 +18,7 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[test]"
+# The editable install reaches the packages through an import hook that type checkers and IDEs do
+# not run: a plain path entry to sdk/ lets mypy and pyright find the SDK (typed, py.typed) too.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$PWD/sdk" > "$site/quiver-sdk-path.pth"

@@ -7,9 +7,12 @@ public methods from (quiver.client.base, admin_inspect, acl_admin) and quiver.ai
 """
 
 import inspect
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import quiver
 import quiver.aio
@@ -27,6 +30,31 @@ def test_mypy_strict_passes_over_the_public_api(tmp_path):
     report = out.stdout + out.stderr
     assert out.returncode == 0, report
     assert "Success: no issues found" in report, report
+
+
+USER_PROGRAM = """
+from quiver import Message, Producer, SendResult
+
+
+def send(topic: str, body: bytes) -> str:
+    with Producer("pg", namesrv="127.0.0.1:9876") as p:
+        r: SendResult = p.send(Message(topic, body))
+        return r.msg_id
+"""
+
+
+@pytest.mark.parametrize("body,ok", [("b'x'", True), ("42", False)])
+def test_a_user_program_type_checks_against_the_dev_install(tmp_path, body, ok):
+    # a program outside the checkout, mypy as a user runs it (no MYPYPATH, no config): the SDK is
+    # found through the venv's path (scripts/bootstrap.sh), not only its editable import hook;
+    # a wrong argument type is an error, so mypy sees the SDK's types rather than Any
+    (tmp_path / "app.py").write_text(USER_PROGRAM + f"\n\nsend('Orders', {body})\n")
+    env = {k: v for k, v in os.environ.items() if k != "MYPYPATH"}
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "app.py"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    report = out.stdout + out.stderr
+    assert "Cannot find implementation" not in report, report
+    assert (out.returncode == 0) == ok, report
 
 
 def _exported():
