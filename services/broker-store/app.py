@@ -50,6 +50,8 @@ from .retry import Retry, max_reconsume_times
 from .schedule import Schedule
 from .sending import Sender
 from .store import MessageStore
+from .tiered import Tiered
+from .tiered_store import open_store
 from .topics import Topics
 from .tracing import BrokerTrace
 from .traffic import Traffic
@@ -96,6 +98,8 @@ class App:
             logic_flush_interval_ms=c.logic_flush_interval_ms, prop_crc=c.append_prop_crc,
             on_flushed=self._flushed_from_thread)
         self.store.on_confirmed = self._visible  # the in-sync replicas' bound moved: held reads go on
+        if c.tiered_store:
+            self.store.attach_tiered(tiered_from_config(c))
         self.metadata = Metadata(c.metadata_url.strip() or f"sqlite:///{os.path.join(c.store_dir, 'metadata.db')}",
                                  broker=metadata_owner(c.name, c.broker_id), wait_s=c.metadata_wait_ms / 1000)
         self.acl = AclStore(self.metadata.engine, self.security.set_acl if self.security else None)
@@ -334,6 +338,12 @@ class App:
         self.store.close()
         self.metadata.close()
         self.service.close()
+
+
+def tiered_from_config(c):
+    return Tiered(open_store(c.tiered_store, c.s3_endpoint, c.s3_credentials_file), c.store_dir,
+                  local_retention_hours=c.local_retention_hours, local_retention_bytes=c.local_retention_bytes,
+                  remote_retention_days=c.remote_retention_days, cache_bytes=c.tiered_cache_bytes)
 
 
 def group_inventory(metadata, clients) -> dict:

@@ -63,6 +63,18 @@ class Config(ServiceSettings):
     timer_horizon_ms: int = setting(40 * 86_400_000, "furthest allowed delivery time of a timer message")
     file_reserved_hours: int = setting(72, "CommitLog retention")
     delete_when: str = setting("04", "hours of day when expired segments are deleted, 'HH;HH'")
+    tiered_store: str = setting("", "copy sealed CommitLog segments to s3://BUCKET/PREFIX or file:///path and "
+                                    "serve offsets no longer local from there (empty: off)")
+    s3_endpoint: str = setting("", "with an s3:// tiered store: the S3-compatible endpoint URL (default: AWS)")
+    s3_credentials_file: str = setting("", "with an s3:// tiered store: an AWS-style INI file with "
+                                           "aws_access_key_id / aws_secret_access_key (default: AWS_* env vars)")
+    local_retention_hours: float = setting(72, "with a tiered store: uploaded segments older than this leave "
+                                               "the local disk (< 0: no age limit)")
+    local_retention_bytes: int = setting(-1, "with a tiered store: keep at most this much of the uploaded "
+                                             "segments locally (< 0: no size limit)")
+    remote_retention_days: float = setting(0, "with a tiered store: delete remote segments older than this "
+                                              "(0: keep forever)")
+    tiered_cache_bytes: int = setting(256 << 20, "with a tiered store: cache of verified remote chunks")
     offset_persist_interval_ms: int = setting(5000, "consumer offsets are written this often")
     clean_interval_ms: int = setting(10_000, "retention check period")
     disk_max_used_ratio: float = setting(0.75, "above this used share of the store's disk, expired segments "
@@ -136,6 +148,13 @@ class Config(ServiceSettings):
             raise ValueError("metadata_wait_ms must be >= 0")
         if self.ha_transfer_bytes < 4096 or self.ha_window_bytes < self.ha_transfer_bytes:
             raise ValueError("ha_transfer_bytes must be >= 4096 and <= ha_window_bytes")
+        if self.tiered_store:
+            from .tiered_store import parse_url
+            parse_url(self.tiered_store)  # ValueError saying what to fix
+            if self.auto_failover or self.broker_id != 0:
+                raise ValueError("--tiered-store is for a master (broker id 0, no --auto-failover)")
+            if self.tiered_cache_bytes < 1 << 20:
+                raise ValueError("tiered_cache_bytes must be >= 1048576")
         try:  # the broker name becomes a directory, both names travel in registrations
             names.check_broker_name(self.name)
             names.check_cluster(self.cluster)

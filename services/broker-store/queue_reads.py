@@ -71,7 +71,7 @@ def get_messages(store: MessageStore, topic: str, queue_id: int, offset: int, ma
     max_msgs = max(1, max_msgs)
     scan = max_msgs if tag_hashes is None else max(max_msgs, FILTER_SCAN_ENTRIES)
     left = min(scan, hi - offset)
-    min_phys = store.commit_log.min_offset
+    min_phys = store.reads.min_offset   # below the local CommitLog when it is tiered
     picked: list[tuple[int, int]] = []
     total = 0
     nxt = offset
@@ -98,7 +98,7 @@ def get_messages(store: MessageStore, topic: str, queue_id: int, offset: int, ma
     store.count("get_calls")
     if not picked:
         return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
-    data, bad = _read_records(store.commit_log, picked)
+    data, bad = _read_records(store.reads, picked)
     count = len(picked)
     if bad:
         count -= len(bad)

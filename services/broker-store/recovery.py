@@ -120,7 +120,7 @@ def recover(store: MessageStore, ckpt_path: str, abnormal: bool) -> None:
         if cut is not None:
             log.warning("%s/%d: entries from %d point past the log end; cut", cq.topic, cq.queue_id, cut)
         # Entries of deleted segments stay in the file until retention removes it.
-        cq.min_offset = cq.first_offset_where(lambda e: e[0] >= cl.min_offset)
+        cq.min_offset = cq.first_offset_where(lambda e: e[0] >= store.reads.min_offset)
     store.index.clamp_end(end)
 
 

@@ -42,8 +42,11 @@ def clean_expired(store: MessageStore, now_ms: int | None = None, force: bool = 
     cl = store.commit_log
     deleted = 0
     # The flush lock: the flush thread must not be syncing a descriptor we close.
+    tiered = store.tiered
     with store.exclusive():
-        while deleted < DELETE_BATCH_MAX and len(cl.segments) > 1:
+        if tiered is not None:  # only uploaded segments go, by the local retention (tiered.py)
+            deleted = tiered.clean_local(store, now_ms, forcibly)
+        while tiered is None and deleted < DELETE_BATCH_MAX and len(cl.segments) > 1:
             seg = cl.segments[0]
             expired = os.stat(seg.path).st_mtime * 1000 + reserved_ms <= now_ms
             if not ((expired and may_delete_expired) or forcibly):
@@ -55,8 +58,8 @@ def clean_expired(store: MessageStore, now_ms: int | None = None, force: bool = 
             if forcibly:
                 ratio = store.disk_ratio()
                 forcibly = ratio > store.disk_clean_forcibly_ratio
-        if deleted:
-            _follow_min(store, cl.min_offset)
+        if deleted or (tiered is not None and tiered.min_moved(store.reads.min_offset)):
+            _follow_min(store, store.reads.min_offset)
     if deleted:
         store.disk.check()
     if store.disk.full:

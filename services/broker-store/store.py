@@ -125,6 +125,8 @@ class MessageStore:
         self.replica_confirm: int | None = None
         self.unconfirmed: collections.deque[tuple[int, str, int]] = collections.deque()
         self.on_confirmed: Callable[[str, int], None] | None = None  # a queue's batches became visible
+        self.tiered = None            # --tiered-store (tiered.py), set by attach_tiered before open
+        self.reads = self.commit_log  # what reads go through: the CommitLog, or it and the tiered store
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -139,8 +141,19 @@ class MessageStore:
         recovery.recover(self, ckpt_path, abnormal=os.path.exists(self._abort_path))
         open(self._abort_path, "wb").close()
         self.flusher.start(ckpt_path)
+        if self.tiered is not None:
+            self.tiered.start(self)
+
+    def attach_tiered(self, tiered) -> None:
+        """Copy sealed segments to an object store and read them back from it (tiered.py)."""
+        from .tiered_reads import TieredLog
+        tiered.load()
+        self.tiered = tiered
+        self.reads = TieredLog(self.commit_log, tiered)
 
     def close(self) -> None:
+        if self.tiered is not None:
+            self.tiered.stop()
         self.flusher.stop()
         if not self.flusher.is_open:
             return
@@ -385,15 +398,15 @@ class MessageStore:
     # ---- lookups (lookups.py) ------------------------------------------------------
 
     def lookup(self, phys_offset: int) -> record.Record | None:
-        return lookups.lookup(self.commit_log, phys_offset)
+        return lookups.lookup(self.reads, phys_offset)
 
     def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
                      end_ms: int = 2**62) -> list[record.Record]:
-        return lookups.query_by_key(self.commit_log, self.index, topic, key, max_num, begin_ms, end_ms)
+        return lookups.query_by_key(self.reads, self.index, topic, key, max_num, begin_ms, end_ms)
 
     def search_offset_by_time(self, topic: str, queue_id: int, ts_ms: int) -> int:
         cq = self.cqs.get((topic, queue_id))
-        return 0 if cq is None else lookups.search_offset_by_time(self.commit_log, cq, self.visible_max(cq), ts_ms)
+        return 0 if cq is None else lookups.search_offset_by_time(self.reads, cq, self.visible_max(cq), ts_ms)
 
     # ---- topics, retention, stats ------------------------------------------------
 
@@ -445,5 +458,6 @@ class MessageStore:
             "replicated_bytes": c["replicated_bytes"], "skipped_queue_dirs": c["skipped_queue_dirs"],
             "corrupt_records_skipped": c["corrupt_records_skipped"], "puts_rolled_back": c["puts_rolled_back"],
             "flush_errors": c["flush_errors"], "checkpoint_errors": c["checkpoint_errors"],
+            **({"tiered": {**self.tiered.stats(), **self.reads.cache.stats()}} if self.tiered is not None else {}),
             "recovery_damaged_records": c["recovery_damaged_records"],
         }

@@ -1,0 +1,171 @@
+"""Reads of CommitLog offsets that live only in the tiered store.
+
+`TieredLog` has the CommitLog's read interface (min_offset, segment_for, read,
+read_record, store_ts_at): the store hands it to the pull path and the lookups
+in place of the CommitLog when `--tiered-store` is on. An offset in a local
+segment is read locally; one below them from its uploaded segment, by ranged
+GETs of whole chunks through a bounded LRU cache (`ChunkCache`).
+
+Every chunk is checked against its manifest's CRC32 before it is cached or
+served: a store that lost or corrupted an object answers the read with
+RemoteDamaged (SYSTEM_ERROR and a remark naming the object), never with its
+bytes; a store that cannot be reached answers SYSTEM_BUSY (retry later).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import zlib
+from dataclasses import dataclass
+
+from quiver.errors import QuiverError
+from quiver.wire import record
+from quiver.wire.codes import ResponseCode
+
+from .tiered_store import StoreDown
+
+log = logging.getLogger(__name__)
+
+
+class RemoteDamaged(QuiverError):
+    code = ResponseCode.SYSTEM_ERROR
+
+
+class RemoteUnavailable(QuiverError):
+    code = ResponseCode.SYSTEM_BUSY
+
+
+@dataclass(slots=True)
+class RemoteSegment:
+    start: int
+    size: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+class ChunkCache:
+    """Verified chunks of remote segments, least recently used dropped past `capacity` bytes."""
+
+    def __init__(self, tiered, capacity: int):
+        self.tiered = tiered
+        self.capacity = capacity
+        self.chunks: collections.OrderedDict[tuple[int, int], bytes] = collections.OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+        self.counts = {"cache_hits": 0, "cache_misses": 0, "damaged_chunks": 0, "remote_read_errors": 0}
+        self.damaged_logged: set[tuple[int, int]] = set()
+
+    def chunk(self, start: int, idx: int) -> bytes:
+        key = (start, idx)
+        with self.lock:
+            data = self.chunks.get(key)
+            if data is not None:
+                self.chunks.move_to_end(key)
+                self.counts["cache_hits"] += 1
+                return data
+        self.counts["cache_misses"] += 1
+        m = self.tiered.manifests.get(start)
+        if m is None:
+            raise RemoteUnavailable(f"CommitLog segment {start} is no longer in the tiered store (remote retention)")
+        lo = idx * m.chunk
+        hi = min(lo + m.chunk, m.size)
+        try:
+            data = self.tiered.objects.get_range(m.key, lo, hi)
+        except (StoreDown, FileNotFoundError) as exc:
+            self.counts["remote_read_errors"] += 1
+            if isinstance(exc, FileNotFoundError):
+                self._damaged(m, idx, "the object is missing")
+            raise RemoteUnavailable(f"tiered store {self.tiered.objects.url} unreachable ({exc}): "
+                                    "retry later") from None
+        if len(data) != hi - lo or zlib.crc32(data) != m.crcs[idx]:
+            self._damaged(m, idx, f"{len(data)} bytes, CRC32 {zlib.crc32(data)} (manifest: {hi - lo} bytes, "
+                                  f"CRC32 {m.crcs[idx]})")
+        with self.lock:
+            if key not in self.chunks:
+                self.chunks[key] = data
+                self.bytes += len(data)
+            while self.bytes > self.capacity and len(self.chunks) > 1:
+                _, old = self.chunks.popitem(last=False)
+                self.bytes -= len(old)
+        return data
+
+    def _damaged(self, m, idx: int, what: str):
+        self.counts["damaged_chunks"] += 1
+        if (m.start, idx) not in self.damaged_logged and len(self.damaged_logged) < 10_000:
+            self.damaged_logged.add((m.start, idx))
+            log.error("tiered object %s in %s damaged at bytes %d..: %s; not served", m.key,
+                      self.tiered.objects.url, idx * m.chunk, what)
+        raise RemoteDamaged(f"tiered object {m.key} (CommitLog {m.start + idx * m.chunk}) failed its checksum "
+                            f"({what}): restore it in {self.tiered.objects.url} from a backup; not served")
+
+    def read(self, seg: RemoteSegment, offset: int, size: int) -> bytes:
+        chunk = self.tiered.chunk
+        pos, end = offset - seg.start, min(offset + size, seg.end) - seg.start
+        out = []
+        while pos < end:
+            idx = pos // chunk
+            data = self.chunk(seg.start, idx)
+            lo = pos - idx * chunk
+            piece = data[lo:lo + (end - pos)]
+            if not piece:
+                break
+            out.append(piece)
+            pos += len(piece)
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def stats(self) -> dict:
+        return {"cache_bytes": self.bytes, "cache_capacity_bytes": self.capacity,
+                "cache_chunks": len(self.chunks), **self.counts}
+
+
+class TieredLog:
+    """The CommitLog's read side over local segments and, below them, remote ones."""
+
+    def __init__(self, commit_log, tiered):
+        self.local = commit_log
+        self.tiered = tiered
+        self.cache = ChunkCache(tiered, tiered.cache_bytes)
+
+    @property
+    def min_offset(self) -> int:
+        local = self.local.min_offset
+        rmin = self.tiered.remote_min()
+        return local if rmin is None else min(rmin, local)
+
+    def _remote(self, offset: int) -> RemoteSegment | None:
+        m = self.tiered.remote_segment(offset)
+        return None if m is None else RemoteSegment(m.start, m.size)
+
+    def segment_for(self, offset: int):
+        return self.local.segment_for(offset) or self._remote(offset)
+
+    def read(self, offset: int, size: int) -> bytes:
+        if self.local.segment_for(offset) is not None:
+            return self.local.read(offset, size)
+        seg = self._remote(offset)
+        return b"" if seg is None else self.cache.read(seg, offset, size)
+
+    def read_record(self, offset: int) -> bytes | None:
+        if self.local.segment_for(offset) is not None:
+            return self.local.read_record(offset)
+        seg = self._remote(offset)
+        if seg is None:
+            return None
+        try:
+            size, blank = record.check_head(self.cache.read(seg, offset, 8), 0, seg.end - offset)
+        except record.BadRecord:
+            return None
+        return None if blank else self.cache.read(seg, offset, size)
+
+    def store_ts_at(self, offset: int) -> int | None:
+        if self.local.segment_for(offset) is not None:
+            return self.local.store_ts_at(offset)
+        seg = self._remote(offset)
+        if seg is None:
+            return None
+        head = self.cache.read(seg, offset, record.STORE_TS_AT + 8)
+        return record.store_ts_of(head) if len(head) == record.STORE_TS_AT + 8 else None

@@ -1,0 +1,222 @@
+"""Tiered storage with a file:// object store: sealed segments are uploaded and verified, only
+uploaded ones leave the local disk, every record is served back byte for byte (pull, msgId, key,
+time), a corrupted object is reported and never served, an interrupted upload is redone."""
+
+import os
+import time
+
+import pytest
+
+from quiver.wire import record
+from quiver.wire.codes import ResponseCode
+from quiver.wire.property_string import format_properties
+from quiver_broker.store import GetStatus, MessageStore
+from quiver_broker.tiered import Tiered
+from quiver_broker.tiered_reads import RemoteDamaged
+from quiver_broker.tiered_store import FileStore, StoreDown, check_key, parse_url
+
+HOST = b"\x7f\0\0\x01\0\0\x27\x10"
+SEG = 8192
+
+
+def open_store(d, objects, **kw):
+    s = MessageStore(str(d / "broker"), segment_bytes=SEG, flush_interval_ms=3_600_000)
+    t = Tiered(objects, str(d / "broker"), chunk=1024, cache_bytes=4096, background=False, **kw)
+    s.attach_tiered(t)
+    s.open()
+    return s, t
+
+
+def fill(s, n=300, topic="T"):
+    bodies = []
+    for i in range(n):
+        body = f"msg-{i}-".encode() * (1 + i % 7)
+        props = format_properties({"KEYS": f"k{i}"})
+        assert s.put_batch(topic, 0, [body], [props], [0], 0, 1, HOST).status.name == "PUT_OK"
+        bodies.append(body)
+    s.flush_step(force=True)
+    return bodies
+
+
+def upload_all(t):
+    while t.step():
+        pass
+
+
+def pull_all(s, topic="T"):
+    out, off = [], 0
+    while True:
+        g = s.get_messages(topic, 0, off, max_msgs=13)
+        if g.status is not GetStatus.FOUND:
+            return out, g
+        out += record.decode_many(g.data)
+        off = g.next_offset
+
+
+def raw(s, topic="T"):
+    out, off = b"", 0
+    while (g := s.get_messages(topic, 0, off, max_msgs=50)).status is GetStatus.FOUND:
+        out += g.data
+        off = g.next_offset
+    return out
+
+
+def test_uploaded_segments_leave_disk_and_read_back_byte_for_byte(tmp_path):
+    objects = FileStore(str(tmp_path / "bucket"))
+    s, t = open_store(tmp_path, objects, local_retention_bytes=0)
+    bodies = fill(s)
+    before, _ = pull_all(s)
+    raw_before = raw(s)
+    assert len(before) == len(bodies)
+    nseg = len(s.commit_log.segments)
+    assert nseg > 4
+    # nothing uploaded: retention deletes nothing even when forced
+    assert s.clean_expired(force=True) == 0
+    upload_all(t)
+    assert sorted(t.manifests) == [seg.start for seg in s.commit_log.segments[:-1]]
+    assert all(os.path.exists(tmp_path / "bucket" / m.key) for m in t.manifests.values())
+    assert s.clean_expired() == nseg - 1 and len(s.commit_log.segments) == 1
+    assert s.min_offset("T", 0) == 0 and s.reads.min_offset == 0 < s.commit_log.min_offset
+    after, last = pull_all(s)
+    assert [r.body for r in after] == bodies
+    assert raw(s) == raw_before   # the same stored bytes, record for record
+    assert [r.phys_offset for r in after] == [r.phys_offset for r in before]
+    assert last.status is GetStatus.OFFSET_OVERFLOW_ONE
+    # by msgId (CommitLog offset), by key, by time: all served from the object store
+    first = s.lookup(before[0].phys_offset)
+    assert first is not None and first.body == bodies[0]
+    assert [r.body for r in s.query_by_key("T", "k5")] == [bodies[5]]
+    assert s.search_offset_by_time("T", 0, before[10].store_ts) <= 10
+    st = s.stats()["tiered"]
+    assert st["cache_bytes"] <= 4096 + 1024 and st["cache_misses"] > 0 and st["damaged_chunks"] == 0
+    s.close()
+    # a restart keeps the remote range readable (recovery does not move the queue's minimum)
+    s2, _ = open_store(tmp_path, objects, local_retention_bytes=0)
+    assert s2.min_offset("T", 0) == 0
+    assert [r.body for r in pull_all(s2)[0]] == bodies
+    s2.close()
+
+
+@pytest.fixture
+def remote_only(tmp_path):
+    """A store whose sealed segments are all uploaded and gone from the local disk."""
+    s, t = open_store(tmp_path, FileStore(str(tmp_path / "bucket")), local_retention_bytes=0)
+    fill(s)
+    upload_all(t)
+    s.clean_expired()
+    yield s, t
+    s.close()
+
+
+def test_corrupt_object_is_reported_and_never_served(tmp_path, remote_only):
+    s, t = remote_only
+    m = t.manifests[0]
+    path = tmp_path / "bucket" / m.key
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(RemoteDamaged) as err:
+        s.get_messages("T", 0, 0, max_msgs=4)
+    assert err.value.code == ResponseCode.SYSTEM_ERROR and m.key in err.value.remark
+    assert s.stats()["tiered"]["damaged_chunks"] >= 1
+    assert (0, 0) not in s.reads.cache.chunks
+
+
+def test_lookup_of_corrupt_object_raises(tmp_path, remote_only):
+    s, t = remote_only
+    path = tmp_path / "bucket" / t.manifests[0].key
+    path.write_bytes(b"\0" * path.stat().st_size)
+    with pytest.raises(RemoteDamaged):
+        s.lookup(0)
+
+
+class FlakyStore(FileStore):
+    """Fails its first `fails` puts (a store that is down), or damages what it stores."""
+
+    def __init__(self, root, fails=0, damage=False):
+        super().__init__(root)
+        self.fails, self.damage = fails, damage
+
+    def put_file(self, key, path, size):
+        if self.fails:
+            self.fails -= 1
+            raise StoreDown("connection refused")
+        super().put_file(key, path, size)
+        if self.damage:
+            p = self._path(key)
+            with open(p, "r+b") as f:
+                f.write(b"X")
+
+
+def test_store_down_and_bad_copy_never_count_as_uploaded(tmp_path):
+    objects = FlakyStore(str(tmp_path / "bucket"), fails=1, damage=True)
+    s, t = open_store(tmp_path, objects, local_retention_bytes=0)
+    fill(s)
+    with pytest.raises(StoreDown):
+        t.step()
+    with pytest.raises(StoreDown, match="does not match"):
+        t.step()
+    assert t.manifests == {} and t.counts["verify_failures"] == 1
+    assert s.clean_expired(force=True) == 0
+    objects.damage = False
+    upload_all(t)
+    assert s.clean_expired() > 0
+    assert len(pull_all(s)[0]) == 300
+    s.close()
+
+
+def test_upload_interrupted_before_its_record_is_redone(tmp_path):
+    objects = FileStore(str(tmp_path / "bucket"))
+    s, t = open_store(tmp_path, objects)
+    fill(s)
+    upload_all(t)
+    n = len(t.manifests)
+    s.close()
+    # a kill after the object was written but before the local manifest: the manifest is missing
+    last = max(t.manifests)
+    os.unlink(tmp_path / "broker" / "tiered" / f"{last:020d}.json")
+    s2, t2 = open_store(tmp_path, objects)
+    assert len(t2.manifests) == n - 1
+    upload_all(t2)
+    assert len(t2.manifests) == n and t2.counts["uploaded_segments"] == 1
+    s2.close()
+
+
+def test_local_retention_by_age_and_remote_retention(tmp_path):
+    objects = FileStore(str(tmp_path / "bucket"))
+    s, t = open_store(tmp_path, objects, local_retention_hours=1, remote_retention_days=1)
+    fill(s)
+    upload_all(t)
+    assert s.clean_expired() == 0   # young segments stay local
+    now = int(time.time() * 1000)
+    assert s.clean_expired(now_ms=now + 3_600_000 + 60_000) > 0
+    assert s.min_offset("T", 0) == 0
+    for m in t.manifests.values():
+        m.sealed_ms -= 2 * 86_400_000
+    while t.remote_retention_step():
+        pass
+    assert t.manifests == {} and not list((tmp_path / "bucket" / "commitlog").iterdir())
+    s.clean_expired()
+    assert s.min_offset("T", 0) > 0
+    g = s.get_messages("T", 0, 0)
+    assert g.status is GetStatus.OFFSET_TOO_SMALL
+    s.close()
+
+
+@pytest.mark.parametrize("url", ["s3://A_B/x", "s3://bucket/../x", "s3://bucket/a//b", "ftp://x/y",
+                                 "file://host/path", "file:relative", "s3://bu/x"])
+def test_bad_store_urls_are_refused(url):
+    with pytest.raises(ValueError):
+        parse_url(url)
+
+
+def test_good_store_urls():
+    assert parse_url("s3://my-bucket/quiver/b1") == ("s3", "my-bucket", "quiver/b1")
+    assert parse_url("file:///mnt/nfs/q") == ("file", "/mnt/nfs/q", "")
+
+
+@pytest.mark.parametrize("key", ["../commitlog/00000000000000000000", "commitlog/1", "commitlog/x" * 3,
+                                 "commitlog/00000000000000000000/../../etc"])
+def test_bad_keys_are_refused(key):
+    with pytest.raises(ValueError):
+        check_key(key)
