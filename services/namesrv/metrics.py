@@ -4,6 +4,8 @@ Read at scrape time (quiver.runtime.metrics) from the route table's sizes; the
 table itself is only written on the service thread.
 """
 
+import time
+
 from quiver.runtime.metrics import ServiceCollector, counter, gauge
 
 
@@ -23,6 +25,12 @@ class NamesrvMetrics(ServiceCollector):
         yield gauge("quiver_controller_leader", "1 if this controller is the Raft leader",
                     rows=[((), 1 if c.is_leader else 0)])
         yield gauge("quiver_controller_groups", "broker groups the controller keeps", rows=[((), len(c.state.data))])
+        now, heard = time.monotonic(), list(c.heard.values())
+        yield gauge("quiver_controller_members", "Raft members of the controller group (this one included)",
+                    rows=[((), len(heard) + 1)])
+        yield gauge("quiver_controller_members_reachable", "members heard within the leader fallback time, this "
+                    "one included (a majority is needed to elect)",
+                    rows=[((), 1 + sum(now - t <= c.fallback_s for t in heard))])
 
     def _routes(self):
         t = self.table

@@ -53,6 +53,7 @@ class ConsumeService:
         self.orderly, self.broadcast = orderly, broadcast
         self._timer, self._call_broker, self._consumed, self._lock_queue = timer, call_broker, commit, relock
         self.tracer = tracer
+        self.metrics = None   # quiver.client.metrics.ClientMetrics when the consumer was given one
         self._pool = ThreadPoolExecutor(options.consume_threads, thread_name_prefix=f"consume-{group}")
         self.running = True
         self._active = 0   # listener tasks under way
@@ -119,10 +120,13 @@ class ConsumeService:
 
     def call_listener(self, msgs: list[MessageExt]) -> ReconsumeLater | None:
         """None when consumed, else how to retry (raising, or any other result: the default delay).
-        A traced consumer records SubBefore and SubAfter around the call."""
-        tracer = self.tracer
+        A traced consumer records SubBefore and SubAfter around the call, one with metrics the call."""
+        tracer, metrics = self.tracer, self.metrics
         started = tracer.sub_before(msgs) if tracer is not None else 0.0
+        t0 = time.perf_counter() if metrics is not None else 0.0
         later = self._listen(msgs)
+        if metrics is not None:
+            metrics.listened(self.group, msgs, later is None, time.perf_counter() - t0)
         if tracer is not None:
             tracer.sub_after(msgs, started, later is None)
         return later
@@ -139,7 +143,7 @@ class ConsumeService:
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         bs = self.options.consume_batch_size
-        call = self.call_listener if self.tracer is not None else self._listen   # a call less per batch
+        call = self.call_listener if self.tracer is not None or self.metrics is not None else self._listen
         done = 0                 # msgs[:done] are handled: consumed, sent back or kept for a retry here
         kept: set[int] = set()   # id() of those kept (broker unreachable): the offset stays behind them
         sending = 0.0            # time in send-backs: the listener's cost is the rest (and GIL waits)

@@ -31,6 +31,7 @@ from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_f
 from quiver.wire.futures import LightFuture
 from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enabled
 from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
+from quiver.client.metrics import ClientMetrics
 from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
                                     java_hash)
 from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties
@@ -82,7 +83,8 @@ class Producer(ClientBase):
     request (at most `batch_max_messages` / `batch_max_bytes`, with up to `batch_in_flight`
     requests under way per queue: 1 batches the most, more answers sooner); `max_message_bytes`: the body
     limit checked before sending; `credentials`: a key file path or Credentials when auth is on
-    (None: QUIVER_CREDENTIALS); `trace`: record Pub trace events (None: QUIVER_TRACE=1).
+    (None: QUIVER_CREDENTIALS); `trace`: record Pub trace events (None: QUIVER_TRACE=1); `metrics`: a
+    quiver.client.metrics.ClientMetrics to record sends into (None: none recorded).
     ClientError if no name server is given; a bad credentials path fails here.
 
         with Producer("pg", namesrv="127.0.0.1:9876") as p:
@@ -95,10 +97,11 @@ class Producer(ClientBase):
                  send_timeout: float = 3.0, retries: int = 2, auto_batch: bool = True,
                  batch_max_messages: int = 512, batch_max_bytes: int = 1 << 20,
                  max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, credentials: str | Credentials | None = None,
-                 trace: bool | None = None, batch_in_flight: int = 2) -> None:
+                 trace: bool | None = None, batch_in_flight: int = 2, metrics: ClientMetrics | None = None) -> None:
         super().__init__(namesrv, send_timeout, credentials,   # trace None: QUIVER_TRACE=1 turns it on
                          tracer_factory=client_tracer if trace_enabled(trace) else None)
         self.group = group
+        self.metrics = metrics
         self.send_timeout = send_timeout
         self.retries = retries
         self.auto_batch = auto_batch
@@ -227,6 +230,12 @@ class Producer(ClientBase):
 
             p.send(Message("Orders", b"o-1"), selector=lambda mqs, msg, arg: mqs[arg % len(mqs)], arg=42)
         """
+        if self.metrics is not None:
+            return self.metrics.timed_send(msg.topic, 1, lambda: self._send(msg, timeout, queue, selector, arg))
+        return self._send(msg, timeout, queue, selector, arg)
+
+    def _send(self, msg: Message, timeout: float | None, queue: MessageQueue | None, selector: QueueSelector | None,
+              arg: object) -> SendResult:
         self._need_started()
         if queue is not None or selector is not None:
             mq, addr = self.chosen_queue(msg, queue, selector, arg)
@@ -239,6 +248,9 @@ class Producer(ClientBase):
         """Same key -> same queue (no retry on another queue: that would break order).
         The key is required: without one there is no order to keep (MessageIllegalError)."""
         self._need_started()
+        if self.metrics is not None:
+            return self.metrics.timed_send(msg.topic, 1, lambda: self._send_to(*self.orderly_queue(msg, sharding_key),
+                                                                              msg, timeout))
         mq, addr = self.orderly_queue(msg, sharding_key)
         return self._send_to(mq, addr, msg, timeout)
 
@@ -279,6 +291,9 @@ class Producer(ClientBase):
         batch over `max_message_bytes`; retried on another broker like `send`."""
         self._need_started()
         topic, ids, props, bodies, flags = self._encode_batch(msgs)
+        if self.metrics is not None:
+            return self.metrics.timed_send(topic, len(ids), lambda: self._send_sync(
+                topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout))
         return self._send_sync(topic, ids, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, timeout)
 
     def send_batch_async(self, msgs: list[Message]) -> Future[list[SendResult]]:
@@ -293,6 +308,8 @@ class Producer(ClientBase):
             if tracer is not None:
                 tracer.pub(results, props, t0)
             return results
+        if self.metrics is not None:
+            self.metrics.watch_send(topic, len(ids), fut)
         self.call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, build)
         return fut
 
@@ -418,6 +435,8 @@ class Producer(ClientBase):
         chosen = self.chosen_queue(msg, queue, selector, arg) if queue is not None or selector is not None else None
         msg_id, props = self._encode(msg)
         fut: Future[SendResult] = LightFuture(callback)
+        if self.metrics is not None:
+            self.metrics.watch_send(msg.topic, 1, fut)
         if chosen is None:
             self._enqueue(msg.topic, (msg_id, props, msg.body, msg.flag, fut, 0), None)
         else:  # starts at the last attempt: a chosen queue is never retried on another

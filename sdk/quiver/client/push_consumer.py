@@ -64,6 +64,7 @@ from quiver.client.process_queue import DelayedCalls, ProcessQueue
 from quiver.client.queue_locks import QueueLocks
 from quiver.client.queue_puller import FOUND, OFFSET_ILLEGAL, BadRecords, Pulled, QueuePuller
 from quiver.client.rebalance import RebalanceLoop, Rebalancer
+from quiver.client.metrics import ClientMetrics
 from quiver.client.producer import client_tracer
 from quiver.client.tracing import enabled as trace_enabled
 from quiver.wire.validation import RETRY_PREFIX, check_group
@@ -76,8 +77,9 @@ class PushConsumer(ClientBase):
     max_reconsume_times, consume_threads or threads, consume_batch_size or batch_size, allocate,
     pull_batch_size, offset_dir, lock_interval_ms ...); `options=ConsumerOptions(...)` gives them
     at once. `trace=True` (or QUIVER_TRACE=1): SubBefore and
-    SubAfter trace events around each listener call (consume_service.py). `namesrv` and
-    `credentials` as for Producer. ValueError for a bad setting.
+    SubAfter trace events around each listener call (consume_service.py). `metrics`: a
+    quiver.client.metrics.ClientMetrics to record listener calls into (messages consumed or failed,
+    call time). `namesrv` and `credentials` as for Producer. ValueError for a bad setting.
 
         def listener(msgs):
             for msg in msgs:
@@ -99,9 +101,10 @@ class PushConsumer(ClientBase):
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
-                 trace: bool | None = None, **settings: Any) -> None:
+                 trace: bool | None = None, metrics: ClientMetrics | None = None, **settings: Any) -> None:
         super().__init__(namesrv, credentials=credentials,   # SubBefore / SubAfter around each listener call
                          tracer_factory=client_tracer if trace_enabled(trace) else None)
+        self.metrics = metrics
         check_group(group)
         self.options = opts = ConsumerOptions.build(options, **settings)
         self.group = group
@@ -182,6 +185,7 @@ class PushConsumer(ClientBase):
         self._consume = ConsumeService(self.group, opts, self._listener, orderly=self._orderly,
                                        broadcast=self.broadcast, timer=self._timer, call_broker=self.call_broker,
                                        commit=self._consumed, relock=self._locks.relock, tracer=self.tracer)
+        self._consume.metrics = self.metrics
         if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
             popper = Popper(self.brokers, self.group, consume_from="first" if opts.consume_from == "first" else "last",
                             fifo=self._orderly, max_reconsume_times=opts.max_reconsume_times)

@@ -29,8 +29,13 @@ def test_a_controller_exports_its_elections_and_leadership():
     import types
     from quiver_namesrv.metrics import NamesrvMetrics
     app = App(Config(listen="127.0.0.1:1"))
-    ctl = types.SimpleNamespace(elections=3, is_leader=True, state=types.SimpleNamespace(data={"C/fo": {}}))
+    import time
+    now = time.monotonic()
+    ctl = types.SimpleNamespace(elections=3, is_leader=True, state=types.SimpleNamespace(data={"C/fo": {}}),
+                                fallback_s=1.0, heard={"b:1": now, "c:1": now - 60})   # c silent for a minute
     got = samples(NamesrvMetrics(app.service, app.table, ctl))
     assert value(got, "quiver_controller_elections_total") == 3
     assert value(got, "quiver_controller_leader") == 1 and value(got, "quiver_controller_groups") == 1
+    assert value(got, "quiver_controller_members") == 3
+    assert value(got, "quiver_controller_members_reachable") == 2   # itself and b: a majority of 3
     assert value(samples(collector(app)), "quiver_controller_leader") is None   # a plain name server: none
