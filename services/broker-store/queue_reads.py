@@ -58,6 +58,11 @@ def get_messages(store: MessageStore, topic: str, queue_id: int, offset: int, ma
     cq = store.cqs.get((topic, queue_id))
     hi = store.visible_max(cq) if cq else 0
     lo = min(cq.min_offset, hi) if cq else 0
+    compacted = store.compaction.logs.get((topic, queue_id))
+    if compacted is not None and cq is not None:
+        lo = min(lo, compacted.low)
+        if offset < compacted.watermark:   # below its first record: a gap, as after any compaction
+            return _compacted(store, compacted, offset, max_msgs, tag_hashes, max_bytes, lo, hi)
     end = cq.max_offset if cq else 0   # past `hi`: stored, not confirmed yet (visibility.py)
     if end == 0:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, b"", 0)
@@ -107,6 +112,21 @@ def get_messages(store: MessageStore, topic: str, queue_id: int, offset: int, ma
             return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
     store.count("get_msgs", count)
     return GetResult(GetStatus.FOUND, nxt, lo, hi, data, count)
+
+
+def _compacted(store: MessageStore, compacted, offset: int, max_msgs: int, tag_hashes, max_bytes: int,
+               lo: int, hi: int) -> GetResult:
+    """A pull below a compacted queue's watermark: served from its compacted log (compacted_log.py)."""
+    recs, nxt, bad = compacted.read(offset, max(1, max_msgs), tag_hashes, max_bytes)
+    store.count("get_calls")
+    if bad:
+        store.count("corrupt_records_skipped", len(bad))
+        for qoff, why in bad:
+            log.error("corrupt compacted record skipped: %s queue offset %d: %s", compacted.path, qoff, why)
+    if not recs:
+        return GetResult(GetStatus.NO_MATCHED_MESSAGE, nxt, lo, hi, b"", 0)
+    store.count("get_msgs", len(recs))
+    return GetResult(GetStatus.FOUND, nxt, lo, hi, b"".join(recs), len(recs))
 
 
 def _skipped(store: MessageStore, cq: ConsumeQueue, offset: int, bad: list[tuple[int, int, str]]) -> None:

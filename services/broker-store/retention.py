@@ -11,6 +11,8 @@ runs it as a step from the broker's scheduler (every 10 s there).
   until the ratio drops below it.
 - Refusing puts on a full disk is the disk guard's (disk_space.py, asked before
   every put); a step that deleted segments re-checks it, so writes resume at once.
+- A segment a compacted queue still needs (compaction.py's retention_bound: not
+  yet covered by its compacted log) is kept, and a compaction pass asked for.
 - Then ConsumeQueue min offsets move to the first entry still in the log, their
   fully-stale files are deleted, and so are index files below the new minimum.
 """
@@ -41,6 +43,7 @@ def clean_expired(store: MessageStore, now_ms: int | None = None, force: bool = 
     reserved_ms = store.file_reserved_hours * 3_600_000
     cl = store.commit_log
     deleted = 0
+    held = store.compaction.retention_bound()
     # The flush lock: the flush thread must not be syncing a descriptor we close.
     tiered = store.tiered
     with store.exclusive():
@@ -50,6 +53,9 @@ def clean_expired(store: MessageStore, now_ms: int | None = None, force: bool = 
             seg = cl.segments[0]
             expired = os.stat(seg.path).st_mtime * 1000 + reserved_ms <= now_ms
             if not ((expired and may_delete_expired) or forcibly):
+                break
+            if held is not None and seg.end > held:
+                log.info("segment %s kept: a compacted queue needs it (offset %d) until compacted", seg.path, held)
                 break
             log.info("deleting segment %s (%s, disk %.0f%%)", seg.path,
                      "expired" if expired else "disk pressure", ratio * 100)

@@ -12,6 +12,7 @@ deletion policy (retention) nor the disk-space rule (disk_space)::
       consumequeue/<topic>/<qid>/<offset>    20-byte entries (consume_queue.py)
       index/<yyyyMMddHHmmssSSS>              key hash index (index_file.py)
       checkpoint                             flushed / dispatched offsets (checkpoint.py)
+      compaction/<topic>/<qid>/compacted     compacted topics' latest records (compacted_log.py)
       abort                                  exists while open: next open is a crash recovery
 
 Queue directories are built by consume_queue.queue_dir only (topic name
@@ -52,6 +53,7 @@ from quiver.errors import QuiverError
 
 from . import lookups, queue_reads, recovery, replica_append, retention, visibility
 from .commit_log import CommitLog
+from .compaction import Compactor
 from .config import DEFAULT_DELAY_LEVELS_MS
 from .consume_queue import ENTRY_SIZE, ConsumeQueue, load_queues, queue_dir
 from .disk_space import DiskSpace
@@ -90,7 +92,8 @@ class MessageStore:
                  delete_when_hours: Sequence[int] = (4,), disk_max_used_ratio: float = 0.75,
                  disk_clean_forcibly_ratio: float = 0.85, disk: DiskSpace | None = None,
                  logic_flush_interval_ms: int = 1000, prop_crc: bool = False,
-                 on_flushed: Callable[[int], None] | None = None):
+                 on_flushed: Callable[[int], None] | None = None, delete_retention_ms: int = 86_400_000,
+                 compaction_bytes_per_s: int = 0):
         """`disk`: the write guard (default: 90 % of the data dir's partition, resuming below
         `disk_clean_forcibly_ratio`); `logic_flush_interval_ms`: ConsumeQueue/index fsync and
         checkpoint period (RocketMQ flushIntervalConsumeQueue); `prop_crc`: end every record
@@ -127,6 +130,8 @@ class MessageStore:
         self.on_confirmed: Callable[[str, int], None] | None = None  # a queue's batches became visible
         self.tiered = None            # --tiered-store (tiered.py), set by attach_tiered before open
         self.reads = self.commit_log  # what reads go through: the CommitLog, or it and the tiered store
+        self.compaction = Compactor(self, os.path.join(data_dir, "compaction"), delete_retention_ms,
+                                    compaction_bytes_per_s)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -139,6 +144,7 @@ class MessageStore:
         self.index.load()
         ckpt_path = os.path.join(self.data_dir, "checkpoint")
         recovery.recover(self, ckpt_path, abnormal=os.path.exists(self._abort_path))
+        self.compaction.load()
         open(self._abort_path, "wb").close()
         self.flusher.start(ckpt_path)
         if self.tiered is not None:
@@ -168,6 +174,7 @@ class MessageStore:
                 cq.close()
             self.cqs.clear()
             self.index.close()
+            self.compaction.close()
             self.commit_log.close()
             self.flusher.close_checkpoint()
         if clean:
@@ -388,7 +395,7 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self.cqs.get((topic, queue_id))
-        return min(cq.min_offset, cq.max_offset) if cq else 0
+        return self.compaction.low(topic, queue_id, min(cq.min_offset, cq.max_offset)) if cq else 0
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_msgs: int = 32,
                      tag_hashes: set[int] | None = None, max_bytes: int = 4 << 20) -> GetResult:
@@ -423,6 +430,7 @@ class MessageStore:
                 self.cqs.pop(key).close()
         if tdir is not None:
             shutil.rmtree(tdir, ignore_errors=True)
+        self.compaction.drop_topic(topic)
         # Move the checkpoint past this topic's records so recovery does not revive it.
         self.flush_step(force=True)
 
@@ -459,5 +467,5 @@ class MessageStore:
             "corrupt_records_skipped": c["corrupt_records_skipped"], "puts_rolled_back": c["puts_rolled_back"],
             "flush_errors": c["flush_errors"], "checkpoint_errors": c["checkpoint_errors"],
             **({"tiered": {**self.tiered.stats(), **self.reads.cache.stats()}} if self.tiered is not None else {}),
-            "recovery_damaged_records": c["recovery_damaged_records"],
+            "recovery_damaged_records": c["recovery_damaged_records"], **self.compaction.stats(),
         }

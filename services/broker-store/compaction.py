@@ -1,0 +1,285 @@
+"""Compaction of compacted topics: keep the latest record of every key, per queue.
+
+Owns which records a pass keeps, the pass itself (on a worker thread, its I/O
+rate-limited), installing its result, and the hold it puts on CommitLog
+retention. Does not own the file format (compacted_log.py) nor which topics are
+compacted (the topic table's sysflag; `is_compacted` is given by the app).
+
+A pass over one queue reads its compacted log (everything below the old
+watermark) and the queue's ConsumeQueue entries from there up to the first
+entry in the active CommitLog segment (never the active range, nor anything not
+yet visible to consumers). The key of a record is its KEYS property; per key
+only the record with the highest queue offset is kept. A record with an empty
+body is a tombstone: kept until its store time + delete_retention_ms, then
+dropped with its key. A record without KEYS has nothing to be replaced by and
+is kept. The result is written as a new compacted log (atomic replacement) and
+installed on the main thread.
+
+Retention: the CommitLog may drop a segment only once every compacted queue's
+compaction covers it (`retention_bound`): the compacted log is then the source
+of that range, so the latest values survive the segments they were written to.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import shutil
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from quiver.wire import properties, record, record_checks
+
+from . import compacted_log
+from .compacted_log import CompactedLog, CorruptLog
+from .consume_queue import ENTRY
+
+if TYPE_CHECKING:
+    from .store import MessageStore
+
+log = logging.getLogger(__name__)
+
+READ_ENTRIES = 4096   # ConsumeQueue entries read at once by a pass
+_I32 = struct.Struct(">i")
+
+
+class PassFailed(Exception):
+    """A pass read a record that failed its check (or vanished): nothing was replaced."""
+
+
+class Throttle:
+    """Sleeps so that what `add` counts stays under `bytes_per_s` (0: no limit)."""
+
+    def __init__(self, bytes_per_s: int, clock=time.monotonic, sleep=time.sleep):
+        self.rate, self.clock, self.sleep = bytes_per_s, clock, sleep
+        self.start, self.done = clock(), 0
+
+    def add(self, n: int) -> None:
+        if self.rate <= 0:
+            return
+        self.done += n
+        ahead = self.done / self.rate - (self.clock() - self.start)
+        if ahead > 0:
+            self.sleep(ahead)
+
+
+@dataclass(slots=True)
+class PassResult:
+    topic: str
+    queue_id: int
+    read: int = 0          # records read
+    kept: int = 0          # records in the new compacted log
+    watermark: int = 0
+    skipped: bool = False  # nothing new to compact
+
+
+class Compactor:
+    def __init__(self, store: MessageStore, root: str, delete_retention_ms: int = 86_400_000,
+                 bytes_per_s: int = 0, clock: Callable[[], float] = time.time):
+        self.store = store
+        self.root = root
+        self.delete_retention_ms = delete_retention_ms
+        self.bytes_per_s = bytes_per_s
+        self.clock = clock
+        self.logs: dict[tuple[str, int], CompactedLog] = {}
+        self.is_compacted: Callable[[str], bool] = lambda topic: False
+        self.passes = 0
+        self.failed = 0
+        self._jobs: queue.Queue = queue.Queue()
+        self._worker: threading.Thread | None = None
+
+    # ---- lifecycle (main thread) -----------------------------------------------------------
+
+    def load(self) -> None:
+        """Open every queue's compacted log; one that fails its checks is set aside, not served."""
+        if not os.path.isdir(self.root):
+            return
+        for topic in os.listdir(self.root):
+            for qid in os.listdir(os.path.join(self.root, topic)):
+                if not (qid.isdigit() and qid == str(int(qid))):
+                    continue
+                try:
+                    d = compacted_log.log_dir(self.root, topic, int(qid))
+                    found = compacted_log.load(d)
+                except (CorruptLog, OSError, Exception) as exc:  # a bad name or file: never stops a start
+                    log.error("compacted log of %s/%s not loaded: %s", ascii(topic), qid, exc)
+                    continue
+                if found is not None:
+                    self.logs[(topic, int(qid))] = found
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        for cl in self.logs.values():
+            cl.close()
+        self.logs.clear()
+
+    def drop_topic(self, topic: str) -> None:
+        for key in [k for k in self.logs if k[0] == topic]:
+            self.logs.pop(key).close()
+        try:
+            shutil.rmtree(compacted_log.log_dir(self.root, topic, 0).rsplit(os.sep, 1)[0], ignore_errors=True)
+        except Exception as exc:   # not a valid name: nothing of it was written
+            log.warning("compacted logs of %s not deleted: %s", ascii(topic), exc)
+
+    # ---- what the read path and retention ask ------------------------------------------------
+
+    def low(self, topic: str, queue_id: int, lo: int) -> int:
+        """The queue's min offset `lo` lowered to what its compacted log still holds."""
+        cl = self.logs.get((topic, queue_id))
+        return lo if cl is None else min(lo, cl.low)
+
+    def retention_bound(self) -> int | None:
+        """The lowest CommitLog offset some compacted queue still needs (None: no hold)."""
+        bound = None
+        for (topic, qid), cq in list(self.store.cqs.items()):
+            if not self.is_compacted(topic):
+                continue
+            cl = self.logs.get((topic, qid))
+            start = max(cl.watermark if cl else 0, cq.min_offset)
+            e = cq.entry(start) if start < cq.max_offset else None
+            if e is not None and (bound is None or e[0] < bound):
+                bound = e[0]
+        return bound
+
+    # ---- a pass ---------------------------------------------------------------------------------
+
+    def compact_queue(self, topic: str, queue_id: int, force: bool = True,
+                      step: Callable[[str], None] | None = None,
+                      install: Callable[[Callable[[], None]], None] | None = None) -> PassResult:
+        """One pass over one queue; the new log is installed through `install(fn)` (default: now,
+        on this thread; the worker hands it to the main thread). `step(point)` runs at each stage."""
+        res = PassResult(topic, queue_id)
+        cq = self.store.cqs.get((topic, queue_id))
+        old = self.logs.get((topic, queue_id))
+        w_old = old.watermark if old else 0
+        if cq is None:
+            res.skipped = True
+            return res
+        cl = self.store.commit_log
+        segs = cl.segments
+        limit = segs[-1].start if segs else 0   # the active segment is never compacted
+        start = max(w_old, cq.min_offset)
+        hi = min(self.store.visible_max(cq), cq.max_offset)
+        w_new = max(start, min(hi, cq.first_offset_where(lambda e: e[0] >= limit, lo=start)))
+        res.watermark = w_new
+        if w_new <= w_old and not force:
+            res.skipped = True
+            return res
+        throttle = Throttle(self.bytes_per_s)
+        hook = step or (lambda point: None)
+
+        def stepped(point: str) -> None:
+            hook(point)
+
+        inputs = self._inputs(old, cq, start, w_new)
+        kept = self._choose(old, inputs, throttle, stepped)
+        res.read, res.kept = len(inputs), len(kept)
+        stepped("chosen")
+        directory = compacted_log.log_dir(self.root, topic, queue_id)
+
+        def records():
+            for src, qoff, phys, size, _ in kept:
+                buf = self._read(old, src, qoff, phys, size)
+                throttle.add(size)
+                yield buf
+
+        new = compacted_log.write(directory, w_new, [(q, p, s, c) for _, q, p, s, c in kept], records(), stepped)
+
+        def swap() -> None:
+            prev = self.logs.get((topic, queue_id))
+            self.logs[(topic, queue_id)] = new
+            if prev is not None:
+                prev.close()
+            stepped("installed")
+
+        (install or (lambda fn: fn()))(swap)
+        self.passes += 1
+        log.info("compacted %s/%d: %d records read, %d kept, watermark %d", topic, queue_id, res.read,
+                 res.kept, w_new)
+        return res
+
+    def _inputs(self, old: CompactedLog | None, cq, start: int, end: int) -> list[tuple]:
+        """(source, queue offset, CommitLog offset, size, tags code) of every record a pass reads,
+        ascending: the old compacted log's, then the ConsumeQueue's [start, end)."""
+        out: list[tuple] = []
+        if old is not None:
+            out.extend((i, e[0], e[1], e[3], e[4]) for i, e in enumerate(old.entries))
+        at = start
+        while at < end:
+            raw = cq.read(at, min(READ_ENTRIES, end - at))
+            if not raw:
+                raise PassFailed(f"{cq.topic}/{cq.queue_id}: ConsumeQueue entry {at} is not there")
+            for phys, size, code in ENTRY.iter_unpack(raw):
+                if size > 0:
+                    out.append((None, at, phys, size, code))
+                at += 1
+        return out
+
+    def _read(self, old: CompactedLog | None, src, qoff: int, phys: int, size: int) -> bytes:
+        """One input record (from `old`'s entry `src`, or the CommitLog), checked: PassFailed
+        if it is not whole and intact."""
+        buf = old.record(src) if src is not None and old is not None else self.store.commit_log.read(phys, size)
+        bad = record_checks.check_run(buf, [(phys, size)], phys) if len(buf) == size else [(0, "short read")]
+        if bad:
+            raise PassFailed(f"queue offset {qoff} (CommitLog {phys}): {bad[0][1]}")
+        return buf
+
+    def _choose(self, old: CompactedLog | None, inputs: list[tuple], throttle: Throttle, step) -> list[tuple]:
+        """The inputs a new log keeps: the last of each key, tombstones until their retention ends,
+        records without a key."""
+        latest: dict[str, int] = {}
+        dead: set[int] = set()     # tombstones past their retention
+        keyless: list[int] = []
+        expire_before = self.clock() * 1000 - self.delete_retention_ms
+        for i, (src, qoff, phys, size, _) in enumerate(inputs):
+            buf = self._read(old, src, qoff, phys, size)
+            throttle.add(size)
+            _, props = record.properties_at(buf, 0)
+            key = props.get(properties.KEYS)
+            if not key:
+                keyless.append(i)
+                continue
+            latest[key] = i
+            if _I32.unpack_from(buf, record.BODY_LEN_AT)[0] == 0 and record.store_ts_of(buf) <= expire_before:
+                dead.add(i)
+            if i % 256 == 0:
+                step("scan")
+        keep = sorted({*latest.values(), *keyless} - dead)
+        return [inputs[i] for i in keep]
+
+    # ---- the worker thread --------------------------------------------------------------------
+
+    def submit(self, topics: list[str] | None, post: Callable, done: Callable | None = None,
+               force: bool = False) -> None:
+        """Queue a pass over `topics` (None: every compacted topic) on the worker thread; results
+        are installed through `post(fn)` (the main thread's call_soon_threadsafe), and
+        `done(results, error)` is posted after."""
+        if self._worker is None:
+            self._worker = threading.Thread(target=self._work, name="compaction", daemon=True)
+            self._worker.start()
+        self._jobs.put((topics, post, done, force))
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            topics, post, done, force = job
+            results, error = [], None
+            keys = sorted(k for k in list(self.store.cqs)
+                          if (k[0] in topics if topics is not None else self.is_compacted(k[0])))
+            for topic, qid in keys:
+                try:
+                    results.append(self.compact_queue(topic, qid, force=force, install=post))
+                except Exception as exc:   # the old log stays; the next pass tries again
+                    self.failed += 1
+                    error = f"{topic}/{qid}: {exc}"
+                    log.error("compaction of %s/%d failed (nothing replaced): %s", topic, qid, exc)
+            if done is not None:
+                post(done, results, error)
+
+    def stats(self) -> dict:
+        return {"compacted_queues": len(self.logs), "compaction_passes": self.passes,
+                "compaction_failures": self.failed,
+                "compacted_bytes": sum(cl.data_bytes for cl in list(self.logs.values()))}

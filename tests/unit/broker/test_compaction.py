@@ -1,0 +1,175 @@
+"""Compacted topics in the store: a pass keeps the latest record per key, pulls below the
+watermark come from the compacted log with their original offsets, tombstones go after their
+retention, retention waits for compaction, a torn or corrupt compacted file is never served."""
+
+import os
+import time
+
+import pytest
+
+from quiver.wire import record
+from quiver.wire.property_string import format_properties
+from quiver_broker import compacted_log
+from quiver_broker.compaction import Throttle
+from quiver_broker.store import GetStatus, MessageStore
+
+HOST = b"\x7f\0\0\x01\0\0\x27\x10"
+
+
+def open_store(d, **kw):
+    s = MessageStore(str(d), segment_bytes=4096, flush_interval_ms=3_600_000, index_slots=512,
+                     index_entries=4096, **kw)
+    s.compaction.is_compacted = lambda topic: topic == "C"
+    s.open()
+    return s
+
+
+def put(s, key, body, topic="C", qid=0):
+    props = [format_properties({"KEYS": key} if key else {"TAGS": "a"})]
+    return s.put_batch(topic, qid, [body], props, [0], 0, 1, HOST)
+
+
+def pull_all(s, topic="C", qid=0, start=0):
+    out, off = [], start
+    while True:
+        g = s.get_messages(topic, qid, off, max_msgs=7)
+        if g.status not in (GetStatus.FOUND, GetStatus.NO_MATCHED_MESSAGE) or g.next_offset == off:
+            return out
+        out += record.decode_many(g.data)
+        off = g.next_offset
+
+
+def fill(s, keys=10, versions=8):
+    """keys x versions, interleaved; returns {key: last body}."""
+    latest = {}
+    for v in range(versions):
+        for k in range(keys):
+            body = f"k{k}-v{v}".encode() * 5
+            put(s, f"k{k}", body)
+            latest[f"k{k}"] = body
+    return latest
+
+
+def test_pass_keeps_latest_per_key_with_original_offsets(tmp_path):
+    s = open_store(tmp_path)
+    latest = fill(s)
+    put(s, None, b"no key")
+    res = s.compaction.compact_queue("C", 0)
+    assert 0 < res.watermark < s.max_offset("C", 0) and res.kept < res.read
+    recs = pull_all(s)
+    offs = [r.queue_offset for r in recs]
+    assert offs == sorted(set(offs)) and offs[0] >= 0
+    # below the watermark: one record per key; above it: everything
+    below = [r for r in recs if r.queue_offset < res.watermark]
+    keys = [r.properties().get("KEYS") for r in below]
+    assert len(keys) == len(set(keys))
+    seen = {}
+    for r in recs:
+        if r.properties().get("KEYS"):
+            seen[r.properties()["KEYS"]] = r.body
+    assert seen == latest
+    assert s.stats()["compacted_queues"] == 1
+    s.close()
+
+
+def test_compacted_log_survives_reopen_and_retention(tmp_path):
+    s = open_store(tmp_path)
+    latest = fill(s, versions=12)
+    first_seg = s.commit_log.segments[0].path
+    assert s.clean_expired(now_ms=int(time.time() * 1000) + 10**12, force=True) == 0   # held: not compacted
+    assert os.path.exists(first_seg)
+    s.compaction.compact_queue("C", 0)
+    assert s.clean_expired(now_ms=int(time.time() * 1000) + 10**12, force=True) > 0
+    assert not os.path.exists(first_seg)
+    s.close()
+    s = open_store(tmp_path)
+    assert s.min_offset("C", 0) == s.compaction.logs[("C", 0)].low
+    seen = {r.properties()["KEYS"]: r.body for r in pull_all(s)}
+    assert seen == latest
+    s.close()
+
+
+def test_tombstone_removed_after_delete_retention(tmp_path):
+    s = open_store(tmp_path, delete_retention_ms=60_000)
+    fill(s, keys=3, versions=30)
+    put(s, "k1", b"")
+    fill(s, keys=0)
+    for _ in range(80):       # roll the tombstone out of the active segment
+        put(s, "other", b"x" * 40)
+    s.compaction.compact_queue("C", 0)
+    assert any(r.properties()["KEYS"] == "k1" and r.body == b"" for r in pull_all(s))   # kept: retention not over
+    s.compaction.clock = lambda: time.time() + 120
+    s.compaction.compact_queue("C", 0)
+    assert not any(r.properties()["KEYS"] == "k1" for r in pull_all(s))
+    assert {r.properties()["KEYS"] for r in pull_all(s)} == {"k0", "k2", "other"}
+    s.close()
+
+
+def test_second_pass_builds_on_first_and_tag_filter(tmp_path):
+    s = open_store(tmp_path)
+    fill(s, versions=6)
+    w1 = s.compaction.compact_queue("C", 0).watermark
+    latest = fill(s, versions=6)
+    for _ in range(40):
+        put(s, "pad", b"p" * 60)
+    latest["pad"] = b"p" * 60
+    w2 = s.compaction.compact_queue("C", 0).watermark
+    assert w2 > w1
+    seen = {r.properties()["KEYS"]: r.body for r in pull_all(s)}
+    assert seen == latest
+    g = s.get_messages("C", 0, 0, tag_hashes={12345})   # no record has that tag: skipped, offset moves
+    assert g.status is GetStatus.NO_MATCHED_MESSAGE and g.next_offset > 0
+    s.close()
+
+
+def test_corrupt_or_torn_file_is_not_served(tmp_path):
+    s = open_store(tmp_path)
+    latest = fill(s)
+    s.compaction.compact_queue("C", 0)
+    path = s.compaction.logs[("C", 0)].path
+    s.close()
+    with open(path, "r+b") as f:    # flip a byte of the index
+        f.seek(compacted_log.HEAD_SIZE + 3)
+        b = f.read(1)
+        f.seek(compacted_log.HEAD_SIZE + 3)
+        f.write(bytes([b[0] ^ 0xFF]))
+    open(os.path.join(os.path.dirname(path), compacted_log.TMP_NAME), "wb").write(b"torn")
+    s = open_store(tmp_path)
+    assert ("C", 0) not in s.compaction.logs      # the CommitLog still holds everything
+    assert not os.path.exists(os.path.join(os.path.dirname(path), compacted_log.TMP_NAME))
+    assert {r.properties()["KEYS"]: r.body for r in pull_all(s)} == latest
+    s.close()
+
+
+def test_corrupt_record_in_compacted_log_is_skipped(tmp_path):
+    s = open_store(tmp_path)
+    fill(s)
+    s.compaction.compact_queue("C", 0)
+    cl = s.compaction.logs[("C", 0)]
+    with open(cl.path, "r+b") as f:   # a byte of the first record's body
+        f.seek(cl.data_start + record.FIXED_SIZE + 1)
+        f.write(b"\xff")
+    recs = pull_all(s)
+    assert cl.offsets[0] not in [r.queue_offset for r in recs]
+    assert s.stats()["corrupt_records_skipped"] == 1
+    s.close()
+
+
+def test_delete_topic_removes_compacted_logs(tmp_path):
+    s = open_store(tmp_path)
+    fill(s)
+    s.compaction.compact_queue("C", 0)
+    s.delete_topic("C")
+    assert not s.compaction.logs and not os.path.exists(os.path.join(str(tmp_path), "compaction", "C"))
+    s.close()
+
+
+def test_throttle_holds_rate():
+    now = [0.0]
+    slept = []
+    t = Throttle(1000, clock=lambda: now[0], sleep=lambda s: (slept.append(s), now.__setitem__(0, now[0] + s)))
+    for _ in range(10):
+        t.add(500)
+    assert now[0] == pytest.approx(5.0)
+    Throttle(0, sleep=lambda s: slept.append(-1)).add(10**9)
+    assert -1 not in slept
