@@ -153,8 +153,8 @@ class Config(ServiceSettings):
             parse_url(self.tiered_store)  # ValueError saying what to fix
             if self.auto_failover or self.broker_id != 0:
                 raise ValueError("--tiered-store is for a master (broker id 0, no --auto-failover)")
-            if self.tiered_cache_bytes < 1 << 20:
-                raise ValueError("tiered_cache_bytes must be >= 1048576")
+            if self.tiered_cache_bytes < 1 << 16:
+                raise ValueError("tiered_cache_bytes must be >= 65536")
         try:  # the broker name becomes a directory, both names travel in registrations
             names.check_broker_name(self.name)
             names.check_cluster(self.cluster)

@@ -123,16 +123,26 @@ class FileStore:
 
 
 class _Limited:
-    """The first `size` bytes of a file object (a segment is uploaded as far as it is sealed)."""
+    """The first `size` bytes of a file object, seekable (boto3 rewinds a body to retry it)."""
 
     def __init__(self, f, size: int):
-        self.f, self.left = f, size
+        self.f, self.size, self.pos = f, size, 0
 
     def read(self, n: int = -1) -> bytes:
-        n = self.left if n < 0 else min(n, self.left)
-        buf = self.f.read(n) if n else b""
-        self.left -= len(buf)
+        left = self.size - self.pos
+        n = left if n is None or n < 0 else min(n, left)
+        buf = self.f.read(n) if n > 0 else b""
+        self.pos += len(buf)
         return buf
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = max(0, min(self.size, base + offset))
+        self.f.seek(self.pos)
+        return self.pos
 
 
 class S3Store:
