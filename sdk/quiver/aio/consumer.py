@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 from quiver.aio.bridge import AsyncClient
 from quiver.client.base import MessageQueue
 from quiver.client.consumer import PullConsumer
 from quiver.client.message import MessageExt, MessageSelector
+from quiver.client.options import ConsumerOptions, ConsumerSettings
 from quiver.errors import ClientError, TopicNotExistError
+from quiver.wire.curve import Credentials
 
 ITERATE_WAIT_S = 1.0   # `async for` polls in waits this long (it ends once the consumer is shut down)
 
@@ -51,9 +53,12 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
 
     _sync: _WakingPullConsumer
 
-    def __init__(self, group: str, namesrv: str | list[str] | None = None, **options: Any) -> None:
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
+                 options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
+                 trace: bool | None = None, **settings: Unpack[ConsumerSettings]) -> None:
         super().__init__()
-        self._sync = self._make(_WakingPullConsumer, group, namesrv, **options)
+        self._sync = self._make(_WakingPullConsumer, group, namesrv, options=options, credentials=credentials, trace=trace,
+                                **settings)
         if self._sync.options.direct_poll:   # its poll never waits in PullConsumer.poll: nothing would hold pulls
             raise ValueError("direct_poll is for PullConsumer.poll(); AsyncPullConsumer waits for the IO thread's pulls")
         self._arrived: asyncio.Event | None = None

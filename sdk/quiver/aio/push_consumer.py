@@ -16,13 +16,15 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import Any, Unpack
 
 from quiver.aio.bridge import AsyncClient
 from quiver.client.base import MessageQueue
 from quiver.client.message import ConsumeResult, MessageExt, MessageSelector
+from quiver.client.options import ConsumerOptions, ConsumerSettings
 from quiver.client.push_consumer import PushConsumer
 from quiver.errors import ClientError
+from quiver.wire.curve import Credentials
 
 # listener(msgs) -> ConsumeResult: a coroutine function (or a plain one, which then runs on the loop)
 AsyncListener = Callable[[list[MessageExt]], "Awaitable[ConsumeResult] | ConsumeResult"]
@@ -45,9 +47,12 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
             await stop.wait()
     """
 
-    def __init__(self, group: str, namesrv: str | list[str] | None = None, **options: Any) -> None:
+    def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
+                 options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
+                 trace: bool | None = None, **settings: Unpack[ConsumerSettings]) -> None:
         super().__init__()
-        self._sync = self._make(PushConsumer, group, namesrv, **options)
+        self._sync = self._make(PushConsumer, group, namesrv, options=options, credentials=credentials, trace=trace,
+                                **settings)
         self._listener: AsyncListener | None = None
 
     @property

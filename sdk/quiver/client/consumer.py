@@ -35,7 +35,7 @@ Settings: options.py's ConsumerOptions.
 import logging
 import threading
 import time
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from quiver.client import filter_route
 from quiver.wire import requests as rq
@@ -47,7 +47,7 @@ from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import MessageExt, MessageSelector
 from quiver.wire.names import check_group
 from quiver.client.offset_store import query_offset, start_offset
-from quiver.client.options import ConsumerOptions
+from quiver.client.options import ConsumerOptions, ConsumerSettings
 from quiver.client.process_queue import DelayedCalls
 from quiver.client.direct_poll import DirectPolls
 from quiver.client.pull_buffer import PullBuffer, QueueState
@@ -86,7 +86,7 @@ class PullConsumer(ClientBase):
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
-                 trace: bool | None = None, **settings: Any) -> None:
+                 trace: bool | None = None, **settings: Unpack[ConsumerSettings]) -> None:
         super().__init__(namesrv, credentials=credentials,   # SubBefore / SubAfter when poll() hands messages over
                          tracer_factory=client_tracer if trace_enabled(trace) else None)
         check_group(group)

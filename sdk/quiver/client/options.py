@@ -16,6 +16,7 @@ nor the name-server list (ClientBase).
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict
 
 from quiver.client.rebalance import strategy
 from quiver.wire.schema import MAX_OFFSET
@@ -123,6 +124,41 @@ class ConsumerOptions:
         if not isinstance(base, cls):
             raise TypeError(f"options must be a ConsumerOptions, not {type(base).__name__}")
         return dataclasses.replace(base, **fields) if fields else base
+
+
+class ConsumerSettings(TypedDict, total=False):
+    """ConsumerOptions' fields as the consumers' keyword arguments (`**settings:
+    Unpack[ConsumerSettings]`), so a type checker refuses a misspelt or mistyped one; each means
+    what the field of that name does. A test holds it to ConsumerOptions."""
+    consume_from: str | int
+    allocate: object
+    pull_batch_size: int
+    suspend_ms: int
+    pull_delay_on_error_ms: int
+    cached_msgs_per_queue: int
+    cached_bytes_per_queue: int
+    max_offset_span: int
+    commit_interval_ms: int
+    auto_commit: bool
+    wait_for_topic: bool
+    direct_poll: bool
+    rebalance_interval_ms: int
+    heartbeat_interval_ms: int
+    broadcast: bool
+    consume_threads: int
+    consume_batch_size: int
+    consume_inline: bool
+    max_reconsume_times: int
+    suspend_current_queue_ms: int
+    lock_interval_ms: int
+    offset_dir: str | None
+    instance_name: str
+    pop: bool
+    pop_invisible_ms: int
+    delay_levels_ms: tuple[int, ...]
+    on_bad_record: Callable[[str, int, int, str], object] | None
+    threads: int          # PushConsumer's name for consume_threads
+    batch_size: int       # and for consume_batch_size
 
 
 def _is_int(value) -> bool:

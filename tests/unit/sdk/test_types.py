@@ -8,8 +8,10 @@ public methods from (quiver.client.base, admin_inspect, acl_admin) and quiver.ai
 
 import inspect
 import os
+import re
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -32,29 +34,51 @@ def test_mypy_strict_passes_over_the_public_api(tmp_path):
     assert "Success: no issues found" in report, report
 
 
+# A user's program: each line ending in "# error" must be a mypy error, and no other line.
 USER_PROGRAM = """
-from quiver import Message, Producer, SendResult
+from quiver import Message, Producer, PullConsumer, SendResult
+from quiver.aio import AsyncPullConsumer, AsyncPushConsumer
+from quiver.client.options import ConsumerOptions
 
 
 def send(topic: str, body: bytes) -> str:
     with Producer("pg", namesrv="127.0.0.1:9876") as p:
         r: SendResult = p.send(Message(topic, body))
         return r.msg_id
+
+
+send("Orders", b"x")
+send("Orders", 42)  # error
+a = PullConsumer("cg", consume_from="first", pull_batch_size=32)
+b = PullConsumer("cg", consume_fromm="first")  # error
+c = PullConsumer("cg", pull_batch_size="32")  # error
+d = AsyncPullConsumer("cg", auto_commit=False, options=ConsumerOptions())
+e = AsyncPushConsumer("cg", threads=4, batch_size=8)
+f = AsyncPushConsumer("cg", threads="4")  # error
 """
 
 
-@pytest.mark.parametrize("body,ok", [("b'x'", True), ("42", False)])
-def test_a_user_program_type_checks_against_the_dev_install(tmp_path, body, ok):
+def test_a_user_program_type_checks_against_the_dev_install(tmp_path):
     # a program outside the checkout, mypy as a user runs it (no MYPYPATH, no config): the SDK is
     # found through the venv's path (scripts/bootstrap.sh), not only its editable import hook;
-    # a wrong argument type is an error, so mypy sees the SDK's types rather than Any
-    (tmp_path / "app.py").write_text(USER_PROGRAM + f"\n\nsend('Orders', {body})\n")
+    # misspelt or mistyped arguments are errors, so mypy sees the SDK's types rather than Any
+    (tmp_path / "app.py").write_text(USER_PROGRAM)
     env = {k: v for k, v in os.environ.items() if k != "MYPYPATH"}
-    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "app.py"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--no-error-summary",
+                          "app.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     report = out.stdout + out.stderr
     assert "Cannot find implementation" not in report, report
-    assert (out.returncode == 0) == ok, report
+    wrong = {i for i, line in enumerate(USER_PROGRAM.splitlines(), 1) if line.endswith("# error")}
+    found = {int(m) for m in re.findall(r"^app\.py:(\d+): error", report, re.M)}
+    assert found == wrong, report
+
+
+def test_consumer_settings_hold_every_option_with_its_type():
+    from quiver.client.options import _SHORT, ConsumerOptions, ConsumerSettings
+    fields = typing.get_type_hints(ConsumerOptions)
+    keywords = typing.get_type_hints(ConsumerSettings)
+    assert {k: v for k, v in keywords.items() if k not in _SHORT} == fields
+    assert {k: keywords[k] for k in _SHORT} == {k: fields[v] for k, v in _SHORT.items()}
 
 
 def _exported():
