@@ -19,6 +19,7 @@ import time
 from quiver.client import queue_puller
 from quiver.client.admin import Admin
 from quiver.errors import MessageIllegalError, NoPermissionError, QuiverError, RequestTimeoutError, TopicNotExistError
+from quiver.wire import record
 from quiver.wire.names import topic_problem
 
 from . import mapping, records
@@ -28,6 +29,7 @@ from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, FETCH, INVALID_RECORD, INV
                        UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
                        UNSUPPORTED_FOR_MESSAGE_FORMAT, Request, api_versions)
 from .idempotence import Idempotence
+from .readahead import ReadAhead
 from .sending import QueueSender
 
 log = logging.getLogger(__name__)
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 NODE_ID = 0
 CLUSTER_ID = "quiver"
 EARLIEST, LATEST = -2, -1
-MAX_PULL_MSGS = 256
+MAX_PULL_MSGS = 1024
 POLL_INTERVAL_S = 0.05
 
 
@@ -71,6 +73,7 @@ class Gateway:
         self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
                      FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}   # offsets.py and groups.py add theirs
         self.idempotence = Idempotence()
+        self.ahead = ReadAhead()   # a user's own: a pull made with one user's key is never another's
         self.apis.update(self.idempotence.apis())
 
     def shutdown(self) -> None:
@@ -223,7 +226,8 @@ class Gateway:
         for t, pulls in zip(body.topics, started):
             parts = []
             for p, pull in zip(t.partitions, pulls):
-                part = self._fetch_one(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget), pull)
+                part = self._fetch_one(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget), pull,
+                                       p.partition_max_bytes)
                 size = len(part["records"] or b"")
                 total, budget = total + size, max(0, budget - size)
                 self._count("fetch", part["error_code"])
@@ -236,19 +240,27 @@ class Gateway:
         return addr, queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
                                           max_bytes=max(1024, max_bytes))
 
-    def _pull_start(self, topic: str, partition: int, offset: int, max_bytes: int):
-        """A partition's pull sent without waiting (its future), None when it cannot start so:
-        _fetch_one then pulls the blocking way, which reports the error or reads from a slave."""
+    def _pull_start(self, topic: str, partition: int, offset: int, max_bytes: int, ahead: bool = True):
+        """A partition's pull sent without waiting (its future) - the one sent ahead for this offset if
+        there is one - or None when it cannot start so: _fetch_one then pulls the blocking way, which
+        reports the error or reads from a slave."""
+        if ahead:
+            sent = self.ahead.take(topic, partition, offset)
+            if sent is not None:
+                return sent, True
         mq, _ = self.queue(topic, partition)
         if mq is None or offset < 0:
             return None
         try:
             addr, req = self._pull_request(topic, mq, offset, max_bytes)
-            return self.admin._io().call_future(addr, req, None, (), self.admin.request_timeout)
+            return self.admin._io().call_future(addr, req, None, (), self.admin.request_timeout), False
         except Exception:
             return None
 
-    def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, pull=None) -> dict:
+    def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, pull=None,
+                   ahead_bytes: int = 0) -> dict:
+        """One partition's answer; `pull`: (its pull's future, whether sent ahead) or None. With
+        `ahead_bytes`, records stored behind those answered are pulled ahead (readahead.py)."""
         out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
                "records": b""}   # empty, not null: librdkafka refuses a null record set
@@ -259,10 +271,13 @@ class Gateway:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
         pulled = None
         if pull is not None:
+            future, was_ahead = pull
             try:
-                pulled = queue_puller.read(pull.result(self.admin.request_timeout + 1.0))
+                pulled = queue_puller.read(future.result(self.admin.request_timeout + 1.0))
             except Exception:
                 pulled = None   # pulled again below: a slave may answer, else its error is the answer
+            if was_ahead and pulled is not None and pulled.body is None:
+                pulled = None   # sent ahead and found nothing: what was stored since is pulled now
         if pulled is None:
             try:
                 pulled = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, max_bytes))
@@ -271,13 +286,15 @@ class Gateway:
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
         if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
-        recs = [mapping.to_record(m) for m in pulled.messages(mq.broker) if m.queue_offset >= offset]
-        if recs:
-            data = records.encode(recs)
-            while len(data) > max_bytes and len(recs) > 1:   # the first record goes whatever its size
-                recs = recs[:max(1, len(recs) // 2)]
-                data = records.encode(recs)
+        rows = mapping.pulled_rows(record.decode_fields(pulled.body), offset) if pulled.body is not None else []
+        if rows:
+            data, used = records.encode_rows(rows, max_bytes)   # the first record goes whatever its size
             out["records"] = data
+            following = rows[used - 1][0] + 1
+            if ahead_bytes and following < pulled.max:
+                sent = self._pull_start(topic, partition, following, ahead_bytes, ahead=False)
+                if sent is not None:
+                    self.ahead.put(topic, partition, following, sent[0])
         return out
 
     def list_offsets(self, body) -> dict:

@@ -20,7 +20,8 @@ import base64
 import json
 
 from quiver.client.message import Message
-from quiver.wire.properties import RESERVED_PROPERTIES
+from quiver.wire.properties import KEYS, RESERVED_PROPERTIES
+from quiver.wire.record import client_properties
 from quiver.wire.property_string import NAME_SEP, PROP_SEP
 
 from .records import Record
@@ -73,23 +74,47 @@ def to_message(topic: str, rec: Record, born_ts: int) -> Message:
 
 def to_record(m) -> Record:
     """A pulled MessageExt as a Kafka record at its queue offset."""
-    p = m.properties
+    return Record(m.queue_offset, *record_fields(m.properties, m.body, m.born_timestamp, " ".join(m.keys)))
+
+
+def record_fields(p: dict, body: bytes, born_ts: int, keys: str | None) -> tuple:
+    """(timestamp, key, value, headers) of a stored message's properties, body, born time and
+    keys (joined by spaces)."""
     if KEY in p:
         key = base64.b64decode(p[KEY])
     else:
-        key = " ".join(m.keys).encode() if m.keys else None
+        key = keys.encode() if keys else None
     marker = p.get(VALUE)
-    value = None if marker == "null" else b"" if marker == "empty" else m.body
+    value = None if marker == "null" else b"" if marker == "empty" else body
     if HEADERS in p:
         headers = [(n, None if v is None else base64.b64decode(v)) for n, v in json.loads(p[HEADERS])]
     else:
-        headers = [(n, v.encode()) for n, v in p.items()
-                   if n not in RESERVED_PROPERTIES and not n.startswith(_OURS) and n not in _SYSTEM]
-    ts = int(p[TS]) if TS in p and p[TS].isdigit() else m.born_timestamp
-    return Record(m.queue_offset, ts, key, value, headers)
+        headers = [(n, v.encode()) for n, v in p.items() if n not in _NOT_HEADERS and not n.startswith(_OURS)]
+    ts = int(p[TS]) if TS in p and p[TS].isdigit() else born_ts
+    return ts, key, value, headers
+
+
+def pulled_rows(fields, offset: int) -> list[tuple]:
+    """The records of a pull answer (record.decode_fields) from queue offset `offset` as
+    (offset, timestamp, key, value, headers) rows for records.encode_rows: no MessageExt."""
+    rows, parse, fields_of, skip = [], client_properties, record_fields, _NOT_HEADERS
+    for f in fields:
+        qoff = f[5]
+        if qoff < offset:
+            continue
+        text = f[2]
+        p = parse(text)
+        if _OURS in text:   # a property of the gateway's own: the whole mapping
+            rows.append((qoff, *fields_of(p, f[1], f[8], p.get(KEYS))))
+            continue
+        keys = p.get(KEYS)
+        rows.append((qoff, f[8], keys.encode() if keys else None, f[1],
+                     [(n, v.encode()) for n, v in p.items() if n not in skip]))
+    return rows
 
 
 # properties the broker and services add that are not a producer's own (left out of headers)
 _SYSTEM = frozenset({"CLUSTER", "TRAN_BORN_MS", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRANSACTION_ID",
                      "TRANSACTION_CHECK_TIMES", "SCHEDULE_ORIGIN_ID", "SCHEDULE_DUE_MS", "MSG_REGION",
                      "CHECK_IMMUNITY_TIME_IN_SECONDS"})
+_NOT_HEADERS = RESERVED_PROPERTIES | _SYSTEM

@@ -225,17 +225,21 @@ def _headers(headers: list[tuple[str, bytes | None]]) -> bytes:
 
 
 def encode(records: list[Record]) -> bytes:
-    """One uncompressed batch of `records` (offsets ascending, at least one). Each record's pieces
-    are gathered and joined once: a key or value is not copied into a per-record buffer."""
-    base, base_ts = records[0].offset, records[0].timestamp
+    """One uncompressed batch of `records` (offsets ascending, at least one)."""
+    return encode_rows([(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records])[0]
+
+
+def encode_rows(rows: list[tuple], max_bytes: int = 1 << 62) -> tuple[bytes, int]:
+    """(one uncompressed batch, how many rows it holds) of (offset, timestamp, key, value,
+    headers) rows, offsets ascending, at least one: the rows that fit `max_bytes`, the first
+    whatever its size. Each record's pieces are gathered and joined once: a key or value is
+    not copied into a per-record buffer."""
+    base, base_ts = rows[0][0], rows[0][1]
     parts: list[bytes] = []
     add, varint, small = parts.extend, _varint, _SMALL
-    max_ts = base_ts
-    for r in records:
-        ts, key, value = r.timestamp, r.key, r.value
-        if ts > max_ts:
-            max_ts = ts
-        dt, do = ts - base_ts, r.offset - base
+    max_ts, room, used, last = base_ts, max_bytes - BATCH_OVERHEAD, 0, base
+    for offset, ts, key, value, headers in rows:
+        dt, do = ts - base_ts, offset - base
         head = b"\x00" + (small[dt] if 0 <= dt < 8192 else varint(dt)) + (small[do] if 0 <= do < 8192 else varint(do))
         if key is None:
             kl, key = _NULL, b""
@@ -245,8 +249,15 @@ def encode(records: list[Record]) -> bytes:
             vl, value = _NULL, b""
         else:
             vl = small[len(value)] if len(value) < 8192 else varint(len(value))
-        hs = _headers(r.headers) if r.headers else b"\x00"
+        hs = _headers(headers) if headers else b"\x00"
         size = len(head) + len(kl) + len(key) + len(vl) + len(value) + len(hs)
-        add((small[size] if size < 8192 else varint(size), head, kl, key, vl, value, hs))
-    tail = _BODY.pack(NONE, records[-1].offset - base, base_ts, max_ts, -1, -1, -1, len(records)) + b"".join(parts)
-    return _HEAD.pack(base, len(tail) + 9, 0, MAGIC, crc32c(tail)) + tail
+        sl = small[size] if size < 8192 else varint(size)
+        room -= size + len(sl)
+        if room < 0 and used:
+            break
+        add((sl, head, kl, key, vl, value, hs))
+        used, last = used + 1, offset
+        if ts > max_ts:
+            max_ts = ts
+    tail = _BODY.pack(NONE, last - base, base_ts, max_ts, -1, -1, -1, used) + b"".join(parts)
+    return _HEAD.pack(base, len(tail) + 9, 0, MAGIC, crc32c(tail)) + tail, used

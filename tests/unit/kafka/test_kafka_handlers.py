@@ -13,6 +13,7 @@ from quiver_kafka import protocol
 from quiver_kafka import records
 from quiver_kafka.handlers import Gateway
 from quiver_kafka.idempotence import INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE, Idempotence
+from quiver_kafka.readahead import ReadAhead
 
 
 class _Admin:
@@ -41,7 +42,7 @@ def _gateway(queues):
     g = Gateway.__new__(Gateway)
     g.config, g.host, g.port = types.SimpleNamespace(max_request_bytes=1 << 20), "h", 9092
     g.admin, g.sender, g.counts, g.idempotence = _Admin(queues), _Sender(), {}, Idempotence()
-    g._lock, g.produced = threading.Lock(), threading.Condition()
+    g._lock, g.produced, g.ahead = threading.Lock(), threading.Condition(), ReadAhead()
     return g
 
 

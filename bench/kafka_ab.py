@@ -1,0 +1,122 @@
+"""The Kafka gateway against Quiver's own SDK on one cluster, same minute, alternating runs.
+
+    python -m bench.kafka_ab                       # consume 20k x 1 KiB, 3 rounds, + e2e at 2k msg/s
+    python -m bench.kafka_ab --n 40000 --rounds 5 --no-e2e
+
+Consume: a topic of 4 queues prefilled with the SDK, read by the SDK's PullConsumer (pull batch 256,
+as the bench's quiver-async column) and, from a second topic filled alike, by a confluent-kafka
+group consumer through the gateway (as the kafka-gateway column); the order alternates each round.
+Each consume is timed from subscribe to the last message (the columns' measure: the group join,
+and for librdkafka its 100 ms wait before the offset query of a group with no committed offset,
+are in it) and from the first message on ("after_first": the reading alone).
+e2e: the two columns' e2e workloads at the same rate, one after the other. Prints one JSON line per
+measurement and the medians with the gateway/SDK ratios.
+"""
+
+import argparse
+import json
+import statistics
+import time
+import types
+
+from quiver import PullConsumer
+
+from bench.peers import base
+from bench.peers.kafka_gateway import KafkaGateway, _consumer
+from bench.peers.quiver_system import Client as SdkClient, QuiverAsync
+
+
+def _prefill(sdk: SdkClient, topic: str, n: int) -> None:
+    if sdk.produce(topic, n, 1024) != n:
+        raise RuntimeError("prefill not fully acked")
+
+
+def sdk_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float]:
+    """(msg/s from subscribe to the last message, msg/s after the first poll that returned some)."""
+    topic = system.new_topic()
+    _prefill(sdk, topic, n)
+    with PullConsumer(base.unique("ab-c"), namesrv=system.cluster.namesrv, consume_from="first",
+                      pull_batch_size=256, auto_commit=False) as pc:
+        t0 = time.perf_counter()
+        pc.subscribe(topic)
+        return _timed(lambda: len(pc.poll(0.5)), n, t0)
+
+
+def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float]:
+    """The same of a confluent-kafka group consumer through the gateway (the kafka-gateway column's)."""
+    topic = system.new_topic()
+    _prefill(sdk, topic, n)
+    c = _consumer(system.conn(), base.unique("ab-c"))
+    try:
+        t0 = time.perf_counter()
+        c.subscribe([topic])
+        return _timed(lambda: sum(not m.error() for m in c.consume(500, 0.5)), n, t0)
+    finally:
+        c.close()
+
+
+def _timed(poll, n: int, t0: float) -> tuple[float, float]:
+    got, first, deadline = 0, 0, time.monotonic() + 120
+    while got < n and time.monotonic() < deadline:
+        k = poll()
+        if k and not got:
+            t1, first = time.perf_counter(), k
+        got += k
+    if got < n:
+        raise RuntimeError(f"{got} of {n} consumed")
+    end = time.perf_counter()
+    return n / (end - t0), (n - first) / max(1e-9, end - t1)
+
+
+def sdk_e2e(system: KafkaGateway, sdk: SdkClient, rate: int, seconds: float) -> dict:
+    view = types.SimpleNamespace(name="quiver-sdk", cluster=system.cluster, client=sdk, new_topic=system.new_topic)
+    return QuiverAsync.e2e(view, rate, seconds)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.kafka_ab", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=20_000, help="messages per consume run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rate", type=int, default=2000, help="e2e messages per second")
+    ap.add_argument("--seconds", type=float, default=10.0, help="e2e run length")
+    ap.add_argument("--no-e2e", action="store_true")
+    args = ap.parse_args(argv)
+    rates: dict[str, list[float]] = {"sdk": [], "kafka": []}
+    steady: dict[str, list[float]] = {"sdk": [], "kafka": []}
+    e2e: dict[str, list[float]] = {"sdk": [], "kafka": []}
+    with KafkaGateway() as system:
+        sdk = SdkClient({"namesrv": system.cluster.namesrv})
+        try:
+            _prefill(sdk, system.new_topic(), 1000)   # routes and connections outside the timing
+            for r in range(args.rounds):
+                order = ("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")
+                for who in order:
+                    rate, after_first = (sdk_consume if who == "sdk" else kafka_consume)(system, sdk, args.n)
+                    rates[who].append(rate)
+                    steady[who].append(after_first)
+                    print(json.dumps({"round": r, "consume": who, "msgs_s": round(rate),
+                                      "after_first_msgs_s": round(after_first)}), flush=True)
+            if not args.no_e2e:
+                for who in ("sdk", "kafka"):
+                    out = (sdk_e2e(system, sdk, args.rate, args.seconds) if who == "sdk"
+                           else system.e2e(args.rate, args.seconds))
+                    e2e[who].append(out["e2e_p99_us"])
+                    print(json.dumps({"e2e": who, **{k: round(v) for k, v in out.items()}}), flush=True)
+        finally:
+            sdk.close()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    med_steady = {k: statistics.median(v) for k, v in steady.items()}
+    summary = {"consume_sdk_msgs_s": round(med["sdk"]), "consume_kafka_msgs_s": round(med["kafka"]),
+               "consume_ratio": round(med["kafka"] / med["sdk"], 2),
+               "after_first_sdk_msgs_s": round(med_steady["sdk"]), "after_first_kafka_msgs_s": round(med_steady["kafka"]),
+               "after_first_ratio": round(med_steady["kafka"] / med_steady["sdk"], 2)}
+    if not args.no_e2e:
+        summary.update(e2e_p99_sdk_us=round(e2e["sdk"][0]), e2e_p99_kafka_us=round(e2e["kafka"][0]),
+                       e2e_p99_ratio=round(e2e["kafka"][0] / e2e["sdk"][0], 2))
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,126 @@
+"""The Kafka gateway's Fetch path: a pull answer straight to a record batch, the byte budget, read-ahead."""
+
+import types
+
+from quiver.client.base import MessageQueue
+from quiver.client.message import decode_messages
+from quiver.wire import record
+from quiver.wire.codes import ResponseCode
+from quiver.wire.property_string import format_properties
+from quiver_kafka import mapping, records
+from quiver_kafka.readahead import AHEAD_TTL_S, MAX_AHEAD, ReadAhead
+from quiver_kafka.records import Record
+
+from tests.unit.kafka.test_kafka_handlers import _gateway
+
+KAFKA_RECORDS = [
+    Record(0, 1000, b"order-1", b"v", [("color", b"blue"), ("size", b"L")]),
+    Record(0, 1005, b"two words", b"v"),
+    Record(0, 1000, b"\xff\x00", None, [("bin", b"\x00\xff"), ("n", None)]),
+    Record(0, 1000, None, b"", [("a", b"1"), ("a", b"2"), ("KEYS", b"x"), ("kafka.ts", b"9")]),
+    Record(0, 1000, None, b"x" * 3000, []),
+]
+
+
+def _stored(msgs, first_offset=0) -> bytes:
+    """A pull answer's body: the records as the broker stores them (KEYS and UNIQ_KEY added as a send does)."""
+    out = b""
+    for i, (m, born) in enumerate(msgs):
+        props = dict(m.properties, UNIQ_KEY=f"ID{i}")
+        if m.keys:
+            props["KEYS"] = " ".join(m.keys)
+        out += record.encode(m.body, topic=m.topic.encode(), props=format_properties(props).encode(),
+                             queue_offset=first_offset + i, born_ts=born)
+    return out
+
+
+def _sdk_and_kafka_messages():
+    msgs = [(mapping.to_message("T", r, 1000), 1000) for r in KAFKA_RECORDS]
+    msgs.append((mapping.Message("T", b"body", keys=["a", "b"], properties={"region": "eu"}), 42))
+    msgs.append((mapping.Message("T", b"plain"), 43))
+    return msgs
+
+
+def test_pulled_rows_read_as_the_message_mapping_does():
+    body = _stored(_sdk_and_kafka_messages(), first_offset=10)
+    by_message = [mapping.to_record(m) for m in decode_messages(body, "b")]
+    rows = mapping.pulled_rows(record.decode_fields(body), 10)
+    assert [Record(*row) for row in rows] == by_message
+    assert [Record(*row) for row in mapping.pulled_rows(record.decode_fields(body), 13)] == by_message[3:]
+    assert records.encode_rows(rows)[0] == records.encode(by_message)
+    assert by_message[5] == Record(15, 42, b"a b", b"body", [("region", b"eu")])
+
+
+def test_encode_rows_keeps_what_fits_the_byte_budget_and_always_the_first_record():
+    rows = [(i, 1000, None, b"x" * 1000, []) for i in range(10)]
+    whole, n = records.encode_rows(rows)
+    assert n == 10
+    data, n = records.encode_rows(rows, len(whole) - 1)
+    assert n == 9 and len(data) < len(whole)
+    assert [r.offset for r in records.decode(data)[0].records] == list(range(9))
+    data, n = records.encode_rows(rows, 10)     # not even one fits: the first goes alone
+    assert n == 1 and records.decode(data)[0].records[0].value == b"x" * 1000
+
+
+def test_read_ahead_hands_a_pull_over_once_and_drops_old_or_surplus_ones():
+    now = [0.0]
+    ahead = ReadAhead(clock=lambda: now[0])
+    ahead.put("T", 0, 5, "pull-5")
+    assert ahead.take("T", 0, 6) is None and ahead.take("T", 1, 5) is None
+    assert ahead.take("T", 0, 5) == "pull-5" and ahead.take("T", 0, 5) is None
+    ahead.put("T", 0, 7, "pull-7")
+    now[0] += AHEAD_TTL_S + 1
+    assert ahead.take("T", 0, 7) is None
+    for i in range(MAX_AHEAD + 3):
+        ahead.put("T", i, 0, i)
+    assert ahead.take("T", 0, 0) is None and ahead.take("T", MAX_AHEAD + 2, 0) == MAX_AHEAD + 2
+
+
+class _Pulls:
+    """The broker behind a fake transport: a queue of `stored` records, each pull answered at once."""
+
+    def __init__(self, g, stored: int):
+        self.body, self.stored, self.sent = _stored([(mapping.Message("T", b"v%d" % i), 1000) for i in range(stored)]), \
+            stored, []
+        g.admin.read_addr, g.admin.request_timeout = (lambda topic, broker: "127.0.0.1:1"), 1.0
+        g.admin._io = lambda: types.SimpleNamespace(call_future=self.call_future)
+
+    def call_future(self, addr, req, ext, bodies, timeout):
+        self.sent.append(req.offset)
+        starts = [0]   # where each record starts: its first 4 bytes are its size
+        while starts[-1] < len(self.body):
+            starts.append(starts[-1] + int.from_bytes(self.body[starts[-1]:starts[-1] + 4], "big"))
+        start, end = starts[min(self.stored, req.offset)], starts[min(self.stored, req.offset + 2)]   # two a pull
+        found = end > start
+        env = types.SimpleNamespace(code=ResponseCode.SUCCESS if found else ResponseCode.PULL_NOT_FOUND, remark="",
+                                    bodies=(self.body[start:end],) if found else (),
+                                    ext={"next": min(self.stored, req.offset + 2), "min": 0, "max": self.stored})
+        return types.SimpleNamespace(result=lambda timeout=None: env)
+
+
+def _fetch(g, offset):
+    body = types.SimpleNamespace(max_bytes=1 << 20, topics=[types.SimpleNamespace(topic="T", partitions=[
+        types.SimpleNamespace(partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])])
+    total, [answer] = g._fetch_round(body)
+    [part] = answer["partitions"]
+    return [r.offset for b in records.decode(part["records"]) for r in b.records]
+
+
+def test_a_fetch_pulls_the_next_records_ahead_and_the_next_fetch_takes_them():
+    g = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    broker = _Pulls(g, 5)
+    assert _fetch(g, 0) == [0, 1] and broker.sent == [0, 2]        # offset 2 pulled ahead at once
+    assert _fetch(g, 2) == [2, 3] and broker.sent == [0, 2, 4]     # taken, not pulled again; 4 ahead
+    assert _fetch(g, 4) == [4] and broker.sent == [0, 2, 4]        # the last: nothing more to pull ahead
+    assert g.ahead.taken == 2
+
+
+def test_a_read_ahead_that_found_nothing_is_pulled_again():
+    g = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    broker = _Pulls(g, 2)
+    empty = types.SimpleNamespace(code=ResponseCode.PULL_NOT_FOUND, remark="", bodies=(),
+                                  ext={"next": 2, "min": 0, "max": 2})
+    g.ahead.put("T", 0, 0, types.SimpleNamespace(result=lambda timeout=None: empty))
+    g.admin.call_broker = lambda addr, req, timeout=None, ok=None: broker.call_future(addr, req, None, (), 1).result()
+    g.admin.broker_addr = lambda broker_name, topic: "127.0.0.1:1"
+    assert _fetch(g, 0) == [0, 1]
