@@ -1,8 +1,8 @@
-"""Print the README's settings table from every service's config dataclass.
+"""Print the settings reference table (docs/reference/settings.md) from every service's config dataclass.
 
     .venv/bin/python scripts/settings_table.py            # print
-    .venv/bin/python scripts/settings_table.py --write    # update README.md in place
-A unit test checks the README holds exactly this output, so the docs cannot drift.
+    .venv/bin/python scripts/settings_table.py --write    # update docs/reference/settings.md in place
+A unit test checks that page holds exactly this output, so the docs cannot drift.
 """
 
 import importlib
@@ -34,7 +34,7 @@ def table() -> str:
 def main() -> None:
     text = table()
     if "--write" in sys.argv:
-        readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+        readme = pathlib.Path(__file__).resolve().parent.parent / "docs" / "reference" / "settings.md"
         doc = readme.read_text()
         start, end = doc.index(BEGIN), doc.index(END) + len(END)
         readme.write_text(doc[:start] + text + doc[end:])

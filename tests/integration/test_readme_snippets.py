@@ -1,4 +1,5 @@
-"""Every ```python and ```bash block of README.md runs, in order, against a live local cluster.
+"""Every ```python and ```bash block of README.md and of every docs/ page runs, in order within its
+page, against a live local cluster.
 
 The cluster is real processes on loopback ports: a name server, broker `broker-a` (auto-create
 on, as under `quiver up`), a scheduler, a txn-checker and a filter server, so delayed,
@@ -10,7 +11,7 @@ process, in its own temp dir (the repo's `examples/` linked in):
 - a ```bash (or sh/shell) block: `bash -e -o pipefail`, `quiver` and `python` from this venv
   first on PATH, QUIVER_NAMESRV set to the live name server, NO_COLOR=1.
 
-Conventions for README authors:
+Conventions for README and docs authors:
 
 - Write the default address: `ns = "127.0.0.1:9876"`, `--namesrv 127.0.0.1:9876`. The test
   rewrites that literal (and nothing else of the name server) to the live cluster's address.
@@ -18,8 +19,9 @@ Conventions for README authors:
   to `quiver up`, so a run never binds a well-known port another cluster may hold.
 - Each block is complete on its own: imports, `ns`, topics created before use, clients closed,
   waits bounded (a block gets SNIPPET_TIMEOUT_S). Blocks may rely on the blocks above them
-  only for state in the cluster (the `Orders` topic "SDK in one page" creates, messages in
-  it), never for Python names.
+  in the same page only for state in the cluster (a topic an earlier block created, messages
+  in it), never for Python names, and never on another page's blocks: pages run README.md
+  first, then docs/ in path order, but each must pass alone (`-k docs/features/pop.md`).
 - A block that cannot run here by its nature (installs or starts a whole deployment, needs
   Docker or other hosts, starts a server in the foreground) carries, on the line right before
   its fence, `<!-- snippet: skip (why) -->`. The test lists it as skipped with that reason.
@@ -54,7 +56,7 @@ from quiver.errors import QuiverError
 from quiver.tools.local import LocalCluster, free_port, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 SNIPPET_TIMEOUT_S = 120
 LANGS = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "shell": "bash"}
@@ -64,6 +66,7 @@ SKIP = re.compile(r"^<!--\s*snippet:\s*skip\s*\((?P<why>.+)\)\s*-->\s*$")
 
 @dataclass(frozen=True)
 class Snippet:
+    page: str          # path from the repo root
     line: int          # 1-based line of the opening fence
     lang: str          # "python" | "bash"
     code: str
@@ -72,11 +75,15 @@ class Snippet:
     @property
     def id(self) -> str:
         first = next((ln.strip() for ln in self.code.splitlines() if ln.strip()), "")
-        return f"L{self.line}-{self.lang}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', first)[:40]}"
+        return f"{self.page}:L{self.line}-{self.lang}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', first)[:40]}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.page} line {self.line}"
 
 
-def parse(text: str) -> tuple[list[Snippet], list[int]]:
-    """The README's runnable blocks, and the lines of skip markers that precede no block."""
+def parse(text: str, page: str = "README.md") -> tuple[list[Snippet], list[int]]:
+    """A page's runnable blocks, and the lines of skip markers that precede no block."""
     lines = text.splitlines()
     snippets, stray, i = [], [], 0
     while i < len(lines):
@@ -92,21 +99,28 @@ def parse(text: str) -> tuple[list[Snippet], list[int]]:
             i += 1
         mark = SKIP.match(lines[start - 1]) if start else None
         if lang in LANGS:
-            snippets.append(Snippet(start + 1, LANGS[lang], "\n".join(lines[start + 1:i]) + "\n",
+            snippets.append(Snippet(page, start + 1, LANGS[lang], "\n".join(lines[start + 1:i]) + "\n",
                                     mark.group("why") if mark else None))
         i += 1
     return snippets, stray
 
 
-SNIPPETS, STRAY_MARKERS = parse(README.read_text())
+SNIPPETS, STRAY_MARKERS = [], []
+for _page in PAGES:
+    _name = str(_page.relative_to(ROOT))
+    _found, _stray = parse(_page.read_text(), _name)
+    SNIPPETS += _found
+    STRAY_MARKERS += [f"{_name} line {n}" for n in _stray]
 
 
 def test_skip_markers_sit_right_before_a_block():
-    assert not STRAY_MARKERS, f"README lines {STRAY_MARKERS}: a snippet skip marker must be the line before a fence"
+    assert not STRAY_MARKERS, f"{STRAY_MARKERS}: a snippet skip marker must be the line before a fence"
 
 
 def test_the_readme_has_snippets():
-    assert len([s for s in SNIPPETS if not s.skip]) >= 5, "the parser found (almost) no runnable README block"
+    readme = [s for s in SNIPPETS if s.page == "README.md" and not s.skip]
+    assert readme, "the parser found no runnable README block"
+    assert len([s for s in SNIPPETS if not s.skip]) >= 15, "the parser found (almost) no runnable docs block"
 
 
 def undefined_names(code: str) -> set[str]:
@@ -136,7 +150,7 @@ PY_SNIPPETS = [s for s in SNIPPETS if s.lang == "python"]
 @pytest.mark.parametrize("snippet", PY_SNIPPETS, ids=[s.id for s in PY_SNIPPETS])
 def test_python_snippet_defines_what_it_uses(snippet: Snippet):
     missing = undefined_names(snippet.code)
-    assert not missing, f"README line {snippet.line}: undefined names {sorted(missing)}:\n{snippet.code}"
+    assert not missing, f"{snippet.where}: undefined names {sorted(missing)}:\n{snippet.code}"
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +243,7 @@ def _stop_quiver_up_leftovers(workdir: Path) -> None:
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.id for s in SNIPPETS])
 def test_readme_snippet(snippet: Snippet, request: pytest.FixtureRequest, tmp_path: Path):
     if snippet.skip:
-        pytest.skip(f"README line {snippet.line}: {snippet.skip}")
+        pytest.skip(f"{snippet.where}: {snippet.skip}")
     live: LocalCluster = request.getfixturevalue("live")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     path = tmp_path / ("snippet.sh" if snippet.lang == "bash" else "test_snippet.py")
@@ -247,7 +261,7 @@ def test_readme_snippet(snippet: Snippet, request: pytest.FixtureRequest, tmp_pa
         _stop_group(proc)  # also what the snippet left in the background (`server &`)
         _stop_quiver_up_leftovers(tmp_path)
     text = out.decode(errors="replace")
-    shown = f"README line {snippet.line} ({snippet.lang}):\n{path.read_text()}\n--- output ---\n{text[-6000:]}"
+    shown = f"{snippet.where} ({snippet.lang}):\n{path.read_text()}\n--- output ---\n{text[-6000:]}"
     assert not timed_out, f"did not finish in {SNIPPET_TIMEOUT_S} s; {shown}"
     assert proc.returncode == 0, f"exit {proc.returncode}; {shown}"
     assert "Traceback (most recent call last)" not in text, f"a traceback; {shown}"
