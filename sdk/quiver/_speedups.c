@@ -1,6 +1,6 @@
 /* quiver._speedups: compiled twins of the per-message hot functions.
  *
- * Each function here has a Python reference of the same name (record.py, message.py,
+ * Each function here has a Python reference of the same name (record.py, message.py, schema.py,
  * the broker's store.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
  * between them. The contract: a function either returns exactly what its reference
  * returns, or returns NotImplemented and the reference runs instead. Anything unusual
@@ -1110,6 +1110,99 @@ static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return PyLong_FromUnsignedLong(c);
 }
 
+/* ---- schema_decode (quiver.wire.schema.schema_decode: Schema._decode) ----------------------
+   The plan is the schema's own description (schema.PLAN, one row a field): (key, name, kind, lo,
+   hi, check, default, factory, required). Kinds this file checks itself: an exact int within
+   [lo, hi], a bool, a send's [flag, properties] pairs (lo: most pairs, hi: longest properties
+   string taken without counting its UTF-8 bytes); any other is `check(value)`. Whatever a check
+   refuses, or an absent required field, is NotImplemented: the reference raises its own error. */
+
+enum { K_CALL, K_INT, K_BOOL, K_METAS, PLAN_ROW };
+static PyObject *no_args;
+
+/* SendMetas: [[flag, props], ...] -> ([flags], [props]); NULL without an exception: decline */
+static PyObject *send_metas(PyObject *v, long long most, long long longest)
+{
+    if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) <= 0 || PyList_GET_SIZE(v) > most)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(v);
+    PyObject *flags = PyList_New(n), *props = PyList_New(n), *out = NULL;
+    if (flags == NULL || props == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *m = PyList_GET_ITEM(v, i);
+        long long f;
+        if (!PyList_CheckExact(m) || PyList_GET_SIZE(m) < 2 || !PyLong_CheckExact(PyList_GET_ITEM(m, 0))
+                || !I32(PyList_GET_ITEM(m, 0), &f) || !PyUnicode_CheckExact(PyList_GET_ITEM(m, 1))
+                || PyUnicode_GET_LENGTH(PyList_GET_ITEM(m, 1)) > longest)
+            goto done;
+        PyList_SET_ITEM(flags, i, Py_NewRef(PyList_GET_ITEM(m, 0)));
+        PyList_SET_ITEM(props, i, Py_NewRef(PyList_GET_ITEM(m, 1)));
+    }
+    out = PyTuple_Pack(2, flags, props);
+done:
+    Py_XDECREF(flags);
+    Py_XDECREF(props);
+    PyErr_Clear();
+    return out;
+}
+
+/* the checked value of one field (a new reference), or NULL without an exception: decline */
+static PyObject *field_value(PyObject *const *row, PyObject *value)
+{
+    long long kind, lo, hi, v;
+    if (!as_int(row[2], 0, PLAN_ROW - 1, &kind) || !I64(row[3], &lo) || !I64(row[4], &hi))
+        return NULL;
+    switch (kind) {
+    case K_INT:
+        return PyLong_CheckExact(value) && I64(value, &v) && v >= lo && v <= hi ? Py_NewRef(value) : NULL;
+    case K_BOOL:
+        return PyBool_Check(value) ? Py_NewRef(value) : NULL;
+    case K_METAS:
+        return send_metas(value, lo, hi);
+    default: {
+        PyObject *out = PyObject_CallOneArg(row[5], value);
+        PyErr_Clear();
+        return out;
+    }
+    }
+}
+
+/* schema_decode(cls, plan, ext) -> the cls object, built as Schema._decode builds it */
+static PyObject *schema_decode(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyType_Check(a[0]) || !PyTuple_CheckExact(a[1]) || !PyDict_CheckExact(a[2]))
+        NOT_IMPLEMENTED;
+    PyObject *plan = a[1], *ext = a[2];
+    PyObject *obj = PyBaseObject_Type.tp_new((PyTypeObject *)a[0], no_args, NULL);  /* object.__new__(cls) */
+    if (obj == NULL)
+        goto decline;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plan); i++) {
+        PyObject *r = PyTuple_GET_ITEM(plan, i);
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 9)
+            goto decline;
+        PyObject *const *row = ((PyTupleObject *)r)->ob_item;
+        PyObject *value = PyDict_GetItemWithError(ext, row[0]), *out;
+        if (value != NULL && value != Py_None)
+            out = field_value(row, value);
+        else if (PyErr_Occurred() || row[8] == Py_True)  /* a required field absent: the reference says so */
+            goto decline;
+        else
+            out = row[7] == Py_True ? PyObject_CallNoArgs(row[6]) : Py_NewRef(row[6]);
+        if (out == NULL)
+            goto decline;
+        int err = PyObject_GenericSetAttr(obj, row[1], out);  /* object.__setattr__: past the frozen one */
+        Py_DECREF(out);
+        if (err < 0)
+            goto decline;
+    }
+    return obj;
+decline:
+    PyErr_Clear();
+    Py_XDECREF(obj);
+    NOT_IMPLEMENTED;
+}
+
 /* ---- layout: the Python owners hand their layouts over ------------------------------------ */
 
 #define COUNT(a) ((Py_ssize_t)(sizeof(a) / sizeof((a)[0])))
@@ -1248,6 +1341,7 @@ static PyMethodDef methods[] = {
     {"index_run", (PyCFunction)(void (*)(void))index_run, METH_FASTCALL, "the broker's store.index_run"},
     {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
     {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
+    {"schema_decode", (PyCFunction)(void (*)(void))schema_decode, METH_FASTCALL, "quiver.wire.schema.schema_decode"},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},
     {"record_columns", (PyCFunction)(void (*)(void))record_columns, METH_FASTCALL, "quiver.spark.columns.record_columns"},
     {NULL, NULL, 0, NULL},
@@ -1261,6 +1355,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void)
 {
     crc_init();
+    if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;

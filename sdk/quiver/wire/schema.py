@@ -17,6 +17,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from quiver.wire import names
+from quiver.wire.speedups import fast
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import FieldError
 
@@ -369,6 +370,7 @@ class Schema:
     CODE: RequestCode | None = None
     ACCESS = None  # a request schema's Access (quiver.wire.access); replies have none
     FIELDS: tuple = ()
+    PLAN: tuple = ()  # FIELDS as the compiled schema_decode reads them (_plan_row)
     KEEP_DEFAULTS = False  # ext() sends fields at their default too (a reply some peers read as a plain map)
     __slots__ = ()
 
@@ -383,7 +385,7 @@ class Schema:
         if type(ext) is not dict:
             raise FieldError(f"{cls._what()}: the header's ext must be a JSON object, got {_show(ext)}")
         try:
-            return cls._decode(ext)
+            return schema_decode(cls, cls.PLAN, ext)
         except Invalid as exc:
             raise cls._error(exc) from None
 
@@ -394,18 +396,13 @@ class Schema:
         wrong shape is left out too (its default taken, its description listed first), so one
         bad field does not cost the rest; a required one is still a FieldError."""
         sink: list[str] = []
-        if not drop_fields:
-            token = _SKIPS.set(sink)
-            try:
-                return cls.decode(ext), sink
-            finally:
-                _SKIPS.reset(token)
         if type(ext) is not dict:
             raise FieldError(f"{cls._what()}: the header's ext must be a JSON object, got {_show(ext)}")
-        dropped: list[str] = []
+        # the reference alone: a compiled run that declines half-way would list its skips twice
+        dropped: list[str] | None = [] if drop_fields else None
         token = _SKIPS.set(sink)
         try:
-            return cls._decode(ext, dropped), dropped + sink
+            return cls._decode(ext, dropped), (dropped or []) + sink
         except Invalid as exc:
             raise cls._error(exc) from None
         finally:
@@ -474,7 +471,34 @@ class Schema:
 def _finish(cls):
     cls = dataclass(frozen=True, slots=True, kw_only=True)(cls)
     cls.FIELDS = tuple(Spec(f) for f in fields(cls))
+    cls.PLAN = tuple(_plan_row(spec) for spec in cls.FIELDS)
     return cls
+
+
+K_CALL, K_INT, K_BOOL, K_METAS = range(4)   # the kinds of check _speedups.c's schema_decode makes itself
+_I64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def _plan_row(spec: Spec) -> tuple:
+    """One field as the compiled schema_decode reads it: (key, name, kind, lo, hi, check, default,
+    default is a factory, required). Only exact Int, Bool and SendMetas checks are made in C."""
+    check = spec.check
+    if type(check) is Opt and not check.blank:
+        check = check.inner   # None never reaches a check: decode takes the default for it
+    kind, lo, hi = K_CALL, 0, 0
+    if type(check) is Int and _I64[0] <= check.lo and check.hi <= _I64[1]:
+        kind, lo, hi = K_INT, check.lo, check.hi
+    elif type(check) is Bool:
+        kind = K_BOOL
+    elif type(check) is SendMetas:
+        kind, lo, hi = K_METAS, MAX_BATCH, MAX_PROPERTIES_BYTES // 4
+    return (spec.key, spec.name, kind, lo, hi, spec.check, spec.default, callable(spec.default), spec.required)
+
+
+@fast
+def schema_decode(cls, plan: tuple, ext: dict):
+    """`cls._decode(ext)`, or Invalid; `plan` (cls.PLAN) is what the compiled twin reads."""
+    return cls._decode(ext)
 
 
 def schema(cls):
@@ -571,6 +595,9 @@ class ConsumerData(Schema):
     consume_from: str | None = wire("consume_from", Opt(Str(32)), None)
     orderly: bool | None = wire("orderly", Opt(Bool()), None)
     queues: list | None = wire("queues", Opt(ListOf(Row(TOPIC, BROKER_NAME, QUEUE_ID), 1 << 16)), None)
+
+
+TOPIC_COMPACT = 1 << 8   # topic sysflag bit: a compacted topic (the latest message of each key is kept)
 
 
 @schema
