@@ -18,6 +18,7 @@ from quiver.wire.names import check_topic
 from quiver.wire.transport import next_request_id
 
 from . import visibility
+from .tiered_reads import local_min_offset
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,8 @@ class OffsetRequests:
     def min_offset(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
-        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=self.store.min_offset(a.topic, a.queue_id)))
+        off = local_min_offset(self.store, a.topic, a.queue_id) if a.local else self.store.min_offset(a.topic, a.queue_id)
+        req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=off))
 
     def by_time(self, req) -> None:
         a = req.args

@@ -169,3 +169,13 @@ class TieredLog:
             return None
         head = self.cache.read(seg, offset, record.STORE_TS_AT + 8)
         return record.store_ts_of(head) if len(head) == record.STORE_TS_AT + 8 else None
+
+
+def local_min_offset(store, topic: str, queue_id: int) -> int:
+    """The queue's first offset whose record is on the local disk (its min offset when not tiered)."""
+    lo = store.min_offset(topic, queue_id)
+    cq = store.cqs.get((topic, queue_id))
+    if store.tiered is None or cq is None:
+        return lo
+    local = store.commit_log.min_offset
+    return max(lo, cq.first_offset_where(lambda e: e[0] >= local, lo=cq.min_offset))

@@ -224,9 +224,10 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         """The queue's next offset to be written (its message count so far)."""
         return self._offset(mq, rq.GetMaxOffset)
 
-    def min_offset(self, mq: MessageQueue) -> int:
-        """The queue's first offset still stored."""
-        return self._offset(mq, rq.GetMinOffset)
+    def min_offset(self, mq: MessageQueue, local: bool = False) -> int:
+        """The queue's first offset still stored; `local`: the first one on the broker's own disk
+        (above the range its tiered store serves; the same when it has none)."""
+        return self._offset(mq, rq.GetMinOffset, local=local) if local else self._offset(mq, rq.GetMinOffset)
 
     def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:
         """The queue's first offset stored at or after `ts_ms` (epoch ms)."""

@@ -140,12 +140,20 @@ def route(obj, name, output):
     show(obj, output, r, rows, ["broker", "read", "write", "perm", "order", "addrs"], f"topic {name}")
 
 
+def held_ranges(row: dict) -> dict:
+    """'[a, b)' queue offsets served from the tiered store and held on the broker's disk ('-': none)."""
+    lo, hi = row["min_offset"], row["max_offset"]
+    mid = min(max(row.get("local_min_offset", lo), lo), hi)
+    return {"remote": f"[{lo}, {mid})" if mid > lo else "-", "local": f"[{mid}, {hi})" if hi > mid else "-"}
+
+
 @topic.command()
 @click.argument("name", type=TOPIC)
 @output_option
 @click.pass_obj
 def status(obj, name, output):
-    """Min and max offset and last store time of every queue of a topic (mqadmin topicStatus).
+    """Min and max offset and last store time of every queue of a topic (mqadmin topicStatus),
+    and which offsets a broker's tiered store serves (remote) and its disk holds (local).
 
     \b
     Examples:
@@ -155,8 +163,9 @@ def status(obj, name, output):
     with obj.admin() as a:
         rows = a.topic_status(name)
     doc = {"topic": name, "queues": rows, "messages": sum(r["max_offset"] - r["min_offset"] for r in rows)}
-    table = [{**r, "last_store_time": ms_text(r["last_store_time"])} for r in rows]
-    show(obj, output, doc, table, ["broker", "queue_id", "min_offset", "max_offset", "last_store_time"],
+    table = [{**r, "last_store_time": ms_text(r["last_store_time"]), **held_ranges(r)} for r in rows]
+    show(obj, output, doc, table, ["broker", "queue_id", "min_offset", "max_offset", "remote", "local",
+                                   "last_store_time"],
          f"topic {name}: {doc['messages']} message(s) held")
 
 

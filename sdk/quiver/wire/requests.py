@@ -203,6 +203,7 @@ class GetMaxOffset(Schema):
 class GetMinOffset(Schema):
     topic: str = wire("t", TOPIC)
     queue_id: int = wire("q", QUEUE_ID)
+    local: bool = wire("local", Bool(), False)   # the first offset on the broker's disk (tiered storage)
 
 
 @request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, needs(topic("topic", SUB, GET)))

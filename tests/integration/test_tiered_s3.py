@@ -154,6 +154,8 @@ def test_tiered_store_on_s3(make_cluster, s3):
              and t["segments"] == 1, 60, "every sealed segment uploaded and dropped locally")
     st = status_of(cluster, broker)["store"]
     assert st["tiered"]["remote_segments"] >= 10 and st["min_phys_offset"] > 0
+    rows = admin.topic_status(TOPIC)   # `quiver topic status`: remote [0, local_min), local [local_min, max)
+    assert all(r["min_offset"] == 0 < r["local_min_offset"] <= r["max_offset"] for r in rows), rows
 
     # every message back from offset 0, byte for byte, from the object store
     want = {(r.queue_id, r.queue_offset): (r.msg_id, i) for i, r in enumerate(sent)}

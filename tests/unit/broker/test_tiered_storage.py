@@ -220,3 +220,19 @@ def test_good_store_urls():
 def test_bad_keys_are_refused(key):
     with pytest.raises(ValueError):
         check_key(key)
+
+
+def test_local_min_offset_splits_the_queue_for_topic_status(remote_only):
+    from quiver.tools.cli_topic import held_ranges
+    from quiver_broker.tiered_reads import local_min_offset
+    s, _ = remote_only
+    hi = s.max_offset("T", 0)
+    mid = local_min_offset(s, "T", 0)
+    assert 0 < mid < hi and s.min_offset("T", 0) == 0
+    first_local = s.get_messages("T", 0, mid, max_msgs=1)
+    assert record.decode_many(first_local.data)[0].phys_offset >= s.commit_log.min_offset
+    before = s.get_messages("T", 0, mid - 1, max_msgs=1)
+    assert record.decode_many(before.data)[0].phys_offset < s.commit_log.min_offset
+    row = {"min_offset": 0, "max_offset": hi, "local_min_offset": mid}
+    assert held_ranges(row) == {"remote": f"[0, {mid})", "local": f"[{mid}, {hi})"}
+    assert held_ranges({"min_offset": 3, "max_offset": 9}) == {"remote": "-", "local": "[3, 9)"}
