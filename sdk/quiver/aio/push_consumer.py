@@ -21,6 +21,7 @@ from typing import Any, Unpack
 from quiver.aio.bridge import AsyncClient
 from quiver.client.base import MessageQueue
 from quiver.client.message import ConsumeResult, MessageExt, MessageSelector
+from quiver.client.metrics import ClientMetrics
 from quiver.client.options import ConsumerOptions, ConsumerSettings
 from quiver.client.push_consumer import PushConsumer
 from quiver.errors import ClientError
@@ -49,10 +50,11 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
-                 trace: bool | None = None, **settings: Unpack[ConsumerSettings]) -> None:
+                 trace: bool | None = None, metrics: ClientMetrics | None = None,
+                 **settings: Unpack[ConsumerSettings]) -> None:
         super().__init__()
         self._sync = self._make(PushConsumer, group, namesrv, options=options, credentials=credentials, trace=trace,
-                                **settings)
+                                metrics=metrics, **settings)
         self._listener: AsyncListener | None = None
 
     @property

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quiver.wire import requests as rq
 from quiver.errors import QuiverError
@@ -29,6 +29,9 @@ from quiver.client.options import ConsumerOptions
 from quiver.client.tracing import ClientTrace
 from quiver.wire.properties import ORIGIN_MESSAGE_ID
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
+
+if TYPE_CHECKING:
+    from quiver.client.metrics import ClientMetrics
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class ConsumeService:
         self.orderly, self.broadcast = orderly, broadcast
         self._timer, self._call_broker, self._consumed, self._lock_queue = timer, call_broker, commit, relock
         self.tracer = tracer
-        self.metrics = None   # quiver.client.metrics.ClientMetrics when the consumer was given one
+        self.metrics: ClientMetrics | None = None   # when the consumer was given one
         self._pool = ThreadPoolExecutor(options.consume_threads, thread_name_prefix=f"consume-{group}")
         self.running = True
         self._active = 0   # listener tasks under way

@@ -18,7 +18,9 @@ names and exception class names: never message ids or keys.
 
 import time
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 # seconds: a send's round trip (retries included) and a listener call
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -48,7 +50,7 @@ class ClientMetrics:
 
     # ---- sends -----------------------------------------------------------------------------
 
-    def timed_send(self, topic: str, count: int, fn: Callable[[], Any]) -> Any:
+    def timed_send(self, topic: str, count: int, fn: Callable[[], T]) -> T:
         """fn() (a send returning a SendResult or a list of them), recorded; its error re-raised."""
         t0 = time.monotonic()
         try:

@@ -44,7 +44,7 @@ import logging
 import socket
 import threading
 import time
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from quiver.client import filter_route
 from quiver.wire import requests as rq
@@ -57,7 +57,7 @@ from quiver.errors import ClientError, QuiverError, TopicNotExistError
 from quiver.client.message import MessageExt, MessageSelector
 from quiver.wire.properties import RECONSUME_TIME, RETRY_TOPIC
 from quiver.client.offset_store import LocalFileOffsetStore, RemoteOffsetStore, start_offset
-from quiver.client.options import ConsumerOptions
+from quiver.client.options import ConsumerOptions, ConsumerSettings
 from quiver.client.pop_push import PopPushLoop
 from quiver.client.popping import Popper
 from quiver.client.process_queue import DelayedCalls, ProcessQueue
@@ -101,7 +101,8 @@ class PushConsumer(ClientBase):
 
     def __init__(self, group: str, namesrv: str | list[str] | None = None, *,
                  options: ConsumerOptions | None = None, credentials: str | Credentials | None = None,
-                 trace: bool | None = None, metrics: ClientMetrics | None = None, **settings: Any) -> None:
+                 trace: bool | None = None, metrics: ClientMetrics | None = None,
+                 **settings: Unpack[ConsumerSettings]) -> None:
         super().__init__(namesrv, credentials=credentials,   # SubBefore / SubAfter around each listener call
                          tracer_factory=client_tracer if trace_enabled(trace) else None)
         self.metrics = metrics

@@ -36,7 +36,7 @@ def test_mypy_strict_passes_over_the_public_api(tmp_path):
 
 # A user's program: each line ending in "# error" must be a mypy error, and no other line.
 USER_PROGRAM = """
-from quiver import Message, Producer, PullConsumer, SendResult
+from quiver import Message, Producer, PullConsumer, PushConsumer, SendResult
 from quiver.aio import AsyncPullConsumer, AsyncPushConsumer
 from quiver.client.options import ConsumerOptions
 
@@ -55,6 +55,8 @@ c = PullConsumer("cg", pull_batch_size="32")  # error
 d = AsyncPullConsumer("cg", auto_commit=False, options=ConsumerOptions())
 e = AsyncPushConsumer("cg", threads=4, batch_size=8)
 f = AsyncPushConsumer("cg", threads="4")  # error
+g = PushConsumer("cg", consume_from="first", consume_threads=4, pop=True)
+h = PushConsumer("cg", consume_form="first")  # error
 """
 
 
