@@ -21,6 +21,7 @@ from quiver.runtime.metrics import ServiceCollector, counter, gauge, histogram, 
 from quiver.wire.codes import RequestCode
 
 from . import metrics_sample as ms
+from .tiered import tiered_gauges
 
 SAMPLE_INTERVAL_S = 2.0
 SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
@@ -150,6 +151,8 @@ class BrokerMetrics(ServiceCollector):
         for old, new in DEPRECATED:
             yield gauge(old, f"deprecated, removed in the next release: {new}", rows=[((), values[new])])
         yield from _ha_families(s["ha"], addr)
+        for metric, doc, value in tiered_gauges(st.get("tiered")):
+            yield gauge(metric, doc, rows=[((), value)])
 
     def _groups(self):
         """Consumer groups and topics: lag, offsets, consumers online, dead letters stored."""

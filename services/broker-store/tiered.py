@@ -313,3 +313,20 @@ class Tiered:
                 "remote_min_offset": ms[0].start if ms else None,
                 "remote_max_offset": ms[-1].end if ms else None, "last_error": self.last_error}
 
+
+
+GAUGES = (  # (metric, STATUS key, help) of a broker with a tiered store
+    ("quiver_tiered_cache_bytes", "cache_bytes", "verified remote chunks held in the read cache"),
+    ("quiver_tiered_cache_capacity_bytes", "cache_capacity_bytes", "the read cache's bound (--tiered-cache-bytes)"),
+    ("quiver_tiered_remote_bytes", "remote_bytes", "CommitLog bytes held in the tiered store"),
+    ("quiver_tiered_remote_segments", "remote_segments", "CommitLog segments held in the tiered store"),
+    ("quiver_tiered_pending_segments", "pending_segments", "sealed segments not yet uploaded"),
+    ("quiver_tiered_uploaded_bytes", "uploaded_bytes", "bytes uploaded and verified since the broker started"),
+    ("quiver_tiered_upload_errors", "upload_errors", "failed upload attempts since the broker started"),
+    ("quiver_tiered_damaged_chunks", "damaged_chunks", "remote reads refused: the object failed its checksum"),
+)
+
+
+def tiered_gauges(stats: dict | None) -> list[tuple[str, str, float]]:
+    """(metric, help, value) rows for /metrics from the store's STATUS `tiered` map (none when off)."""
+    return [] if not stats else [(metric, doc, stats.get(key) or 0) for metric, key, doc in GAUGES]

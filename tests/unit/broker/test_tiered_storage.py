@@ -11,7 +11,7 @@ from quiver.wire import record
 from quiver.wire.codes import ResponseCode
 from quiver.wire.property_string import format_properties
 from quiver_broker.store import GetStatus, MessageStore
-from quiver_broker.tiered import Tiered
+from quiver_broker.tiered import Tiered, tiered_gauges
 from quiver_broker.tiered_reads import RemoteDamaged
 from quiver_broker.tiered_store import FileStore, StoreDown, check_key, parse_url
 
@@ -89,6 +89,9 @@ def test_uploaded_segments_leave_disk_and_read_back_byte_for_byte(tmp_path):
     assert s.search_offset_by_time("T", 0, before[10].store_ts) <= 10
     st = s.stats()["tiered"]
     assert st["cache_bytes"] <= 4096 + 1024 and st["cache_misses"] > 0 and st["damaged_chunks"] == 0
+    gauges = {name: value for name, _, value in tiered_gauges(st)}
+    assert gauges["quiver_tiered_cache_bytes"] == st["cache_bytes"] > 0 and gauges["quiver_tiered_remote_segments"] >= 4
+    assert tiered_gauges(None) == []
     s.close()
     # a restart keeps the remote range readable (recovery does not move the queue's minimum)
     s2, _ = open_store(tmp_path, objects, local_retention_bytes=0)
