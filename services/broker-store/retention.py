@@ -48,7 +48,7 @@ def clean_expired(store: MessageStore, now_ms: int | None = None, force: bool = 
     tiered = store.tiered
     with store.exclusive():
         if tiered is not None:  # only uploaded segments go, by the local retention (tiered.py)
-            deleted = tiered.clean_local(store, now_ms, forcibly)
+            deleted = tiered.clean_local(store, now_ms, forcibly, held)
         while tiered is None and deleted < DELETE_BATCH_MAX and len(cl.segments) > 1:
             seg = cl.segments[0]
             expired = os.stat(seg.path).st_mtime * 1000 + reserved_ms <= now_ms

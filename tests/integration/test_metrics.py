@@ -128,8 +128,12 @@ def test_every_service_counts_the_workload(observed, capsys):
 
     for samples in (broker, filt, sched, txn, ns, console):
         assert value(samples, "quiver_service_info") == 1
+        assert value(samples, "quiver_frames_malformed_total") == 0   # the STATUS counters' own families
         assert value(samples, "process_cpu_seconds_total") is not None   # the default process metrics
         assert all("client" not in label for name in samples for labels, _ in samples[name] for label in labels)
+    with urllib.request.urlopen(f"http://{ports['broker']}/", timeout=5) as r:   # an index, not the metrics
+        assert r.status == 200 and b'href="/metrics"' in r.read()
+    assert _get(f"http://{ports['broker']}/metrics.txt") == 404
 
     # quiver status --json / -v (no `quiver up` state here: the name server's view)
     assert cli.main(["--namesrv", c.namesrv, "status", "--json", "--data-dir", str(c.data_dir)]) == 0
