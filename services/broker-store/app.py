@@ -33,7 +33,6 @@ from quiver.wire.transport import Transport
 
 from . import data_format, ha_master, handlers
 from .acl import AclRequests, AclStore
-from .backup import Backups
 from .clients import ClientRegistry
 from .consume_stats import ConsumeStats, GroupWatch
 from .disk_space import DiskSpace
@@ -97,7 +96,8 @@ class App:
             disk=DiskSpace(c.store_dir, c.disk_full_ratio, c.disk_clean_forcibly_ratio, c.disk_min_free_bytes,
                            c.disk_check_bytes, c.disk_check_interval_ms),
             logic_flush_interval_ms=c.logic_flush_interval_ms, prop_crc=c.append_prop_crc,
-            on_flushed=self._flushed_from_thread)
+            on_flushed=self._flushed_from_thread, delete_retention_ms=c.delete_retention_ms,
+            compaction_bytes_per_s=c.compaction_bytes_per_s)
         self.store.on_confirmed = self._visible  # the in-sync replicas' bound moved: held reads go on
         if c.tiered_store:
             self.store.attach_tiered(tiered_from_config(c))
@@ -185,14 +185,12 @@ class App:
             FilterServerRequests(self.filter_servers, c.name, c.broker_id, self.transport,
                                  self.service.call_soon_threadsafe),
             ConsumeStats(c.name, store, meta, topics, clients),
-            handlers.TopicRequests(topics),
+            handlers.TopicRequests(topics, store.compaction, self.service.call_soon_threadsafe),
             handlers.OffsetRequests(topics, meta, store),
             handlers.OffsetResets(c.name, topics, meta, store, clients, self.service.send_if_connected),
             handlers.MessageRequests(store),
             handlers.ClientRequests(clients, self.notify_group_changed),
             AclRequests(self.acl),
-            Backups(c.backup_dir, store, meta, self.acl, {"broker": c.name, "cluster": c.cluster,
-                                                          "broker_id": c.broker_id}, self.service.call_soon_threadsafe),
         ]
 
     def _pop(self):
@@ -276,6 +274,8 @@ class App:
         self.scheduler.add_job(lambda: soon(self.store.clean_expired), "interval",
                                seconds=c.clean_interval_ms / 1000, id="retention")
         self.scheduler.add_job(lambda: soon(self._expire_clients), "interval", seconds=10, id="clients")
+        self.scheduler.add_job(lambda: self.store.compaction.submit(None, soon), "interval",
+                               seconds=c.compaction_interval_ms / 1000, id="compaction")
 
     def _expire_clients(self) -> None:
         for group in self.clients.expire():

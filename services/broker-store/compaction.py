@@ -10,7 +10,7 @@ watermark) and the queue's ConsumeQueue entries from there up to the first
 entry in the active CommitLog segment (never the active range, nor anything not
 yet visible to consumers). The key of a record is its KEYS property; per key
 only the record with the highest queue offset is kept. A record with an empty
-body is a tombstone: kept until its store time + delete_retention_ms, then
+body (or the Kafka gateway's null value) is a tombstone: kept until its store time + delete_retention_ms, then
 dropped with its key. A record without KEYS has nothing to be replaced by and
 is kept. The result is written as a new compacted log (atomic replacement) and
 installed on the main thread.
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_ENTRIES = 4096   # ConsumeQueue entries read at once by a pass
+NULL_VALUE = ("kafka.value", "null")   # the Kafka gateway's mark of a null value (a Kafka tombstone)
 _I32 = struct.Struct(">i")
 
 
@@ -91,6 +92,8 @@ class Compactor:
         self.failed = 0
         self._jobs: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
+        self._periodic = False   # a periodic pass is queued or running
+        self._tombstones_due: dict[tuple[str, int], float] = {}   # queue -> when its oldest kept tombstone goes (ms)
 
     # ---- lifecycle (main thread) -----------------------------------------------------------
 
@@ -166,7 +169,8 @@ class Compactor:
         hi = min(self.store.visible_max(cq), cq.max_offset)
         w_new = max(start, min(hi, cq.first_offset_where(lambda e: e[0] >= limit, lo=start)))
         res.watermark = w_new
-        if w_new <= w_old and not force:
+        due = self._tombstones_due.get((topic, queue_id))
+        if w_new <= w_old and not force and (due is None or due > self.clock() * 1000):
             res.skipped = True
             return res
         throttle = Throttle(self.bytes_per_s)
@@ -176,7 +180,7 @@ class Compactor:
             hook(point)
 
         inputs = self._inputs(old, cq, start, w_new)
-        kept = self._choose(old, inputs, throttle, stepped)
+        kept, due = self._choose(old, inputs, throttle, stepped)
         res.read, res.kept = len(inputs), len(kept)
         stepped("chosen")
         directory = compacted_log.log_dir(self.root, topic, queue_id)
@@ -192,6 +196,9 @@ class Compactor:
         def swap() -> None:
             prev = self.logs.get((topic, queue_id))
             self.logs[(topic, queue_id)] = new
+            self._tombstones_due.pop((topic, queue_id), None)
+            if due is not None:
+                self._tombstones_due[(topic, queue_id)] = due
             if prev is not None:
                 prev.close()
             stepped("installed")
@@ -228,11 +235,13 @@ class Compactor:
             raise PassFailed(f"queue offset {qoff} (CommitLog {phys}): {bad[0][1]}")
         return buf
 
-    def _choose(self, old: CompactedLog | None, inputs: list[tuple], throttle: Throttle, step) -> list[tuple]:
-        """The inputs a new log keeps: the last of each key, tombstones until their retention ends,
-        records without a key."""
+    def _choose(self, old: CompactedLog | None, inputs: list[tuple], throttle: Throttle,
+                step) -> tuple[list[tuple], float | None]:
+        """(the inputs a new log keeps: the last of each key, tombstones until their retention ends,
+        records without a key; when the first tombstone kept is due to go, epoch ms or None)."""
         latest: dict[str, int] = {}
         dead: set[int] = set()     # tombstones past their retention
+        tomb_ts: dict[int, int] = {}   # tombstones within it: their store time
         keyless: list[int] = []
         expire_before = self.clock() * 1000 - self.delete_retention_ms
         for i, (src, qoff, phys, size, _) in enumerate(inputs):
@@ -244,12 +253,17 @@ class Compactor:
                 keyless.append(i)
                 continue
             latest[key] = i
-            if _I32.unpack_from(buf, record.BODY_LEN_AT)[0] == 0 and record.store_ts_of(buf) <= expire_before:
-                dead.add(i)
+            if _I32.unpack_from(buf, record.BODY_LEN_AT)[0] == 0 or props.get(NULL_VALUE[0]) == NULL_VALUE[1]:
+                ts = record.store_ts_of(buf)
+                if ts <= expire_before:
+                    dead.add(i)
+                else:
+                    tomb_ts[i] = ts
             if i % 256 == 0:
                 step("scan")
         keep = sorted({*latest.values(), *keyless} - dead)
-        return [inputs[i] for i in keep]
+        live = [tomb_ts[i] for i in latest.values() if i in tomb_ts]
+        return [inputs[i] for i in keep], (min(live) + self.delete_retention_ms if live else None)
 
     # ---- the worker thread --------------------------------------------------------------------
 
@@ -258,6 +272,9 @@ class Compactor:
         """Queue a pass over `topics` (None: every compacted topic) on the worker thread; results
         are installed through `post(fn)` (the main thread's call_soon_threadsafe), and
         `done(results, error)` is posted after."""
+        if topics is None and self._periodic:
+            return   # the last periodic pass is still queued or running
+        self._periodic |= topics is None
         if self._worker is None:
             self._worker = threading.Thread(target=self._work, name="compaction", daemon=True)
             self._worker.start()
@@ -266,6 +283,7 @@ class Compactor:
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
             topics, post, done, force = job
+            periodic = topics is None
             results, error = [], None
             keys = sorted(k for k in list(self.store.cqs)
                           if (k[0] in topics if topics is not None else self.is_compacted(k[0])))
@@ -276,6 +294,8 @@ class Compactor:
                     self.failed += 1
                     error = f"{topic}/{qid}: {exc}"
                     log.error("compaction of %s/%d failed (nothing replaced): %s", topic, qid, exc)
+            if periodic:
+                self._periodic = False
             if done is not None:
                 post(done, results, error)
 

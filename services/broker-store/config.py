@@ -63,6 +63,12 @@ class Config(ServiceSettings):
     timer_horizon_ms: int = setting(40 * 86_400_000, "furthest allowed delivery time of a timer message")
     file_reserved_hours: int = setting(72, "CommitLog retention")
     delete_when: str = setting("04", "hours of day when expired segments are deleted, 'HH;HH'")
+    delete_retention_ms: int = setting(86_400_000, "compacted topics: a tombstone (empty body with a key) is "
+                                                   "kept this long, then its key is removed")
+    compaction_interval_ms: int = setting(60_000, "compacted topics: a compaction pass over their sealed "
+                                                  "segments this often")
+    compaction_bytes_per_s: int = setting(64 << 20, "compacted topics: read/write rate of a compaction pass "
+                                                    "(0: no limit)")
     tiered_store: str = setting("", "copy sealed CommitLog segments to s3://BUCKET/PREFIX or file:///path and "
                                     "serve offsets no longer local from there (empty: off)")
     s3_endpoint: str = setting("", "with an s3:// tiered store: the S3-compatible endpoint URL (default: AWS)")
@@ -76,8 +82,6 @@ class Config(ServiceSettings):
                                               "(0: keep forever)")
     tiered_cache_bytes: int = setting(256 << 20, "with a tiered store: cache of verified remote chunks")
     offset_persist_interval_ms: int = setting(5000, "consumer offsets are written this often")
-    backup_dir: str = setting("", "where `quiver broker backup` writes snapshots of this broker (on its data "
-                                  "dir's filesystem, so sealed files are hard-linked); empty: backups refused")
     clean_interval_ms: int = setting(10_000, "retention check period")
     disk_max_used_ratio: float = setting(0.75, "above this used share of the store's disk, expired segments "
                                                "are deleted in any hour (RocketMQ diskMaxUsedSpaceRatio)")

@@ -51,14 +51,35 @@ def _refuse_on_slave(req) -> None:
 
 
 class TopicRequests:
-    """UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG."""
+    """UPDATE_AND_CREATE_TOPIC, DELETE_TOPIC_IN_BROKER, GET_ALL_TOPIC_CONFIG, ADMIN_COMPACT_TOPIC (a pass
+    on the compaction thread; `post` hands its result back to the service thread, which replies)."""
 
-    def __init__(self, topics):
+    def __init__(self, topics, compactor=None, post=None):
         self.topics = topics
+        self.compactor = compactor
+        self.post = post
 
     def handlers(self) -> dict:
         return {RequestCode.UPDATE_AND_CREATE_TOPIC: self.create, RequestCode.DELETE_TOPIC_IN_BROKER: self.delete,
-                RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topics}
+                RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topics, RequestCode.ADMIN_COMPACT_TOPIC: self.compact}
+
+    def compact(self, req) -> None:
+        topic = req.args.topic
+        if topic not in self.topics:
+            raise TopicNotExistError(f"topic {topic!r} does not exist on this broker")
+        if not self.topics.is_compacted(topic):
+            raise InvalidParameterError(f"topic {topic!r} is not a compacted topic: create it with "
+                                        f"`quiver topic create {topic} --compact` first")
+
+        def done(results, error) -> None:
+            if error is not None:
+                req.reply(ResponseCode.SYSTEM_ERROR, f"compaction failed, nothing was replaced: {error}")
+                return
+            req.reply(ResponseCode.SUCCESS, "", rq.CompactTopicReply(
+                queues=sum(1 for r in results if not r.skipped), read=sum(r.read for r in results),
+                kept=sum(r.kept for r in results)))
+
+        self.compactor.submit([topic], self.post, done, force=True)
 
     def create(self, req) -> None:
         a = req.args
@@ -67,7 +88,7 @@ class TopicRequests:
         behind = {} if a.force else self.topics.shrink_backlog(a.topic, a.read)
         if behind:
             raise IllegalOperationError(shrink_refusal(a.topic, a.read, behind))
-        conf = self.topics.put(a.topic, a.read, write, a.perm, order=a.order)
+        conf = self.topics.put(a.topic, a.read, write, a.perm, order=a.order, compact=a.compact)
         req.reply(ResponseCode.SUCCESS, "", rq.TopicConfigReply(topic=a.topic, config=rq.TopicConfig(**conf)))
 
     def delete(self, req) -> None:

@@ -12,7 +12,8 @@ runs it as a step from the broker's scheduler (every 10 s there).
 - Refusing puts on a full disk is the disk guard's (disk_space.py, asked before
   every put); a step that deleted segments re-checks it, so writes resume at once.
 - A segment a compacted queue still needs (compaction.py's retention_bound: not
-  yet covered by its compacted log) is kept, and a compaction pass asked for.
+  yet covered by its compacted log) is kept until a pass (periodic, or `quiver topic
+  compact`) covers it.
 - Then ConsumeQueue min offsets move to the first entry still in the log, their
   fully-stale files are deleted, and so are index files below the new minimum.
 """

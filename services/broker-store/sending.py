@@ -22,7 +22,7 @@ from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNot
 from quiver.wire.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
 from quiver.wire.requests import SendMessage
 from quiver.wire.replies import SendReply
-from quiver.wire.properties import DELAY, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put
+from quiver.wire.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put
 from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties, get_property as get_props_value
 
 from .status_codes import check_stored
@@ -96,7 +96,7 @@ class Sender:
         bodies = a.bodies(req.env.bodies)
         if not batch and len(bodies) != 1:
             raise InvalidParameterError("SEND_MESSAGE carries exactly one message; use SEND_BATCH_MESSAGE")
-        self._check_messages(bodies, props, batch)
+        self._check_messages(bodies, props, batch, topic)
         queue_id = a.queue_id
         self._check_writable(topic, queue_id)
         sys_flag = a.sys_flag
@@ -111,17 +111,25 @@ class Sender:
             props = [parked]  # park returns one properties string
         self.put(req, topic, queue_id, bodies, props, flags, sys_flag, a)
 
-    def _check_messages(self, bodies, props, batch: bool) -> None:
+    def _check_messages(self, bodies, props, batch: bool, topic: str) -> None:
         # list-wise checks (C-level map/min/max): this runs for every message of every batch
         lens = list(map(len, bodies))
         if min(lens) == 0:
-            raise MessageIllegalError("body is empty: a message needs at least one byte")
+            self._check_tombstones(topic, lens, props)
         if max(lens) > self.max_bytes:
             raise MessageIllegalError(f"body is {max(lens)} bytes; the limit is {self.max_bytes} (max_message_bytes)")
         check_put(props)  # properties with system meaning (DELAY, REAL_TOPIC ...): MESSAGE_ILLEGAL if out of range
         check_client_put(props)  # and none of those only the broker writes (where a re-put goes)
         if batch and sum(lens) > self.max_bytes:
             raise MessageIllegalError(f"batch is {sum(lens)} bytes; the limit is {self.max_bytes}: split it")
+
+    def _check_tombstones(self, topic: str, lens: list[int], props: list[str]) -> None:
+        """Empty bodies: tombstones of a compacted topic, each with keys; refused anywhere else."""
+        if not self.topics.is_compacted(topic):
+            raise MessageIllegalError(f"body is empty: a message needs at least one byte (an empty body is a "
+                                      f"tombstone, only for a compacted topic; {topic!r} is not)")
+        if any(n == 0 and get_props_value(p, KEYS) is None for n, p in zip(lens, props)):
+            raise MessageIllegalError("an empty body (a tombstone) needs keys: the key it removes")
 
     def _check_writable(self, topic: str, queue_id: int) -> None:
         if topic not in self.topics.rows and self.store.disk.full:

@@ -14,6 +14,7 @@ import time
 
 from quiver.errors import InvalidParameterError, TopicNotExistError
 from quiver.wire.names import is_system_topic
+from quiver.wire.schema import TOPIC_COMPACT
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class Topics:
         self.auto_create = auto_create
         self.default_queues = default_queues
         self.rows: dict[str, dict] = metadata.topics  # name -> {read, write, perm, sysflag, order}: metadata writes it
+        store.compaction.is_compacted = self.is_compacted
         self.data_version = {"state": 0, "ts": int(time.time() * 1000), "counter": 0}
 
     def get(self, topic: str) -> dict | None:
@@ -76,10 +78,18 @@ class Topics:
                 behind[q] = groups or ["no group"]
         return behind
 
-    def put(self, topic: str, read: int, write: int, perm: int = 6, order: bool = False) -> dict:
-        conf = self.metadata.put_topic(topic, read, write, perm, order=order)
+    def put(self, topic: str, read: int, write: int, perm: int = 6, order: bool = False,
+            compact: bool | None = None) -> dict:
+        """Create or update a topic; `compact` sets or clears its TOPIC_COMPACT sysflag bit (None: as it is)."""
+        sysflag = self.rows.get(topic, {}).get("sysflag", 0)
+        if compact is not None:
+            sysflag = sysflag | TOPIC_COMPACT if compact else sysflag & ~TOPIC_COMPACT
+        conf = self.metadata.put_topic(topic, read, write, perm, sysflag, order=order)
         self.changed()
         return conf
+
+    def is_compacted(self, topic: str) -> bool:
+        return bool(self.rows.get(topic, {}).get("sysflag", 0) & TOPIC_COMPACT)
 
     def delete(self, topic: str) -> None:
         self.metadata.delete_topic(topic)

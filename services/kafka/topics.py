@@ -5,7 +5,8 @@ order (the first N mod B brokers one queue more), so partition i is the i-th que
 name then queue id, as Metadata numbers them. New partitions are queues added on the broker
 that sorts last, so the existing partitions keep their numbers. The replication factor, replica
 assignments and topic configs are not Kafka's to set here: replication is the brokers' own
-(master/slave), retention the brokers' settings; they are accepted and not applied.
+(master/slave), retention the brokers' settings; they are accepted and not applied, except
+cleanup.policy=compact, which makes a compacted topic (`quiver topic create --compact`).
 """
 
 from quiver.errors import QuiverError, TopicNotExistError
@@ -40,14 +41,15 @@ class Topics:
     def create_topics(self, body) -> dict:
         out = []
         for t in body.topics:
-            err, msg = self._create(t.name, t.num_partitions, body.validate_only)
+            compact = any(c.name == "cleanup.policy" and "compact" in (c.value or "") for c in t.configs or ())
+            err, msg = self._create(t.name, t.num_partitions, body.validate_only, compact)
             self.gw._count("create_topics", err)
             out.append({"name": t.name, "error_code": err, "error_message": msg, "topic_id": None,
                         "num_partitions": t.num_partitions if not err else -1, "replication_factor": -1,
                         "configs": []})
         return {"throttle_time": 0, "topics": out}
 
-    def _create(self, topic: str, partitions: int, validate_only: bool):
+    def _create(self, topic: str, partitions: int, validate_only: bool, compact: bool = False):
         problem = topic_problem(topic)
         if problem:
             return INVALID_TOPIC, problem
@@ -67,7 +69,7 @@ class Topics:
             for i, name in enumerate(brokers):
                 queues = share + (1 if i < extra else 0)
                 if queues:
-                    self.gw.admin.create_topic(topic, queues=queues, brokers=[name])
+                    self.gw.admin.create_topic(topic, queues=queues, brokers=[name], compact=compact or None)
         except QuiverError as exc:
             return error_of(exc), str(exc)
         return NONE, None

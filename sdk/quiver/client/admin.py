@@ -63,13 +63,15 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
                      brokers: list[str] | None = None, wait_s: float = 5.0, *, write_queues: int | None = None,
-                     force: bool = False) -> dict[str, Any]:
+                     force: bool = False, compact: bool | None = None) -> dict[str, Any]:
         """Create (or update) a topic on every broker, or on the named ones: `queues` read queues
         and `write_queues` (default as many) write queues.
 
         Lowering the read queues of a topic whose removed queues hold messages some group has
         not consumed raises IllegalOperationError naming them, unless `force`: lower the write
         queues first and the read queues once the backlog drained (`shrink_topic`).
+        `compact=True` makes it a compacted topic (the latest message of each key is kept;
+        `compact_topic`), False an ordinary one; None leaves an existing topic as it is.
         Returns once every name server routes it (up to `wait_s`), so a producer or
         consumer started right after sees the topic.
         """
@@ -83,7 +85,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         if not addrs:
             raise ClientError("no broker is registered with the name servers")
         write = queues if write_queues is None else write_queues
-        req = rq.CreateTopic(topic=topic, read=queues, write=write, perm=perm, order=order, force=force)
+        req = rq.CreateTopic(topic=topic, read=queues, write=write, perm=perm, order=order, force=force,
+                             compact=compact)
         out = {name: dataclasses.asdict(rq.TopicConfigReply.decode(self.call_broker(addr, req).ext).config)
                for name, addr in addrs.items()}
         self._routes.pop(topic, None)
@@ -120,6 +123,22 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                 if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                     raise
         self._routes.pop(topic, None)
+
+    def compact_topic(self, topic: str, timeout: float = 600.0) -> dict[str, dict[str, int]]:
+        """Run a compaction pass over a compacted topic on every broker that has it, now; returns
+        per broker name the queues compacted and the records read and kept."""
+        out: dict[str, dict[str, int]] = {}
+        for name, addr in self.all_broker_addrs().items():
+            try:
+                env = self.call_broker(addr, rq.CompactTopic(topic=topic), timeout=timeout)
+            except QuiverError as exc:
+                if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
+                    raise
+                continue
+            out[name] = dataclasses.asdict(rq.CompactTopicReply.decode(env.ext))
+        if not out:
+            raise QueryNotFoundError(f"no broker has topic {topic!r}")
+        return out
 
     def topic_route(self, topic: str) -> dict[str, Any]:
         """The name server's route as it sent it (for people; clients use `route`)."""
@@ -409,12 +428,6 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     def clean_expired(self, broker_addr: str) -> int:
         """Delete the broker's expired CommitLog segments now; how many were deleted."""
         return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments
-
-    def backup(self, broker: str, name: str, timeout: float = 600.0) -> rq.BrokerBackupReply:
-        """Snapshot a running broker (`broker`: its address, or a broker name whose master is
-        taken) into `name` under its --backup-dir; returns where, and the CommitLog offset covered."""
-        addr = broker if ":" in broker else self.broker_addr(broker)
-        return rq.BrokerBackupReply.decode(self.call_broker(addr, rq.BrokerBackup(name=name), timeout=timeout).ext)
 
     def messages_between(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 32) -> list[MessageExt]:
         """Messages of `topic` stored in [begin_ms, end_ms), oldest first, at most `max_num`: each

@@ -125,7 +125,7 @@ class Producer(ClientBase):
             check_topic(msg.topic, for_send=True)
             if len(self._valid_topics) < 4096:
                 self._valid_topics.add(msg.topic)
-        check_body(msg.body, self.max_message_bytes)
+        check_body(msg.body, self.max_message_bytes, tombstone=bool(msg.keys))
         msg_id = self._ids.next()
         parts: dict[str, Any] = {UNIQ_KEY: msg_id}
         if msg.tags:

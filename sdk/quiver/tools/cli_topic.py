@@ -1,8 +1,10 @@
-"""`quiver topic create | shrink | delete | list | route | status | purge` (mqadmin updateTopic,
+"""`quiver topic create | shrink | compact | delete | list | route | status | purge` (mqadmin updateTopic,
 deleteTopic, topicList, topicRoute, topicStatus). Does not own the calls (Admin does) nor the
 shrink rule (the broker refuses to lower read queues that hold a backlog, for every client)."""
 
 import click
+
+from quiver.wire.schema import TOPIC_COMPACT
 
 from quiver.tools.cli_common import (EXIT_NOT_FOUND, TOPIC, check_brokers, confirm, finish, ms_text, output_option,
                                      say, show)
@@ -10,7 +12,7 @@ from quiver.tools.cli_common import (EXIT_NOT_FOUND, TOPIC, check_brokers, confi
 
 @click.group()
 def topic():
-    """Topics: create, delete, list, route, status (offsets per queue), purge.
+    """Topics: create, delete, list, route, status (offsets per queue), purge, compact.
 
     \b
     Examples:
@@ -21,8 +23,8 @@ def topic():
 
 
 def _configs(per_broker: dict) -> list[dict]:
-    return [{"broker": b, **{k: c.get(k) for k in ("read", "write", "perm", "order")}}
-            for b, c in sorted(per_broker.items())]
+    return [{"broker": b, **{k: c.get(k) for k in ("read", "write", "perm", "order")},
+             "compact": bool(c.get("sysflag", 0) & TOPIC_COMPACT)} for b, c in sorted(per_broker.items())]
 
 
 @topic.command()
@@ -33,9 +35,11 @@ def _configs(per_broker: dict) -> list[dict]:
 @click.option("--order", is_flag=True, help="an ordered topic (one queue per sharding key, locked consumption)")
 @click.option("--broker", "brokers", multiple=True, help="only on this broker (repeatable; default: every broker)")
 @click.option("--force", is_flag=True, help="lower the read queues even if the removed ones hold unconsumed messages")
+@click.option("--compact/--no-compact", default=None,
+              help="a compacted topic: the latest message of each key is kept (default: as it is, or not)")
 @output_option
 @click.pass_obj
-def create(obj, name, queues, write_queues, order, brokers, force, output):
+def create(obj, name, queues, write_queues, order, brokers, force, compact, output):
     """Create a topic on every broker, or update its queue counts (mqadmin updateTopic).
 
     Lowering the read queues is refused (exit 1, naming the queues and groups) while the removed
@@ -46,16 +50,41 @@ def create(obj, name, queues, write_queues, order, brokers, force, output):
       quiver topic create Orders --queues 8
       quiver topic create Payments --order --broker broker-a
       quiver topic create Orders --queues 8 --write-queues 2
+      quiver topic create Prices --compact
     """
     from quiver.errors import IllegalOperationError
     with obj.admin() as a:
         check_brokers(a, brokers)
         try:
             done = a.create_topic(name, queues=queues, order=order, brokers=list(brokers) or None,
-                                  write_queues=write_queues, force=force)
+                                  write_queues=write_queues, force=force, compact=compact)
         except IllegalOperationError as exc:
             finish(EXIT_NOT_FOUND, f"refused: {exc.remark}")
-    show(obj, output, done, _configs(done), ["broker", "read", "write", "perm", "order"], f"topic {name}")
+    show(obj, output, done, _configs(done), ["broker", "read", "write", "perm", "order", "compact"], f"topic {name}")
+
+
+@topic.command()
+@click.argument("name", type=TOPIC)
+@output_option
+@click.pass_obj
+def compact(obj, name, output):
+    """Run a compaction pass over a compacted topic now, on every broker that has it: per queue,
+    the sealed CommitLog range is reduced to the latest message of each key (tombstones past
+    --delete-retention-ms removed). Exit 1 if no broker has the topic.
+
+    \b
+    Examples:
+      quiver topic compact Prices
+      quiver topic compact Prices -o json
+    """
+    from quiver.errors import QueryNotFoundError
+    with obj.admin() as a:
+        try:
+            done = a.compact_topic(name)
+        except QueryNotFoundError as exc:
+            finish(EXIT_NOT_FOUND, str(exc.remark))
+    rows = [{"broker": b, **r} for b, r in sorted(done.items())]
+    show(obj, output, done, rows, ["broker", "queues", "read", "kept"], f"compaction of {name}")
 
 
 @topic.command()

@@ -242,6 +242,15 @@ class TopicConfigReply(Schema):
     config: TopicConfig = wire("config", Nested(TopicConfig))
 
 
+@reply_to(RC.ADMIN_COMPACT_TOPIC)
+@schema
+class CompactTopicReply(Schema):
+    """ADMIN_COMPACT_TOPIC: what the pass did on this broker (queues compacted, records read and kept)."""
+    queues: int = wire("queues", Int(0, MAX_QUEUES))
+    read: int = wire("read", Int(0, MAX_OFFSET))
+    kept: int = wire("kept", Int(0, MAX_OFFSET))
+
+
 @reply_to(RC.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
 @schema
 class TopicListReply(Schema):
@@ -289,20 +298,6 @@ class TransactionListReply(Schema):
 @schema
 class CleanExpiredReply(Schema):
     deleted_segments: int = wire("deleted_segments", U31)
-
-
-@reply_to(RC.BROKER_BACKUP)
-@schema
-class BrokerBackupReply(Schema):
-    """BROKER_BACKUP: where the snapshot is, the CommitLog offset it covers up to, what it took."""
-    path: str = wire("path", Str(4096))
-    cut_offset: int = wire("cut", Int(0, MAX_OFFSET))
-    files: int = wire("files", Int(0, MAX_OFFSET))
-    linked_files: int = wire("linked", Int(0, MAX_OFFSET))
-    copied_bytes: int = wire("copied", Int(0, MAX_OFFSET))
-    queues: int = wire("queues", Int(0, MAX_OFFSET))
-    offsets: int = wire("offsets", Int(0, MAX_OFFSET))
-    took_ms: int = wire("took_ms", Int(0, MAX_OFFSET))
 
 
 @reply_to(RC.STATUS)

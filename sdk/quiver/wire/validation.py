@@ -14,12 +14,15 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_PROPERTIES_BYTES = 32767
 
 
-def check_body(body, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+def check_body(body, max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, tombstone: bool = False) -> None:
+    """`tombstone`: the message has keys, so an empty body is allowed (a compacted topic's
+    tombstone; the broker refuses it for any other topic)."""
     if not isinstance(body, (bytes, bytearray, memoryview)):
         raise MessageIllegalError(f"body must be bytes, got {type(body).__name__}")
     n = len(body)
-    if n == 0:
-        raise MessageIllegalError("body is empty: a message needs at least one byte")
+    if n == 0 and not tombstone:
+        raise MessageIllegalError("body is empty: a message needs at least one byte (an empty body with keys is "
+                                  "a tombstone, for a compacted topic)")
     if n > max_bytes:
         raise MessageIllegalError(f"body is {n} bytes; the limit is {max_bytes} (max_message_bytes)")
 
