@@ -33,6 +33,7 @@ from quiver.wire.transport import Transport
 
 from . import data_format, ha_master, handlers
 from .acl import AclRequests, AclStore
+from .backup import Backups
 from .clients import ClientRegistry
 from .consume_stats import ConsumeStats, GroupWatch
 from .disk_space import DiskSpace
@@ -191,6 +192,8 @@ class App:
             handlers.MessageRequests(store),
             handlers.ClientRequests(clients, self.notify_group_changed),
             AclRequests(self.acl),
+            Backups(c.backup_dir, store, meta, self.acl, {"broker": c.name, "cluster": c.cluster,
+                                                          "broker_id": c.broker_id}, self.service.call_soon_threadsafe),
         ]
 
     def _pop(self):

@@ -79,11 +79,16 @@ def write(store_dir: str, fmt: int = CURRENT, oldest_reader: int = OLDEST_READER
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(store_dir, os.O_RDONLY)
+    fsync_dir(store_dir)
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or a new file in `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def check(store_dir: str) -> dict:

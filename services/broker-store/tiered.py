@@ -270,17 +270,18 @@ class Tiered:
 
     # ---- local retention (broker thread) ----------------------------------------------
 
-    def clean_local(self, store: MessageStore, now_ms: int, forcibly: bool) -> int:
+    def clean_local(self, store: MessageStore, now_ms: int, forcibly: bool, keep_from: int | None = None) -> int:
         """Delete the oldest local segments that are uploaded and past local retention (age,
-        bytes, the remote retention, or disk pressure when `forcibly`); never the last one
-        nor one not uploaded. The caller holds the store's flush lock."""
+        bytes, the remote retention, or disk pressure when `forcibly`); never the last one, one
+        not uploaded, nor one ending past `keep_from` (compaction still reads it locally). The
+        caller holds the store's flush lock."""
         cl = store.commit_log
         deleted = 0
         hours_ms = self.local_retention_hours * 3_600_000 if self.local_retention_hours >= 0 else None
         days_ms = self.remote_retention_days * 86_400_000 if self.remote_retention_days > 0 else None
         while len(cl.segments) > 1:
             seg = cl.segments[0]
-            if not self.uploaded(seg.start):
+            if not self.uploaded(seg.start) or (keep_from is not None and seg.end > keep_from):
                 break
             sealed_bytes = sum(s.size for s in cl.segments[:-1])
             age_ms = now_ms - os.stat(seg.path).st_mtime * 1000

@@ -104,6 +104,7 @@ def base_table(ctx: Context) -> dict[int, tuple[dict, list]]:
         R.STATUS: ({}, []),
         R.ADMIN_CLEAN_EXPIRED: ({}, []),
         R.ADMIN_COMPACT_TOPIC: ({"topic": t}, []),
+        R.BROKER_BACKUP: ({"name": "fuzz-backup"}, []),
         R.SCHEDULE_REPUT: ({"m": [[0, props_string(ctx, REAL_TOPIC=t, REAL_QID="0"), now, 0, 0, now]], "roll": False,
                             "bh": "127.0.0.1:1"}, [b"fuzz-body"]),
         R.SCHEDULE_INIT: ({}, []),

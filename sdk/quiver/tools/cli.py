@@ -15,7 +15,7 @@ import sys
 import click
 
 from quiver import __version__
-from quiver.tools import cli_auth, cli_cluster, cli_consumer, cli_local, cli_msg, cli_topic
+from quiver.tools import cli_auth, cli_backup, cli_cluster, cli_consumer, cli_local, cli_msg, cli_topic
 from quiver.tools.cli_common import FORMATS, Ctx, exit_code_for
 
 STATE_FILE = cli_local.STATE_FILE
@@ -68,7 +68,7 @@ def cli(ctx, namesrv, credentials, output):
     obj.output = output or obj.output
 
 
-for module in (cli_local, cli_topic, cli_msg, cli_consumer, cli_cluster, cli_auth):
+for module in (cli_local, cli_topic, cli_msg, cli_consumer, cli_cluster, cli_backup, cli_auth):
     module.register(cli)
 
 

@@ -69,6 +69,8 @@ class RequestCode(IntEnum):
     CONTROLLER_HEARTBEAT = 9500    # a broker's liveness and max offset; the reply is its role, epoch and master
     CONTROLLER_ALTER_SYNC_STATE_SET = 9501  # the master of an epoch shrinks or expands its SyncStateSet
     CONTROLLER_REPLICA_INFO = 9502  # every broker group's master, epoch, SyncStateSet and members
+    # backup: admin -> broker
+    BROKER_BACKUP = 9600          # a consistent snapshot of the store under the broker's --backup-dir
     # POP consumption (issue 22): RocketMQ's numbers (CHANGE_MESSAGE_INVISIBLETIME is 200053)
     POP_MESSAGE = 200050                  # pop up to N messages of a topic, each invisible for a while
     ACK_MESSAGE = 200051                  # ack popped messages by receipt handle

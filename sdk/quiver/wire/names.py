@@ -222,6 +222,27 @@ def _host_problem(host: str) -> str | None:
 
 # ---- paths --------------------------------------------------------------------------------------
 
+BACKUP_NAME_MAX_CHARS = 200
+_BACKUP_PART_RE = re.compile(r"[a-zA-Z0-9_-][a-zA-Z0-9_.-]*")
+
+
+def backup_name_problem(name) -> str | None:
+    """What is wrong with `name` as a backup's directory under a broker's backup root (a
+    relative path of names of letters, digits, '_', '-' and '.', none starting with '.'), or None."""
+    if type(name) is not str or not name:
+        return "the backup name must be a non-empty string"
+    if len(name) > BACKUP_NAME_MAX_CHARS:
+        return f"the backup name is {len(name)} characters long; the limit is {BACKUP_NAME_MAX_CHARS}"
+    if name.startswith("/"):
+        return (f"the backup name {shown(name)} is an absolute path: give a name relative to the broker's "
+                f"--backup-dir")
+    for part in name.split("/"):
+        if not _BACKUP_PART_RE.fullmatch(part):
+            return (f"the backup name {shown(name)} has a part {shown(part)} that is not letters, digits, '_', '-' "
+                    f"and '.' (not starting with '.', none empty)")
+    return None
+
+
 def confine(base_dir: str, *parts: str) -> str:
     """`base_dir/parts...` resolved (symlinks followed); raises UnsafePathError unless it lies
     strictly under realpath(base_dir). Call it before a path built from a name is created,

@@ -300,6 +300,20 @@ class CleanExpiredReply(Schema):
     deleted_segments: int = wire("deleted_segments", U31)
 
 
+@reply_to(RC.BROKER_BACKUP)
+@schema
+class BrokerBackupReply(Schema):
+    """BROKER_BACKUP: where the snapshot is, the CommitLog offset it covers up to, what it took."""
+    path: str = wire("path", Str(4096))
+    cut_offset: int = wire("cut", Int(0, MAX_OFFSET))
+    files: int = wire("files", Int(0, MAX_OFFSET))
+    linked_files: int = wire("linked", Int(0, MAX_OFFSET))
+    copied_bytes: int = wire("copied", Int(0, MAX_OFFSET))
+    queues: int = wire("queues", Int(0, MAX_OFFSET))
+    offsets: int = wire("offsets", Int(0, MAX_OFFSET))
+    took_ms: int = wire("took_ms", Int(0, MAX_OFFSET))
+
+
 @reply_to(RC.STATUS)
 @schema
 class StatusReply(Schema):

@@ -239,3 +239,13 @@ def test_local_min_offset_splits_the_queue_for_topic_status(remote_only):
     row = {"min_offset": 0, "max_offset": hi, "local_min_offset": mid}
     assert held_ranges(row) == {"remote": f"[0, {mid})", "local": f"[{mid}, {hi})"}
     assert held_ranges({"min_offset": 3, "max_offset": 9}) == {"remote": "-", "local": "[3, 9)"}
+
+
+def test_local_retention_keeps_what_compaction_still_reads(tmp_path):
+    s, t = open_store(tmp_path, FileStore(str(tmp_path / "bucket")), local_retention_bytes=0)
+    fill(s)
+    upload_all(t)
+    with s.exclusive():
+        assert t.clean_local(s, int(time.time() * 1000), False, keep_from=2 * SEG) == 2
+    assert s.commit_log.min_offset == 2 * SEG
+    s.close()
