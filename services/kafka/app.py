@@ -23,6 +23,7 @@ from quiver.runtime.settings import advertised_addr
 from quiver.wire.curve import read_credentials
 
 from . import protocol
+from .configs import Configs
 from .groups import Coordinator
 from .handlers import Gateway
 from .offsets import Offsets
@@ -87,7 +88,9 @@ class App:
         gw = Gateway(self.config, host, port, credentials, shared)
         gw.apis.update(Offsets(gw, self.groups).apis())
         gw.apis.update(self.groups.apis())
-        gw.apis.update(Topics(gw).apis())
+        topics = Topics(gw)
+        gw.apis.update(topics.apis())
+        gw.apis.update(Configs(topics).apis())
         return gw
 
     def _gateway_for(self, user: str) -> Gateway:

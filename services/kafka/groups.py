@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from quiver.wire.names import group_problem
 
-from .protocol import (DESCRIBE_GROUPS, HEARTBEAT, LIST_GROUPS, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
+from .protocol import (DESCRIBE_GROUPS, FENCED_INSTANCE_ID, HEARTBEAT, LIST_GROUPS, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL, INVALID_GROUP_ID,
                        INVALID_SESSION_TIMEOUT, JOIN_GROUP, LEAVE_GROUP, NONE, REBALANCE_IN_PROGRESS, SYNC_GROUP,
                        UNKNOWN_MEMBER_ID)
 
@@ -38,6 +38,7 @@ class Member:
     seen: float
     joined_round: int = -1           # the round this member last joined
     assignment: bytes = b""
+    instance_id: str | None = None   # group.instance.id: a static member
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Group:
     joining: bool = False
     deadline: float = 0.0
     synced: bool = False             # the leader's assignment for this generation has come
+    static: dict = field(default_factory=dict)   # group.instance.id -> its member id now
 
 
 class Coordinator:
@@ -80,7 +82,7 @@ class Coordinator:
         if waiting and self.clock() < g.deadline:
             return
         for m in waiting:                      # did not rejoin in time: out of the group
-            del g.members[m.member_id]
+            _drop(g, m.member_id)
         g.joining = False
         if not g.members:
             g.generation += 1
@@ -102,17 +104,19 @@ class Coordinator:
             for g in self.groups.values():
                 gone = [m for m in g.members.values() if now - m.seen > m.session_s]
                 for m in gone:
-                    del g.members[m.member_id]
+                    _drop(g, m.member_id)
                     if m.member_id == g.leader:
                         g.leader = ""
                 if gone and g.members:
                     self._start_round(g)
                 self._maybe_complete(g)
 
-    def check_commit(self, group: str, member_id: str, generation: int) -> int:
+    def check_commit(self, group: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
         """Whether a commit of `generation` by `member_id` is current (OffsetCommit)."""
         with self.cond:
             g = self.groups.get(group)
+            if _fenced(g, member_id, instance_id):
+                return FENCED_INSTANCE_ID
             if g is None or member_id not in g.members:
                 return UNKNOWN_MEMBER_ID if g is not None and g.members else ILLEGAL_GENERATION
             if g.joining:
@@ -132,10 +136,20 @@ class Coordinator:
         rebalance = getattr(body, "rebalance_timeout", None)
         rebalance_s = min(MAX_SESSION_MS / 1000, rebalance.total_seconds() if rebalance else session_ms / 1000)
         protocols = [(p.name, bytes(p.metadata)) for p in body.protocols]
+        instance = getattr(body, "group_instance_id", None)
         self.expire()
         with self.cond:
             g = self.groups.setdefault(body.group_id, Group(body.group_id))
             mid = body.member_id
+            if _fenced(g, mid, instance) and mid:
+                return {**out, "error_code": FENCED_INSTANCE_ID}
+            owner = g.static.get(instance) if instance is not None else None
+            if not mid and owner in g.members:   # a static member back: its place, a new id; the old one fenced
+                mid = self._new_id()
+                m = g.members[mid] = g.members.pop(owner)
+                m.member_id, g.static[instance] = mid, mid
+                if g.leader == owner:
+                    g.leader = mid
             if mid and mid not in g.members:
                 return {**out, "error_code": UNKNOWN_MEMBER_ID}
             if g.members and (body.protocol_type != g.protocol_type or not any(
@@ -144,25 +158,28 @@ class Coordinator:
             if not mid:
                 if len(g.members) >= MAX_MEMBERS:
                     return {**out, "error_code": INVALID_GROUP_ID}
-                mid = f"quiver-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
+                mid = self._new_id()
             g.protocol_type = body.protocol_type
             m = g.members.get(mid)
             if m is None or m.protocols != protocols:
                 self._start_round(g)           # a new member or new metadata: everyone rejoins
             m = g.members[mid] = Member(mid, protocols, session_ms / 1000, rebalance_s, self.clock(),
-                                        m.joined_round if m else -1)
+                                        m.joined_round if m else -1, instance_id=instance)
+            if instance is not None:
+                g.static[instance] = mid
             self._start_round(g)
             m.joined_round = g.round
             my_round = g.round
             while True:
                 self._maybe_complete(g)
                 if g.members.get(mid) is not m:
-                    return {**out, "member_id": mid, "error_code": UNKNOWN_MEMBER_ID}
+                    return {**out, "member_id": mid,
+                            "error_code": FENCED_INSTANCE_ID if _fenced(g, mid, instance) else UNKNOWN_MEMBER_ID}
                 if not g.joining and g.generation >= my_round:
                     break
                 m.seen = self.clock()          # waiting in a join counts as alive
                 self.cond.wait(max(0.01, min(1.0, g.deadline - self.clock())))
-            members = [{"member_id": x.member_id, "group_instance_id": None,
+            members = [{"member_id": x.member_id, "group_instance_id": x.instance_id,
                         "metadata": dict(x.protocols).get(g.protocol, b"")}
                        for x in g.members.values()] if mid == g.leader else []
             return {**out, "generation_id": g.generation, "protocol_name": g.protocol, "leader": g.leader,
@@ -173,6 +190,8 @@ class Coordinator:
         with self.cond:
             g = self.groups.get(body.group_id)
             m = g.members.get(body.member_id) if g else None
+            if _fenced(g, body.member_id, getattr(body, "group_instance_id", None)):
+                return {**out, "error_code": FENCED_INSTANCE_ID}
             if m is None:
                 return {**out, "error_code": UNKNOWN_MEMBER_ID}
             if g.joining:
@@ -201,6 +220,8 @@ class Coordinator:
         with self.cond:
             g = self.groups.get(body.group_id)
             m = g.members.get(body.member_id) if g else None
+            if _fenced(g, body.member_id, getattr(body, "group_instance_id", None)):
+                return {"error_code": FENCED_INSTANCE_ID}
             if m is None:
                 return {"error_code": UNKNOWN_MEMBER_ID}
             m.seen = self.clock()
@@ -209,16 +230,19 @@ class Coordinator:
             return {"error_code": NONE if body.generation_id == g.generation else ILLEGAL_GENERATION}
 
     def leave(self, body) -> dict:
-        ids = [x.member_id for x in body.members] if hasattr(body, "members") else [body.member_id]
+        ids = ([(x.member_id, x.group_instance_id) for x in body.members] if hasattr(body, "members")
+               else [(body.member_id, None)])
         answers = []
         with self.cond:
             g = self.groups.get(body.group_id)
-            for mid in ids:
-                if g is None or mid not in g.members:
-                    answers.append({"member_id": mid, "group_instance_id": None, "error_code": UNKNOWN_MEMBER_ID})
-                    continue
-                del g.members[mid]
-                answers.append({"member_id": mid, "group_instance_id": None, "error_code": NONE})
+            for mid, instance in ids:
+                if g is not None and not mid and instance in g.static:   # a static member leaving by its instance id
+                    mid = g.static[instance]
+                err = (FENCED_INSTANCE_ID if _fenced(g, mid, instance)
+                       else UNKNOWN_MEMBER_ID if g is None or mid not in g.members else NONE)
+                if not err:
+                    _drop(g, mid)
+                answers.append({"member_id": mid, "group_instance_id": instance, "error_code": err})
             if g is not None and any(a["error_code"] == NONE for a in answers):
                 if g.leader not in g.members:
                     g.leader = ""
@@ -251,11 +275,14 @@ class Coordinator:
                 stable = self._state(g) == "Stable"
                 out.append({"error_code": NONE, "group_id": name, "group_state": self._state(g),
                             "protocol_type": g.protocol_type, "protocol_data": g.protocol, "members": [
-                                {"member_id": m.member_id, "group_instance_id": None, "client_id": "",
+                                {"member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": "",
                                  "client_host": "", "member_metadata": dict(m.protocols).get(g.protocol, b""),
                                  "member_assignment": m.assignment if stable else b""}
                                 for m in g.members.values()]})
         return {"throttle_time": 0, "groups": out}
+
+    def _new_id(self) -> str:
+        return f"quiver-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
 
     @staticmethod
     def _state(g: Group) -> str:
@@ -264,3 +291,14 @@ class Coordinator:
         if g.joining:
             return "PreparingRebalance"
         return "Stable" if g.synced else "CompletingRebalance"
+
+
+def _fenced(g: Group | None, member_id: str, instance_id: str | None) -> bool:
+    """A static member's call under a member id its instance id no longer has (another process took it)."""
+    return g is not None and instance_id is not None and g.static.get(instance_id, member_id) != member_id
+
+
+def _drop(g: Group, member_id: str) -> None:
+    m = g.members.pop(member_id)
+    if m.instance_id is not None and g.static.get(m.instance_id) == member_id:
+        del g.static[m.instance_id]

@@ -23,7 +23,7 @@ from quiver.wire import record
 from quiver.wire.names import topic_problem
 
 from . import mapping, records
-from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, FETCH, INVALID_RECORD, INVALID_REQUIRED_ACKS,
+from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, DESCRIBE_CLUSTER, FETCH, INVALID_RECORD, INVALID_REQUIRED_ACKS,
                        INVALID_TOPIC_EXCEPTION, KAFKA_STORAGE_ERROR, LIST_OFFSETS, MESSAGE_TOO_LARGE, METADATA,
                        NONE, OFFSET_OUT_OF_RANGE, PRODUCE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
                        UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
@@ -71,7 +71,7 @@ class Gateway:
         # notified when a produce was stored: fetches look again
         self.produced = shared.produced if shared else threading.Condition()
         self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
-                     FETCH: self.fetch, LIST_OFFSETS: self.list_offsets}   # offsets.py and groups.py add theirs
+                     FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, DESCRIBE_CLUSTER: self.describe_cluster}   # offsets.py and groups.py add theirs
         self.idempotence = Idempotence()
         self.ahead = ReadAhead()   # a user's own: a pull made with one user's key is never another's
         self.apis.update(self.idempotence.apis())
@@ -131,6 +131,13 @@ class Gateway:
                 for i in range(len(parts))]})
         return {"throttle_time": 0, "brokers": [{"node_id": NODE_ID, "host": self.host, "port": self.port}],
                 "cluster_id": CLUSTER_ID, "controller_id": NODE_ID, "topics": topics}
+
+    def describe_cluster(self, _body) -> dict:
+        """The cluster as Metadata gives it: this gateway is its one broker and controller."""
+        return {"throttle_time": 0, "error_code": NONE, "error_message": None, "endpoint_type": 1,
+                "cluster_id": CLUSTER_ID, "controller_id": NODE_ID,
+                "brokers": [{"broker_id": NODE_ID, "host": self.host, "port": self.port, "rack": None}],
+                "cluster_authorized_operations": -2147483648}   # not asked for (Kafka's INT32_MIN)
 
     def produce(self, body):
         """The answer's values, None for acks=0, or - sends under way - a callable waiting for them

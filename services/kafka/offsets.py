@@ -13,9 +13,11 @@ from quiver.wire import requests as rq
 from quiver.wire.names import group_problem
 
 from .handlers import NODE_ID, error_of
-from .protocol import FIND_COORDINATOR, INVALID_GROUP_ID, NONE, OFFSET_COMMIT, OFFSET_FETCH
+from .protocol import (FIND_COORDINATOR, INVALID_GROUP_ID, NONE, OFFSET_COMMIT, OFFSET_FETCH,
+                       TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 
-GROUP_KEY = 0
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+TXN_REFUSAL = "transactions are not served by the Quiver Kafka gateway"
 
 
 class Offsets:
@@ -28,6 +30,11 @@ class Offsets:
                 OFFSET_FETCH: self.offset_fetch}
 
     def find_coordinator(self, body) -> dict:
+        if getattr(body, "key_type", GROUP_KEY) == TRANSACTION_KEY:
+            # the unsupported code has librdkafka and the Java client look again until their timeout;
+            # this one they take as final, and its message says why
+            return {"error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "error_message": TXN_REFUSAL,
+                    "node_id": -1, "host": "", "port": -1}
         if getattr(body, "key_type", GROUP_KEY) != GROUP_KEY:
             return {"error_code": INVALID_GROUP_ID, "error_message": "only group coordinators (key type 0) are served",
                     "node_id": -1, "host": "", "port": -1}
@@ -42,7 +49,7 @@ class Offsets:
         generation = getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1))
         err = INVALID_GROUP_ID if group_problem(group) else NONE
         if not err and self.members is not None and generation >= 0:
-            err = self.members.check_commit(group, body.member_id, generation)
+            err = self.members.check_commit(group, body.member_id, generation, getattr(body, "group_instance_id", None))
         topics = []
         for t in body.topics:
             parts = []

@@ -119,6 +119,12 @@ class Topics:
             return error_of(exc), str(exc)
         return NONE, None
 
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """The topic settings a Kafka client reads, as the gateway states them; QuiverError (no such topic)."""
+        self.gw.partitions(topic, refresh=True)
+        return {"cleanup.policy": "delete", "max.message.bytes": str(self.gw.config.max_message_bytes),
+                "message.timestamp.type": "CreateTime", "compression.type": "producer"}
+
     def describe_configs(self, body) -> dict:
         """The few settings a Kafka client reads that the gateway can state (read-only); a topic must exist."""
         out = []
@@ -126,9 +132,7 @@ class Topics:
             err, configs = NONE, {}
             if r.resource_type == TOPIC_RESOURCE:
                 try:
-                    self.gw.partitions(r.resource_name, refresh=True)
-                    configs = {"cleanup.policy": "delete", "max.message.bytes": str(self.gw.config.max_message_bytes),
-                               "message.timestamp.type": "CreateTime", "compression.type": "producer"}
+                    configs = self.topic_configs(r.resource_name)
                 except QuiverError as exc:
                     err = error_of(exc)
             elif r.resource_type == BROKER_RESOURCE:

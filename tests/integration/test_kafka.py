@@ -338,6 +338,71 @@ def test_a_group_of_two_subscribers_shares_the_partitions_and_rebalances_when_on
             m.close()
 
 
+def test_a_static_member_restarted_takes_its_place_at_once_and_resumes(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfStatic")
+    p = Producer({"bootstrap.servers": bootstrap})
+    for i in range(4):
+        p.produce("KfStatic", b"s-%d" % i, partition=0)
+    assert p.flush(20) == 0
+    conf = {"bootstrap.servers": bootstrap, "group.id": "kf-static", "group.instance.id": "host-1",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
+            "session.timeout.ms": 30000, "max.poll.interval.ms": 300000}
+
+    def read_two(consumer):
+        consumer.subscribe(["KfStatic"])
+        got = [_poll_one(consumer, 30) for _ in range(2)]
+        consumer.commit(message=got[-1], asynchronous=False)
+        return [m.value() for m in got]
+    first = Consumer(conf)
+    try:
+        assert read_two(first) == [b"s-0", b"s-1"]
+    finally:
+        first.close()   # a static member does not leave: its place waits for it
+    # the same instance id back: served at once (a new member would wait for the first one to rejoin,
+    # up to its 300 s rebalance timeout)
+    second = Consumer(conf)
+    try:
+        assert read_two(second) == [b"s-2", b"s-3"]
+    finally:
+        second.close()
+
+
+def test_alter_configs_take_what_changes_nothing_and_describe_cluster_names_the_gateway(env):
+    c, gw, admin, bootstrap = env
+    _topic(admin, "KfConfigs")
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    ac = AdminClient({"bootstrap.servers": bootstrap})
+
+    def alter(name, value, op=AlterConfigOpType.SET, topic="KfConfigs"):
+        entry = ConfigEntry(name, value, incremental_operation=op)
+        [f] = ac.incremental_alter_configs([ConfigResource("topic", topic, incremental_configs=[entry])]).values()
+        return f.result(20)
+    assert alter("cleanup.policy", "delete") is None              # what it is already
+    assert alter("max.message.bytes", None, AlterConfigOpType.DELETE) is None
+    with pytest.raises(KafkaException, match="INVALID_CONFIG.*fixed at"):
+        alter("max.message.bytes", "10")
+    with pytest.raises(KafkaException, match="INVALID_CONFIG.*retention.ms"):
+        alter("retention.ms", "1000")
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PART"):
+        alter("cleanup.policy", "delete", topic="KfNoSuchTopic")
+    with pytest.warns(DeprecationWarning):
+        [f] = ac.alter_configs([ConfigResource("topic", "KfConfigs", set_config={"cleanup.policy": "compact"})]).values()
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        f.result(20)
+    cluster = ac.describe_cluster().result(20)
+    assert cluster.cluster_id == "quiver" and [(n.id, f"{n.host}:{n.port}") for n in cluster.nodes] == [(0, bootstrap)]
+
+
+def test_a_transactional_producer_is_refused_at_once_saying_why(env):
+    c, gw, admin, bootstrap = env
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "kf-tx"})
+    t0 = time.monotonic()
+    with pytest.raises(KafkaException, match="transactions are not served") as err:
+        p.init_transactions(30)
+    assert err.value.args[0].fatal() and time.monotonic() - t0 < 20   # not retried until the timeout
+
+
 def test_offsets_for_times_finds_the_first_message_stored_at_or_after(env):
     c, gw, admin, bootstrap = env
     _topic(admin, "KfTimes", queues=1)

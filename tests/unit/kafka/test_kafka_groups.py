@@ -75,3 +75,35 @@ def test_bad_joins_and_leave():
     assert c.leave(S(group_id="g", member_id=a["member_id"]))["error_code"] == p.UNKNOWN_MEMBER_ID
     assert c.check_commit("g", a["member_id"], 1) == p.ILLEGAL_GENERATION
 
+
+
+def _static_join(c, instance, member=""):
+    return c.join(S(group_id="g", session_timeout=datetime.timedelta(seconds=10),
+                    rebalance_timeout=datetime.timedelta(seconds=30), member_id=member, group_instance_id=instance,
+                    protocol_type="consumer", protocols=[S(name="range", metadata=b"m")]))
+
+
+def test_a_static_member_back_under_a_new_id_takes_its_place_and_the_old_id_is_fenced():
+    c = Coordinator()
+    first = _static_join(c, "host-1")
+    old = first["member_id"]
+    assert first["error_code"] == p.NONE and first["members"][0]["group_instance_id"] == "host-1"
+    back = _static_join(c, "host-1")                  # the process restarted: no member id, same instance id
+    new = back["member_id"]
+    assert back["error_code"] == p.NONE and new != old and back["leader"] == new
+    assert [m["member_id"] for m in back["members"]] == [new]   # one member still, under its new id
+    hb = lambda mid, gen: c.heartbeat(S(group_id="g", generation_id=gen, member_id=mid,  # noqa: E731
+                                        group_instance_id="host-1"))["error_code"]
+    assert hb(old, back["generation_id"]) == p.FENCED_INSTANCE_ID
+    assert hb(new, back["generation_id"]) == p.NONE
+    assert _static_join(c, "host-1", member=old)["error_code"] == p.FENCED_INSTANCE_ID
+    assert c.check_commit("g", old, back["generation_id"], "host-1") == p.FENCED_INSTANCE_ID
+    assert c.check_commit("g", new, back["generation_id"], "host-1") == p.NONE
+    sync = c.sync(S(group_id="g", generation_id=back["generation_id"], member_id=old, group_instance_id="host-1",
+                    assignments=[]))
+    assert sync["error_code"] == p.FENCED_INSTANCE_ID
+    [desc] = c.describe(S(groups=["g"]))["groups"]
+    assert [(m["member_id"], m["group_instance_id"]) for m in desc["members"]] == [(new, "host-1")]
+    left = c.leave(S(group_id="g", members=[S(member_id="", group_instance_id="host-1")]))
+    assert left["members"] == [{"member_id": new, "group_instance_id": "host-1", "error_code": p.NONE}]
+    assert _static_join(c, "host-1")["error_code"] == p.NONE   # gone: joins afresh
