@@ -39,6 +39,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
+from quiver import __version__
+
+from ..data_format import FormatError
+
 log = logging.getLogger(__name__)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,11 +83,23 @@ def upgrade(engine, broker: str, target: str = "head") -> tuple[str | None, str 
                      "revision %s; its rows become those of broker %r", _shown(engine), BASELINE, broker)
             command.stamp(cfg, BASELINE)
         before = current_revision(conn)
+        _known_or_refuse(engine, before)
         command.upgrade(cfg, target)
         after = current_revision(conn)
     if before != after:
         log.info("metadata database %s upgraded from revision %s to %s", _shown(engine), before or "(empty)", after)
     return before, after
+
+
+def _known_or_refuse(engine, revision: str | None) -> None:
+    """A revision this release has no script for was written by a newer one: refuse by name
+    (downgrading is not supported) rather than fail inside Alembic."""
+    scripts = ScriptDirectory.from_config(alembic_config())
+    if revision is None or revision in {s.revision for s in scripts.walk_revisions()}:
+        return
+    raise FormatError(f"metadata database {_shown(engine)} is at revision {revision}, which quiver {__version__} "
+                      f"(newest revision {scripts.get_current_head()}) does not know: a newer release upgraded it; "
+                      f"start that release, or restore a backup taken by quiver {__version__} into a new data dir")
 
 
 @contextlib.contextmanager

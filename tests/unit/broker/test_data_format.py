@@ -70,3 +70,14 @@ def test_a_format_too_old_to_upgrade_is_refused(tmp_path, monkeypatch):
     _put(tmp_path, format=1, oldest_reader=1, written_by="0.0.1")
     with pytest.raises(FormatError, match="intermediate release"):
         data_format.check(str(tmp_path))
+
+
+def test_a_metadata_database_a_newer_release_upgraded_is_refused_by_name(tmp_path):
+    import sqlite3
+    from quiver_broker.metadata import Metadata
+    url = f"sqlite:///{tmp_path / 'metadata.db'}"
+    Metadata(url, broker="b").close()
+    with sqlite3.connect(tmp_path / "metadata.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    with pytest.raises(FormatError, match="revision 9999, which quiver .* does not know: a newer release"):
+        Metadata(url, broker="b")
