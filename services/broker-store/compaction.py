@@ -165,9 +165,9 @@ class Compactor:
         cl = self.store.commit_log
         segs = cl.segments
         limit = segs[-1].start if segs else 0   # the active segment is never compacted
+        confirm = self.store.confirm_offset     # nor what consumers cannot see yet (read-only here: any thread)
         start = max(w_old, cq.min_offset)
-        hi = min(self.store.visible_max(cq), cq.max_offset)
-        w_new = max(start, min(hi, cq.first_offset_where(lambda e: e[0] >= limit, lo=start)))
+        w_new = max(start, cq.first_offset_where(lambda e: e[0] >= limit or e[0] + e[1] > confirm, lo=start))
         res.watermark = w_new
         due = self._tombstones_due.get((topic, queue_id))
         if w_new <= w_old and not force and (due is None or due > self.clock() * 1000):

@@ -173,3 +173,27 @@ def test_throttle_holds_rate():
     assert now[0] == pytest.approx(5.0)
     Throttle(0, sleep=lambda s: slept.append(-1)).add(10**9)
     assert -1 not in slept
+
+
+def test_worker_passes_hand_results_to_post_and_periodic_ones_do_not_pile_up(tmp_path):
+    import threading
+    s = open_store(tmp_path)
+    latest = fill(s)
+    posted, done = [], threading.Event()
+
+    def post(fn, *args):   # the service thread's call_soon_threadsafe, run inline here
+        posted.append(fn)
+        fn(*args)
+
+    got = {}
+    s.compaction.submit(["C"], post, lambda results, error: (got.update(results=results, error=error), done.set()),
+                        force=True)
+    assert done.wait(30)
+    assert got["error"] is None and [r.queue_id for r in got["results"]] == [0]
+    assert ("C", 0) in s.compaction.logs and len(posted) == 2   # the swap, then the answer
+    s.compaction._periodic = True          # one periodic pass already queued: another is not added
+    s.compaction.submit(None, post)
+    assert s.compaction._jobs.qsize() == 0
+    s.compaction._periodic = False
+    assert {r.properties()["KEYS"]: r.body for r in pull_all(s)} == latest
+    s.close()
