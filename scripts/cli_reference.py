@@ -41,8 +41,14 @@ def describe_type(param: click.Parameter) -> str:
     if isinstance(kind, click.Choice):
         return " \\| ".join(f"`{c}`" for c in kind.choices)
     text = kind.name.lower()
-    if isinstance(kind, click.types._NumberRangeBase):
-        text += f" {kind._describe_range()}"
+    if isinstance(kind, (click.IntRange, click.FloatRange)) and (kind.min is not None or kind.max is not None):
+        lo, hi = ("<" if kind.min_open else "<="), ("<" if kind.max_open else "<=")
+        if kind.min is None:
+            text += f" x{hi}{kind.max}"
+        elif kind.max is None:
+            text += f" x{lo.replace('<', '>')}{kind.min}"
+        else:
+            text += f" {kind.min}{lo}x{hi}{kind.max}"
     if param.multiple:
         text += ", repeatable"
     return cell(text)
