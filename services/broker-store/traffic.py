@@ -8,6 +8,8 @@ delayed message under the schedule topic, a half message under the half topic.
 Label sets are capped (histogram.bump): topic and group names come from peers.
 """
 
+from bisect import bisect_left
+
 from quiver.runtime.histogram import Histogram, bump
 
 # bytes: a message body (the broker's --max-message-bytes is 4 MiB by default)
@@ -26,11 +28,12 @@ class Traffic:
         self.dlq: dict[str, int] = {}                      # group -> messages moved to %DLQ%group
 
     def put(self, topic: str, bodies: list) -> None:
-        sizes, total = self.sizes, 0
-        for body in bodies:
-            n = len(body)
-            sizes.observe(n)
-            total += n
+        lengths = list(map(len, bodies))
+        counts, bounds = self.sizes.counts, self.sizes.bounds   # Histogram.observe inlined: the send path
+        for n in lengths:
+            counts[bisect_left(bounds, n)] += 1
+        total = sum(lengths)
+        self.sizes.sum += total
         bump(self.in_msgs, topic, len(bodies))
         bump(self.in_bytes, topic, total)
 
