@@ -24,7 +24,7 @@ WORKDIR /src
 # Dependencies in a layer of their own: rebuilt only when pyproject.toml changes.
 COPY pyproject.toml ./
 COPY scripts/requirements.py ./scripts/
-RUN python scripts/requirements.py postgres > /tmp/requirements.txt \
+RUN python scripts/requirements.py all > /tmp/requirements.txt \
     && pip install -q -r /tmp/requirements.txt "setuptools>=68" wheel
 
 FROM deps AS build

@@ -4,5 +4,5 @@
 # and prints the `export QUIVER_NAMESRV=...` line of the cluster it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/bootstrap.sh
+bash scripts/bootstrap.sh all      # the services and the CLI, not the test stack
 exec .venv/bin/quiver up --demo "$@"

@@ -65,6 +65,23 @@ def _secure_dir(data_dir: str) -> str:
     return path
 
 
+# a module each role imports, and the extra that installs it (pyproject.toml)
+_EXTRA_OF_ROLE = {"console": ("flask", "console"), "proxy": ("grpc", "proxy"), "kafka": ("kio", "kafka")}
+
+
+def _need_extras(specs) -> None:
+    """Refuse, saying what to install, when this install lacks what a service to start imports
+    (`pip install quiver` is the client alone)."""
+    import importlib.util
+    need = {"server"} if importlib.util.find_spec("sqlalchemy") is None or \
+        importlib.util.find_spec("apscheduler") is None else set()
+    need |= {extra for s in specs for module, extra in [_EXTRA_OF_ROLE.get(s.role, (None, None))]
+             if module and importlib.util.find_spec(module) is None}
+    if need:
+        raise click.ClickException(f"this install lacks the services' packages: pip install "
+                                   f"'quiver[{','.join(sorted(need))}]' (or bash scripts/bootstrap.sh all)")
+
+
 @click.command()
 @DATA_DIR
 @click.option("--compose", help="compose file (default: ./compose.yaml)")
@@ -90,6 +107,7 @@ def up(data_dir, compose, scale, free_ports, flush, auto_create, demo, detach, s
     specs = compose_mod.load(_compose_path(compose))
     if secure:   # unauthenticated Kafka clients would act as the admin: the gateway needs SASL users first
         specs = [s for s in specs if s.role != "kafka"]
+    _need_extras(specs)
     counts = {}
     for item in scale:
         name, _, n = item.partition("=")
