@@ -28,7 +28,7 @@ from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, DESCRIBE_CLUSTER, FETCH, I
                        NONE, OFFSET_OUT_OF_RANGE, PRODUCE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
                        UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
                        UNSUPPORTED_FOR_MESSAGE_FORMAT, Request, api_versions)
-from .idempotence import Idempotence
+from .idempotence import SEQ, TAIL_MESSAGES, Idempotence, seq_property
 from .readahead import ReadAhead
 from .sending import QueueSender
 
@@ -182,6 +182,8 @@ class Gateway:
             for b in batches:
                 if not b.records:
                     continue
+                if self.idempotence.needs_tail(topic, pd.index, b):
+                    self.idempotence.restore(topic, pd.index, b.producer_id, self._stored_sequences(topic, mq))
                 err, dup = self.idempotence.check(topic, pd.index, b)
                 if err:
                     return err, -1, f"producer {b.producer_id} epoch {b.producer_epoch} sequence {b.base_sequence}"
@@ -189,13 +191,37 @@ class Gateway:
                     sends.append((dup, b))
                     continue
                 born = b.records[0].timestamp
-                sent = self.sender.submit(mq, [mapping.to_message(topic, r, born) for r in b.records], born, wait)
+                msgs = [mapping.to_message(topic, r, born) for r in b.records]
+                if b.producer_id >= 0:   # where a gateway without this producer's state finds it
+                    msgs[0].properties[SEQ] = seq_property(b)
+                sent = self.sender.submit(mq, msgs, born, wait)
                 if sent is not None:
                     self.idempotence.record(topic, pd.index, b, sent)
                     sends.append((sent, b))
         except Exception as exc:
             return self._produce_failed(topic, pd.index, exc)
         return sends if sends else (NONE, -1, None)
+
+    def _stored_sequences(self, topic: str, mq) -> list[tuple[int, str | None]]:
+        """(queue offset, kafka.seq) of the partition's last TAIL_MESSAGES messages that have one."""
+        out = []
+        try:
+            hi = self.admin.max_offset(mq)
+            offset = max(0, hi - TAIL_MESSAGES)
+            for _ in range(8):   # a few pulls: large messages fill one before the tail is read
+                if offset >= hi:
+                    break
+                pulled = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, 4 << 20))
+                if pulled.status is queue_puller.OFFSET_ILLEGAL or pulled.next <= offset:
+                    offset = pulled.next if pulled.next > offset else hi
+                    continue
+                for f in record.decode_fields(pulled.body) if pulled.body is not None else ():
+                    if SEQ in f.props:
+                        out.append((f.queue_offset, record.client_properties(f.props).get(SEQ)))
+                offset = pulled.next
+        except Exception as exc:   # the batch is taken as it comes, as before a restart
+            log.warning("stored sequences of %s[%s] not read: %s", topic, mq.queue_id, exc)
+        return out
 
     def _produce_wait(self, topic: str, partition: int, sends: list):
         try:

@@ -169,6 +169,38 @@ def test_idempotent_producer_stores_each_message_once_in_order(env):
         assert [m.value() for m in got if m.partition() == part] == [b"i-%d" % i for i in range(part, 60, 2)]
 
 
+def test_a_gateway_without_a_producers_state_finds_its_sequences_in_the_queue(env):
+    c, gw, admin, bootstrap = env
+    [q] = _topic(admin, "KfSeq", queues=1)[:1]
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 50})
+    for i in range(6):
+        p.produce("KfSeq", b"s-%d" % i, partition=0)
+    assert p.flush(20) == 0
+    import struct
+    import types
+
+    from crc32c import crc32c
+    from quiver_kafka import records
+    from quiver_kafka.handlers import Gateway
+    fresh = Gateway(types.SimpleNamespace(namesrv=c.namesrv, request_timeout_ms=10_000, max_message_bytes=4 << 20,
+                                          max_request_bytes=1 << 20), "127.0.0.1", 1)   # as after a restart
+    try:
+        stored = fresh._stored_sequences("KfSeq", q)
+        assert stored and stored[0][0] == 0 and sum(int(v.split(":")[3]) for _, v in stored) == 6
+        pid, epoch, first, count = map(int, stored[-1][1].split(":"))
+        retry = bytearray(records.encode([records.Record(i, 1000, None, b"again") for i in range(count)]))
+        struct.pack_into(">qhi", retry, 43, pid, epoch, first)
+        struct.pack_into(">I", retry, 17, crc32c(bytes(retry[21:])))
+        part = types.SimpleNamespace(index=0, records=bytes(retry))
+        body = types.SimpleNamespace(acks=-1, transactional_id=None,
+                                     topic_data=[types.SimpleNamespace(name="KfSeq", partition_data=[part])])
+        [resp] = fresh.produce(body)()["responses"]
+        assert resp["partition_responses"][0]["base_offset"] == stored[-1][0]   # answered, not stored again
+        assert admin.max_offset(q) == 6
+    finally:
+        fresh.shutdown()
+
+
 def test_admin_client_creates_grows_and_deletes_topics(env):
     c, gw, admin, bootstrap = env
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic

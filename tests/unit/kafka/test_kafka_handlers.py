@@ -168,3 +168,21 @@ def test_a_fetch_round_sends_every_partitions_pull_before_reading_an_answer():
     total, [answer] = g._fetch_round(body)
     assert sent == [0, 1, 2] and sent_when_read == [3, 3, 3] and total == 0
     assert [(p["error_code"], p["high_watermark"]) for p in answer["partitions"]] == [(0, 7)] * 3
+
+
+def test_a_restarted_gateway_reads_a_producers_sequences_back_from_the_queue():
+    g = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    assert _produce(g, _idempotent_batch(0)) == (0, 0)
+    assert _produce(g, _idempotent_batch(2)) == (0, 2)
+    assert [m.properties.get("kafka.seq") for m in g.sender.stored] == ["7:0:0:2", None, "7:0:2:2", None]
+    restarted = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    restarted.sender = g.sender          # the same queue behind a new gateway: no state in memory
+    tails = []
+    restarted._stored_sequences = lambda topic, mq: tails.append(topic) or [
+        (i, m.properties.get("kafka.seq")) for i, m in enumerate(g.sender.stored)]
+    assert _produce(restarted, _idempotent_batch(2)) == (0, 2)    # the retry: its stored offset, not stored again
+    assert len(g.sender.stored) == 4 and tails == ["T"]
+    assert _produce(restarted, _idempotent_batch(9))[0] == OUT_OF_ORDER_SEQUENCE
+    assert _produce(restarted, _idempotent_batch(4)) == (0, 4) and tails == ["T"]   # read once
+    fresh = restarted.idempotence.init_producer_id(types.SimpleNamespace(transactional_id=None))["producer_id"]
+    assert _produce(restarted, _idempotent_batch(0, pid=fresh)) == (0, 6) and tails == ["T"]   # its own: no look
