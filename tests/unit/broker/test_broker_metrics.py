@@ -136,3 +136,14 @@ def test_service_events_have_named_families_and_loop_failures_a_loop_label():
         assert value(got, "quiver_loop_failures_total", loop="flush") == 2
         assert value(got, "quiver_loop_failures_total", loop="trace_put") is None   # a named family, not a loop
         assert value(got, "quiver_service_events_total", event="flush_failed") == 2   # deprecated, kept
+
+
+def test_the_broker_setting_turns_per_queue_series_on():
+    from quiver_broker.metrics import collector
+    with stub_cluster(broker_options={"metrics_per_queue": True}) as c:
+        app = c.broker()
+        c.admin().create_topic(TOPIC, queues=2)
+        m = _on_service_thread(app, lambda: collector(app))
+        _on_service_thread(app, m.sample_step)
+        got = samples(m)
+        assert m.per_queue and value(got, "quiver_topic_max_offset", topic=TOPIC, queue_id=1) == 0
