@@ -249,3 +249,9 @@ def test_local_retention_keeps_what_compaction_still_reads(tmp_path):
         assert t.clean_local(s, int(time.time() * 1000), False, keep_from=2 * SEG) == 2
     assert s.commit_log.min_offset == 2 * SEG
     s.close()
+
+
+def test_bench_tiered_smoke(tmp_path):
+    from bench.tiered import run
+    res = run(3000, 100, s3=False, segment_bytes=64 << 10, cache_bytes=128 << 10)
+    assert res["messages"] == 3000 and res["remote_share"] > 0.5 and res["remote_msg_s"] > 0
