@@ -2,6 +2,7 @@
 for tests of what deploy/ files use: a renamed or dropped family breaks those tests."""
 
 import concurrent.futures
+import functools
 import types
 
 from quiver.runtime.service import Service
@@ -19,7 +20,8 @@ def names(collector) -> set[str]:
     return out
 
 
-def broker_namesrv_scheduler() -> set[str]:
+@functools.lru_cache(maxsize=1)   # one stub cluster per test session, whoever asks first
+def broker_namesrv_scheduler() -> frozenset[str]:
     """The broker's (on a stub cluster, sampled once), a name server's with a controller and a
     scheduler's families, each with the families every service shares."""
     from quiver.testing import stub_cluster
@@ -43,4 +45,4 @@ def broker_namesrv_scheduler() -> set[str]:
     sched = SchedulerMetrics(svc, DeliveryStats(), types.SimpleNamespace(pending_by_level=lambda: {}),
                              types.SimpleNamespace(in_memory=lambda: 0), {})
     sched.sample_step()
-    return got | names(sched)
+    return frozenset(got | names(sched))
