@@ -22,19 +22,22 @@ def known_groups(topics: list[str], configured: list[str]) -> list[str]:
 
 
 def queue_rows(admin, topic: str, down: set[str]) -> tuple[list[dict], str | None]:
-    """One row per read queue: broker, queue id, min and max offset (None where the broker failed)."""
+    """One row per read queue: broker, queue id, min and max offset, and `local`: the first offset on
+    the broker's disk (those below are served from its tiered store) (None where the broker failed)."""
     queues, error = attempt(admin.queues, topic)
     if error:
         return [], error
     rows = []
     for mq in queues:
-        row = {"broker": mq.broker, "queue_id": mq.queue_id, "min": None, "max": None, "error": None}
+        row = {"broker": mq.broker, "queue_id": mq.queue_id, "min": None, "max": None, "local": None, "error": None}
         if mq.broker in down:
             row["error"] = "broker unreachable"
         else:
             row["min"], row["error"] = attempt(admin.min_offset, mq)
             if row["error"] is None:
                 row["max"], row["error"] = attempt(admin.max_offset, mq)
+            if row["error"] is None:
+                row["local"], row["error"] = attempt(admin.min_offset, mq, local=True)
             if row["error"] is not None:
                 down.add(mq.broker)
         rows.append(row)
