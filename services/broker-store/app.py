@@ -37,6 +37,7 @@ from .backup import Backups
 from .clients import ClientRegistry
 from .consume_stats import ConsumeStats, GroupWatch
 from .disk_space import DiskSpace
+from .draining import Drain
 from .filter_servers import SCAN_INTERVAL_S, FilterServerRegistry, FilterServerRequests
 from .group_commit import GroupCommit
 from .ha_slave import ReplicationSlave
@@ -78,6 +79,7 @@ class App:
 
     def __init__(self, config, transport=None):
         self.config = c = config
+        self._drain: Drain | None = None
         os.makedirs(c.store_dir, exist_ok=True)
         data_format.check(c.store_dir)  # FormatError before anything in it is opened
         self.security = service_security(c, "broker")  # before any socket: they all take its key
@@ -304,6 +306,21 @@ class App:
                 "groups": group_inventory(self.metadata, self.clients), "config": shown_config(self.config)}
 
     # ---- lifecycle ----------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """SIGTERM (on the service thread): stop without leaving a taken request unanswered (draining.py)."""
+        if self._drain is None:
+            c = self.config
+            self._drain = Drain(self.service, handlers.SLAVE_REFUSES, self._in_flight, self._answer_held,
+                                self.ha.resign if c.auto_failover else None, c.drain_timeout_ms / 1000)
+        self._drain.begin()
+
+    def _in_flight(self) -> int:
+        return len(self.group_commit) + int(self.ha.status().get("waiting_replies") or 0)
+
+    def _answer_held(self) -> None:
+        self.puller.expire_step(now=float("inf"))
+        self.pop.expire_held(now=float("inf"))
 
     def run(self) -> None:
         self.store.open()

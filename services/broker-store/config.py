@@ -82,6 +82,8 @@ class Config(ServiceSettings):
                                               "(0: keep forever)")
     tiered_cache_bytes: int = setting(256 << 20, "with a tiered store: cache of verified remote chunks")
     offset_persist_interval_ms: int = setting(5000, "consumer offsets are written this often")
+    drain_timeout_ms: int = setting(6000, "on SIGTERM: wait this long for the sends in flight to be answered "
+                                          "before stopping (within Docker's 10 s stop grace period)")
     backup_dir: str = setting("", "where `quiver broker backup` writes snapshots of this broker (on its data "
                                   "dir's filesystem, so sealed files are hard-linked); empty: backups refused")
     clean_interval_ms: int = setting(10_000, "retention check period")

@@ -74,6 +74,7 @@ class Replicas:
         self.ha = None                     # the ReplicationMaster or ReplicationSlave of the current role
         self.took_office = 0.0
         self.switches = 0
+        self.resigned = False   # stopping (resign): no assignment is taken any more
         self.last_answer = 0.0
 
     # ---- what the replication parts read --------------------------------------------------
@@ -158,10 +159,32 @@ class Replicas:
 
     # ---- heartbeat ---------------------------------------------------------------------------
 
+    def resign(self, done) -> None:
+        """The last step of a drain (draining.py): acknowledge nothing more and tell the controllers,
+        whose leader elects an in-sync replica at once; `done()` (any thread) once it answered."""
+        self.resigned = True
+        self.lease_until = 0.0
+        answered = []
+
+        def one(result) -> None:
+            if not answered and not isinstance(result, Exception) and result.code == ResponseCode.SUCCESS:
+                answered.append(result)
+                done()
+        for addr in self.controllers:
+            try:
+                self.transport.send(addr, self._heartbeat(), None, (), one, timeout=1.0)
+            except QuiverError as exc:
+                log.debug("resignation to controller %s not sent: %s", addr, exc)
+
+    def _heartbeat(self) -> rq.ControllerHeartbeat:
+        c = self.config
+        return rq.ControllerHeartbeat(cluster=c.cluster, broker_name=c.name, addr=self.me, ha_addr=c.ha_advertised,
+                                      max_offset=self.store.max_phys_offset, epoch=self.epochs.epoch,
+                                      resign=self.resigned)
+
     def heartbeat_step(self) -> None:
         c = self.config
-        req = rq.ControllerHeartbeat(cluster=c.cluster, broker_name=c.name, addr=self.me, ha_addr=c.ha_advertised,
-                                     max_offset=self.store.max_phys_offset, epoch=self.epochs.epoch)
+        req = self._heartbeat()
         sent = time.monotonic()
         soon = self.service.call_soon_threadsafe
         for addr in self.controllers:
@@ -184,6 +207,8 @@ class Replicas:
 
     def apply(self, a, sent: float) -> None:
         """An assignment answered to a heartbeat sent at `sent` (time.monotonic())."""
+        if self.resigned:
+            return   # an answer to a heartbeat from before the resignation: no new lease
         if a.term < self.term:
             log.info("assignment of controller term %d ignored: term %d answered already", a.term, self.term)
             return  # a deposed controller leader's answer

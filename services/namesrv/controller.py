@@ -192,6 +192,14 @@ class Controller:
 
     def heartbeat(self, req) -> None:
         a = req.args
+        if a.resign:   # a broker stopping: a master is replaced now, not a heartbeat timeout later
+            self.live.forget(a.addr)
+            if not self.is_leader:
+                raise self._not_leader()
+            log.warning("controller: %s resigns (stopping)", a.addr)
+            self.scan_step()
+            req.reply(ResponseCode.SUCCESS)
+            return
         self.live.beat(a.addr, a.max_offset, a.epoch)
         if not self.is_leader:
             raise self._not_leader()

@@ -109,6 +109,10 @@ class Liveness:
     def beat(self, addr: str, max_offset: int, epoch: int) -> None:
         self.beats[addr] = Beat(self.clock(), max_offset, epoch)
 
+    def forget(self, addr: str) -> None:
+        """`addr` resigned (it is stopping): not alive until its next heartbeat."""
+        self.beats.pop(addr, None)
+
     def alive(self, addr: str) -> bool:
         b = self.beats.get(addr)
         return b is not None and self.clock() - b.at <= self.timeout_s

@@ -126,7 +126,8 @@ class ServiceSettings:
 
 def run_service(config_cls, app_cls, prog: str, argv=None, collector=None, *, secret: tuple[str, ...] = (),
                 bind_first: bool = False) -> None:
-    """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops.
+    """The whole `python -m <service>`: argv+env -> Config, logging, App(config).run(), SIGTERM stops
+    (an app with a `drain()` method is asked to drain instead, on its service thread).
 
     With --metrics-listen, `collector(app)` (the service's metrics.collector) is served on
     it while the app runs. `secret`: settings logged as *** when set. `bind_first`: app.bind()
@@ -146,7 +147,9 @@ def run_service(config_cls, app_cls, prog: str, argv=None, collector=None, *, se
         except OSError as exc:
             raise SystemExit(f"{prog}: cannot bind --listen {config.listen} or another of its addresses: {exc}") from None
     server = serve_metrics(log, app, config.metrics_listen, collector)
-    signal.signal(signal.SIGTERM, lambda *_: app.service.stop())
+    # a service that drains (the broker) finishes what it took first; the others stop at once
+    drain = getattr(app, "drain", None)
+    signal.signal(signal.SIGTERM, lambda *_: app.service.call_soon_threadsafe(drain) if drain else app.service.stop())
     try:
         app.run()
     except KeyboardInterrupt:

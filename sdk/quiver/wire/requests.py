@@ -475,6 +475,7 @@ class ControllerHeartbeat(Schema):
     ha_addr: str = wire("ha_addr", ADDR)
     max_offset: int = wire("o", OFFSET, 0)
     epoch: int = wire("ep", U31, 0)         # the newest epoch in the broker's epoch file
+    resign: bool = wire("resign", Bool(), False)  # stopping: elect another now (older controllers ignore it)
 
 
 @request(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, service("broker"))
