@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -81,7 +82,19 @@ static Py_ssize_t INDEX_HEADER, INDEX_ENTRY, IX_AT_HASH, IX_AT_PHYS, IX_AT_DIFF,
 static field index_fields[] = {{"key_hash", 4, &IX_AT_HASH}, {"phys_offset", 8, &IX_AT_PHYS},
                                {"time_diff", 4, &IX_AT_DIFF}, {"prev_entry", 4, &IX_AT_PREV}};
 
-static int record_ready, cq_ready, index_ready;  /* 0: the twins of that layout decline */
+/* a MessageExt's slots (quiver.client.message.MessageExt, handed over as layout "message_ext"):
+   where each sits in the object, from the type's own member descriptors */
+enum { M_TOPIC, M_BODY, M_TAGS, M_KEYS, M_PROPS, M_MSG_ID, M_OFFSET_ID, M_BROKER, M_QUEUE_ID, M_QOFF, M_RECONSUME,
+       M_BORN_TS, M_STORE_TS, M_PHYS, M_FLAG, M_SYS_FLAG, M_BODY_CRC, M_STORE_HOST, M_RECEIPT, M_COUNT };
+static const char *const msg_slots[M_COUNT] = {
+    "topic", "body", "tags", "keys", "properties", "msg_id", "_offset_id", "broker", "queue_id", "queue_offset",
+    "reconsume_times", "born_timestamp", "store_timestamp", "commit_log_offset", "flag", "sys_flag", "body_crc",
+    "store_host", "receipt_handle",
+};
+static Py_ssize_t MSG_AT[M_COUNT];
+static PyTypeObject *message_type;
+
+static int record_ready, cq_ready, index_ready, message_ready;  /* 0: the twins of that layout decline */
 
 /* ---- CRC-32 (the zlib polynomial), slicing by 16: as fast as zlib's, no zlib headers -- */
 
@@ -485,11 +498,17 @@ static PyObject *fields_of(const unsigned char *b, Py_ssize_t pos, const span *s
     return t;
 }
 
-/* decode_fields(buf) -> [record.Fields, ...] */
-static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+/* One record's object, built from its parts; NULL on failure (a UnicodeDecodeError: the
+   reference's business, the walk declines). */
+typedef PyObject *(*record_fn)(const unsigned char *b, Py_ssize_t pos, const span *s, PyObject *topic,
+                               PyObject *arg);
+
+/* [fn(record), ...] of every record of the reply `buf`, BLANK fillers skipped; NotImplemented
+   when a record is not whole or not UTF-8 where it must be. */
+static PyObject *walk(PyObject *buf, record_fn fn, PyObject *arg)
 {
     Py_buffer v;
-    if (!record_ready || nargs != 1 || !byte_view(a[0], &v))
+    if (!byte_view(buf, &v))
         NOT_IMPLEMENTED;
     const unsigned char *b = v.buf;
     Py_ssize_t pos = 0, end = v.len;
@@ -498,7 +517,7 @@ static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t na
     if (out == NULL)
         goto fail;
     while (pos < end) {
-        span s;
+        span s = {0};  /* set by span_at before any use; zeroed for the compiler */
         if (!span_at(b, pos, end, &s))
             goto not_mine;
         if (s.blank) {
@@ -507,14 +526,13 @@ static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t na
         }
         if (!topic_of(b, &s, &topic))
             goto not_mine;
-        PyObject *props = PyUnicode_DecodeUTF8((const char *)b + s.props_at, s.plen, "strict");
-        if (props == NULL) {
+        PyObject *t = fn(b, pos, &s, topic.str, arg);
+        if (t == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto fail;
             PyErr_Clear();
             goto not_mine;
         }
-        PyObject *t = fields_of(b, pos, &s, topic.str, props);
-        if (t == NULL)
-            goto fail;
         int err = PyList_Append(out, t);
         Py_DECREF(t);
         if (err < 0)
@@ -534,6 +552,130 @@ fail:
     Py_XDECREF(out);
     PyBuffer_Release(&v);
     return NULL;
+}
+
+static PyObject *fields_record(const unsigned char *b, Py_ssize_t pos, const span *s, PyObject *topic, PyObject *arg)
+{
+    PyObject *props = PyUnicode_DecodeUTF8((const char *)b + s->props_at, s->plen, "strict");
+    return props == NULL ? NULL : fields_of(b, pos, s, topic, props);
+}
+
+/* decode_fields(buf) -> [record.Fields, ...] */
+static PyObject *decode_fields(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (!record_ready || nargs != 1)
+        NOT_IMPLEMENTED;
+    return walk(a[0], fields_record, NULL);
+}
+
+/* ---- decode_messages (quiver.client.message.decode_messages) ------------------------------ */
+
+static PyObject *parse_properties(PyObject *self, PyObject *const *a, Py_ssize_t nargs);
+
+/* "__CRC32#\x01": the store's record CRC property, which a client's properties leave out */
+#define CRC_HEAD "__CRC32#\x01"
+
+/* offset_msg_id(store_host, phys): the 16 bytes as 32 upper-case hex digits */
+static PyObject *offset_id(const unsigned char *host, int64_t phys)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    unsigned char raw[16];
+    char out[32];
+    memcpy(raw, host, 8);
+    put64(raw + 8, (uint64_t)phys);
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    return PyUnicode_FromStringAndSize(out, 32);
+}
+
+/* record.client_properties(props): the map without a trailing __CRC32# item; NULL on failure */
+static PyObject *client_props(PyObject *props)
+{
+    static PyObject *head;
+    if (head == NULL && (head = PyUnicode_InternFromString(CRC_HEAD)) == NULL)
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(props);
+    PyObject *s = Py_NewRef(props);
+    if (n >= CRC_PROP_BYTES) {
+        Py_ssize_t at = n - CRC_PROP_BYTES;  /* s[-20:-11] == "__CRC32#\x01": s[:-20] */
+        Py_ssize_t hit = PyUnicode_Tailmatch(props, head, at, at + (Py_ssize_t)sizeof CRC_HEAD - 1, -1);
+        if (hit == 1)
+            Py_SETREF(s, PyUnicode_Substring(props, 0, at));
+        if (hit < 0 || s == NULL) {
+            Py_XDECREF(s);
+            return NULL;
+        }
+    }
+    PyObject *out = parse_properties(NULL, &s, 1);
+    Py_DECREF(s);
+    return out;
+}
+
+/* The MessageExt of the record at b[pos:] with parts `s`: its slots written as its __init__
+   writes them. NULL on failure. */
+static PyObject *message_of(const unsigned char *b, Py_ssize_t pos, const span *s, PyObject *topic,
+                            PyObject *broker)
+{
+    static PyObject *k_tags, *k_keys, *k_uniq, *space;
+    if (k_tags == NULL && ((k_tags = PyUnicode_InternFromString("TAGS")) == NULL
+            || (k_keys = PyUnicode_InternFromString("KEYS")) == NULL
+            || (k_uniq = PyUnicode_InternFromString("UNIQ_KEY")) == NULL
+            || (space = PyUnicode_InternFromString(" ")) == NULL))
+        return NULL;
+    const unsigned char *r = b + pos;
+    PyObject *props = PyUnicode_DecodeUTF8((const char *)b + s->props_at, s->plen, "strict");
+    PyObject *map = props == NULL ? NULL : client_props(props);
+    Py_XDECREF(props);
+    if (map == NULL)
+        return NULL;
+    PyObject *tags = PyDict_GetItemWithError(map, k_tags), *keys = PyDict_GetItemWithError(map, k_keys);
+    PyObject *uniq = PyDict_GetItemWithError(map, k_uniq);
+    if (PyErr_Occurred()) {
+        Py_DECREF(map);
+        return NULL;
+    }
+    PyObject *obj = message_type->tp_alloc(message_type, 0);
+    if (obj == NULL) {
+        Py_DECREF(map);
+        return NULL;
+    }
+    PyObject *item[M_COUNT] = {
+        [M_TOPIC] = Py_NewRef(topic),
+        [M_BODY] = PyBytes_FromStringAndSize((const char *)b + s->body_at, s->blen),
+        [M_TAGS] = Py_NewRef(tags != NULL ? tags : Py_None),
+        [M_KEYS] = keys != NULL && PyUnicode_GET_LENGTH(keys) ? PyUnicode_Split(keys, space, -1) : PyList_New(0),
+        [M_PROPS] = map,
+        [M_MSG_ID] = uniq != NULL && PyUnicode_GET_LENGTH(uniq) ? Py_NewRef(uniq)
+                                                                : offset_id(r + AT_STORE_HOST, get_i64(r + AT_PHYS)),
+        [M_OFFSET_ID] = Py_NewRef(Py_None), [M_BROKER] = Py_NewRef(broker),
+        [M_QUEUE_ID] = PyLong_FromLong(get_i32(r + AT_QUEUE_ID)), [M_QOFF] = PyLong_FromLongLong(get_i64(r + AT_QOFF)),
+        [M_RECONSUME] = PyLong_FromLong(get_i32(r + AT_RECONSUME)),
+        [M_BORN_TS] = PyLong_FromLongLong(get_i64(r + AT_BORN_TS)),
+        [M_STORE_TS] = PyLong_FromLongLong(get_i64(r + AT_STORE_TS)),
+        [M_PHYS] = PyLong_FromLongLong(get_i64(r + AT_PHYS)), [M_FLAG] = PyLong_FromLong(get_i32(r + AT_FLAG)),
+        [M_SYS_FLAG] = PyLong_FromLong(get_i32(r + AT_SYSFLAG)),
+        [M_BODY_CRC] = PyLong_FromLong(get_i32(r + AT_BODY_CRC)),
+        [M_STORE_HOST] = PyBytes_FromStringAndSize((const char *)r + AT_STORE_HOST, 8),
+        [M_RECEIPT] = Py_NewRef(Py_None),
+    };
+    int ok = 1;
+    for (int i = 0; i < M_COUNT; i++) {
+        ok &= item[i] != NULL;
+        *(PyObject **)((char *)obj + MSG_AT[i]) = item[i];  /* a NULL slot is skipped when obj is freed */
+    }
+    if (!ok)
+        Py_CLEAR(obj);
+    return obj;
+}
+
+/* decode_messages(buf, broker) -> [MessageExt, ...] */
+static PyObject *decode_messages(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (!record_ready || !message_ready || nargs != 2 || !PyUnicode_CheckExact(a[1]))
+        NOT_IMPLEMENTED;
+    return walk(a[0], message_of, a[1]);
 }
 
 /* ---- record_columns (the Spark source's pull replies as column lists) ----------------- */
@@ -620,7 +762,7 @@ static PyObject *record_columns(PyObject *self, PyObject *const *a, Py_ssize_t n
         if ((cols[c] = PyList_New(0)) == NULL)
             goto fail;
     while (pos < end) {
-        span s;
+        span s = {0};  /* set by span_at before any use; zeroed for the compiler */
         if (!span_at(b, pos, end, &s))
             goto done;
         if (s.blank) {
@@ -1112,12 +1254,13 @@ static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 
 /* ---- schema_decode (quiver.wire.schema.schema_decode: Schema._decode) ----------------------
    The plan is the schema's own description (schema.PLAN, one row a field): (key, name, kind, lo,
-   hi, check, default, factory, required). Kinds this file checks itself: an exact int within
+   hi, check, default, factory, required, good). Kinds this file checks itself: an exact int within
    [lo, hi], a bool, a send's [flag, properties] pairs (lo: most pairs, hi: longest properties
-   string taken without counting its UTF-8 bytes); any other is `check(value)`. Whatever a check
+   string taken without counting its UTF-8 bytes), a name found in the set `good` (the names its
+   check passed before); any other is `check(value)`. Whatever a check
    refuses, or an absent required field, is NotImplemented: the reference raises its own error. */
 
-enum { K_CALL, K_INT, K_BOOL, K_METAS, PLAN_ROW };
+enum { K_CALL, K_INT, K_BOOL, K_METAS, K_NAME, PLAN_KINDS };
 static PyObject *no_args;
 
 /* SendMetas: [[flag, props], ...] -> ([flags], [props]); NULL without an exception: decline */
@@ -1151,7 +1294,7 @@ done:
 static PyObject *field_value(PyObject *const *row, PyObject *value)
 {
     long long kind, lo, hi, v;
-    if (!as_int(row[2], 0, PLAN_ROW - 1, &kind) || !I64(row[3], &lo) || !I64(row[4], &hi))
+    if (!as_int(row[2], 0, PLAN_KINDS - 1, &kind) || !I64(row[3], &lo) || !I64(row[4], &hi))
         return NULL;
     switch (kind) {
     case K_INT:
@@ -1160,12 +1303,16 @@ static PyObject *field_value(PyObject *const *row, PyObject *value)
         return PyBool_Check(value) ? Py_NewRef(value) : NULL;
     case K_METAS:
         return send_metas(value, lo, hi);
-    default: {
-        PyObject *out = PyObject_CallOneArg(row[5], value);
-        PyErr_Clear();
-        return out;
+    case K_NAME:  /* else the check, which keeps the name if good */
+        if (PyUnicode_CheckExact(value) && PyAnySet_CheckExact(row[9]) && PySet_Contains(row[9], value) == 1)
+            return Py_NewRef(value);
+        break;
+    default:
+        break;
     }
-    }
+    PyObject *out = PyObject_CallOneArg(row[5], value);
+    PyErr_Clear();
+    return out;
 }
 
 /* schema_decode(cls, plan, ext) -> the cls object, built as Schema._decode builds it */
@@ -1179,7 +1326,7 @@ static PyObject *schema_decode(PyObject *self, PyObject *const *a, Py_ssize_t na
         goto decline;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plan); i++) {
         PyObject *r = PyTuple_GET_ITEM(plan, i);
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 9)
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10)
             goto decline;
         PyObject *const *row = ((PyTupleObject *)r)->ob_item;
         PyObject *value = PyDict_GetItemWithError(ext, row[0]), *out;
@@ -1277,6 +1424,35 @@ static int set_items(const char *what, PyObject *extra, const char *key, field *
     return ok;
 }
 
+/* extra["type"], a slotted class whose __slots__ are exactly msg_slots: where each lies. */
+static int set_slots(PyObject *extra)
+{
+    PyObject *type = PyDict_GetItemString(extra, "type"), *slots;
+    if (type == NULL || !PyType_Check(type) || (slots = PyObject_GetAttrString(type, "__slots__")) == NULL) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "message_ext: type must be a class with __slots__");
+        return 0;
+    }
+    int ok = PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == M_COUNT;
+    for (int i = 0; ok && i < M_COUNT; i++) {
+        PyObject *d = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, msg_slots[i]);
+        ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)
+             && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
+             && PySequence_Contains(slots, ((PyMemberDescrObject *)d)->d_common.d_name) == 1;
+        if (ok)
+            MSG_AT[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_DECREF(slots);
+    if (!ok) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "message_ext: the compiled twins know %d slots by name (%s ...), "
+                     "the class has others", M_COUNT, msg_slots[0]);
+        return 0;
+    }
+    Py_XSETREF(message_type, (PyTypeObject *)Py_NewRef(type));
+    return 1;
+}
+
 /* layout(name, size, ((field, offset, size), ...), extra): the layout `name` as its owner
    describes it (quiver.wire.speedups.layout). Its twins run from now on; refused (ValueError,
    TypeError), they decline until a layout is accepted. */
@@ -1300,6 +1476,11 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         FIXED_SIZE = total;
         MIN_RECORD = total + 1 + 2;  /* a one-byte topic length and PROPLEN */
         record_ready = 1;
+    } else if (strcmp(name, "message_ext") == 0) {
+        message_ready = 0;
+        if (!set_slots(a[3]))
+            return NULL;
+        message_ready = 1;
     } else if (strcmp(name, "consume_queue") == 0) {
         cq_ready = 0;
         if (!set_fields(name, cq_fields, COUNT(cq_fields), total, a[2]))
@@ -1333,6 +1514,7 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL, "quiver.wire.speedups.layout"},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
+    {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_FASTCALL, "quiver.client.message.decode_messages"},
     {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},
     {"settled_run", (PyCFunction)(void (*)(void))settled_run, METH_FASTCALL, "record.settled_run"},

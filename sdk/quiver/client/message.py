@@ -22,7 +22,8 @@ from typing import Any
 
 import orjson
 
-from quiver.wire import record
+from quiver.wire import record, speedups
+from quiver.wire.speedups import fast
 
 # The property names, the tag hash and the ids are wire facts (quiver.wire.properties, quiver.wire.ids):
 # re-exported here, where apps meet them.
@@ -226,6 +227,10 @@ class MessageExt:
                    rec.flag, rec.sys_flag, rec.body_crc, rec.store_host)
 
 
+speedups.layout("message_ext", (), type=MessageExt)   # its slots, for the compiled decode_messages
+
+
+@fast
 def decode_messages(buf: bytes | memoryview, broker: str) -> list[MessageExt]:
     """A pull reply's records as MessageExt, in one pass (the consumers' hot path)."""
     out: list[MessageExt] = []

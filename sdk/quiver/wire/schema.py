@@ -126,18 +126,27 @@ class OneOf(Check):
 
 
 class Name(Check):
-    """A name that may become a path or an address, checked by `names` (`problem` -> str | None)."""
-    __slots__ = ("problem", "expected", "code")
+    """A name that may become a path or an address, checked by `names` (`problem` -> str | None).
+
+    A name's problem depends on the name alone: the first NAMES_KEPT good ones are kept
+    (`good`) and taken again without the check (every request names its topic)."""
+    __slots__ = ("problem", "expected", "code", "good")
+    NAMES_KEPT = 4096
 
     def __init__(self, problem, expected: str, code: int | None = None):
         self.problem, self.expected, self.code = problem, expected, code
+        self.good: set[str] = set()
 
     def __call__(self, value):
         if type(value) is not str:
             raise Invalid(self.expected, value, self.code)
+        if value in self.good:
+            return value
         problem = self.problem(value)
         if problem:
             raise Invalid(f"{self.expected} ({problem})", value, self.code)
+        if len(self.good) < self.NAMES_KEPT:
+            self.good.add(value)
         return value
 
 
@@ -475,24 +484,27 @@ def _finish(cls):
     return cls
 
 
-K_CALL, K_INT, K_BOOL, K_METAS = range(4)   # the kinds of check _speedups.c's schema_decode makes itself
+K_CALL, K_INT, K_BOOL, K_METAS, K_NAME = range(5)   # the kinds of check _speedups.c's schema_decode makes itself
 _I64 = (-2 ** 63, 2 ** 63 - 1)
 
 
 def _plan_row(spec: Spec) -> tuple:
     """One field as the compiled schema_decode reads it: (key, name, kind, lo, hi, check, default,
-    default is a factory, required). Only exact Int, Bool and SendMetas checks are made in C."""
+    default is a factory, required, good names). Only exact Int, Bool and SendMetas checks are
+    made in C, and a Name's known good names taken (its `good` set)."""
     check = spec.check
     if type(check) is Opt and not check.blank:
         check = check.inner   # None never reaches a check: decode takes the default for it
-    kind, lo, hi = K_CALL, 0, 0
+    kind, lo, hi, good = K_CALL, 0, 0, None
     if type(check) is Int and _I64[0] <= check.lo and check.hi <= _I64[1]:
         kind, lo, hi = K_INT, check.lo, check.hi
     elif type(check) is Bool:
         kind = K_BOOL
     elif type(check) is SendMetas:
         kind, lo, hi = K_METAS, MAX_BATCH, MAX_PROPERTIES_BYTES // 4
-    return (spec.key, spec.name, kind, lo, hi, spec.check, spec.default, callable(spec.default), spec.required)
+    elif type(check) is Name:
+        kind, good = K_NAME, check.good
+    return (spec.key, spec.name, kind, lo, hi, spec.check, spec.default, callable(spec.default), spec.required, good)
 
 
 @fast

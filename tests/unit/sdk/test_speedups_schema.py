@@ -145,8 +145,8 @@ def test_defaults_made_by_a_factory_are_not_shared():
 
 def test_the_plan_makes_only_plain_checks_in_c():
     kinds = {row[0]: row[2] for row in rq.SendMessage.PLAN}
-    assert kinds == {"t": sc.K_CALL, "q": sc.K_INT, "m": sc.K_METAS, "l": sc.K_CALL, "g": sc.K_CALL,
-                     "b": sc.K_INT, "bh": sc.K_CALL, "sf": sc.K_INT, "rc": sc.K_INT, "po": sc.K_INT, "w": sc.K_BOOL}
+    assert kinds == {"t": sc.K_NAME, "q": sc.K_INT, "m": sc.K_METAS, "l": sc.K_CALL, "g": sc.K_NAME,
+                     "b": sc.K_INT, "bh": sc.K_NAME, "sf": sc.K_INT, "rc": sc.K_INT, "po": sc.K_INT, "w": sc.K_BOOL}
     blank = sc.Opt(sc.Int(0, 5), blank=True)   # "" reads as None there: the check itself runs
     row = sc._plan_row(type("S", (), {"key": "k", "name": "n", "check": blank, "default": None, "required": False})())
     assert row[2] == sc.K_CALL
@@ -160,3 +160,27 @@ def test_decode_skipping_lists_each_skip_once():
     obj, skipped = RouteData.decode_skipping(ext)
     assert len(obj.brokers) == 1 and obj.brokers[0].addrs == {0: "h:1"}
     assert len(skipped) == 2 and len(set(skipped)) == 2
+
+
+def test_a_name_is_kept_once_good_and_only_then():
+    check = sc.Name(lambda name: None if name.isalpha() else "letters only", "a word")
+    with pytest.raises(sc.Invalid):
+        check("a1")
+    assert check("abc") == "abc" and check.good == {"abc"}
+    check.problem = lambda name: "refused now"   # a kept name is not checked again
+    assert check("abc") == "abc"
+    with pytest.raises(sc.Invalid):
+        check("abd")
+    check.good.clear()
+    check.NAMES_KEPT = 2
+    check.problem = lambda name: None
+    for name in ("n1", "n2", "n3"):
+        check(name)
+    assert check.good == {"n1", "n2"}
+
+
+def test_the_twin_takes_a_kept_name_and_checks_any_other():
+    ext = {"t": "KeptTopic", "m": [[0, ""]]}
+    assert _check(rq.SendMessage, ext) and "KeptTopic" in sc.TOPIC.good
+    assert not _check(rq.SendMessage, {"t": "bad topic", "m": [[0, ""]]})
+    assert "bad topic" not in sc.TOPIC.good
