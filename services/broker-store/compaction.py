@@ -165,7 +165,9 @@ class Compactor:
         cl = self.store.commit_log
         segs = cl.segments
         limit = segs[-1].start if segs else 0   # the active segment is never compacted
-        confirm = self.store.confirm_offset     # nor what consumers cannot see yet (read-only here: any thread)
+        # nor what consumers cannot see yet, nor what is not on disk: a crash would cut it from the
+        # CommitLog and its queue offsets would be written again (read-only here: any thread)
+        confirm = min(self.store.confirm_offset, self.store.flushed_offset)
         start = max(w_old, cq.min_offset)
         w_new = max(start, cq.first_offset_where(lambda e: e[0] >= limit or e[0] + e[1] > confirm, lo=start))
         res.watermark = w_new

@@ -29,6 +29,11 @@ def put(s, key, body, topic="C", qid=0):
     return s.put_batch(topic, qid, [body], props, [0], 0, 1, HOST)
 
 
+def compact(s):
+    s.flush_step(force=True)   # a pass covers flushed records only
+    return s.compaction.compact_queue("C", 0)
+
+
 def pull_all(s, topic="C", qid=0, start=0):
     out, off = [], start
     while True:
@@ -54,7 +59,7 @@ def test_pass_keeps_latest_per_key_with_original_offsets(tmp_path):
     s = open_store(tmp_path)
     latest = fill(s)
     put(s, None, b"no key")
-    res = s.compaction.compact_queue("C", 0)
+    res = compact(s)
     assert 0 < res.watermark < s.max_offset("C", 0) and res.kept < res.read
     recs = pull_all(s)
     offs = [r.queue_offset for r in recs]
@@ -78,7 +83,7 @@ def test_compacted_log_survives_reopen_and_retention(tmp_path):
     first_seg = s.commit_log.segments[0].path
     assert s.clean_expired(now_ms=int(time.time() * 1000) + 10**12, force=True) == 0   # held: not compacted
     assert os.path.exists(first_seg)
-    s.compaction.compact_queue("C", 0)
+    compact(s)
     assert s.clean_expired(now_ms=int(time.time() * 1000) + 10**12, force=True) > 0
     assert not os.path.exists(first_seg)
     s.close()
@@ -96,10 +101,10 @@ def test_tombstone_removed_after_delete_retention(tmp_path):
     fill(s, keys=0)
     for _ in range(80):       # roll the tombstone out of the active segment
         put(s, "other", b"x" * 40)
-    s.compaction.compact_queue("C", 0)
+    compact(s)
     assert any(r.properties()["KEYS"] == "k1" and r.body == b"" for r in pull_all(s))   # kept: retention not over
     s.compaction.clock = lambda: time.time() + 120
-    s.compaction.compact_queue("C", 0)
+    compact(s)
     assert not any(r.properties()["KEYS"] == "k1" for r in pull_all(s))
     assert {r.properties()["KEYS"] for r in pull_all(s)} == {"k0", "k2", "other"}
     s.close()
@@ -108,12 +113,12 @@ def test_tombstone_removed_after_delete_retention(tmp_path):
 def test_second_pass_builds_on_first_and_tag_filter(tmp_path):
     s = open_store(tmp_path)
     fill(s, versions=6)
-    w1 = s.compaction.compact_queue("C", 0).watermark
+    w1 = compact(s).watermark
     latest = fill(s, versions=6)
     for _ in range(40):
         put(s, "pad", b"p" * 60)
     latest["pad"] = b"p" * 60
-    w2 = s.compaction.compact_queue("C", 0).watermark
+    w2 = compact(s).watermark
     assert w2 > w1
     seen = {r.properties()["KEYS"]: r.body for r in pull_all(s)}
     assert seen == latest
@@ -125,7 +130,7 @@ def test_second_pass_builds_on_first_and_tag_filter(tmp_path):
 def test_corrupt_or_torn_file_is_not_served(tmp_path):
     s = open_store(tmp_path)
     latest = fill(s)
-    s.compaction.compact_queue("C", 0)
+    compact(s)
     path = s.compaction.logs[("C", 0)].path
     s.close()
     with open(path, "r+b") as f:    # flip a byte of the index
@@ -144,7 +149,7 @@ def test_corrupt_or_torn_file_is_not_served(tmp_path):
 def test_corrupt_record_in_compacted_log_is_skipped(tmp_path):
     s = open_store(tmp_path)
     fill(s)
-    s.compaction.compact_queue("C", 0)
+    compact(s)
     cl = s.compaction.logs[("C", 0)]
     with open(cl.path, "r+b") as f:   # a byte of the first record's body
         f.seek(cl.data_start + record.FIXED_SIZE + 1)
@@ -158,7 +163,7 @@ def test_corrupt_record_in_compacted_log_is_skipped(tmp_path):
 def test_delete_topic_removes_compacted_logs(tmp_path):
     s = open_store(tmp_path)
     fill(s)
-    s.compaction.compact_queue("C", 0)
+    compact(s)
     s.delete_topic("C")
     assert not s.compaction.logs and not os.path.exists(os.path.join(str(tmp_path), "compaction", "C"))
     s.close()
@@ -196,4 +201,14 @@ def test_worker_passes_hand_results_to_post_and_periodic_ones_do_not_pile_up(tmp
     assert s.compaction._jobs.qsize() == 0
     s.compaction._periodic = False
     assert {r.properties()["KEYS"]: r.body for r in pull_all(s)} == latest
+    s.close()
+
+
+def test_records_not_yet_flushed_are_not_compacted(tmp_path):
+    s = open_store(tmp_path)
+    fill(s)
+    assert s.flushed_offset < s.commit_log.segments[-1].start
+    res = s.compaction.compact_queue("C", 0)
+    first_unflushed = s.cqs[("C", 0)].first_offset_where(lambda e: e[0] + e[1] > s.flushed_offset)
+    assert res.watermark <= first_unflushed < compact(s).watermark
     s.close()
