@@ -36,6 +36,7 @@ import errno
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -132,6 +133,7 @@ class Backups:
                              "queues": queues, "offsets": len(plan.metadata["offsets"])}
         except BaseException:
             _close(plan)
+            shutil.rmtree(_partial(dest), ignore_errors=True)   # nothing of it is kept: the name stays free
             raise
         return plan
 

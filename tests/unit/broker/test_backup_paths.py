@@ -65,3 +65,18 @@ def test_restore_goes_only_into_an_empty_store(tmp_path):
     (tmp_path / "data" / "b" / "commitlog").mkdir()
     with pytest.raises(RestoreError, match="not empty"):
         restore(str(tmp_path / "bk"), str(tmp_path / "data"))
+
+
+def test_a_plan_that_fails_leaves_no_partial_directory_and_the_name_free(tmp_path):
+    class Broken:
+        max_phys_offset = 0
+
+        @property
+        def commit_log(self):
+            raise OSError("disk gone")
+    b = Backups(str(tmp_path), Broken(), None, None, {"broker": "b"}, None)
+    dest = b.destination("x")
+    with pytest.raises(OSError, match="disk gone"):
+        b.plan(dest)
+    assert os.listdir(tmp_path) == []
+    assert b.destination("x") == dest
