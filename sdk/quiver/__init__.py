@@ -23,7 +23,7 @@ from quiver.client.message import (ConsumeResult, Message, MessageExt, MessageSe
                                    SendStatus, TransactionState)
 
 __all__ = ["__version__", "Message", "MessageExt", "Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "SimpleConsumer",
-           "Admin", "SendStatus", "SendResult", "ConsumeResult", "TransactionState", "MessageSelector",
+           "Admin", "RebalanceListener", "SendStatus", "SendResult", "ConsumeResult", "TransactionState", "MessageSelector",
            "PullStatus", "error_for", "QuiverError", "ProtocolError", "FieldError", "ClientError",
            "RequestTimeoutError", "BrokerSystemError", "SystemBusyError", "RequestCodeNotSupportedError",
            "FlushDiskTimeoutError", "SlaveNotAvailableError", "FlushSlaveTimeoutError", "MessageIllegalError",
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time the clients load on fir
     from quiver.client.consumer import PullConsumer
     from quiver.client.producer import Producer
     from quiver.client.push_consumer import PushConsumer
+    from quiver.client.rebalance import RebalanceListener
     from quiver.client.simple_consumer import SimpleConsumer
     from quiver.client.transaction_producer import TransactionProducer
 
@@ -65,4 +66,7 @@ def __getattr__(name: str) -> type:
     if name == "Admin":
         from quiver.client.admin import Admin
         return Admin
+    if name == "RebalanceListener":
+        from quiver.client.rebalance import RebalanceListener
+        return RebalanceListener
     raise AttributeError(name)

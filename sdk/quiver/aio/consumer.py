@@ -183,6 +183,11 @@ class AsyncPullConsumer(AsyncClient[PullConsumer]):
         self._need_started()
         await self._blocking(self._sync.seek_to_begin)
 
+    async def seek_to_end(self) -> None:
+        """Every assigned queue past its last stored message: only new ones are consumed."""
+        self._need_started()
+        await self._blocking(self._sync.seek_to_end)
+
     def stats(self) -> dict[str, Any]:
         """Counters: records skipped as undecodable, offset resets applied; subscribed topics
         that do not exist yet ("missing_topics")."""

@@ -105,7 +105,8 @@ class PullConsumer(ClientBase):
         self._resets = 0
         self._rebalancer = Rebalancer(self.brokers, group, opts.allocate)   # .missing: subscribed topics not there yet
         self._rebalance = RebalanceLoop(self._rebalancer, opts.rebalance_interval_ms / 1000,
-                                        lambda: list(self.subscriptions), self._queues, self._take, self._drop)
+                                        lambda: list(self.subscriptions), self._queues, self._take, self._drop,
+                                        listener=opts.rebalance_listener)
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Consume `topic`'s messages that match `expression`: a tag expression ("*", "TagA ||
@@ -276,6 +277,13 @@ class PullConsumer(ClientBase):
             req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
             self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
 
+    def seek_to_end(self) -> None:
+        """`seek` every assigned queue past its last stored message: only what arrives from now
+        on is consumed (Kafka's seek_to_end)."""
+        for mq, st in list(self._queues.items()):
+            req = rq.GetMaxOffset(topic=mq.topic, queue_id=mq.queue_id)
+            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
+
     def committed(self, mq: MessageQueue) -> int | None:
         """The offset this consumer last stored for `mq`, None if none yet or not assigned."""
         st = self._queues.get(mq)
@@ -411,6 +419,7 @@ class PullConsumer(ClientBase):
             return
         self._stop.set()
         self._rebalance.stop()
+        self._rebalance.telling_revoked()   # the listener may commit, as on a rebalance
         if self.options.auto_commit:
             try:
                 self.commit()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypedDict
 
-from quiver.client.rebalance import strategy
+from quiver.client.rebalance import RebalanceListener, strategy
 from quiver.wire.schema import MAX_OFFSET
 
 
@@ -80,6 +80,8 @@ class ConsumerOptions:
     on_bad_record: Callable[[str, int, int, str], object] | None = _option(
                                     None, "fn(topic, queue_id, offset, reason), called for each pulled record "
                                     "the consumer cannot decode and skips (it is also logged and counted)")
+    rebalance_listener: RebalanceListener | None = _option(None, "told of queues given to and taken from this "
+                                                           "consumer (quiver.RebalanceListener)")
 
     def __post_init__(self):
         c = self.consume_from
@@ -105,6 +107,10 @@ class ConsumerOptions:
                 or not all(_is_int(ms) and 0 <= ms <= 3650 * _DAY_MS for ms in levels)):
             raise ValueError(f"delay_levels_ms must be 1-1024 integers 0-{3650 * _DAY_MS} (ms), not {levels!r}")
         object.__setattr__(self, "delay_levels_ms", tuple(levels))   # hashable, as the other fields
+        listener = self.rebalance_listener
+        if listener is not None and not all(callable(getattr(listener, m, None)) for m in ("on_assigned", "on_revoked")):
+            raise ValueError(f"rebalance_listener needs on_assigned and on_revoked methods (subclass "
+                             f"quiver.RebalanceListener), not {listener!r}")
         if self.on_bad_record is not None and not callable(self.on_bad_record):
             raise ValueError(f"on_bad_record must be a function or None, not {self.on_bad_record!r}")
 
@@ -157,6 +163,7 @@ class ConsumerSettings(TypedDict, total=False):
     pop_invisible_ms: int
     delay_levels_ms: tuple[int, ...]
     on_bad_record: Callable[[str, int, int, str], object] | None
+    rebalance_listener: RebalanceListener | None
     threads: int          # PushConsumer's name for consume_threads
     batch_size: int       # and for consume_batch_size
 

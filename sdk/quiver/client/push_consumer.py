@@ -119,7 +119,8 @@ class PushConsumer(ClientBase):
         self._locks = QueueLocks(group, self.client_id, self.call_broker)   # orderly: broker locks (queue_locks.py)
         self._rebalance = RebalanceLoop(Rebalancer(self.brokers, group, opts.allocate, opts.broadcast),
                                         opts.rebalance_interval_ms / 1000, self._topics, self._pqs, self._add,
-                                        self._drop, changed=self.send_heartbeats)  # brokers learn the owners
+                                        self._drop, changed=self.send_heartbeats,  # brokers learn the owners
+                                        listener=opts.rebalance_listener)
         self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self.client_host}@{opts.instance_name}", group)
                         if opts.broadcast else RemoteOffsetStore(self.brokers, group))
         self._running = False

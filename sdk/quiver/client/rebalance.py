@@ -86,6 +86,25 @@ def strategy(name_or_fn):
         raise ValueError(f"unknown allocation strategy {name_or_fn!r}: use one of {sorted(STRATEGIES)}") from None
 
 
+class RebalanceListener:
+    """Told when a consumer's queues change: RocketMQ's MessageQueueListener, Kafka's
+    ConsumerRebalanceListener. Subclass it and override either method; give it to a consumer as
+    `rebalance_listener=`. Both run on the consumer's rebalance thread (asyncio consumers: hand
+    work to the loop with loop.call_soon_threadsafe); what they raise is logged.
+
+        class Log(RebalanceListener):
+            def on_assigned(self, queues):
+                print("now mine:", queues)
+    """
+
+    def on_revoked(self, queues: list[MessageQueue]) -> None:
+        """These queues are about to be given up (a rebalance, an unsubscribe, shutdown); the
+        consumer still owns them, so a pull consumer may commit() what it consumed of them."""
+
+    def on_assigned(self, queues: list[MessageQueue]) -> None:
+        """These queues are this consumer's now; their first messages follow."""
+
+
 class Rebalancer:
     """Computes this client's queues for each subscribed topic.
 
@@ -154,10 +173,11 @@ class RebalanceLoop:
     notification that started the round arrived (monotonic s), else None."""
 
     def __init__(self, rebalancer: Rebalancer, interval_s: float, topics, owned: dict, take, release,
-                 changed=None):
+                 changed=None, listener: "RebalanceListener | None" = None):
         self.rebalancer, self.group = rebalancer, rebalancer.group
         self.interval_s = interval_s
         self.topics, self.owned, self.take, self.release, self.changed = topics, owned, take, release, changed
+        self.listener = listener
         self.notified_at: float | None = None
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -198,21 +218,28 @@ class RebalanceLoop:
             notified_at, self.notified_at = self.notified_at, None
             missing = False
             topics = list(self.topics())
-            for mq in [m for m in list(self.owned) if m.topic not in topics]:   # unsubscribed
-                self.release(mq)
-                changed = True
+            going = [m for m in list(self.owned) if m.topic not in topics]   # unsubscribed
+            coming: list[MessageQueue] = []
             for topic, mqs in self.rebalancer.assignment(topics).items():
                 if mqs is None:
                     continue  # unknown right now: keep what we have
                 want = set(mqs)
-                for mq in [m for m in list(self.owned) if m.topic == topic and m not in want]:
-                    self.release(mq)
-                    changed = True
-                for mq in sorted(want - set(self.owned)):
-                    if self.take(mq, notified_at):
-                        changed = True
-                    else:
-                        missing = True
+                going += [m for m in list(self.owned) if m.topic == topic and m not in want]
+                coming += sorted(want - set(self.owned))
+            if going:   # told before they go: a listener may still commit what it consumed of them
+                self._tell("on_revoked", sorted(going))
+            for mq in going:
+                self.release(mq)
+                changed = True
+            taken = []
+            for mq in coming:
+                if self.take(mq, notified_at):
+                    taken.append(mq)
+                else:
+                    missing = True
+            if taken:
+                changed = True
+                self._tell("on_assigned", taken)
             soon, self._retry_soon = self._retry_soon, missing or bool(self.rebalancer.missing)
             if self._retry_soon and not soon:
                 self._wake.set()   # the loop may be in a full interval's wait: from now on RETRY_S
@@ -225,8 +252,26 @@ class RebalanceLoop:
     def release_all(self) -> None:
         """Give up every owned queue (shutdown), after any round under way."""
         with self._lock:
+            if self.owned:
+                self._tell("on_revoked", sorted(self.owned))
             for mq in list(self.owned):
                 self.release(mq)
+
+    def telling_revoked(self) -> None:
+        """Tell the listener every owned queue is revoked, without releasing them (a consumer
+        shutting down that keeps its queues until it closes)."""
+        with self._lock:
+            if self.owned:
+                self._tell("on_revoked", sorted(self.owned))
+
+    def _tell(self, what: str, mqs: list[MessageQueue]) -> None:
+        """The listener's callback; what it raises is logged, the round goes on."""
+        if self.listener is None:
+            return
+        try:
+            getattr(self.listener, what)(mqs)
+        except Exception:
+            log.exception("rebalance listener %s of %s failed", what, self.group)
 
     def _run(self) -> None:
         while not self._stopped.is_set():

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer
+from quiver import ConsumeResult, Message, Producer, PullConsumer, PushConsumer, RebalanceListener
 from quiver.wire import requests as rq
 from quiver.client.base import MessageQueue
 from quiver.wire.codes import RequestCode
@@ -66,6 +66,54 @@ def test_seek_to_timestamp_skips_what_was_stored_before(one):
         assert len(_drain(c, 4)) == 4
         c.seek_to_timestamp(cut)
         assert _bodies(_drain(c, 2)) == ["new-0", "new-1"]
+
+
+def test_seek_to_end_consumes_only_what_arrives_after(one):
+    _send(one, "Q1", [b"old-0", b"old-1", b"old-2"])
+    with one.client(PullConsumer, "cg", consume_from="first", pull_batch_size=1) as c:
+        c.subscribe("Q1")
+        assert wait_until(lambda: c.assignment())
+        c.seek_to_end()
+        _send(one, "Q1", [b"new-0"])
+        assert _bodies(_drain(c, 1)) == ["new-0"]
+        assert not c.poll(0.2)
+
+
+class _Told(RebalanceListener):
+    def __init__(self, consumer=None):
+        self.events, self.consumer = [], consumer
+
+    def on_assigned(self, queues):
+        self.events.append(("assigned", queues))
+
+    def on_revoked(self, queues):
+        if self.consumer is not None:
+            self.consumer.commit()          # still owned: the commit reaches the broker
+        self.events.append(("revoked", queues))
+
+
+def test_a_rebalance_listener_hears_of_queues_given_and_taken():
+    with stub_cluster(brokers=1) as c:
+        c.admin().create_topic("Rb", queues=4)
+        mqs = [MessageQueue("Rb", "broker-a", i) for i in range(4)]
+        told_a = _Told()
+        a = c.client(PullConsumer, "cg", consume_from="first", rebalance_listener=told_a)
+        told_a.consumer = a
+        a.subscribe("Rb")
+        a.start()
+        try:
+            assert wait_until(lambda: told_a.events == [("assigned", mqs)])
+            told_b = _Told()
+            with c.client(PullConsumer, "cg", consume_from="first", rebalance_listener=told_b) as b:
+                b.subscribe("Rb")
+                assert wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 10)
+                a.rebalance()
+                assert wait_until(lambda: ("revoked", sorted(set(mqs) - set(a.assignment()))) in told_a.events)
+                assert told_b.events[0] == ("assigned", sorted(b.assignment()))
+            assert wait_until(lambda: len(a.assignment()) == 4, 10)
+        finally:
+            a.shutdown()
+        assert told_a.events[-1] == ("revoked", mqs)      # shutdown gives every queue up
 
 
 def test_commit_stores_the_polled_position_on_the_broker(one):

@@ -73,3 +73,15 @@ def test_settings_are_keywords_only(cls):
 def test_a_pull_consumer_does_not_broadcast():
     with pytest.raises(ValueError, match="broadcast"):
         PullConsumer("cg", namesrv=NS, broadcast=True)
+
+
+def test_a_rebalance_listener_needs_both_callbacks():
+    from quiver import RebalanceListener
+
+    class Half:
+        def on_assigned(self, queues):
+            pass
+    with pytest.raises(ValueError, match="on_assigned and on_revoked"):
+        ConsumerOptions(rebalance_listener=Half())
+    listener = RebalanceListener()
+    assert PushConsumer("cg", namesrv=NS, rebalance_listener=listener).options.rebalance_listener is listener

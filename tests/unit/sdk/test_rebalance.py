@@ -166,3 +166,28 @@ def test_a_missing_topic_is_logged_once_and_looked_for_every_second(caplog):
         loop.step()
     assert list(r.missing) == ["Gone"] and loop._retry_soon and loop._wake.is_set()
     assert sum("Gone does not exist" in rec.getMessage() for rec in caplog.records) == 1
+
+
+def test_a_listener_hears_of_revoked_queues_before_they_go_and_survives_its_own_errors():
+    alloc = _Allocation()
+    mqs = [MessageQueue("T", "b", i) for i in range(3)]
+    loop, owned, log, _ = _loop(alloc)
+    heard = []
+
+    class Listener:
+        def on_assigned(self, queues):
+            heard.append(("assigned", queues))
+            raise RuntimeError("a listener's bug")      # logged; the round goes on
+
+        def on_revoked(self, queues):
+            heard.append(("revoked", queues, sorted(owned)))   # still owned when told
+
+    loop.listener = Listener()
+    alloc.queues["T"] = mqs[:2]
+    loop.step()
+    assert heard == [("assigned", mqs[:2])] and sorted(owned) == mqs[:2]
+    alloc.queues["T"] = mqs[1:]
+    loop.step()
+    assert heard[1:] == [("revoked", [mqs[0]], mqs[:2]), ("assigned", [mqs[2]])] and sorted(owned) == mqs[1:]
+    loop.release_all()
+    assert heard[-1] == ("revoked", mqs[1:], mqs[1:]) and not owned
