@@ -32,10 +32,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from quiver.wire import properties, record, record_checks
+from quiver.errors import QuiverError
+from quiver.wire import names, properties, record, record_checks
 
 from . import compacted_log
-from .compacted_log import CompactedLog, CorruptLog
+from .compacted_log import CompactedLog
 from .consume_queue import ENTRY
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class Compactor:
                 try:
                     d = compacted_log.log_dir(self.root, topic, int(qid))
                     found = compacted_log.load(d)
-                except (CorruptLog, OSError, Exception) as exc:  # a bad name or file: never stops a start
+                except Exception as exc:  # a bad name, a CorruptLog, an OSError: never stops a start
                     log.error("compacted log of %s/%s not loaded: %s", ascii(topic), qid, exc)
                     continue
                 if found is not None:
@@ -124,8 +125,9 @@ class Compactor:
         for key in [k for k in self.logs if k[0] == topic]:
             self.logs.pop(key).close()
         try:
-            shutil.rmtree(compacted_log.log_dir(self.root, topic, 0).rsplit(os.sep, 1)[0], ignore_errors=True)
-        except Exception as exc:   # not a valid name: nothing of it was written
+            names.check_topic(topic)
+            shutil.rmtree(names.confine(self.root, topic), ignore_errors=True)
+        except QuiverError as exc:   # not a valid name (or a path out of the root): nothing of it was written
             log.warning("compacted logs of %s not deleted: %s", ascii(topic), exc)
 
     # ---- what the read path and retention ask ------------------------------------------------
