@@ -28,6 +28,8 @@ from .tiered_store import StoreDown
 
 log = logging.getLogger(__name__)
 
+READAHEAD_CHUNKS = 4   # chunks a cache miss fetches in one ranged GET (fewer, larger requests)
+
 
 class RemoteDamaged(QuiverError):
     code = ResponseCode.SYSTEM_ERROR
@@ -71,23 +73,38 @@ class ChunkCache:
         m = self.tiered.manifests.get(start)
         if m is None:
             raise RemoteUnavailable(f"CommitLog segment {start} is no longer in the tiered store (remote retention)")
+        # read ahead: the chunks after it in the same GET (a store's cost is mostly per request),
+        # no more than a quarter of the cache and only while they are not cached already
+        ahead = max(1, min(READAHEAD_CHUNKS, self.capacity // (4 * m.chunk)))
+        last = min(idx + ahead, len(m.crcs))
+        with self.lock:
+            for j in range(idx + 1, last):
+                if (start, j) in self.chunks:
+                    last = j
+                    break
         lo = idx * m.chunk
-        hi = min(lo + m.chunk, m.size)
         try:
-            data = self.tiered.objects.get_range(m.key, lo, hi)
+            span = self.tiered.objects.get_range(m.key, lo, min(last * m.chunk, m.size))
         except (StoreDown, FileNotFoundError) as exc:
             self.counts["remote_read_errors"] += 1
             if isinstance(exc, FileNotFoundError):
                 self._damaged(m, idx, "the object is missing")
             raise RemoteUnavailable(f"tiered store {self.tiered.objects.url} unreachable ({exc}): "
                                     "retry later") from None
-        if len(data) != hi - lo or zlib.crc32(data) != m.crcs[idx]:
-            self._damaged(m, idx, f"{len(data)} bytes, CRC32 {zlib.crc32(data)} (manifest: {hi - lo} bytes, "
+        pieces = [span[(j - idx) * m.chunk:(j - idx + 1) * m.chunk] for j in range(idx, last)]
+        data = pieces[0]
+        want = min(lo + m.chunk, m.size) - lo
+        if len(data) != want or zlib.crc32(data) != m.crcs[idx]:
+            self._damaged(m, idx, f"{len(data)} bytes, CRC32 {zlib.crc32(data)} (manifest: {want} bytes, "
                                   f"CRC32 {m.crcs[idx]})")
+        # a read-ahead chunk that fails its check is not kept: read on its own, it is reported then
+        good = [(j, p) for j, p in enumerate(pieces, idx) if p and zlib.crc32(p) == m.crcs[j]]
         with self.lock:
-            if key not in self.chunks:
-                self.chunks[key] = data
-                self.bytes += len(data)
+            for j, piece in reversed(good):   # the asked-for chunk last: most recently used
+                if (start, j) not in self.chunks:
+                    self.chunks[(start, j)] = piece
+                    self.bytes += len(piece)
+                self.chunks.move_to_end((start, j))
             while self.bytes > self.capacity and len(self.chunks) > 1:
                 _, old = self.chunks.popitem(last=False)
                 self.bytes -= len(old)

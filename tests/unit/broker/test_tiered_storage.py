@@ -21,7 +21,8 @@ SEG = 8192
 
 def open_store(d, objects, **kw):
     s = MessageStore(str(d / "broker"), segment_bytes=SEG, flush_interval_ms=3_600_000)
-    t = Tiered(objects, str(d / "broker"), chunk=1024, cache_bytes=4096, background=False, **kw)
+    kw.setdefault("cache_bytes", 4096)
+    t = Tiered(objects, str(d / "broker"), chunk=1024, background=False, **kw)
     s.attach_tiered(t)
     s.open()
     return s, t
@@ -255,3 +256,36 @@ def test_bench_tiered_smoke(tmp_path):
     from bench.tiered import run
     res = run(3000, 100, s3=False, segment_bytes=64 << 10, cache_bytes=128 << 10)
     assert res["messages"] == 3000 and res["remote_share"] > 0.5 and res["remote_msg_s"] > 0
+
+
+class CountingStore(FileStore):
+    def __init__(self, root):
+        super().__init__(root)
+        self.gets = 0
+
+    def get_range(self, key, start, end):
+        self.gets += 1
+        return super().get_range(key, start, end)
+
+
+def test_a_miss_reads_ahead_and_a_bad_read_ahead_chunk_is_not_kept(tmp_path):
+    objects = CountingStore(str(tmp_path / "bucket"))
+    s, t = open_store(tmp_path, objects, local_retention_bytes=0, cache_bytes=64 << 10)
+    bodies = fill(s)
+    upload_all(t)
+    s.clean_expired()
+    remote_chunks = sum(len(m.crcs) for m in t.manifests.values())
+    assert [r.body for r in pull_all(s)[0]] == bodies
+    assert objects.gets <= remote_chunks // 4 + len(t.manifests)   # 4 chunks a GET, one short per segment
+    # chunk 1 of the first segment damaged: a read of chunk 0 reads it ahead but does not keep it
+    s.reads.cache.chunks.clear()
+    s.reads.cache.bytes = 0
+    path = tmp_path / "bucket" / t.manifests[0].key
+    data = bytearray(path.read_bytes())
+    data[1024 + 5] ^= 1
+    path.write_bytes(bytes(data))
+    assert s.reads.read(0, 100) == bytes(data[:100])
+    assert (0, 0) in s.reads.cache.chunks and (0, 1) not in s.reads.cache.chunks
+    with pytest.raises(RemoteDamaged):
+        s.reads.read(1024, 100)
+    s.close()
