@@ -61,3 +61,10 @@ def test_readme_links_reach_files():
     assert targets, "README.md links nowhere"
     missing = [t for t in targets if t and not (ROOT / t).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_hook_unescapes_pipes_in_table_code_only():
+    import runpy
+    unescape = runpy.run_path(str(ROOT / "scripts" / "mkdocs_hooks.py"))["unescape_table_code"]
+    page = "| a | `x\\|y` \\| z |\ntext `x\\|y`\n```\n| `x\\|y` |\n```"
+    assert unescape(page) == "| a | `x|y` \\| z |\ntext `x\\|y`\n```\n| `x\\|y` |\n```"
