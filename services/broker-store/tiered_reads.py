@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 import zlib
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from .tiered_store import StoreDown
 log = logging.getLogger(__name__)
 
 READAHEAD_CHUNKS = 4   # chunks a cache miss fetches in one ranged GET (fewer, larger requests)
+DOWN_HOLD_S = 5.0      # after a failed GET, reads answer SYSTEM_BUSY this long without trying the store
 
 
 class RemoteDamaged(QuiverError):
@@ -60,6 +62,8 @@ class ChunkCache:
         self.lock = threading.Lock()
         self.counts = {"cache_hits": 0, "cache_misses": 0, "damaged_chunks": 0, "remote_read_errors": 0}
         self.damaged_logged: set[tuple[int, int]] = set()
+        self.down_until = 0.0   # monotonic time; reads run on the broker's thread: a dead store must not hold it
+        self.clock = time.monotonic
 
     def chunk(self, start: int, idx: int) -> bytes:
         key = (start, idx)
@@ -70,6 +74,8 @@ class ChunkCache:
                 self.counts["cache_hits"] += 1
                 return data
         self.counts["cache_misses"] += 1
+        if self.clock() < self.down_until:
+            raise RemoteUnavailable(f"tiered store {self.tiered.objects.url} failed a read a moment ago: retry later")
         m = self.tiered.manifests.get(start)
         if m is None:
             raise RemoteUnavailable(f"CommitLog segment {start} is no longer in the tiered store (remote retention)")
@@ -89,6 +95,7 @@ class ChunkCache:
             self.counts["remote_read_errors"] += 1
             if isinstance(exc, FileNotFoundError):
                 self._damaged(m, idx, "the object is missing")
+            self.down_until = self.clock() + DOWN_HOLD_S
             raise RemoteUnavailable(f"tiered store {self.tiered.objects.url} unreachable ({exc}): "
                                     "retry later") from None
         pieces = [span[(j - idx) * m.chunk:(j - idx + 1) * m.chunk] for j in range(idx, last)]

@@ -25,6 +25,7 @@ KEY_RE = re.compile(r"^commitlog/[0-9]{20}(\.json)?$")
 PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 IO_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = 3   # reads wait for it on the broker's thread
 
 
 class StoreDown(Exception):
@@ -157,7 +158,7 @@ class S3Store:
         kw: dict = {}
         if credentials_file:
             kw.update(_credentials(credentials_file))
-        cfg = BotoConfig(connect_timeout=IO_TIMEOUT_S, read_timeout=IO_TIMEOUT_S,
+        cfg = BotoConfig(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=IO_TIMEOUT_S,
                          retries={"max_attempts": 2, "mode": "standard"})
         self.client = boto3.session.Session(**kw).client(
             "s3", endpoint_url=endpoint or None, config=cfg,

@@ -12,7 +12,7 @@ from quiver.wire.codes import ResponseCode
 from quiver.wire.property_string import format_properties
 from quiver_broker.store import GetStatus, MessageStore
 from quiver_broker.tiered import Tiered, tiered_gauges
-from quiver_broker.tiered_reads import RemoteDamaged
+from quiver_broker.tiered_reads import RemoteDamaged, RemoteUnavailable
 from quiver_broker.tiered_store import FileStore, StoreDown, check_key, parse_url
 
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
@@ -288,4 +288,35 @@ def test_a_miss_reads_ahead_and_a_bad_read_ahead_chunk_is_not_kept(tmp_path):
     assert (0, 0) in s.reads.cache.chunks and (0, 1) not in s.reads.cache.chunks
     with pytest.raises(RemoteDamaged):
         s.reads.read(1024, 100)
+    s.close()
+
+
+class DownStore(FileStore):
+    down = False
+    gets = 0
+
+    def get_range(self, key, start, end):
+        self.gets += 1
+        if self.down:
+            raise StoreDown("connection refused")
+        return super().get_range(key, start, end)
+
+
+def test_a_store_down_answers_busy_without_being_asked_again_for_a_while(tmp_path):
+    objects = DownStore(str(tmp_path / "bucket"))
+    s, t = open_store(tmp_path, objects, local_retention_bytes=0)
+    fill(s)
+    upload_all(t)
+    s.clean_expired()
+    objects.down = True
+    now = [1000.0]
+    s.reads.cache.clock = lambda: now[0]
+    for _ in range(3):
+        with pytest.raises(RemoteUnavailable) as err:
+            s.get_messages("T", 0, 0)
+        assert err.value.code == ResponseCode.SYSTEM_BUSY
+    assert objects.gets == 1
+    objects.down = False
+    now[0] += 10
+    assert s.get_messages("T", 0, 0).status is GetStatus.FOUND
     s.close()
