@@ -101,9 +101,10 @@ def create_app(config, admin, stats: ConsoleStats | None = None, users: UserLogi
 
 
 def fmt_ts(ms) -> str:
+    """UTC with its offset written, as the CLI prints times (quiver.tools.cli_common.ms_text)."""
     if not isinstance(ms, int) or ms <= 0:
         return ""
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(" ", "milliseconds")
 
 
 def fmt_size(n) -> str:

@@ -16,10 +16,11 @@ class Config(ServiceSettings):
                                 "as a Quiver user and reads with her key")
     credentials: str = setting("", "auth on without --auth-dir: a key file naming the cluster's server key "
                                    "(the console reads with each logged-in user's key, never this one)")
-    admin_token: str = setting("", "auth off: password a browser gives on /login to run actions "
-                                   "(auth on: users log in with their own keys)")
-    allow_actions: bool = setting(False, "allow actions (reset offset, DLQ resend, create topic); auth on: "
-                                         "each runs with the logged-in user's rights; off: read-only")
+    admin_token: str = setting("", "auth off: password a browser gives on /login to run actions, required "
+                                   "with --allow-actions (auth on: users log in with their own keys)")
+    allow_actions: bool = setting(False, "allow actions (create, send to and delete a topic, reset offsets, DLQ "
+                                         "resend); auth on: each runs with the logged-in user's rights; auth off: "
+                                         "after /login with --admin-token; unset: read-only")
     groups: str = setting("", "consumer groups listed even before they have a retry or DLQ topic, 'g1;g2'")
     request_timeout_ms: int = setting(2000, "how long one Admin request waits (a down broker costs this)")
     preview_bytes: int = setting(2048, "bytes of a message body shown")
@@ -61,6 +62,10 @@ class Config(ServiceSettings):
                                        ("--login-lockout-s", self.login_lockout_s, 1, 86_400)):
             if not low <= value <= high:
                 raise ValueError(f"{flag} must be in {low}..{high}")
+        if self.allow_actions and not self.auth_on and not self.admin_token:
+            # nobody acts anonymously: without users, the token's /login is who may act
+            raise ValueError("--allow-actions with auth off needs --admin-token (QUIVER_ADMIN_TOKEN, the password "
+                             "/login asks before any action), or auth on (--auth-dir) so users log in with their keys")
 
     @property
     def key_file(self) -> str | None:

@@ -11,6 +11,7 @@ import re
 from flask import abort, flash, redirect, render_template, request, url_for
 
 from quiver.errors import QuiverError
+from quiver.wire.names import DLQ_PREFIX
 
 from . import cluster_pages, inputs, message_pages, topic_pages
 from .guard import Refused
@@ -25,10 +26,6 @@ _LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%?=&;+-]{0,1000}")   # where 
 def register(app, admin, config, rates, guard) -> None:
     """Add every URL of the console to the Flask `app` (collaborators passed in, none looked up)."""
     cap = config.preview_bytes
-
-    def readable(groups: list[str]) -> list[str]:
-        """Auth on: only the groups the user looking may see (auth off: every one)."""
-        return topic_pages.readable_groups(admin, groups[:topic_pages.MAX_GROUPS]) if guard.users else groups
 
     @app.get("/")
     def index():
@@ -65,10 +62,10 @@ def register(app, admin, config, rates, guard) -> None:
     @app.get("/groups")
     def groups():
         name = inputs.group(request.args, required=False)
-        names, error = cluster_pages.attempt(admin.topic_list)
-        known = readable(topic_pages.known_groups(names or [], config.known_groups))
+        rows, error, left_out = topic_pages.group_rows(admin, config.known_groups)
         data = topic_pages.group(admin, name) if name else None
-        return render_template("groups.html", page="groups", known=known, group=data, list_error=error)
+        return render_template("groups.html", page="groups", known=rows, group=data, list_error=error,
+                               left_out=left_out)
 
     @app.post("/groups/reset")
     def reset_offset():
@@ -99,7 +96,8 @@ def register(app, admin, config, rates, guard) -> None:
         name = inputs.group(request.args, required=False)
         limit = inputs.count(request.args, "max", 1, MAX_LIST, 64)
         names, error = cluster_pages.attempt(admin.topic_list)
-        known = readable([g for g in topic_pages.known_groups(names or [], []) if f"%DLQ%{g}" in (names or [])])
+        dead = sorted(t[len(DLQ_PREFIX):] for t in names or [] if t.startswith(DLQ_PREFIX))
+        known = topic_pages.readable_groups(admin, dead) if guard.users else dead
         data = message_pages.dlq(admin, name, limit, cap) if name else None
         return render_template("dlq.html", page="dlq", known=known, dlq=data, list_error=error)
 

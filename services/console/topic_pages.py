@@ -2,23 +2,45 @@
 
 Topics: every queue's min and max offset, and rates from successive page loads (`Rates`):
 in = growth of the summed max offsets, out = growth of the summed consumer offsets of the
-groups the console knows. Groups are known from the settings and from their retry and
-dead-letter topics (`%RETRY%G`, `%DLQ%G`): the cluster keeps no list of groups a client
-could ask for. A broker that fails once is skipped for the rest of the page (one timeout,
+groups the console knows. Groups are those every broker reports (`Admin.group_list`, the list
+`quiver consumer list` prints) and --groups; each is asked for its offsets and members with
+the user's key, and one the cluster refuses her is not listed. A broker that fails once is skipped for the rest of the page (one timeout,
 not one per queue). What the cluster refuses the user looking (auth on: her key lacks the
 right) is left out, counted, not shown as an error: a topic or group she may not read is not
 listed. Not owned: HTML, input checks (inputs.py)."""
 
-from quiver.wire.names import DLQ_PREFIX, RETRY_PREFIX, is_system_topic
+from quiver.wire.names import is_system_topic
 
 from .cluster_pages import attempt, denied
 
-MAX_GROUPS = 64     # groups asked for their offsets on one topics page
+MAX_GROUPS = 64     # groups asked for their offsets on one page
 
 
-def known_groups(topics: list[str], configured: list[str]) -> list[str]:
-    found = {t[len(p):] for t in topics for p in (RETRY_PREFIX, DLQ_PREFIX) if t.startswith(p)}
-    return sorted(found | set(configured))
+def known_groups(admin, configured: list[str]) -> tuple[list[str], dict, str | None]:
+    """(names, group_list's rows, error): the brokers' groups (`quiver consumer list`) and --groups."""
+    listed, error = attempt(admin.group_list)
+    listed = listed or {}
+    return sorted(set(listed) | set(configured)), listed, error
+
+
+def group_rows(admin, configured: list[str]) -> tuple[list[dict], str | None, int]:
+    """The groups page's list: (rows of name, brokers, online members, lag, topics; error; how many
+    were left out: refused to this user, or past MAX_GROUPS). Members and lag are every broker's view
+    (consumer_stats, with the user's rights), so what is listed is what she may read."""
+    names, listed, error = known_groups(admin, configured)
+    rows, left_out = [], max(0, len(names) - MAX_GROUPS)
+    for g in names[:MAX_GROUPS]:
+        stats, serror = attempt(admin.consumer_stats, g)
+        if denied(serror):
+            left_out += 1
+            continue
+        info = listed.get(g) or {}
+        stats = stats or {"rows": [], "clients": []}
+        rows.append({"name": g, "brokers": info.get("brokers", []), "error": serror,
+                     "online": len(stats["clients"]), "clients": stats["clients"],
+                     "lag": sum(r["lag"] or 0 for r in stats["rows"]),
+                     "topics": sorted({r["topic"] for r in stats["rows"]})})
+    return rows, error, left_out
 
 
 def queue_rows(admin, topic: str, down: set[str]) -> tuple[list[dict], str | None]:
@@ -64,9 +86,9 @@ def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dic
     names, error = attempt(admin.topic_list)
     if error:
         return {"topics": [], "error": error, "groups": [], "problems": []}
-    problems: list[str] = []
+    groups, _, gerror = known_groups(admin, configured_groups)
+    problems: list[str] = [f"group list: {gerror}"] if gerror else []
     refused: set[str] = set()
-    groups = known_groups(names, configured_groups)
     consumed = group_offsets(admin, groups, problems, refused)
     groups = [g for g in groups if g not in refused]
     down: set[str] = set()
@@ -91,21 +113,15 @@ def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dic
 
 
 def readable_groups(admin, groups: list[str]) -> list[str]:
-    """`groups` less those whose retry topic's route the cluster refuses this user (any right on a
-    group lets her see its route; a group with no retry topic yet stays)."""
-    out = []
-    for g in groups:
-        _, error = attempt(admin.topic_route, RETRY_PREFIX + g)
-        if not denied(error):
-            out.append(g)
-    return out
+    """`groups` less those whose offsets the cluster refuses this user (group GET)."""
+    return [g for g in groups[:MAX_GROUPS] if not denied(attempt(admin.consumer_stats, g)[1])]
 
 
 def topic(admin, rates, name: str, configured_groups: list[str]) -> dict:
     queues, error = queue_rows(admin, name, set())
-    names, _ = attempt(admin.topic_list)
-    problems: list[str] = []
-    consumed = group_offsets(admin, known_groups(names or [], configured_groups), problems)
+    groups, _, gerror = known_groups(admin, configured_groups)
+    problems: list[str] = [f"group list: {gerror}"] if gerror else []
+    consumed = group_offsets(admin, groups, problems)
     by_group = []
     for g, rows in sorted(consumed.items()):
         mine = [r for r in rows if r["topic"] == name]

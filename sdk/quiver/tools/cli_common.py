@@ -11,10 +11,9 @@ Does not own any verb (cli_*.py) nor the wire (the SDK's clients do the calls).
 
 import contextlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 import click
 
@@ -211,17 +210,18 @@ def show(ctx_obj: Ctx, output: str | None, doc, rows: list[dict] | None = None, 
 # ---- values ----------------------------------------------------------------------------------
 
 def ms_text(ts) -> str | None:
-    """Epoch ms as local 'YYYY-mm-dd HH:MM:SS.mmm' (None stays None)."""
+    """Epoch ms as UTC with its offset written, 'YYYY-mm-dd HH:MM:SS.mmm+00:00', as the console
+    shows times (None stays None)."""
     if not ts:
         return None
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts / 1000)) + f".{int(ts) % 1000:03d}"
+    return datetime.fromtimestamp(ts / 1000, timezone.utc).isoformat(" ", "milliseconds")
 
 
-WHEN_HINT = "an ISO datetime (2024-05-01T12:00:00[+02:00]) or epoch seconds (10 digits) or ms (13 digits)"
+WHEN_HINT = "an ISO datetime, UTC unless it has an offset (2024-05-01T12:00:00[+02:00]), or epoch seconds (10 digits) or ms (13 digits)"
 
 
 def parse_when(text: str) -> int:
-    """An ISO-8601 datetime (local time unless it has an offset), or epoch seconds (10 digits)
+    """An ISO-8601 datetime (UTC unless it has an offset), or epoch seconds (10 digits)
     or ms (13 digits) -> epoch ms. Other digit strings are refused: never guessed."""
     if text.isdigit():
         if len(text) == 13:
@@ -233,6 +233,8 @@ def parse_when(text: str) -> int:
         dt = datetime.fromisoformat(text)
     except ValueError:
         raise click.BadParameter(f"{text!r}: use {WHEN_HINT}")
+    if dt.tzinfo is None:   # one time zone everywhere: the console's and what ms_text prints
+        dt = dt.replace(tzinfo=timezone.utc)
     return int(dt.timestamp() * 1000)
 
 

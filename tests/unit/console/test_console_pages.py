@@ -115,7 +115,42 @@ def test_auth_on_without_token_is_read_only():
     cfg = Config(credentials="/nonexistent.key")
     assert cfg.auth_on and not cfg.actions_enabled
     assert Config(credentials="/k", admin_token="t").actions_enabled
-    assert not Config(allow_actions=False).actions_enabled and Config(allow_actions=True).actions_enabled
+    assert not Config(allow_actions=False).actions_enabled
+    assert Config(allow_actions=True, admin_token="t").actions_enabled
+
+
+def test_no_anonymous_actions_auth_off_needs_a_token():
+    with pytest.raises(ValueError, match="--allow-actions with auth off needs --admin-token"):
+        Config(allow_actions=True)
+    assert Config(allow_actions=True, credentials="/k").actions_enabled   # auth on: users log in
+
+
+def _login(web, token: str = "s3cret") -> str:
+    """Log `web` in with the admin token; the new session's CSRF token."""
+    csrf = CSRF.search(web.get("/login").text)[1]
+    assert web.post("/login", data={"token": token, "csrf_token": csrf}).status_code == 303
+    return CSRF.search(web.get("/topics").text)[1]
+
+
+def test_groups_page_lists_what_consumer_list_does(cluster):
+    admin = cluster.admin()
+    listed = admin.group_list()
+    assert "billing" in listed and "%RETRY%billing" not in admin.topic_list()   # no retry topic: still listed
+    page = client(cluster).get("/groups").text
+    shown = re.findall(r'<tr data-group="([^"]+)">', page)
+    assert shown == sorted(listed)
+    row = re.search(r'data-group="billing">.*?class="n online">(\d+)<.*?class="n lag">(\d+)<', page, re.S)
+    stats = admin.consumer_stats("billing")
+    assert row and (int(row[1]), int(row[2])) == (len(stats["clients"]), sum(r["lag"] or 0 for r in stats["rows"]))
+
+
+def test_console_and_cli_write_times_alike():
+    from quiver.tools.cli_common import ms_text, parse_when
+    from quiver_console.app import fmt_ts
+    for ms in (1, 1700000000123, 1764374400999):
+        assert fmt_ts(ms) == ms_text(ms) and fmt_ts(ms).endswith("+00:00")
+        assert parse_when(fmt_ts(ms).replace(" ", "T")) == ms
+    assert parse_when("2023-11-14T22:13:20") == 1700000000000   # no offset: UTC, as the console reads it
 
 
 def _fail(msgs):
@@ -135,7 +170,8 @@ def test_dlq_page_lists_dead_letters_and_flashes_a_failed_resend(cluster):
     c.register(_fail)
     with c:
         assert wait_until(lambda: admin.dlq_messages("payer"), timeout=15)
-    web = client(cluster, allow_actions=True)
+    web = client(cluster, allow_actions=True, admin_token="s3cret")
+    _login(web)
     page = web.get("/dlq?group=payer").text
     assert "poison" in page and "resend to Pay" in page
     csrf = CSRF.search(page)[1]

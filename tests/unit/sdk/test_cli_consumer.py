@@ -64,7 +64,7 @@ def test_reset_to_earliest_latest_offset_time_and_dry_run(stub):
                                                "earliest", "--dry-run")["queues"]) == 8
     one = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", "offset:1")
     assert [q["offset"] for q in one["queues"]] == [1, 1]
-    future = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3600))
+    future = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3600))   # read as UTC
     by_time = qcli.json("consumer", "reset", "resetter", "--topic", "Work", "--to", future)
     assert sum(q["offset"] for q in by_time["queues"]) == 8          # nothing stored after it: the end
     text = qcli("consumer", "reset", "resetter", "--topic", "Work", "--timestamp", "0")
