@@ -320,3 +320,26 @@ def test_a_store_down_answers_busy_without_being_asked_again_for_a_while(tmp_pat
     now[0] += 10
     assert s.get_messages("T", 0, 0).status is GetStatus.FOUND
     s.close()
+
+
+def test_settings_refuse_a_bad_store_url_and_a_tiered_slave():
+    from quiver_broker.config import Config
+    assert Config(tiered_store="s3://bucket-a/p").tiered_store == "s3://bucket-a/p"
+    for kw in ({"tiered_store": "ftp://x/y"}, {"tiered_store": "s3://bucket-a/../p"},
+               {"tiered_store": "file:///q", "broker_id": 1, "role": "SLAVE"},
+               {"tiered_store": "file:///q", "tiered_cache_bytes": 10}):
+        with pytest.raises(ValueError):
+            Config(**kw)
+
+
+def test_credentials_file(tmp_path):
+    from quiver_broker.tiered_store import _credentials
+    p = tmp_path / "creds"
+    p.write_text("[default]\naws_access_key_id = AK\naws_secret_access_key = SK\nregion = eu-west-1\n")
+    assert _credentials(str(p)) == {"aws_access_key_id": "AK", "aws_secret_access_key": "SK",
+                                    "region_name": "eu-west-1"}
+    p.write_text("[default]\nnothing = here\n")
+    with pytest.raises(ValueError, match="aws_access_key_id"):
+        _credentials(str(p))
+    with pytest.raises(ValueError, match="cannot be read"):
+        _credentials(str(tmp_path / "absent"))
