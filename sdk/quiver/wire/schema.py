@@ -377,6 +377,7 @@ class Schema:
     """Base of every request and reply schema (subclasses are frozen slotted dataclasses)."""
 
     CODE: RequestCode | None = None
+    WHAT = ""  # "CODE_NAME (code)" of a request schema, as its errors name it (each send's bodies ask)
     ACCESS = None  # a request schema's Access (quiver.wire.access); replies have none
     FIELDS: tuple = ()
     PLAN: tuple = ()  # FIELDS as the compiled schema_decode reads them (_plan_row)
@@ -454,7 +455,7 @@ class Schema:
 
     @classmethod
     def _what(cls) -> str:
-        return f"{cls.CODE.name} ({int(cls.CODE)})" if cls.CODE is not None else cls.__name__
+        return cls.WHAT or cls.__name__
 
     @classmethod
     def key(cls, name: str) -> str:
@@ -530,6 +531,7 @@ def request(code: RequestCode, access):
     def register(cls):
         cls = _finish(cls)
         cls.CODE = code
+        cls.WHAT = f"{code.name} ({int(code)})"
         cls.ACCESS = access
         if code in SCHEMAS:
             raise TypeError(f"{code.name} has two schemas: {SCHEMAS[code].__name__} and {cls.__name__}")

@@ -7,7 +7,8 @@ import pytest
 
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, MessageIllegalError, TopicNotExistError
+from quiver.errors import InvalidParameterError, MessageIllegalError, NoPermissionError, TopicNotExistError
+from quiver.wire.names import NOT_ALLOWED_SEND
 from quiver.client.message import decode_messages
 from quiver.testing import stub_cluster, wait_until
 
@@ -142,3 +143,12 @@ def test_auto_create_off_refuses_unknown_topics():
     with stub_cluster(broker_options={"auto_create_topics": False}) as c:
         with pytest.raises(TopicNotExistError, match="auto-create"):
             _send(c.network, c.broker_addrs["broker-a"], [b"x"], topic="Fresh")
+
+
+@pytest.mark.parametrize("topic, error", [*((t, NoPermissionError) for t in sorted(NOT_ALLOWED_SEND)),
+                                          ("bad topic", MessageIllegalError), ("t" * 300, MessageIllegalError)])
+def test_a_send_to_a_system_or_misnamed_topic_is_refused(broker, topic, error):
+    net, addr, app = broker
+    with pytest.raises(error):
+        _send(net, addr, [b"x"], topic=topic)
+    assert app.counters["put_messages"] == 0
