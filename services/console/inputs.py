@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 from quiver.wire.names import group_problem, topic_problem
 
 MAX_KEY_CHARS = 128
+MAX_BODY_BYTES = 16 * 1024   # a test message typed into a form
+MAX_KEYS = 16
 _MSG_ID = re.compile(r"[0-9A-Fa-f]{16,64}")
 _SAFE_TEXT = re.compile(r"[^\x00-\x1f\x7f]*")
 _WHEN_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
@@ -85,3 +87,26 @@ def count(form, name: str, low: int, high: int, default: int) -> int:
     if not value.isdigit() or not low <= int(value) <= high:
         raise InputError(f"{name}: a whole number from {low} to {high}")
     return int(value)
+
+
+def body(form, name: str = "body") -> bytes:
+    """A message body typed in the form (UTF-8, 1 byte to MAX_BODY_BYTES)."""
+    value = form.get(name, "")
+    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else b""
+    if not data or len(data) > MAX_BODY_BYTES:
+        raise InputError(f"{name}: 1 to {MAX_BODY_BYTES} bytes of text")
+    return data
+
+
+def keys(form, name: str = "keys") -> list[str]:
+    """Space-separated message keys, each a `key`."""
+    found = text(form, name).split()
+    if len(found) > MAX_KEYS:
+        raise InputError(f"{name}: at most {MAX_KEYS} keys, separated by spaces")
+    return [key({name: k}, name) for k in found]
+
+
+def confirmed(form, expected: str, name: str = "confirm") -> None:
+    """The confirmation field repeats `expected` (a topic's name before it is deleted)."""
+    if text(form, name) != expected:
+        raise InputError(f"{name}: type the topic's name, {expected}, to confirm")

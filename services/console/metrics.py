@@ -8,6 +8,7 @@ endpoint names, status codes, Admin method names and exception class names: the 
 own vocabulary, never a path, topic, key or message id.
 """
 
+import inspect
 import threading
 
 from quiver.runtime.histogram import Histogram, bump
@@ -57,7 +58,7 @@ class CountingAdmin:
 
     def __getattr__(self, name):
         attr = getattr(self._admin, name)
-        if name.startswith("_") or not callable(attr):
+        if name.startswith("_") or not inspect.ismethod(attr):   # a class (transport_factory) passes as it is
             return attr
         stats = self._stats
 

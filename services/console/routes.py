@@ -8,12 +8,12 @@ topic_pages, message_pages) nor the rules of who may act (guard.py)."""
 import logging
 import re
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import abort, flash, g, redirect, render_template, request, url_for
 
 from quiver.errors import QuiverError
 from quiver.wire.names import DLQ_PREFIX
 
-from . import cluster_pages, inputs, message_pages, topic_pages
+from . import actions, charts, cluster_pages, inputs, message_pages, topic_pages
 from .guard import Refused
 from .login import LoginRefused
 
@@ -26,6 +26,7 @@ _LOCAL_PATH = re.compile(r"/(?![/\\])[A-Za-z0-9/_.~%?=&;+-]{0,1000}")   # where 
 def register(app, admin, config, rates, guard) -> None:
     """Add every URL of the console to the Flask `app` (collaborators passed in, none looked up)."""
     cap = config.preview_bytes
+    history = charts.History()
 
     @app.get("/")
     def index():
@@ -48,8 +49,10 @@ def register(app, admin, config, rates, guard) -> None:
     @app.get("/topics/<name>")
     def topic(name):
         name = inputs.topic({"topic": name})
-        return render_template("topic.html", page="topics",
-                               **topic_pages.topic(admin, rates, name, config.known_groups))
+        refresh = inputs.count(request.args, "refresh", 5, 3600, 0)
+        data = topic_pages.topic(admin, rates, name, config.known_groups)
+        return render_template("topic.html", page="topics", refresh=refresh,
+                               charts=charts.topic_charts(history, data), **data)
 
     @app.post("/topics")
     def create_topic():
@@ -58,6 +61,29 @@ def register(app, admin, config, rates, guard) -> None:
         queues = inputs.count(request.form, "queues", 1, 64, 4)
         return _act(lambda: admin.create_topic(name, queues=queues),
                     f"topic {name} created with {queues} queues on every broker", url_for("topics"))
+
+    @app.post("/topics/<name>/send")
+    def send_message(name):
+        guard.check_action(request.form)
+        name = inputs.topic({"topic": name})
+        body, keys, tags = inputs.body(request.form), inputs.keys(request.form), inputs.key(request.form, "tags")
+        return _act(lambda: actions.send_test(admin, name, body, keys, tags), f"a test message sent to {name}",
+                    url_for("topic", name=name))
+
+    @app.get("/topics/<name>/delete")
+    def confirm_delete(name):
+        if not guard.can_act():
+            raise Refused("log in with the right to act first" if guard.actions_enabled else
+                          "actions are off: this console is read-only")
+        return render_template("delete.html", page="topics", name=inputs.topic({"topic": name}))
+
+    @app.post("/topics/<name>/delete")
+    def delete_topic(name):
+        guard.check_action(request.form)
+        name = inputs.topic({"topic": name})
+        inputs.confirmed(request.form, name)
+        return _act(lambda: admin.delete_topic(name), f"topic {name} deleted on every broker", url_for("topics"),
+                    failed_back=url_for("topic", name=name))
 
     @app.get("/groups")
     def groups():
@@ -166,14 +192,22 @@ def register(app, admin, config, rates, guard) -> None:
     def refused(exc):
         return render_template("error.html", page="", title="Refused", message=str(exc)), 403
 
-    def _act(fn, what: str, back: str):
-        """Run an action; its result or error is flashed on the page it came from."""
+    def _act(fn, what: str, back: str, failed_back: str | None = None):
+        """Run an action; its result or error (the broker's refusal with its remark) is flashed on
+        the page it came from (`failed_back`, when it failed and that differs)."""
         try:
             detail = fn()
         except QuiverError as exc:
-            log.warning("console action failed: %s: %s", what, exc)
+            log.warning("console action failed: %s (%s): %s", what, _who(), exc)
             flash(f"failed: {what}: {type(exc).__name__}: {exc}", "error")
+            return redirect(failed_back or back, 303)
         else:
-            log.info("console action: %s (%s)", what, detail or "done")
+            log.info("console action: %s (%s): %s", what, _who(), detail or "done")
             flash(f"done: {what}" + (f": {detail}" if isinstance(detail, str) else ""))
         return redirect(back, 303)
+
+
+def _who() -> str:
+    """Who ran an action, for the log: the user's access key (auth on), else the token's login."""
+    s = g.get("user_session")
+    return f"user {s.access_key[:10]}..." if s is not None else "admin token"

@@ -3,6 +3,7 @@ Admin returns, input is checked and escaped, actions need CSRF, the rules of the
 (where the rules allow) a login."""
 
 import re
+import time
 
 import pytest
 
@@ -204,3 +205,40 @@ def test_rates_come_from_successive_samples():
     assert r.sample("t", 300) == 100.0
     now[0] = 3.0
     assert r.sample("t", 10) is None           # went back (a reset)
+
+
+def test_send_a_test_message_and_delete_a_topic_after_confirming(cluster):
+    admin = cluster.admin()
+    admin.create_topic("Scratch", queues=1)
+    web = client(cluster, allow_actions=True, admin_token="s3cret")
+    page = web.get("/topics/Scratch").text
+    assert "Send a test message" not in page and "delete-link" not in page      # not logged in: no forms
+    csrf = CSRF.search(web.get("/login").text)[1]
+    assert web.post("/topics/Scratch/delete", data={"confirm": "Scratch", "csrf_token": csrf}).status_code == 403
+    csrf = _login(web)
+    resp = web.post("/topics/Scratch/send", data={"body": "hello <b>", "keys": "t1 t2", "tags": "test",
+                                                  "csrf_token": csrf}, follow_redirects=True)
+    assert resp.status_code == 200 and "done: a test message sent to Scratch: msgId" in resp.text, resp.text[-800:]
+    found = admin.query_by_key("Scratch", "t2")
+    assert [(m.body, m.tags) for m in found] == [(b"hello <b>", "test")]
+    assert web.post("/topics/Scratch/send", data={"body": "", "csrf_token": csrf}).status_code == 400
+    confirm = web.get("/topics/Scratch/delete").text
+    assert 'name="confirm"' in confirm
+    resp = web.post("/topics/Scratch/delete", data={"confirm": "Scratc", "csrf_token": csrf})
+    assert resp.status_code == 400 and "to confirm" in resp.text                    # the name mistyped
+    assert "Scratch" in admin.topic_list()
+    resp = web.post("/topics/Scratch/delete", data={"confirm": "Scratch", "csrf_token": csrf}, follow_redirects=True)
+    assert "done: topic Scratch deleted" in resp.text
+    assert wait_until(lambda: "Scratch" not in admin.topic_list(), timeout=10)
+
+
+def test_topic_page_charts_its_history_as_inline_svg(cluster):
+    web = client(cluster)
+    first = web.get("/topics/Orders").text
+    assert "not enough samples yet" in first and "<script" not in first
+    for _ in range(2):
+        time.sleep(0.6)   # Rates measures over at least 0.5 s
+        page = web.get("/topics/Orders?refresh=10").text
+    assert page.count("<svg") == 2 and 'class="line"' in page and "<script" not in page
+    assert '<meta http-equiv="refresh" content="10">' in page
+    assert web.get("/topics/Orders?refresh=1").status_code == 400
