@@ -11,6 +11,7 @@ taken as its owner wrote it) nor the way back (restore.py)::
       consumequeue/<topic>/<q>/..  sealed files hard-linked, each queue's last file copied up to
                                    its length at the cut
       index/<name>                 full index files hard-linked; the one being written left out
+      compaction/<topic>/<q>/..    compacted topics' logs, hard-linked (replaced whole, never in place)
       metadata.json                topics, groups, consumer offsets and the ACL at the cut
 
 Consistency: the plan is made on the service thread, between two requests, where every
@@ -121,6 +122,7 @@ class Backups:
             self._commit_log(plan, cut)
             queues = self._queues(plan)
             index_end = self._index(plan)
+            self._compacted(plan)
             plan.ckpt = checkpoint.Checkpoint(flushed_offset=cut, logics_offset=max(0, min(cut, index_end)))
             meta = self.metadata
             plan.metadata = {"topics": dict(meta.topics), "groups": dict(meta.groups),
@@ -161,6 +163,14 @@ class Backups:
         for f in sealed:
             self._take(plan, f.path, os.path.join("index", os.path.basename(f.path)), os.path.getsize(f.path), True)
         return next((f.end_phy for f in reversed(sealed) if f.count > 1), -1)
+
+    def _compacted(self, plan: Plan) -> None:
+        """Compacted topics' logs, hard-linked: a pass replaces a log whole (a rename), never in
+        place, and once it covers a segment retention may delete that segment from the CommitLog."""
+        compaction = getattr(self.store, "compaction", None)
+        for log_ in list(compaction.logs.values()) if compaction is not None else ():
+            rel = os.path.relpath(log_.path, self.store.data_dir)
+            self._take(plan, log_.path, rel, os.path.getsize(log_.path), True)
 
     def _take(self, plan: Plan, src: str, rel: str, length: int, sealed: bool) -> None:
         dst = os.path.join(_partial(plan.dest), rel)
