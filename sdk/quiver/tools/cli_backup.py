@@ -37,6 +37,9 @@ def broker_backup(obj, broker, name, timeout, output):
       quiver broker backup --broker broker-a --to before-upgrade -o json
     """
     from quiver.wire.names import backup_name_problem
+    if name.startswith("s3://"):
+        finish(EXIT_USAGE, "error: s3:// targets are not built yet: back up under the broker's --backup-dir and copy "
+                           "the finished directory (docs/backup-restore.md)")
     problem = backup_name_problem(name)
     if problem:
         finish(EXIT_USAGE, f"error: {problem}")
