@@ -177,6 +177,9 @@ def test_tiered_store_on_s3(make_cluster, s3):
     data = bytearray(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
     data[2000] ^= 0x5A
     client.put_object(Bucket=BUCKET, Key=key, Body=bytes(data))
+    broker.stop()   # a fresh start: nothing of that object in the broker's cache
+    broker.start()
+    wait_healthy([broker])
     from quiver.client import queue_puller
     from quiver.errors import QuiverError
     qid = sent[0].queue_id
