@@ -8,13 +8,15 @@ as the bench's quiver-async column) and, from a second topic filled alike, by a 
 group consumer through the gateway (as the kafka-gateway column); the order alternates each round.
 Each consume is timed from subscribe to the last message (the columns' measure: the group join,
 and for librdkafka its 100 ms wait before the offset query of a group with no committed offset,
-are in it) and from the first message on ("after_first": the reading alone).
+are in it) and from the first message on ("after_first": the reading alone), with the CPU per
+message of the broker, the gateway and the consumer (robust to what else loads the machine).
 e2e: the two columns' e2e workloads at the same rate, one after the other. Prints one JSON line per
 measurement and the medians with the gateway/SDK ratios.
 """
 
 import argparse
 import json
+import os
 import statistics
 import time
 import types
@@ -31,28 +33,57 @@ def _prefill(sdk: SdkClient, topic: str, n: int) -> None:
         raise RuntimeError("prefill not fully acked")
 
 
-def sdk_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float]:
-    """(msg/s from subscribe to the last message, msg/s after the first poll that returned some)."""
+def sdk_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float, dict]:
+    """(msg/s from subscribe to the last message, msg/s after the first poll that returned some,
+    CPU per message of each process)."""
     topic = system.new_topic()
     _prefill(sdk, topic, n)
     with PullConsumer(base.unique("ab-c"), namesrv=system.cluster.namesrv, consume_from="first",
                       pull_batch_size=256, auto_commit=False) as pc:
-        t0 = time.perf_counter()
-        pc.subscribe(topic)
-        return _timed(lambda: len(pc.poll(0.5)), n, t0)
+        with CpuMeter(system) as cpu:
+            t0 = time.perf_counter()
+            pc.subscribe(topic)
+            return (*_timed(lambda: len(pc.poll(0.5)), n, t0), cpu.per_msg(n))
 
 
-def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float]:
+def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float, dict]:
     """The same of a confluent-kafka group consumer through the gateway (the kafka-gateway column's)."""
     topic = system.new_topic()
     _prefill(sdk, topic, n)
     c = _consumer(system.conn(), base.unique("ab-c"))
     try:
-        t0 = time.perf_counter()
-        c.subscribe([topic])
-        return _timed(lambda: sum(not m.error() for m in c.consume(500, 0.5)), n, t0)
+        with CpuMeter(system) as cpu:
+            t0 = time.perf_counter()
+            c.subscribe([topic])
+            return (*_timed(lambda: sum(not m.error() for m in c.consume(500, 0.5)), n, t0), cpu.per_msg(n))
     finally:
         c.close()
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU microseconds per message of the broker, the gateway and this process (the consumer) over
+    one run: what the reading costs whatever else the machine runs meanwhile."""
+
+    def __init__(self, system: KafkaGateway):
+        self.pids = {s.role: s.proc.pid for s in system.cluster.services if s.role in ("broker", "kafka")}
+
+    def __enter__(self):
+        self.start = {**{r: _cpu_s(p) for r, p in self.pids.items()}, "consumer": time.process_time()}
+        return self
+
+    def per_msg(self, n: int) -> dict:
+        now = {**{r: _cpu_s(p) for r, p in self.pids.items()}, "consumer": time.process_time()}
+        return {f"cpu_us_{r}": round((now[r] - self.start[r]) / n * 1e6, 1) for r in now}
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _timed(poll, n: int, t0: float) -> tuple[float, float]:
@@ -84,6 +115,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rates: dict[str, list[float]] = {"sdk": [], "kafka": []}
     steady: dict[str, list[float]] = {"sdk": [], "kafka": []}
+    cpus: dict[str, list[float]] = {"sdk": [], "kafka": []}   # CPU us a message, all processes
     e2e: dict[str, list[float]] = {"sdk": [], "kafka": []}
     with KafkaGateway() as system:
         sdk = SdkClient({"namesrv": system.cluster.namesrv})
@@ -92,11 +124,12 @@ def main(argv=None) -> int:
             for r in range(args.rounds):
                 order = ("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")
                 for who in order:
-                    rate, after_first = (sdk_consume if who == "sdk" else kafka_consume)(system, sdk, args.n)
+                    rate, after_first, cpu = (sdk_consume if who == "sdk" else kafka_consume)(system, sdk, args.n)
                     rates[who].append(rate)
                     steady[who].append(after_first)
+                    cpus[who].append(sum(cpu.values()))
                     print(json.dumps({"round": r, "consume": who, "msgs_s": round(rate),
-                                      "after_first_msgs_s": round(after_first)}), flush=True)
+                                      "after_first_msgs_s": round(after_first), **cpu}), flush=True)
             if not args.no_e2e:
                 for who in ("sdk", "kafka"):
                     out = (sdk_e2e(system, sdk, args.rate, args.seconds) if who == "sdk"
@@ -110,7 +143,9 @@ def main(argv=None) -> int:
     summary = {"consume_sdk_msgs_s": round(med["sdk"]), "consume_kafka_msgs_s": round(med["kafka"]),
                "consume_ratio": round(med["kafka"] / med["sdk"], 2),
                "after_first_sdk_msgs_s": round(med_steady["sdk"]), "after_first_kafka_msgs_s": round(med_steady["kafka"]),
-               "after_first_ratio": round(med_steady["kafka"] / med_steady["sdk"], 2)}
+               "after_first_ratio": round(med_steady["kafka"] / med_steady["sdk"], 2),
+               "cpu_us_sdk": round(statistics.median(cpus["sdk"]), 1),
+               "cpu_us_kafka": round(statistics.median(cpus["kafka"]), 1)}
     if not args.no_e2e:
         summary.update(e2e_p99_sdk_us=round(e2e["sdk"][0]), e2e_p99_kafka_us=round(e2e["kafka"][0]),
                        e2e_p99_ratio=round(e2e["kafka"][0] / e2e["sdk"][0], 2))

@@ -38,6 +38,7 @@ NODE_ID = 0
 CLUSTER_ID = "quiver"
 EARLIEST, LATEST = -2, -1
 MAX_PULL_MSGS = 1024
+SENT, AHEAD = "sent", "ahead"   # how a partition's pull of a Fetch round was started
 POLL_INTERVAL_S = 0.05
 
 
@@ -280,20 +281,20 @@ class Gateway:
         if ahead:
             sent = self.ahead.take(topic, partition, offset)
             if sent is not None:
-                return sent, True
+                return sent, AHEAD
         mq, _ = self.queue(topic, partition)
         if mq is None or offset < 0:
             return None
         try:
             addr, req = self._pull_request(topic, mq, offset, max_bytes)
-            return self.admin._io().call_future(addr, req, None, (), self.admin.request_timeout), False
+            return self.admin._io().call_future(addr, req, None, (), self.admin.request_timeout), SENT
         except Exception:
             return None
 
     def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, pull=None,
                    ahead_bytes: int = 0) -> dict:
-        """One partition's answer; `pull`: (its pull's future, whether sent ahead) or None. With
-        `ahead_bytes`, records stored behind those answered are pulled ahead (readahead.py)."""
+        """One partition's answer; `pull`: (its pull's future, SENT) or (what was read ahead, AHEAD),
+        or None. With `ahead_bytes`, records stored behind those answered are read ahead (readahead.py)."""
         out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
                "records": b""}   # empty, not null: librdkafka refuses a null record set
@@ -302,33 +303,47 @@ class Gateway:
             return {**out, "error_code": err}
         if offset < 0:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
-        pulled = None
+        pulled = ready = None
         if pull is not None:
-            future, was_ahead = pull
+            future, kind = pull
             try:
-                pulled = queue_puller.read(future.result(self.admin.request_timeout + 1.0))
+                got = future.result(self.admin.request_timeout + 1.0)
+                pulled, ready = got if kind is AHEAD else (queue_puller.read(got), None)
             except Exception:
                 pulled = None   # pulled again below: a slave may answer, else its error is the answer
-            if was_ahead and pulled is not None and pulled.body is None:
-                pulled = None   # sent ahead and found nothing: what was stored since is pulled now
+            if kind is AHEAD and pulled is not None and pulled.body is None:
+                pulled = None   # read ahead and found nothing: what was stored since is pulled now
         if pulled is None:
             try:
-                pulled = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, max_bytes))
+                pulled, ready = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, max_bytes)), None
             except Exception as exc:
                 return {**out, "error_code": error_of(exc)}
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
         if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
-        rows = mapping.pulled_rows(record.decode_fields(pulled.body), offset) if pulled.body is not None else []
+        rows, data, used = ready or self._converted(pulled, offset, max_bytes)
         if rows:
-            data, used = records.encode_rows(rows, max_bytes)   # the first record goes whatever its size
+            if len(data) > max_bytes and used > 1:   # read ahead for a larger budget than this answer's
+                data, used = records.encode_rows(rows, max_bytes)   # the first record goes whatever its size
             out["records"] = data
             following = rows[used - 1][0] + 1
             if ahead_bytes and following < pulled.max:
                 sent = self._pull_start(topic, partition, following, ahead_bytes, ahead=False)
                 if sent is not None:
-                    self.ahead.put(topic, partition, following, sent[0])
+                    self.ahead.put(topic, partition, following, sent[0], lambda f: self._read_ahead(f, following,
+                                                                                                   ahead_bytes))
         return out
+
+    @staticmethod
+    def _converted(pulled, offset: int, max_bytes: int) -> tuple[list, bytes, int]:
+        """(rows, record batch, rows in it) of a pull answer from `offset`."""
+        rows = mapping.pulled_rows(record.decode_fields(pulled.body), offset) if pulled.body is not None else []
+        return (rows, *records.encode_rows(rows, max_bytes)) if rows else ([], b"", 0)
+
+    def _read_ahead(self, future, offset: int, max_bytes: int):
+        """(the answer, its conversion) of a pull sent ahead: on the read-ahead worker thread."""
+        pulled = queue_puller.read(future.result(self.admin.request_timeout + 1.0))
+        return pulled, self._converted(pulled, offset, max_bytes) if pulled.body is not None else None
 
     def list_offsets(self, body) -> dict:
         topics = []

@@ -103,6 +103,9 @@ def pulled_rows(fields, offset: int) -> list[tuple]:
         if qoff < offset:
             continue
         text = f[2]
+        if text.find(PROP_SEP) == len(text) - 1 and text[:text.find(NAME_SEP)] in _PLAIN_ONLY:
+            rows.append((qoff, f[8], None, f[1], []))   # one property (UNIQ_KEY ...): no key, no headers
+            continue
         p = parse(text)
         if _OURS in text:   # a property of the gateway's own: the whole mapping
             rows.append((qoff, *fields_of(p, f[1], f[8], p.get(KEYS))))
@@ -118,3 +121,4 @@ _SYSTEM = frozenset({"CLUSTER", "TRAN_BORN_MS", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_
                      "TRANSACTION_CHECK_TIMES", "SCHEDULE_ORIGIN_ID", "SCHEDULE_DUE_MS", "MSG_REGION",
                      "CHECK_IMMUNITY_TIME_IN_SECONDS"})
 _NOT_HEADERS = RESERVED_PROPERTIES | _SYSTEM
+_PLAIN_ONLY = _NOT_HEADERS - {KEYS}   # a message whose only property is one of these reads without a parse
