@@ -1,6 +1,6 @@
 /* quiver._speedups: compiled twins of the per-message hot functions.
  *
- * Each function here has a Python reference of the same name (record.py, message.py, schema.py,
+ * Each function here has a Python reference of the same name (record.py, message.py, schema.py, protocol.py,
  * the broker's store.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
  * between them. The contract: a function either returns exactly what its reference
  * returns, or returns NotImplemented and the reference runs instead. Anything unusual
@@ -94,7 +94,14 @@ static const char *const msg_slots[M_COUNT] = {
 static Py_ssize_t MSG_AT[M_COUNT];
 static PyTypeObject *message_type;
 
-static int record_ready, cq_ready, index_ready, message_ready;  /* 0: the twins of that layout decline */
+/* a protocol.Envelope's slots, and what protocol.decode reads a header with (layout "envelope") */
+enum { E_CODE, E_ID, E_EXT, E_BODIES, E_REMARK, E_COUNT };
+static const char *const env_slots[E_COUNT] = {"code", "id", "ext", "bodies", "remark"};
+static Py_ssize_t ENV_AT[E_COUNT], ENV_MAX_HEADER;
+static PyTypeObject *envelope_type;
+static PyObject *env_loads, *env_version;
+
+static int record_ready, cq_ready, index_ready, message_ready, envelope_ready;  /* 0: that layout's twins decline */
 
 /* ---- CRC-32 (the zlib polynomial), slicing by 16: as fast as zlib's, no zlib headers -- */
 
@@ -1350,6 +1357,60 @@ decline:
     NOT_IMPLEMENTED;
 }
 
+/* ---- decode (quiver.wire.protocol.decode) ------------------------------------------------ */
+
+/* decode(frames) -> Envelope of a [version, header, body...] message whose frames are bytes;
+   anything the reference would refuse (or read through zmq.Frame) declines. */
+static PyObject *decode(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (!envelope_ready || nargs != 1 || !(PyList_CheckExact(a[0]) || PyTuple_CheckExact(a[0])))
+        NOT_IMPLEMENTED;
+    PyObject *const *f = PySequence_Fast_ITEMS(a[0]);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(a[0]);
+    if (n < 2 || !PyBytes_CheckExact(f[0]) || PyBytes_GET_SIZE(f[0]) != PyBytes_GET_SIZE(env_version)
+            || memcmp(PyBytes_AS_STRING(f[0]), PyBytes_AS_STRING(env_version), PyBytes_GET_SIZE(env_version)) != 0
+            || !PyBytes_CheckExact(f[1]) || PyBytes_GET_SIZE(f[1]) > ENV_MAX_HEADER)
+        NOT_IMPLEMENTED;
+    for (Py_ssize_t i = 2; i < n; i++)
+        if (!PyBytes_CheckExact(f[i]))
+            NOT_IMPLEMENTED;
+    PyObject *head = PyObject_CallOneArg(env_loads, f[1]), *item[E_COUNT] = {NULL};
+    if (head == NULL || !PyDict_CheckExact(head))
+        goto decline;
+    PyObject *code = PyDict_GetItemString(head, "c"), *id = PyDict_GetItemString(head, "id");
+    PyObject *ext = PyDict_GetItemString(head, "ext"), *remark = PyDict_GetItemString(head, "r");
+    if (code == NULL || id == NULL || !PyLong_CheckExact(code) || !PyLong_CheckExact(id)
+            || (remark != NULL && remark != Py_None && !PyUnicode_Check(remark)))
+        goto decline;
+    int full = ext != NULL && PyObject_IsTrue(ext) == 1;  /* `head.get("ext") or {}` */
+    if (PyErr_Occurred() || (full && !PyDict_Check(ext)))
+        goto decline;
+    item[E_CODE] = Py_NewRef(code);
+    item[E_ID] = Py_NewRef(id);
+    item[E_EXT] = full ? Py_NewRef(ext) : PyDict_New();
+    item[E_REMARK] = Py_NewRef(remark != NULL ? remark : Py_None);
+    item[E_BODIES] = PyList_New(n - 2);
+    Py_DECREF(head);
+    for (Py_ssize_t i = 2; item[E_BODIES] != NULL && i < n; i++)
+        PyList_SET_ITEM(item[E_BODIES], i - 2, Py_NewRef(f[i]));
+    PyObject *obj = envelope_type->tp_alloc(envelope_type, 0);
+    int ok = obj != NULL;
+    for (int i = 0; i < E_COUNT; i++) {
+        ok &= item[i] != NULL;
+        if (obj != NULL)
+            *(PyObject **)((char *)obj + ENV_AT[i]) = item[i];  /* a NULL slot is skipped when obj is freed */
+        else
+            Py_XDECREF(item[i]);
+    }
+    if (!ok)
+        Py_CLEAR(obj);
+    return obj;
+decline:
+    PyErr_Clear();
+    Py_XDECREF(head);
+    NOT_IMPLEMENTED;
+}
+
 /* ---- layout: the Python owners hand their layouts over ------------------------------------ */
 
 #define COUNT(a) ((Py_ssize_t)(sizeof(a) / sizeof((a)[0])))
@@ -1424,32 +1485,34 @@ static int set_items(const char *what, PyObject *extra, const char *key, field *
     return ok;
 }
 
-/* extra["type"], a slotted class whose __slots__ are exactly msg_slots: where each lies. */
-static int set_slots(PyObject *extra)
+/* extra["type"], a slotted class whose __slots__ are exactly `names` (n of them): where each
+   lies into at[], the class into *type. 0 with an exception if it has others. */
+static int set_slots(const char *what, PyObject *extra, const char *const *names, int n, Py_ssize_t *at,
+                     PyTypeObject **type_out)
 {
     PyObject *type = PyDict_GetItemString(extra, "type"), *slots;
     if (type == NULL || !PyType_Check(type) || (slots = PyObject_GetAttrString(type, "__slots__")) == NULL) {
         PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "message_ext: type must be a class with __slots__");
+        PyErr_Format(PyExc_TypeError, "%s: type must be a class with __slots__", what);
         return 0;
     }
-    int ok = PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == M_COUNT;
-    for (int i = 0; ok && i < M_COUNT; i++) {
-        PyObject *d = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, msg_slots[i]);
+    int ok = PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == n;
+    for (int i = 0; ok && i < n; i++) {
+        PyObject *d = PyDict_GetItemString(((PyTypeObject *)type)->tp_dict, names[i]);
         ok = d != NULL && Py_IS_TYPE(d, &PyMemberDescr_Type)
              && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX
              && PySequence_Contains(slots, ((PyMemberDescrObject *)d)->d_common.d_name) == 1;
         if (ok)
-            MSG_AT[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+            at[i] = ((PyMemberDescrObject *)d)->d_member->offset;
     }
     Py_DECREF(slots);
     if (!ok) {
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "message_ext: the compiled twins know %d slots by name (%s ...), "
-                     "the class has others", M_COUNT, msg_slots[0]);
+        PyErr_Format(PyExc_ValueError, "%s: the compiled twins know %d slots by name (%s ...), the class has others",
+                     what, n, names[0]);
         return 0;
     }
-    Py_XSETREF(message_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(*type_out, (PyTypeObject *)Py_NewRef(type));
     return 1;
 }
 
@@ -1478,9 +1541,24 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         record_ready = 1;
     } else if (strcmp(name, "message_ext") == 0) {
         message_ready = 0;
-        if (!set_slots(a[3]))
+        if (!set_slots(name, a[3], msg_slots, M_COUNT, MSG_AT, &message_type))
             return NULL;
         message_ready = 1;
+    } else if (strcmp(name, "envelope") == 0) {
+        envelope_ready = 0;
+        PyObject *loads = PyDict_GetItemString(a[3], "loads"), *version = PyDict_GetItemString(a[3], "version");
+        PyObject *most = PyDict_GetItemString(a[3], "max_header");
+        if (loads == NULL || !PyCallable_Check(loads) || version == NULL || !PyBytes_CheckExact(version)
+                || most == NULL || (ENV_MAX_HEADER = PyLong_AsSsize_t(most)) < 0) {
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "envelope: loads, version (bytes) and max_header expected");
+            return NULL;
+        }
+        if (!set_slots(name, a[3], env_slots, E_COUNT, ENV_AT, &envelope_type))
+            return NULL;
+        Py_XSETREF(env_loads, Py_NewRef(loads));
+        Py_XSETREF(env_version, Py_NewRef(version));
+        envelope_ready = 1;
     } else if (strcmp(name, "consume_queue") == 0) {
         cq_ready = 0;
         if (!set_fields(name, cq_fields, COUNT(cq_fields), total, a[2]))
@@ -1514,6 +1592,7 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 static PyMethodDef methods[] = {
     {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL, "quiver.wire.speedups.layout"},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
+    {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL, "quiver.wire.protocol.decode"},
     {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_FASTCALL, "quiver.client.message.decode_messages"},
     {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from quiver.wire import speedups
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ProtocolError
 
@@ -53,6 +54,9 @@ class Envelope:
         return self.remark is not None
 
 
+speedups.layout("envelope", (), type=Envelope, loads=_loads, version=VERSION, max_header=MAX_HEADER_BYTES)
+
+
 def request(code, req_id: int, ext: dict | None = None, bodies=()) -> list:
     """`code` is a typed request (quiver.wire.requests), or a bare code with `ext` (peers' tests)."""
     if not isinstance(code, int):
@@ -70,6 +74,7 @@ def reply(code: int, req_id: int, remark: str = "", ext: dict | None = None, bod
     return [VERSION, _dumps(head), *bodies]
 
 
+@speedups.fast
 def decode(frames) -> Envelope:
     """Parse a multipart message (identity already stripped) into an Envelope."""
     if not isinstance(frames, (list, tuple)) or len(frames) < 2:

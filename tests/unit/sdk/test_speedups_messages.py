@@ -1,17 +1,21 @@
-"""The compiled decode_messages (quiver._speedups) against message.decode_messages: a pull
-reply's records as MessageExt, the SDK's pull path.
+"""The compiled decode_messages and decode (quiver._speedups) against message.decode_messages
+(a pull reply's records as MessageExt, the SDK's pull path) and protocol.decode (every
+request and reply a service or client reads).
 
 Generated replies, intact and damaged (cut, flipped, bad sizes, BLANK fillers, bad UTF-8),
 with and without the store's __CRC32# property, UNIQ_KEY present, empty or absent, KEYS with
 empty items: the twin builds exactly the reference's messages (every slot equal and of the
-same type) or declines, and the selected function then raises as the reference does.
+same type) or declines, and the selected function then raises as the reference does. The
+same for frames: well-formed and hostile (other versions, headers that are not JSON objects,
+codes and ids that are not ints, ext and remark of other types, bodies that are not bytes).
 """
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from quiver.client import message
-from quiver.wire import record, speedups
+from quiver.errors import ProtocolError
+from quiver.wire import protocol, record, speedups
 from tests.unit.sdk.test_speedups import FUZZ, HOST, _damage, _records
 
 try:  # built even when QUIVER_NO_SPEEDUPS turns it off: the twin is tested either way
@@ -19,7 +23,7 @@ try:  # built even when QUIVER_NO_SPEEDUPS turns it off: the twin is tested eith
 except ImportError:
     C = None
 if C is not None and not speedups.ACTIVE:
-    speedups.hand_over(C, "record", "message_ext")   # no twin runs in this process: the layouts went nowhere
+    speedups.hand_over(C, "record", "message_ext", "envelope")   # no twin runs in this process: the layouts went nowhere
 
 SLOTS = message.MessageExt.__slots__
 
@@ -76,7 +80,7 @@ def test_intact_replies_are_decoded_by_the_twin(buf):
     assert _same(memoryview(buf), "b")
 
 
-@FUZZ
+@settings(FUZZ, max_examples=120)
 @given(st.data())
 def test_damaged_replies_decode_as_the_reference(data):
     raw, _, _ = _records(data.draw, prop_crc=data.draw(st.booleans()))
@@ -108,3 +112,60 @@ def test_a_message_class_with_other_slots_is_refused():
     finally:
         speedups.hand_over(_twin(), "message_ext")
     assert "message_ext" not in speedups.REFUSED
+
+
+# ---- protocol.decode ---------------------------------------------------------------------------
+
+HEADS = st.one_of(
+    st.fixed_dictionaries({"c": st.integers(-5, 2 ** 40), "id": st.integers(-1, 2 ** 63 - 1)},
+                          optional={"ext": st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
+                                                     st.none(), st.just(0), st.just(""), st.just([1]), st.just("x")),
+                                    "r": st.one_of(st.none(), st.text(max_size=5), st.just(3))}),
+    st.dictionaries(st.sampled_from(["c", "id", "ext", "r"]),
+                    st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=3),
+                              st.integers(-3, 3)), max_size=4),
+    st.lists(st.integers(-2 ** 63, 2 ** 63 - 1), max_size=2), st.just("str"))
+BODY_FRAMES = st.lists(st.one_of(st.binary(max_size=20), st.binary(max_size=5).map(bytearray),
+                                 st.binary(max_size=5).map(memoryview), st.just("text")), max_size=3)
+
+
+def _frames_outcome(fn, frames):
+    try:
+        env = fn(frames)
+        return "ok", [(k, type(getattr(env, k)), getattr(env, k)) for k in env.__slots__]
+    except ProtocolError as exc:
+        return "raised", exc.code, exc.remark, protocol.request_id_of(exc)
+
+
+def _same_frames(frames) -> bool:
+    want = _frames_outcome(protocol.decode.reference, frames)
+    got = _twin().decode(frames)
+    if got is not NotImplemented:
+        assert type(got) is protocol.Envelope and _frames_outcome(lambda f: got, frames) == want
+    assert _frames_outcome(protocol.decode, frames) == want
+    return got is not NotImplemented
+
+
+@FUZZ
+@given(head=HEADS, bodies=BODY_FRAMES, version=st.sampled_from([b"QV1", b"QV1", b"QV2", "QV1"]),
+       raw=st.one_of(st.none(), st.binary(max_size=8)), as_tuple=st.booleans())
+def test_frames_decode_as_the_reference(head, bodies, version, raw, as_tuple):
+    frames = [version, protocol._dumps(head) if raw is None else raw, *bodies]
+    _same_frames(tuple(frames) if as_tuple else frames)
+
+
+@pytest.mark.parametrize("frames", [
+    protocol.request(10, 7, {"t": "T", "q": 0, "m": [[0, ""]]}, [b"body"]),
+    protocol.reply(0, 7, "", {"t": "T", "q": 0, "o": 5, "p": [1]}),
+    protocol.reply(17, 8, "no such topic"),
+    [b"QV1", b'{"c": 11, "id": 3, "ext": {}}'],
+])
+def test_well_formed_frames_are_decoded_by_the_twin(frames):
+    assert _same_frames(frames)
+
+
+@pytest.mark.parametrize("frames", [
+    [b"QV1"], [], "QV1", [b"QV1", b" " * protocol.MAX_HEADER_BYTES + b"{}"], [b"QV1", b'{"c": 1, "id": true}'],
+])
+def test_malformed_frames_are_the_references_business(frames):
+    assert not _same_frames(frames)
