@@ -303,7 +303,8 @@ class App:
                 "ha": self.ha.status(),
                 "held_pulls": self.puller.held_count(), "held_pops": self.pop.held_count(),
                 "store": self.store.stats(),
-                "groups": group_inventory(self.metadata, self.clients), "config": shown_config(self.config)}
+                "groups": group_inventory(self.metadata, self.clients), "producers": producer_inventory(self.clients),
+                "config": shown_config(self.config)}
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -381,6 +382,11 @@ def group_inventory(metadata, clients) -> dict:
         if members:
             out.setdefault(grp, {"config": None, "offsets": 0, "online": 0})["online"] = len(members)
     return dict(sorted(out.items()))
+
+
+def producer_inventory(clients) -> dict:
+    """Producer group -> the client ids heartbeating to this broker now (the console's producers online)."""
+    return {grp: sorted(members) for grp, members in sorted(clients.producers.items()) if members}
 
 
 def shown_config(config) -> dict:

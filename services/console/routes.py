@@ -89,9 +89,10 @@ def register(app, admin, config, rates, guard) -> None:
     def groups():
         name = inputs.group(request.args, required=False)
         rows, error, left_out = topic_pages.group_rows(admin, config.known_groups)
+        producers, perror = topic_pages.producer_rows(admin)
         data = topic_pages.group(admin, name) if name else None
         return render_template("groups.html", page="groups", known=rows, group=data, list_error=error,
-                               left_out=left_out)
+                               left_out=left_out, producers=producers, producers_error=perror)
 
     @app.post("/groups/reset")
     def reset_offset():

@@ -112,6 +112,19 @@ def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dic
     return {"topics": rows, "error": None, "groups": groups, "problems": problems, "hidden": hidden}
 
 
+def producer_rows(admin) -> tuple[list[dict], str | None]:
+    """Producers online: (rows of producer group, brokers, client ids; error), from every broker's
+    STATUS, which any user may read (a producer group is no ACL resource)."""
+    statuses, error = attempt(admin.broker_statuses)
+    merged: dict[str, dict] = {}
+    for broker, st in sorted((statuses or {}).items()):
+        for grp, clients in (st.get("producers") or {}).items():
+            row = merged.setdefault(grp, {"name": grp, "brokers": [], "clients": set()})
+            row["brokers"].append(broker)
+            row["clients"].update(clients)
+    return [{**r, "clients": sorted(r["clients"])} for _, r in sorted(merged.items())], error
+
+
 def readable_groups(admin, groups: list[str]) -> list[str]:
     """`groups` less those whose offsets the cluster refuses this user (group GET)."""
     return [g for g in groups[:MAX_GROUPS] if not denied(attempt(admin.consumer_stats, g)[1])]

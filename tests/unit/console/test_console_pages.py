@@ -242,3 +242,14 @@ def test_topic_page_charts_its_history_as_inline_svg(cluster):
     assert page.count("<svg") == 2 and 'class="line"' in page and "<script" not in page
     assert '<meta http-equiv="refresh" content="10">' in page
     assert web.get("/topics/Orders?refresh=1").status_code == 400
+
+
+def test_groups_page_shows_producers_online(cluster):
+    """Producers that heartbeat (transactional ones: their brokers ask them about open transactions)."""
+    from quiver import TransactionProducer, TransactionState
+    web = client(cluster)
+    with cluster.client(TransactionProducer, "live-pg", checker=lambda m: TransactionState.COMMIT) as p:
+        p.send_heartbeats()   # now, not in 30 s
+        assert wait_until(lambda: 'data-producer-group="live-pg"' in web.get("/groups").text, timeout=15)
+        cell = re.search(r'data-producer-group="live-pg">.*?class="clients">([^<]+)<', web.get("/groups").text, re.S)
+        assert cell and p.client_id in cell[1]
