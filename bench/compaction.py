@@ -2,12 +2,17 @@
 
     python -m bench.compaction                  # 1024 MB, 10 000 keys, 1 KiB bodies, no rate limit
     python -m bench.compaction --mb 200 --keys 10000 --rate-mb 0
+    python -m bench.compaction --mb 1024 --rate-mb 64 --puts 5   # puts alone, then during the pass
 
 A MessageStore in a temp dir (ASYNC flush, 64 MiB segments) is filled with --mb of messages
-over --keys keys, one queue, then one pass (`Compactor.compact_queue`) is timed by the wall
-clock: read every record of the sealed range twice (choose, then copy the kept ones), write
+over --keys keys, one queue, then one pass (`Compactor.compact_queue`, at the broker's
+BUSY_RATIO) is timed by the wall clock: read every record of the sealed range twice (choose, then copy the kept ones), write
 and fsync the compacted log. Prints MB/s of input and the time; writes
 bench/results/compaction-<date>.json. The temp dir is removed at the end.
+
+With --puts S: puts of 1 KiB batches of 64 on the calling thread (the broker's service
+thread) for S seconds alone, then for as long as a pass runs on the compaction thread (rate
+limited by --rate-mb, as a broker runs it): the ratio of the two rates is what a pass costs puts.
 """
 
 import argparse
@@ -24,6 +29,31 @@ from quiver_broker.store import MessageStore
 HOST = b"\x7f\0\0\x01\0\0\x27\x10"
 
 
+def put_rates(s, a, batch: int) -> dict:
+    """Messages/s put alone for a.puts seconds, then while a pass runs on the compaction thread."""
+    import threading
+    props = [format_properties({"KEYS": f"key-{j % a.keys}"}) for j in range(batch)]
+    bodies = [b"v" * a.body] * batch
+
+    def run(until) -> float:
+        n, t0 = 0, time.monotonic()
+        while not until(time.monotonic() - t0):
+            s.put_batch("Other", 0, bodies, props, [0] * batch, 0, 1, HOST)
+            n += batch
+        return n / (time.monotonic() - t0)
+
+    alone = run(lambda el: el >= a.puts)
+    s.flush_step(force=True)
+    done, results = threading.Event(), []
+    t0 = time.monotonic()
+    s.compaction.submit(["Compacted"], lambda fn, *args: fn(*args),
+                        lambda res, err: (results.extend(res), done.set()), force=True)
+    during = run(lambda el: done.is_set())
+    return {"puts_alone_msg_s": round(alone), "puts_during_pass_msg_s": round(during),
+            "puts_ratio": round(during / alone, 2), "pass_s": round(time.monotonic() - t0, 2),
+            "records_read": results[0].read if results else 0, "kept": results[0].kept if results else 0}
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=1024, help="MB of messages to compact")
@@ -31,6 +61,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--body", type=int, default=1024, help="body bytes")
     ap.add_argument("--rate-mb", type=float, default=0, help="the pass's rate limit in MB/s (0: none)")
     ap.add_argument("--dir", default=None, help="where the temp store goes (default: the system temp dir)")
+    ap.add_argument("--puts", type=float, default=0, help="seconds of puts alone, then puts during a pass")
     a = ap.parse_args(argv)
     d = tempfile.mkdtemp(prefix="quiver-compaction-", dir=a.dir)
     try:
@@ -47,14 +78,16 @@ def main(argv=None) -> dict:
             s.put_batch("Compacted", 0, bodies, props, [0] * batch, 0, 1, HOST)
         fill_s = time.monotonic() - t0
         s.flush_step(force=True)
-        t0 = time.monotonic()
-        res = s.compaction.compact_queue("Compacted", 0)
-        took = time.monotonic() - t0
         in_bytes = s.commit_log.segments[-1].start - s.commit_log.min_offset
-        out = {"mb": a.mb, "keys": a.keys, "body": a.body, "messages": n, "records_read": res.read,
-               "kept": res.kept, "input_bytes": in_bytes, "pass_s": round(took, 2),
-               "mb_per_s": round(in_bytes / 1e6 / took, 1), "fill_s": round(fill_s, 1),
-               "rate_limit_mb_s": a.rate_mb}
+        if a.puts:   # the pass on the compaction thread, puts on this one
+            out = put_rates(s, a, batch)
+        else:
+            t0 = time.monotonic()
+            res = s.compaction.compact_queue("Compacted", 0)
+            out = {"pass_s": round(time.monotonic() - t0, 2), "records_read": res.read, "kept": res.kept}
+        out.update({"mb": a.mb, "keys": a.keys, "body": a.body, "messages": n, "input_bytes": in_bytes,
+                    "mb_per_s": round(in_bytes / 1e6 / out["pass_s"], 1), "fill_s": round(fill_s, 1),
+                    "rate_limit_mb_s": a.rate_mb})
         s.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -26,7 +26,6 @@ import logging
 import os
 import queue
 import shutil
-import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Callable
 
 from quiver.errors import QuiverError
 from quiver.wire import names, properties, record, record_checks
+from quiver.wire.property_string import NAME_SEP, PROP_SEP
 
 from . import compacted_log
 from .compacted_log import CompactedLog
@@ -45,8 +45,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 READ_ENTRIES = 4096   # ConsumeQueue entries read at once by a pass
-NULL_VALUE = ("kafka.value", "null")   # the Kafka gateway's mark of a null value (a Kafka tombstone)
-_I32 = struct.Struct(">i")
+BUSY_RATIO = 0.25     # a pass works at most this share of the time (Throttle)
+BUSY_SLICE_S = 0.002  # in slices of about this long (under the 5 ms GIL switch interval)
+READ_GAP_BYTES = 16 << 10   # records closer than this are read with one pread
+RUN_MAX_BYTES = 4 << 20     # and at most this much at once
+_SEP_B = PROP_SEP.encode()
+_SEP = _SEP_B[0]
+_KEYS = (properties.KEYS + NAME_SEP).encode()
+# the Kafka gateway's mark of a null value (a Kafka tombstone)
+_NULL_NAME, _NULL_VALUE = ("kafka.value" + NAME_SEP).encode(), b"null"
 
 
 class PassFailed(Exception):
@@ -54,19 +61,28 @@ class PassFailed(Exception):
 
 
 class Throttle:
-    """Sleeps so that what `add` counts stays under `bytes_per_s` (0: no limit)."""
+    """Sleeps so that what `add` counts stays under `bytes_per_s` (0: no limit), and so that the
+    pass works at most `busy_ratio` of the time: it shares the GIL with the service thread, whose
+    puts would otherwise wait out a switch interval at every system call (a pass at full speed
+    cut in-process puts to a sixth)."""
 
-    def __init__(self, bytes_per_s: int, clock=time.monotonic, sleep=time.sleep):
-        self.rate, self.clock, self.sleep = bytes_per_s, clock, sleep
-        self.start, self.done = clock(), 0
+    def __init__(self, bytes_per_s: int, busy_ratio: float = 1.0, clock=time.monotonic, sleep=time.sleep):
+        self.rate, self.busy, self.clock, self.sleep = bytes_per_s, busy_ratio, clock, sleep
+        self.start = self.rested = clock()
+        self.done = 0
 
     def add(self, n: int) -> None:
+        self.done += n
+        now = self.clock()
+        if self.busy < 1.0 and now - self.rested >= BUSY_SLICE_S:
+            self.sleep((now - self.rested) * (1 / self.busy - 1))
+            self.rested = now = self.clock()
         if self.rate <= 0:
             return
-        self.done += n
-        ahead = self.done / self.rate - (self.clock() - self.start)
+        ahead = self.done / self.rate - (now - self.start)
         if ahead > 0:
             self.sleep(ahead)
+            self.rested = self.clock()
 
 
 @dataclass(slots=True)
@@ -86,6 +102,7 @@ class Compactor:
         self.root = root
         self.delete_retention_ms = delete_retention_ms
         self.bytes_per_s = bytes_per_s
+        self.busy_ratio = BUSY_RATIO
         self.clock = clock
         self.logs: dict[tuple[str, int], CompactedLog] = {}
         self.is_compacted: Callable[[str], bool] = lambda topic: False
@@ -177,7 +194,7 @@ class Compactor:
         if w_new <= w_old and not force and (due is None or due > self.clock() * 1000):
             res.skipped = True
             return res
-        throttle = Throttle(self.bytes_per_s)
+        throttle = Throttle(self.bytes_per_s, self.busy_ratio)
         hook = step or (lambda point: None)
 
         def stepped(point: str) -> None:
@@ -190,10 +207,9 @@ class Compactor:
         directory = compacted_log.log_dir(self.root, topic, queue_id)
 
         def records():
-            for src, qoff, phys, size, _ in kept:
-                buf = self._read(old, src, qoff, phys, size)
-                throttle.add(size)
-                yield buf
+            for item, view in self._checked(old, kept):
+                throttle.add(item[3])
+                yield view
 
         new = compacted_log.write(directory, w_new, [(q, p, s, c) for _, q, p, s, c in kept], records(), stepped)
 
@@ -230,35 +246,69 @@ class Compactor:
                 at += 1
         return out
 
-    def _read(self, old: CompactedLog | None, src, qoff: int, phys: int, size: int) -> bytes:
-        """One input record (from `old`'s entry `src`, or the CommitLog), checked: PassFailed
-        if it is not whole and intact."""
-        buf = old.record(src) if src is not None and old is not None else self.store.commit_log.read(phys, size)
-        bad = record_checks.check_run(buf, [(phys, size)], phys) if len(buf) == size else [(0, "short read")]
-        if bad:
-            raise PassFailed(f"queue offset {qoff} (CommitLog {phys}): {bad[0][1]}")
-        return buf
+    def _checked(self, old: CompactedLog | None, items: list[tuple]):
+        """(item, its record) for each input item in order, read with one pread per run of nearby
+        records (in the old compacted log, or in one CommitLog segment), each record checked
+        like a served one: PassFailed for one that is not whole and intact (nothing is replaced)."""
+        cl = self.store.commit_log
+        i, n = 0, len(items)
+        while i < n:
+            src, _, phys, size, _ = items[i]
+            from_old = src is not None and old is not None   # an old compacted log's entry: pos in its data
+            if from_old:
+                at = lambda it: old.entries[it[0]][2]   # noqa: E731
+                fits = lambda it: it[0] is not None     # noqa: E731
+            else:
+                seg = cl.segment_for(phys)
+                if seg is None:
+                    raise PassFailed(f"queue offset {items[i][1]} (CommitLog {phys}) is not in the CommitLog")
+                at = lambda it: it[2]   # noqa: E731
+                fits = lambda it: it[0] is None and it[2] + it[3] <= seg.end   # noqa: E731
+            start = at(items[i])
+            end = start + size
+            j = i + 1
+            while j < n and fits(items[j]) and 0 <= at(items[j]) - end <= READ_GAP_BYTES \
+                    and end - start < RUN_MAX_BYTES:
+                end = at(items[j]) + items[j][3]
+                j += 1
+            if from_old:
+                buf = os.pread(old.fd, end - start, old.data_start + start)
+            else:
+                buf = cl.read(start, end - start)
+            view = memoryview(buf)
+            run = items[i:j]
+            if len(buf) != end - start:
+                raise PassFailed(f"queue offset {run[0][1]}: short read")
+            if not from_old:   # CommitLog records: one check of the whole run
+                bad = record_checks.check_run(buf, [(it[2], it[3]) for it in run], start)
+                if bad:
+                    raise PassFailed(f"queue offset {run[bad[0][0]][1]}: {bad[0][1]}")
+            for it in run:
+                rec = view[at(it) - start:at(it) - start + it[3]]
+                if from_old and (bad := record_checks.check_run(rec, [(it[2], it[3])], it[2])):
+                    raise PassFailed(f"queue offset {it[1]} (CommitLog {it[2]}): {bad[0][1]}")
+                yield it, rec
+            i = j
 
     def _choose(self, old: CompactedLog | None, inputs: list[tuple], throttle: Throttle,
                 step) -> tuple[list[tuple], float | None]:
         """(the inputs a new log keeps: the last of each key, tombstones until their retention ends,
         records without a key; when the first tombstone kept is due to go, epoch ms or None)."""
-        latest: dict[str, int] = {}
+        latest: dict[bytes, int] = {}
         dead: set[int] = set()     # tombstones past their retention
         tomb_ts: dict[int, int] = {}   # tombstones within it: their store time
         keyless: list[int] = []
         expire_before = self.clock() * 1000 - self.delete_retention_ms
-        for i, (src, qoff, phys, size, _) in enumerate(inputs):
-            buf = self._read(old, src, qoff, phys, size)
-            throttle.add(size)
-            _, props = record.properties_at(buf, 0)
-            key = props.get(properties.KEYS)
+        for i, (item, rec) in enumerate(self._checked(old, inputs)):
+            throttle.add(item[3])
+            blen, raw = record.raw_properties_at(rec, 0, len(rec))
+            key = _value(raw, _KEYS)
             if not key:
                 keyless.append(i)
                 continue
             latest[key] = i
-            if _I32.unpack_from(buf, record.BODY_LEN_AT)[0] == 0 or props.get(NULL_VALUE[0]) == NULL_VALUE[1]:
-                ts = record.store_ts_of(buf)
+            if blen == 0 or _value(raw, _NULL_NAME) == _NULL_VALUE:
+                ts = record.store_ts_of(rec)
                 if ts <= expire_before:
                     dead.add(i)
                 else:
@@ -268,6 +318,7 @@ class Compactor:
         keep = sorted({*latest.values(), *keyless} - dead)
         live = [tomb_ts[i] for i in latest.values() if i in tomb_ts]
         return [inputs[i] for i in keep], (min(live) + self.delete_retention_ms if live else None)
+
 
     # ---- the worker thread --------------------------------------------------------------------
 
@@ -307,3 +358,15 @@ class Compactor:
         return {"compacted_queues": len(self.logs), "compaction_passes": self.passes,
                 "compaction_failures": self.failed,
                 "compacted_bytes": sum(cl.data_bytes for cl in list(self.logs.values()))}
+
+
+def _value(props: bytes, name: bytes) -> bytes | None:
+    """The value of property `name` (NAME_SEP included) in a stored properties string, unparsed."""
+    i = props.find(name)
+    while i > 0 and props[i - 1] != _SEP:
+        i = props.find(name, i + 1)
+    if i < 0:
+        return None
+    i += len(name)
+    j = props.find(_SEP_B, i)
+    return props[i:] if j < 0 else props[i:j]

@@ -285,6 +285,15 @@ def store_ts_of(head) -> int:
     return _I64.unpack_from(head, STORE_TS_AT)[0]
 
 
+def raw_properties_at(buf, pos: int, end: int) -> tuple[int, bytes]:
+    """(body length, properties bytes) of the whole, checked record at buf[pos:end], without
+    parsing them (a compaction pass looks up one name in each of a million records)."""
+    blen = _I32.unpack_from(buf, pos + BODY_LEN_AT)[0]
+    p = pos + FIXED_SIZE + blen
+    p += (1 + buf[p]) if _PREFIX.unpack_from(buf, pos)[1] == MAGIC_V1 else (2 + _U16.unpack_from(buf, p)[0])
+    return blen, bytes(buf[p + 2:end])
+
+
 def properties_at(buf, pos: int) -> tuple[int, dict[str, str]]:
     """(size, properties) of the record at `pos` without copying its body; BadRecord on garbage."""
     total, blank = check_head(buf, pos)

@@ -212,3 +212,19 @@ def test_records_not_yet_flushed_are_not_compacted(tmp_path):
     first_unflushed = s.cqs[("C", 0)].first_offset_where(lambda e: e[0] + e[1] > s.flushed_offset)
     assert res.watermark <= first_unflushed < compact(s).watermark
     s.close()
+
+
+def test_throttle_keeps_a_pass_busy_a_quarter_of_the_time():
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    t = Throttle(0, busy_ratio=0.25, clock=lambda: now[0], sleep=sleep)
+    for _ in range(100):
+        now[0] += 0.005    # 5 ms of work per record
+        t.add(1000)
+    work = 100 * 0.005
+    assert sum(slept) == pytest.approx(3 * work, rel=0.1)
