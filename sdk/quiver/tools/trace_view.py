@@ -1,7 +1,7 @@
 """A message's trace timeline as lines for people (`quiver msg trace --id MSGID`).
 
-`format_trace(Admin.trace(msg_id))` gives one line per event: when (local time
-with milliseconds, and + ms since the first event), what, who (group and
+`format_trace(Admin.trace(msg_id))` gives one line per event: when (UTC, like
+every time the CLI and the console show, with milliseconds, and + ms since the first event), what, who (group and
 client), where (topic, broker, queue and offset), how long, then the type's
 extras. Pure: no I/O, rows in, lines out; owns no format but this display.
 """
@@ -16,7 +16,7 @@ _EXTRAS = (("reconsume_times", "reconsume"), ("transaction", "tx"), ("from_check
 
 def _clock(ms) -> str:
     try:
-        return datetime.datetime.fromtimestamp(ms / 1000).strftime("%H:%M:%S.%f")[:-3]
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
     except (TypeError, ValueError, OverflowError, OSError):
         return "?"
 

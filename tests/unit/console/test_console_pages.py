@@ -240,6 +240,8 @@ def test_topic_page_charts_its_history_as_inline_svg(cluster):
         time.sleep(0.6)   # Rates measures over at least 0.5 s
         page = web.get("/topics/Orders?refresh=10").text
     assert page.count("<svg") == 2 and 'class="line"' in page and "<script" not in page
+    csp = web.get("/topics/Orders").headers["Content-Security-Policy"]
+    assert csp.startswith("default-src 'none'") and "script-src" not in csp   # the charts need no script
     assert '<meta http-equiv="refresh" content="10">' in page
     assert web.get("/topics/Orders?refresh=1").status_code == 400
 

@@ -91,6 +91,7 @@ def test_format_trace_lines():
     assert "Pub" in lines[0] and "+0 ms" in lines[0] and "T@broker-a q0:0" in lines[0] and "cost 1.5 ms" in lines[0]
     assert "late 100 ms" in lines[1] and "cost -" in lines[1]
     assert "FAILED" in lines[2] and "reconsume 1" in lines[2] and "+300 ms" in lines[2]
+    assert lines[0].startswith("00:00:01.000Z ")   # UTC, marked, as the console shows times
     assert len(format_trace([])) == 1
 
 
