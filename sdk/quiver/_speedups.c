@@ -1261,13 +1261,14 @@ static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 
 /* ---- schema_decode (quiver.wire.schema.schema_decode: Schema._decode) ----------------------
    The plan is the schema's own description (schema.PLAN, one row a field): (key, name, kind, lo,
-   hi, check, default, factory, required, good). Kinds this file checks itself: an exact int within
+   hi, check, default, factory, required, good, encoder). Kinds this file checks itself: an exact int within
    [lo, hi], a bool, a send's [flag, properties] pairs (lo: most pairs, hi: longest properties
    string taken without counting its UTF-8 bytes), a name found in the set `good` (the names its
    check passed before); any other is `check(value)`. Whatever a check
    refuses, or an absent required field, is NotImplemented: the reference raises its own error. */
 
 enum { K_CALL, K_INT, K_BOOL, K_METAS, K_NAME, PLAN_KINDS };
+#define PLAN_ROW 11
 static PyObject *no_args;
 
 /* SendMetas: [[flag, props], ...] -> ([flags], [props]); NULL without an exception: decline */
@@ -1295,6 +1296,13 @@ done:
     Py_XDECREF(props);
     PyErr_Clear();
     return out;
+}
+
+/* the items of row i of a schema plan, NULL if it is not a row */
+static PyObject *const *plan_row(PyObject *plan, Py_ssize_t i)
+{
+    PyObject *r = PyTuple_GET_ITEM(plan, i);
+    return PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == PLAN_ROW ? ((PyTupleObject *)r)->ob_item : NULL;
 }
 
 /* the checked value of one field (a new reference), or NULL without an exception: decline */
@@ -1332,10 +1340,9 @@ static PyObject *schema_decode(PyObject *self, PyObject *const *a, Py_ssize_t na
     if (obj == NULL)
         goto decline;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plan); i++) {
-        PyObject *r = PyTuple_GET_ITEM(plan, i);
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10)
+        PyObject *const *row = plan_row(plan, i);
+        if (row == NULL)
             goto decline;
-        PyObject *const *row = ((PyTupleObject *)r)->ob_item;
         PyObject *value = PyDict_GetItemWithError(ext, row[0]), *out;
         if (value != NULL && value != Py_None)
             out = field_value(row, value);
@@ -1354,6 +1361,83 @@ static PyObject *schema_decode(PyObject *self, PyObject *const *a, Py_ssize_t na
 decline:
     PyErr_Clear();
     Py_XDECREF(obj);
+    NOT_IMPLEMENTED;
+}
+
+/* ---- schema_ext (quiver.wire.schema.schema_ext: Schema.ext) --------------------------------- */
+
+/* SendMetas.encode of (flags, props), two lists: [[flag, props], ...] as zip() pairs them;
+   NULL without an exception for any other value (the encoder runs then) */
+static PyObject *metas_pairs(PyObject *v)
+{
+    if (!PyTuple_CheckExact(v) || PyTuple_GET_SIZE(v) != 2 || !PyList_CheckExact(PyTuple_GET_ITEM(v, 0))
+            || !PyList_CheckExact(PyTuple_GET_ITEM(v, 1)))
+        return NULL;
+    PyObject *flags = PyTuple_GET_ITEM(v, 0), *props = PyTuple_GET_ITEM(v, 1);
+    Py_ssize_t n = Py_MIN(PyList_GET_SIZE(flags), PyList_GET_SIZE(props));
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *pair = PyList_New(2);
+        if (pair == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(pair, 0, Py_NewRef(PyList_GET_ITEM(flags, i)));
+        PyList_SET_ITEM(pair, 1, Py_NewRef(PyList_GET_ITEM(props, i)));
+        PyList_SET_ITEM(out, i, pair);
+    }
+    PyErr_Clear();
+    return out;
+}
+
+/* schema_ext(obj, plan, keep_defaults) -> the wire map, as Schema.ext builds it */
+static PyObject *schema_ext(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    int keep;
+    if (nargs != 3 || !PyTuple_CheckExact(a[1]) || (keep = PyObject_IsTrue(a[2])) < 0) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    PyObject *plan = a[1], *out = PyDict_New(), *value = NULL, *enc = NULL;
+    if (out == NULL)
+        goto decline;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plan); i++) {
+        PyObject *const *row = plan_row(plan, i);
+        if (row == NULL)
+            goto decline;
+        if ((value = PyObject_GetAttr(a[0], row[1])) == NULL)
+            goto decline;
+        if (value == Py_None) {
+            Py_CLEAR(value);
+            continue;
+        }
+        if (row[8] != Py_True && row[7] != Py_True && !keep) {  /* an optional field at its default is left out */
+            PyObject *eq = PyObject_RichCompare(value, row[6], Py_EQ);
+            int same = eq == NULL ? -1 : PyObject_IsTrue(eq);
+            Py_XDECREF(eq);
+            if (same < 0)
+                goto decline;
+            if (same) {
+                Py_CLEAR(value);
+                continue;
+            }
+        }
+        long long kind;
+        if (as_int(row[2], 0, PLAN_KINDS - 1, &kind) && kind == K_METAS)
+            enc = metas_pairs(value);
+        if (enc == NULL)
+            enc = row[10] == Py_None ? Py_NewRef(value) : PyObject_CallOneArg(row[10], value);
+        if (enc == NULL || PyDict_SetItem(out, row[0], enc) < 0)
+            goto decline;
+        Py_CLEAR(enc);
+        Py_CLEAR(value);
+    }
+    return out;
+decline:
+    PyErr_Clear();
+    Py_XDECREF(value);
+    Py_XDECREF(enc);
+    Py_XDECREF(out);
     NOT_IMPLEMENTED;
 }
 
@@ -1602,6 +1686,7 @@ static PyMethodDef methods[] = {
     {"index_run", (PyCFunction)(void (*)(void))index_run, METH_FASTCALL, "the broker's store.index_run"},
     {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
     {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
+    {"schema_ext", (PyCFunction)(void (*)(void))schema_ext, METH_FASTCALL, "quiver.wire.schema.schema_ext"},
     {"schema_decode", (PyCFunction)(void (*)(void))schema_decode, METH_FASTCALL, "quiver.wire.schema.schema_decode"},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},
     {"record_columns", (PyCFunction)(void (*)(void))record_columns, METH_FASTCALL, "quiver.spark.columns.record_columns"},

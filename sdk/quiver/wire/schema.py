@@ -467,15 +467,7 @@ class Schema:
 
     def ext(self) -> dict:
         """The wire form: short keys, None and unchanged defaults left out."""
-        out = {}
-        for spec in self.FIELDS:
-            value = getattr(self, spec.name)
-            if value is None:
-                continue
-            if not spec.required and not callable(spec.default) and value == spec.default and not self.KEEP_DEFAULTS:
-                continue
-            out[spec.key] = spec.check.encode(value)
-        return out
+        return schema_ext(self, self.PLAN, self.KEEP_DEFAULTS)
 
 
 def _finish(cls):
@@ -491,8 +483,9 @@ _I64 = (-2 ** 63, 2 ** 63 - 1)
 
 def _plan_row(spec: Spec) -> tuple:
     """One field as the compiled schema_decode reads it: (key, name, kind, lo, hi, check, default,
-    default is a factory, required, good names). Only exact Int, Bool and SendMetas checks are
-    made in C, and a Name's known good names taken (its `good` set)."""
+    default is a factory, required, good names, encoder (None: the value as it is)). Only exact
+    Int, Bool and SendMetas checks are made in C, and a Name's known good names taken (its `good`
+    set); schema_ext's twin encodes send pairs itself and calls any other encoder."""
     check = spec.check
     if type(check) is Opt and not check.blank:
         check = check.inner   # None never reaches a check: decode takes the default for it
@@ -505,7 +498,29 @@ def _plan_row(spec: Spec) -> tuple:
         kind, lo, hi = K_METAS, MAX_BATCH, MAX_PROPERTIES_BYTES // 4
     elif type(check) is Name:
         kind, good = K_NAME, check.good
-    return (spec.key, spec.name, kind, lo, hi, spec.check, spec.default, callable(spec.default), spec.required, good)
+    return (spec.key, spec.name, kind, lo, hi, spec.check, spec.default, callable(spec.default), spec.required, good,
+            _encoder(spec.check))
+
+
+def _encoder(check: Check):
+    """check.encode, or None where it returns the value as it is (the twin then does too)."""
+    while type(check) is Opt:
+        check = check.inner   # a None is left out before any encode
+    return None if type(check).encode is Check.encode else check.encode
+
+
+@fast
+def schema_ext(obj: Schema, plan: tuple, keep_defaults: bool) -> dict:
+    """`obj.ext()`; `plan` (its class's PLAN) is what the compiled twin reads."""
+    out = {}
+    for spec in obj.FIELDS:
+        value = getattr(obj, spec.name)
+        if value is None:
+            continue
+        if not spec.required and not callable(spec.default) and value == spec.default and not keep_defaults:
+            continue
+        out[spec.key] = spec.check.encode(value)
+    return out
 
 
 @fast

@@ -83,12 +83,30 @@ def _decode(cls, ext):
 
 
 def _check(cls, ext) -> bool:
-    """The twin agrees or declines, and decode answers as the reference; True if the twin answered."""
+    """The twin agrees or declines, and decode answers as the reference; True if the twin answered.
+    A decoded object is encoded again by both ext()s, with its class's KEEP_DEFAULTS and the other."""
     want = _reference_decode(cls, ext)
     got = _twin().schema_decode(cls, cls.PLAN, ext)
     if got is not NotImplemented:
         assert type(got) is cls and ("ok", _typed(got)) == want, f"{cls.__qualname__} {ext!r}"
     assert _decode(cls, ext) == want
+    if want[0] == "ok":
+        obj = cls._decode(ext)
+        for keep in (cls.KEEP_DEFAULTS, not cls.KEEP_DEFAULTS):
+            _same_ext(obj, keep)
+    return got is not NotImplemented
+
+
+def _same_ext(obj, keep: bool) -> bool:
+    """schema_ext's twin gives the reference's map (the same values of the same types) or declines."""
+    def typed(m):
+        return sorted((k, type(v), repr(v)) for k, v in m.items())
+    want = sc.schema_ext.reference(obj, obj.PLAN, keep)
+    got = _twin().schema_ext(obj, obj.PLAN, keep)
+    if got is not NotImplemented:
+        assert type(got) is dict and typed(got) == typed(want), f"{type(obj).__qualname__}"
+    if keep == obj.KEEP_DEFAULTS:
+        assert typed(obj.ext()) == typed(want)
     return got is not NotImplemented
 
 
@@ -184,3 +202,12 @@ def test_the_twin_takes_a_kept_name_and_checks_any_other():
     assert _check(rq.SendMessage, ext) and "KeptTopic" in sc.TOPIC.good
     assert not _check(rq.SendMessage, {"t": "bad topic", "m": [[0, ""]]})
     assert "bad topic" not in sc.TOPIC.good
+
+
+def test_a_send_as_the_producer_builds_it_is_encoded_by_the_twin():
+    req = rq.SendMessage(topic="T", queue_id=2, metas=([0, 5], ["a\x01b\x02", ""]), lengths=[1, 2], group="pg",
+                         born_ts=17, wait=False)
+    assert _same_ext(req, False) and req.ext()["m"] == [[0, "a\x01b\x02"], [5, ""]]
+    odd = rq.SendMessage(topic="T", metas=[[1, 2], ["x", "y"]])   # not the decoded (list, list) tuple
+    assert _same_ext(odd, False) and odd.ext()["m"] == [[1, "x"], [2, "y"]]
+    assert _twin().schema_ext(object(), rq.SendMessage.PLAN, False) is NotImplemented
