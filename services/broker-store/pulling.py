@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from quiver.wire import tags
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.wire.replies import PullReply
-from quiver.errors import InvalidParameterError, TopicNotExistError
+from quiver.errors import InvalidParameterError, QuiverError, TopicNotExistError
 
 from .status_codes import pull_code
+from .tiered_reads import NeedsFetch, in_background
 from .traffic import Traffic
 
 log = logging.getLogger(__name__)
@@ -92,15 +93,22 @@ class Puller:
             if self._sweep_at is None or task.deadline < self._sweep_at:
                 self._arm(task.deadline)
 
-    def _try(self, task: HeldPull, final: bool) -> bool:
-        """Run the pull; answer unless it found nothing new and may wait. True if answered."""
+    def _try(self, task: HeldPull, final: bool, background: bool = True) -> bool:
+        """Run the pull; answer unless it found nothing new and may wait. True if answered.
+        `background`: a read of the tiered store that misses its cache answers later, not now."""
         if task.deadline and (denied := task.req.denied_now()) is not None:
             # held since before the sender's user was deleted or lost SUB: nothing stored since
             self.counters["held_pulls_denied"] += 1
             task.req.reply(ResponseCode.NO_PERMISSION, denied)
             return True
         offset = task.offset
-        res = self.store.get_messages(task.topic, task.queue_id, offset, task.max_msgs, task.hashes, task.max_bytes)
+        try:
+            with in_background(self.store, background):
+                res = self.store.get_messages(task.topic, task.queue_id, offset, task.max_msgs, task.hashes,
+                                              task.max_bytes)
+        except NeedsFetch as miss:   # a chunk of the tiered store on its way: run again once it is here
+            miss.future.add_done_callback(lambda _: self.service.call_soon_threadsafe(self._fetched, task))
+            return True
         code, remark = pull_code(res.status, offset, res.min_offset, res.max_offset)
         if code == ResponseCode.PULL_NOT_FOUND and not final:
             return False  # nothing new yet (at the queue's end, an empty queue at 0, or not yet flushed)
@@ -112,6 +120,14 @@ class Puller:
         else:
             task.req.reply(code, remark, ext)
         return True
+
+    def _fetched(self, task: HeldPull) -> None:
+        if task.req.answered:
+            return
+        try:   # waiting on the store this time if it needs more (a small cache may have evicted it)
+            self._try(task, final=True, background=False)
+        except QuiverError as exc:   # the remote chunk is damaged or the store unreachable (tiered_reads)
+            task.req.reply(exc.code, exc.remark)
 
     def notify(self, topic: str, queue_id: int) -> None:
         key = (topic, queue_id)

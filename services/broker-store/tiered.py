@@ -122,6 +122,7 @@ class Tiered:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._followed_min = -1
+        self.on_stop: list = []   # the read cache's fetch threads (tiered_reads)
 
     # ---- lifecycle ----------------------------------------------------------------
 
@@ -154,6 +155,8 @@ class Tiered:
 
     def stop(self) -> None:
         self._stop.set()
+        for fn in self.on_stop:
+            fn()
         if self._thread is not None:
             self._thread.join(timeout=30)
 

@@ -15,6 +15,8 @@ bytes; a store that cannot be reached answers SYSTEM_BUSY (retry later).
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -30,6 +32,7 @@ from .tiered_store import StoreDown
 log = logging.getLogger(__name__)
 
 READAHEAD_CHUNKS = 4   # chunks a cache miss fetches in one ranged GET (fewer, larger requests)
+FETCH_THREADS = 2      # background fetches of chunks pulls wait for
 DOWN_HOLD_S = 5.0      # after a failed GET, reads answer SYSTEM_BUSY this long without trying the store
 
 
@@ -39,6 +42,29 @@ class RemoteDamaged(QuiverError):
 
 class RemoteUnavailable(QuiverError):
     code = ResponseCode.SYSTEM_BUSY
+
+
+class NeedsFetch(Exception):
+    """A pull needs a remote chunk not cached yet: it is being fetched on another thread, `future`
+    completes when it is cached (or failed); the pull is then run again (pulling.py)."""
+
+    def __init__(self, future: concurrent.futures.Future):
+        super().__init__("remote chunk being fetched")
+        self.future = future
+
+
+@contextlib.contextmanager
+def in_background(store, on: bool = True):
+    """Within: a read that misses the tiered cache raises NeedsFetch instead of waiting for the store."""
+    cache = getattr(store.reads, "cache", None)
+    if cache is None or not on:
+        yield
+        return
+    cache.nonblocking = True
+    try:
+        yield
+    finally:
+        cache.nonblocking = False
 
 
 @dataclass(slots=True)
@@ -60,10 +86,15 @@ class ChunkCache:
         self.chunks: collections.OrderedDict[tuple[int, int], bytes] = collections.OrderedDict()
         self.bytes = 0
         self.lock = threading.Lock()
-        self.counts = {"cache_hits": 0, "cache_misses": 0, "damaged_chunks": 0, "remote_read_errors": 0}
+        self.counts = {"cache_hits": 0, "cache_misses": 0, "damaged_chunks": 0, "remote_read_errors": 0,
+                       "background_fetches": 0}
         self.damaged_logged: set[tuple[int, int]] = set()
         self.down_until = 0.0   # monotonic time; reads run on the broker's thread: a dead store must not hold it
         self.clock = time.monotonic
+        self.nonblocking = False   # set around a pull (in_background): a miss raises NeedsFetch
+        self.inflight: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self.failed: dict[tuple[int, int], QuiverError] = {}   # what a background fetch raised, raised once
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def chunk(self, start: int, idx: int) -> bytes:
         key = (start, idx)
@@ -73,6 +104,42 @@ class ChunkCache:
                 self.chunks.move_to_end(key)
                 self.counts["cache_hits"] += 1
                 return data
+            failed = self.failed.pop(key, None)
+        if failed is not None:
+            raise failed
+        if self.nonblocking:
+            raise NeedsFetch(self._fetch_later(start, idx))
+        return self.fetch(start, idx)
+
+    def _fetch_later(self, start: int, idx: int) -> concurrent.futures.Future:
+        key = (start, idx)
+        with self.lock:
+            fut = self.inflight.get(key)
+            if fut is None:
+                if self.pool is None:
+                    self.pool = concurrent.futures.ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="tiered-read")
+                fut = self.inflight[key] = self.pool.submit(self._fetch_in_background, start, idx)
+                self.counts["background_fetches"] += 1
+        return fut
+
+    def _fetch_in_background(self, start: int, idx: int) -> None:
+        try:
+            self.fetch(start, idx)
+        except QuiverError as exc:   # the retried read raises it on the broker's thread
+            with self.lock:
+                if len(self.failed) > 1000:
+                    self.failed.clear()
+                self.failed[(start, idx)] = exc
+        finally:
+            with self.lock:
+                self.inflight.pop((start, idx), None)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def fetch(self, start: int, idx: int) -> bytes:
+        """Get a chunk (and the ones after it) from the store, check it, cache it."""
         self.counts["cache_misses"] += 1
         if self.clock() < self.down_until:
             raise RemoteUnavailable(f"tiered store {self.tiered.objects.url} failed a read a moment ago: retry later")
@@ -153,6 +220,7 @@ class TieredLog:
         self.local = commit_log
         self.tiered = tiered
         self.cache = ChunkCache(tiered, tiered.cache_bytes)
+        tiered.on_stop.append(self.cache.close)
 
     @property
     def min_offset(self) -> int:

@@ -165,6 +165,7 @@ def test_tiered_store_on_s3(make_cluster, s3):
         wait_for(lambda: [got.setdefault((m.queue_id, m.queue_offset), m) for m in c.poll(0.5)] is not None
                  and len(got) >= len(want), 60, "every message pulled back")
     assert set(got) == set(want)
+    assert tiered()["background_fetches"] > 0   # pulls waited for the store off the broker's thread
     for k, m in got.items():
         i = want[k][1]
         assert m.body == body(i) and m.keys == [f"key-{i}"]
