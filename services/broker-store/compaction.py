@@ -154,6 +154,11 @@ class Compactor:
         cl = self.logs.get((topic, queue_id))
         return lo if cl is None else min(lo, cl.low)
 
+    def watermark(self, topic: str, queue_id: int, default: int) -> int:
+        """The first queue offset its compacted log does not cover (`default` without one)."""
+        cl = self.logs.get((topic, queue_id))
+        return default if cl is None else max(cl.watermark, default)
+
     def retention_bound(self) -> int | None:
         """The lowest CommitLog offset some compacted queue still needs (None: no hold)."""
         bound = None

@@ -147,7 +147,12 @@ class OffsetRequests:
     def min_offset(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
-        off = local_min_offset(self.store, a.topic, a.queue_id) if a.local else self.store.min_offset(a.topic, a.queue_id)
+        if a.compacted:   # below it: read from the queue's compacted log
+            off = self.store.compaction.watermark(a.topic, a.queue_id, self.store.min_offset(a.topic, a.queue_id))
+        elif a.local:
+            off = local_min_offset(self.store, a.topic, a.queue_id)
+        else:
+            off = self.store.min_offset(a.topic, a.queue_id)
         req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=off))
 
     def by_time(self, req) -> None:

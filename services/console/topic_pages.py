@@ -44,14 +44,17 @@ def group_rows(admin, configured: list[str]) -> tuple[list[dict], str | None, in
 
 
 def queue_rows(admin, topic: str, down: set[str]) -> tuple[list[dict], str | None]:
-    """One row per read queue: broker, queue id, min and max offset, and `local`: the first offset on
-    the broker's disk (those below are served from its tiered store) (None where the broker failed)."""
+    """One row per read queue: broker, queue id, min and max offset, `local`: the first offset on
+    the broker's disk (those below are served from its tiered store), and `compacted`: the first one
+    not compacted (a compacted topic keeps the latest message of each key below it) (None where
+    the broker failed)."""
     queues, error = attempt(admin.queues, topic)
     if error:
         return [], error
     rows = []
     for mq in queues:
-        row = {"broker": mq.broker, "queue_id": mq.queue_id, "min": None, "max": None, "local": None, "error": None}
+        row = {"broker": mq.broker, "queue_id": mq.queue_id, "min": None, "max": None, "local": None, "compacted": None,
+               "error": None}
         if mq.broker in down:
             row["error"] = "broker unreachable"
         else:
@@ -60,6 +63,8 @@ def queue_rows(admin, topic: str, down: set[str]) -> tuple[list[dict], str | Non
                 row["max"], row["error"] = attempt(admin.max_offset, mq)
             if row["error"] is None:
                 row["local"], row["error"] = attempt(admin.min_offset, mq, local=True)
+            if row["error"] is None:
+                row["compacted"], row["error"] = attempt(admin.min_offset, mq, compacted=True)
             if row["error"] is not None:
                 down.add(mq.broker)
         rows.append(row)

@@ -64,6 +64,7 @@ def test_compacted_topic_keeps_latest_values(make_cluster, capsys):
     time.sleep(max(0.0, dead_at + 1.2 - time.monotonic()))   # the tombstones' delete retention ends
     assert cli_main(["--namesrv", c.namesrv, "topic", "compact", TOPIC, "-o", "json"]) == 0
     assert '"kept"' in capsys.readouterr().out
+    assert all(r["compacted_to"] > r["min_offset"] for r in admin.topic_status(TOPIC))   # topic status shows it
     total = KEYS * VERSIONS + len(DEAD) + 160
     got = read_all(c.namesrv, "compact-cg", latest)
     assert {m.keys[0]: m.body for m in got} == latest

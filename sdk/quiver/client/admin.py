@@ -243,9 +243,13 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         """The queue's next offset to be written (its message count so far)."""
         return self._offset(mq, rq.GetMaxOffset)
 
-    def min_offset(self, mq: MessageQueue, local: bool = False) -> int:
+    def min_offset(self, mq: MessageQueue, local: bool = False, compacted: bool = False) -> int:
         """The queue's first offset still stored; `local`: the first one on the broker's own disk
-        (above the range its tiered store serves; the same when it has none)."""
+        (above the range its tiered store serves; the same when it has none); `compacted`: the
+        first one its compaction has not covered (below it, a compacted topic's queue keeps the
+        latest message of each key; the same when nothing was compacted)."""
+        if compacted:
+            return self._offset(mq, rq.GetMinOffset, compacted=True)
         return self._offset(mq, rq.GetMinOffset, local=local) if local else self._offset(mq, rq.GetMinOffset)
 
     def search_offset(self, mq: MessageQueue, ts_ms: int) -> int:

@@ -28,7 +28,7 @@ class InspectCommands(_Base):
     """Needs ClientBase (call_broker, route, all_broker_addrs) and Admin's offset calls."""
 
     if TYPE_CHECKING:  # what Admin (admin.py) provides
-        def min_offset(self, mq: MessageQueue, local: bool = False) -> int: ...
+        def min_offset(self, mq: MessageQueue, local: bool = False, compacted: bool = False) -> int: ...
         def max_offset(self, mq: MessageQueue) -> int: ...
         def status(self, addr: str) -> dict[str, Any]: ...
         def clean_expired(self, broker_addr: str) -> int: ...
@@ -41,8 +41,9 @@ class InspectCommands(_Base):
 
     def topic_status(self, topic: str) -> list[dict[str, Any]]:
         """One row per queue: broker, queue_id, min/max offset, local_min_offset (offsets below it are
-        served from the broker's tiered store), last store time (epoch ms, None for an empty queue) -
-        RocketMQ's topicStatus. Raises TopicNotExistError."""
+        served from the broker's tiered store), compacted_to (offsets below it keep only the latest
+        message of each key: a compacted topic), last store time (epoch ms, None for an empty
+        queue) - RocketMQ's topicStatus. Raises TopicNotExistError."""
         route = self.route(topic, refresh=True)
         rows: list[dict[str, Any]] = []
         for mq in sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id)):
@@ -50,6 +51,7 @@ class InspectCommands(_Base):
             last = self.message_at(mq, hi - 1) if hi > lo else None
             rows.append({"broker": mq.broker, "queue_id": mq.queue_id, "min_offset": lo, "max_offset": hi,
                          "local_min_offset": self.min_offset(mq, local=True),
+                         "compacted_to": self.min_offset(mq, compacted=True),
                          "last_store_time": last.store_timestamp if last else None})
         return rows
 

@@ -170,10 +170,13 @@ def route(obj, name, output):
 
 
 def held_ranges(row: dict) -> dict:
-    """'[a, b)' queue offsets served from the tiered store and held on the broker's disk ('-': none)."""
+    """'[a, b)' queue offsets served from the tiered store, held on the broker's disk, and compacted
+    ('-': none)."""
     lo, hi = row["min_offset"], row["max_offset"]
     mid = min(max(row.get("local_min_offset", lo), lo), hi)
-    return {"remote": f"[{lo}, {mid})" if mid > lo else "-", "local": f"[{mid}, {hi})" if hi > mid else "-"}
+    cut = min(max(row.get("compacted_to", lo), lo), hi)
+    return {"remote": f"[{lo}, {mid})" if mid > lo else "-", "local": f"[{mid}, {hi})" if hi > mid else "-",
+            "compacted": f"[{lo}, {cut})" if cut > lo else "-"}
 
 
 @topic.command()
@@ -182,7 +185,8 @@ def held_ranges(row: dict) -> dict:
 @click.pass_obj
 def status(obj, name, output):
     """Min and max offset and last store time of every queue of a topic (mqadmin topicStatus),
-    and which offsets a broker's tiered store serves (remote) and its disk holds (local).
+    which offsets a broker's tiered store serves (remote) and its disk holds (local), and, for a
+    compacted topic, which were compacted (the latest message of each key kept).
 
     \b
     Examples:
@@ -194,7 +198,7 @@ def status(obj, name, output):
     doc = {"topic": name, "queues": rows, "messages": sum(r["max_offset"] - r["min_offset"] for r in rows)}
     table = [{**r, "last_store_time": ms_text(r["last_store_time"]), **held_ranges(r)} for r in rows]
     show(obj, output, doc, table, ["broker", "queue_id", "min_offset", "max_offset", "remote", "local",
-                                   "last_store_time"],
+                                   "compacted", "last_store_time"],
          f"topic {name}: {doc['messages']} message(s) held")
 
 

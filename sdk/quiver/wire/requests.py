@@ -207,6 +207,7 @@ class GetMinOffset(Schema):
     topic: str = wire("t", TOPIC)
     queue_id: int = wire("q", QUEUE_ID)
     local: bool = wire("local", Bool(), False)   # the first offset on the broker's disk (tiered storage)
+    compacted: bool = wire("compacted", Bool(), False)   # the first one not compacted (compacted topics)
 
 
 @request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, needs(topic("topic", SUB, GET)))

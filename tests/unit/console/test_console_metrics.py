@@ -25,6 +25,6 @@ def test_pages_and_admin_calls_are_counted():
     assert requests == {("topic", "200"): 2, ("messages", "400"): 1, ("_none", "404"): 1}
     assert value(got, "quiver_console_http_latency_seconds_count", page="topic") == 2
     assert value(got, "quiver_console_admin_calls_total", call="queues") == 2
-    assert value(got, "quiver_console_admin_calls_total", call="min_offset") == 4   # Orders' two queues: first stored, first local
+    assert value(got, "quiver_console_admin_calls_total", call="min_offset") == 6   # Orders' two queues: first stored, first local, first not compacted
     assert value(got, "quiver_console_admin_errors_total", call="queues", error="TopicNotExistError") == 1
     assert value(got, "quiver_console_admin_errors_total", call="min_offset") is None

@@ -105,8 +105,8 @@ def test_json_is_one_document_with_sorted_keys(qcli):
     res = qcli("topic", "status", "Shape", "-o", "json")
     doc = json.loads(res.stdout)
     assert list(doc) == sorted(doc) == ["messages", "queues", "topic"]
-    assert [sorted(q) for q in doc["queues"]] == [["broker", "last_store_time", "max_offset", "min_offset",
-                                                  "queue_id"]] * 2
+    assert [sorted(q) for q in doc["queues"]] == [["broker", "compacted_to", "last_store_time", "local_min_offset",
+                                                  "max_offset", "min_offset", "queue_id"]] * 2
     root_json = qcli("-o", "json", "topic", "list")          # the root's -o is every verb's default
     assert "Shape" in json.loads(root_json.stdout)["topics"]
 
