@@ -29,7 +29,7 @@ from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, DESCRIBE_CLUSTER, FETCH, I
                        UNKNOWN_SERVER_ERROR, UNKNOWN_TOPIC_OR_PARTITION, UNSUPPORTED_COMPRESSION_TYPE,
                        UNSUPPORTED_FOR_MESSAGE_FORMAT, Request, api_versions)
 from .idempotence import SEQ, TAIL_MESSAGES, Idempotence, seq_property
-from .readahead import ReadAhead
+from .readahead import AHEAD_BYTES, ReadAhead
 from .sending import QueueSender
 
 log = logging.getLogger(__name__)
@@ -328,10 +328,10 @@ class Gateway:
             out["records"] = data
             following = rows[used - 1][0] + 1
             if ahead_bytes and following < pulled.max:
-                sent = self._pull_start(topic, partition, following, ahead_bytes, ahead=False)
+                size = min(ahead_bytes, AHEAD_BYTES)
+                sent = self._pull_start(topic, partition, following, size, ahead=False)
                 if sent is not None:
-                    self.ahead.put(topic, partition, following, sent[0], lambda f: self._read_ahead(f, following,
-                                                                                                   ahead_bytes))
+                    self.ahead.put(topic, partition, following, sent[0], lambda f: self._read_ahead(f, following, size))
         return out
 
     @staticmethod

@@ -6,7 +6,9 @@ broker reads. After a Fetch answered records of a partition with more stored beh
 the pull of the next offset is sent at once and kept here under (topic, partition, offset);
 the next Fetch of that offset - from any connection of the same user (each SASL user has its
 own) - takes it instead of pulling. A pull
-nobody asks for within AHEAD_TTL_S is dropped; at most MAX_AHEAD are kept (the oldest go).
+nobody asks for within AHEAD_TTL_S is dropped; at most MAX_AHEAD are kept (the oldest go), each
+of at most AHEAD_BYTES (a client with a larger partition budget gets answers of that size from
+it), so what is held is bounded whatever the clients ask.
 Its answer is also read and converted ahead (`prepare`, on one worker thread), while the client
 takes in the last answer, so the next Fetch finds its records ready. Only records are taken
 from it: an answer that found none is pulled again, so a read-ahead never hides what was stored
@@ -22,7 +24,8 @@ from concurrent.futures import Future
 log = logging.getLogger(__name__)
 
 AHEAD_TTL_S = 5.0
-MAX_AHEAD = 256
+MAX_AHEAD = 64
+AHEAD_BYTES = 1 << 20   # librdkafka's and the Java client's default partition budget
 
 
 class ReadAhead:
