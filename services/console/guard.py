@@ -17,6 +17,8 @@ import secrets
 
 from flask import g, session
 
+from .login import MAX_KEY_FILE_BYTES, pair_from_key_file
+
 CSRF_FIELD = "csrf_token"
 
 
@@ -55,10 +57,16 @@ class Guard:
         g.user_session = self.users.sessions.get(session.get("sid"))
         return g.user_session
 
-    def login_user(self, form, ip: str) -> None:
-        """Auth on: log in with an access key and secret key (login.LoginRefused if not)."""
+    def login_user(self, form, ip: str, files=None) -> None:
+        """Auth on: log in with an uploaded key file, else an access key and secret key typed
+        (login.LoginRefused if not)."""
         self.check_csrf(form)
-        token = self.users.login(form.get("access_key", ""), form.get("secret_key", ""), ip)
+        upload = files.get("key_file") if files is not None else None
+        if upload is not None and upload.filename:
+            access, secret = pair_from_key_file(upload.read(MAX_KEY_FILE_BYTES + 1))
+        else:
+            access, secret = form.get("access_key", ""), form.get("secret_key", "")
+        token = self.users.login(access, secret, ip)
         self.users.sessions.close(session.get("sid"))
         session.clear()   # a new session: nothing fixed before login is kept
         session["sid"] = token

@@ -1,8 +1,8 @@
 """Logging in as a Quiver user (auth on): the key pair's check, the cluster's word, and the
 lock-out of guessers.
 
-A user logs in with her access key (the public key of her key file) and secret key. The
-pair is checked here first (the secret must derive the access key: no network call for a
+A user logs in with her key file (uploaded), or its access key (public key) and
+secret key typed. The pair is checked here first (the secret must derive the access key: no network call for a
 wrong secret); then one request with that pair (cluster info, which any user may ask)
 tells whether the cluster knows the key. Failures count per access key and per client
 address; `max_failures` within `window_s` lock that key and that address out for
@@ -11,6 +11,7 @@ talk to the cluster at once, so guessed keys cannot hold every HTTP thread. Not 
 sessions (sessions.py), the form and cookie (routes.py)."""
 
 import hmac
+import json
 import logging
 import re
 import threading
@@ -40,6 +41,27 @@ def _pair_matches(access_key: str, secret_key: str) -> bool:
     except (zmq.ZMQError, ValueError):
         return False
     return hmac.compare_digest(derived, access_key.encode())
+
+
+MAX_KEY_FILE_BYTES = 4096   # a key file is about 250 bytes of JSON
+
+
+def pair_from_key_file(data) -> tuple[str, str]:
+    """(access key, secret key) from a key file's text or bytes (`quiver acl user add` writes it:
+    JSON with public_key and secret_key); LoginRefused saying what is wrong. Nothing else in it
+    (its server key, its user name) is believed: the cluster's server key is the console's own."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "replace")
+    if not isinstance(data, bytes) or not data.strip() or len(data) > MAX_KEY_FILE_BYTES:
+        raise LoginRefused(f"a key file is JSON of at most {MAX_KEY_FILE_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        raise LoginRefused("the key file is not JSON: give the file `quiver acl user add` wrote") from None
+    pair = (doc.get("public_key"), doc.get("secret_key")) if isinstance(doc, dict) else (None, None)
+    if not all(isinstance(k, str) for k in pair):
+        raise LoginRefused("the key file has no public_key and secret_key")
+    return pair
 
 
 class LoginRefused(Exception):

@@ -177,7 +177,7 @@ def register(app, admin, config, rates, guard) -> None:
             return render_template("login.html", page="login", failed="", back=back)
         ip = request.remote_addr or ""
         try:
-            guard.login_user(request.form, ip)
+            guard.login_user(request.form, ip, request.files)
         except LoginRefused as exc:
             log.warning("console login refused from %s: %s", ip, exc)
             headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else {}

@@ -2,8 +2,10 @@
 leads to /login, a wrong secret key is refused on the page, the user's access key and secret
 key lead back to the page asked for, which shows what her key may read and nothing else.
 Actions with users' rights: alice sends to her topic from its page and sees her group, the
-broker's refusal is shown when she sends to or deletes what she may not; a SUPER user creates
-and deletes a topic (after the confirmation page); an anonymous browser cannot act."""
+broker's refusal is shown when she sends to or deletes what she may not; a SUPER user, logged
+in with her key file, creates and deletes a topic (after the confirmation page); an anonymous browser cannot act."""
+
+import json
 
 import pytest
 
@@ -68,12 +70,20 @@ def context(browser):
         ctx.close()
 
 
-def _logged_in(context, url: str, creds) -> Watched:
+def _logged_in(context, url: str, creds, upload: bool = False) -> Watched:
+    """Log in by typing the keys, or (`upload`) by choosing the user's key file."""
     page = Watched(context.new_page(), url)
     p = page.open("/login")
-    p.fill('input[name="access_key"]', creds.public_key)
-    p.fill('input[name="secret_key"]', creds.secret_key)
-    p.click('button:has-text("log in")')
+    if upload:
+        key_file = json.dumps({"user": creds.user, "public_key": creds.public_key, "secret_key": creds.secret_key,
+                               "server_key": creds.server_key}).encode()
+        p.set_input_files('input[name="key_file"]', files=[{"name": "root.key", "mimeType": "application/json",
+                                                            "buffer": key_file}])
+        p.click('button:has-text("use the key file")')
+    else:
+        p.fill('input[name="access_key"]', creds.public_key)
+        p.fill('input[name="secret_key"]', creds.secret_key)
+        p.click('button:has-text("log in")')
     p.wait_for_selector("#brokers")
     return page
 
@@ -113,7 +123,7 @@ def test_granted_user_acts_on_her_topic_and_gets_the_brokers_refusal_elsewhere(c
 
 def test_super_user_creates_and_deletes_a_topic(context, secure_web):
     url, alice, root, admin = secure_web
-    page = _logged_in(context, url, root)
+    page = _logged_in(context, url, root, upload=True)
     p = page.open("/topics")
     p.fill('input[name="topic"]', "Made")
     p.fill('input[name="queues"]', "2")
@@ -134,7 +144,7 @@ def test_anonymous_browser_cannot_act(context, secure_web):
     url, alice, root, admin = secure_web
     page = Watched(context.new_page(), url)
     p = page.open("/login")
-    csrf = p.locator('input[name="csrf_token"]').get_attribute("value")
+    csrf = p.locator('input[name="csrf_token"]').first.get_attribute("value")
     before = len(admin.query_by_key("Orders", "anon"))
     for path, form in (("/topics", {"topic": "Anon"}), ("/topics/Orders/send", {"body": "x", "keys": "anon"}),
                        ("/topics/Orders/delete", {"confirm": "Orders"})):

@@ -139,3 +139,25 @@ def test_wrong_pair_refused_and_locked_out_and_no_open_redirect(cluster):
     for nxt in ("//evil.example/", "/\\evil.example", "https://evil.example/"):
         resp = _login(web2, pair, nxt)
         assert resp.status_code == 303 and resp.headers["Location"] == "/cluster", nxt
+
+
+def test_key_file_upload_logs_in_and_a_bad_file_is_refused(cluster):
+    import io
+    import json
+
+    from quiver_console.login import LoginRefused, pair_from_key_file
+    pair = KeyPair.generate()
+    key_file = json.dumps({"user": "alice", "public_key": pair.public_key, "secret_key": pair.secret_key,
+                           "server_key": "ignored"}).encode()
+    assert pair_from_key_file(key_file) == (pair.public_key, pair.secret_key)
+    for bad in (b"", b"not json", b"[1]", b'{"public_key": 1}', b" " * 5000):
+        with pytest.raises(LoginRefused):
+            pair_from_key_file(bad)
+    web, users = _app(cluster)
+    csrf = CSRF.search(web.get("/login").text)[1]
+    resp = web.post("/login", data={"csrf_token": csrf, "next": "/topics", "key_file": (io.BytesIO(b"oops"), "a.key")},
+                    content_type="multipart/form-data")
+    assert resp.status_code == 403 and "not JSON" in resp.text and users.sessions.users() == 0
+    resp = web.post("/login", data={"csrf_token": csrf, "next": "/topics", "key_file": (io.BytesIO(key_file), "a.key")},
+                    content_type="multipart/form-data")
+    assert resp.status_code == 303 and resp.headers["Location"] == "/topics" and users.sessions.users() == 1
