@@ -17,7 +17,7 @@ import secrets
 
 from flask import g, session
 
-from .login import MAX_KEY_FILE_BYTES, pair_from_key_file
+from .login import MAX_KEY_FILE_BYTES, LoginRefused, pair_from_key_file
 
 CSRF_FIELD = "csrf_token"
 
@@ -63,7 +63,11 @@ class Guard:
         self.check_csrf(form)
         upload = files.get("key_file") if files is not None else None
         if upload is not None and upload.filename:
-            access, secret = pair_from_key_file(upload.read(MAX_KEY_FILE_BYTES + 1))
+            try:
+                access, secret = pair_from_key_file(upload.read(MAX_KEY_FILE_BYTES + 1))
+            except LoginRefused:
+                self.users.limiter.failed(("ip", ip))   # a guesser's bad file counts like a bad secret
+                raise
         else:
             access, secret = form.get("access_key", ""), form.get("secret_key", "")
         token = self.users.login(access, secret, ip)

@@ -161,3 +161,9 @@ def test_key_file_upload_logs_in_and_a_bad_file_is_refused(cluster):
     resp = web.post("/login", data={"csrf_token": csrf, "next": "/topics", "key_file": (io.BytesIO(key_file), "a.key")},
                     content_type="multipart/form-data")
     assert resp.status_code == 303 and resp.headers["Location"] == "/topics" and users.sessions.users() == 1
+    guessed, _ = _app(cluster)   # bad files count against the address like wrong secrets
+    csrf = CSRF.search(guessed.get("/login").text)[1]
+    for body in (b"oops", b"oops", b"oops", key_file):
+        resp = guessed.post("/login", data={"csrf_token": csrf, "key_file": (io.BytesIO(body), "a.key")},
+                            content_type="multipart/form-data")
+    assert resp.status_code == 429
