@@ -21,7 +21,8 @@ Conventions for README and docs authors:
   waits bounded (a block gets SNIPPET_TIMEOUT_S). Blocks may rely on the blocks above them
   in the same page only for state in the cluster (a topic an earlier block created, messages
   in it), never for Python names, and never on another page's blocks: pages run README.md
-  first, then docs/ in path order, but each must pass alone (`-k docs/features/pop.md`).
+  first, then docs/ in path order, but each must pass alone (`-k docs/features/pop.md`, or every
+  page on a fresh cluster of its own: QUIVER_SNIPPETS_CLUSTER_PER_PAGE=1).
 - A block that cannot run here by its nature (installs or starts a whole deployment, needs
   Docker or other hosts, starts a server in the foreground) carries, on the line right before
   its fence, `<!-- snippet: skip (why) -->`. The test lists it as skipped with that reason.
@@ -164,10 +165,12 @@ def test_python_snippet_defines_what_it_uses(snippet: Snippet):
     assert not missing, f"{snippet.where}: undefined names {sorted(missing)}:\n{snippet.code}"
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory):
-    """namesrv + broker-a + scheduler + txn-checker + filter, stopped by PID at the end."""
-    c = LocalCluster(str(tmp_path_factory.mktemp("readme-cluster")))
+PER_PAGE = os.environ.get("QUIVER_SNIPPETS_CLUSTER_PER_PAGE") == "1"
+
+
+def start_cluster(root: Path) -> LocalCluster:
+    """namesrv + broker-a + scheduler + txn-checker + filter (stopped by PID by the caller)."""
+    c = LocalCluster(str(root))
     try:
         c.add_namesrv()
         c.wait()
@@ -179,10 +182,38 @@ def live(tmp_path_factory):
                     c.add_service("filter", "quiver_filter", "--register-interval-ms", "1000", data=False)]
         wait_healthy(services)
         _wait_filter_routed(c)
-        yield c
+        return c
+    except BaseException:
+        stop_cluster(c)
+        raise
+
+
+def stop_cluster(c: LocalCluster) -> None:
+    for svc in c.services:
+        svc.kill()
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """The live cluster of a page's blocks: one for the whole run, or with
+    QUIVER_SNIPPETS_CLUSTER_PER_PAGE=1 a fresh one for each page, which checks that no page
+    relies on another page's blocks."""
+    held: dict[str, LocalCluster] = {}
+
+    def for_page(page: str) -> LocalCluster:
+        key = page if PER_PAGE else ""
+        if key not in held:
+            for old in held.values():
+                stop_cluster(old)
+            held.clear()
+            held[key] = start_cluster(tmp_path_factory.mktemp("readme-cluster"))
+        return held[key]
+
+    try:
+        yield for_page
     finally:
-        for svc in c.services:
-            svc.kill()
+        for c in held.values():
+            stop_cluster(c)
 
 
 def _wait_filter_routed(c: LocalCluster, timeout: float = 20.0) -> None:
@@ -255,7 +286,7 @@ def _stop_quiver_up_leftovers(workdir: Path) -> None:
 def test_readme_snippet(snippet: Snippet, request: pytest.FixtureRequest, tmp_path: Path):
     if snippet.skip:
         pytest.skip(f"{snippet.where}: {snippet.skip}")
-    live: LocalCluster = request.getfixturevalue("live")
+    live: LocalCluster = request.getfixturevalue("clusters")(snippet.page)
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     path = tmp_path / ("snippet.sh" if snippet.lang == "bash" else "test_snippet.py")
     path.write_text(_rewrite(snippet, live.namesrv, free_port()))
