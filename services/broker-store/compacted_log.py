@@ -143,8 +143,8 @@ def write(directory: str, watermark: int, kept: list[tuple[int, int, int, int]],
           step: Callable[[str], None] = lambda point: None) -> CompactedLog:
     """Write a new compacted log and put it in place atomically; returns it opened. `kept`:
     (queue offset, CommitLog offset, size, tags code) ascending by queue offset; `records`: their
-    bytes in the same order. `step(point)` runs between stages (the rate limiter and the
-    crash-point test hook there)."""
+    bytes in the same order. `step(point)` runs between stages (where the
+    crash-point test kills a pass)."""
     os.makedirs(directory, exist_ok=True)
     tmp = os.path.join(directory, TMP_NAME)
     entries, pos = [], 0
