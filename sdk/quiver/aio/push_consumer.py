@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Unpack
 
 from quiver.aio.bridge import AsyncClient
+from quiver.aio.deliveries import SETTLE_TIMEOUT_S, Delivery, DeliveryQueue
 from quiver.client.base import MessageQueue
-from quiver.client.message import ConsumeResult, MessageExt, MessageSelector
+from quiver.client.message import ConsumeResult, MessageExt, MessageSelector, ReconsumeLater
 from quiver.client.metrics import ClientMetrics
 from quiver.client.options import ConsumerOptions, ConsumerSettings
 from quiver.client.push_consumer import PushConsumer
@@ -28,7 +29,8 @@ from quiver.errors import ClientError
 from quiver.wire.curve import Credentials
 
 # listener(msgs) -> ConsumeResult: a coroutine function (or a plain one, which then runs on the loop)
-AsyncListener = Callable[[list[MessageExt]], "Awaitable[ConsumeResult] | ConsumeResult"]
+AsyncListener = Callable[[list[MessageExt]],
+                         "Awaitable[ConsumeResult | ReconsumeLater] | ConsumeResult | ReconsumeLater"]
 _LOOP_CHECK_S = 1.0   # a waiting pool thread looks this often whether the loop is gone
 
 
@@ -56,6 +58,7 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
         self._sync = self._make(PushConsumer, group, namesrv, options=options, credentials=credentials, trace=trace,
                                 metrics=metrics, **settings)
         self._listener: AsyncListener | None = None
+        self._deliveries: DeliveryQueue | None = None
 
     @property
     def group(self) -> str:
@@ -73,6 +76,31 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
         self._listener = fn
         self._sync.register(self._call, orderly)
 
+    def __aiter__(self) -> AsyncIterator[Delivery]:
+        """`async for d in consumer`, instead of register(): each message as a Delivery to
+        settle with `d.ack()` or `d.later()`. Subscribe first; the first iteration starts the
+        consumer if it is not started (orderly=True in deliveries(): one queue's in order)."""
+        return self.deliveries()
+
+    async def deliveries(self, orderly: bool = False,
+                         settle_timeout_s: float = SETTLE_TIMEOUT_S) -> AsyncIterator[Delivery]:
+        """The messages as Deliveries (see __aiter__), ending when the consumer shuts down. A
+        delivery not settled within `settle_timeout_s` is redelivered later."""
+        if self._deliveries is None:
+            if self._listener is not None or self._started:
+                raise ClientError("iterate an AsyncPushConsumer instead of register(), before it starts")
+            if self._sync.options.consume_batch_size != 1:
+                raise ClientError("async for settles one message at a time: leave consume_batch_size at 1")
+            self._deliveries = DeliveryQueue(settle_timeout_s)
+            self.register(self._deliveries.listener, orderly)
+        if not self._started:
+            await self.start()
+        while True:
+            try:
+                yield await self._deliveries.next()
+            except StopAsyncIteration:
+                return
+
     async def __aenter__(self) -> AsyncPushConsumer:
         # as PushConsumer's `with`: starts only once subscribed and registered
         if self._listener is not None and self._sync.subscriptions:
@@ -87,7 +115,7 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
         self._loop = asyncio.get_running_loop()   # the listener runs here from the first message on
         return await super().start()
 
-    def _call(self, msgs: list[MessageExt]) -> ConsumeResult:
+    def _call(self, msgs: list[MessageExt]) -> ConsumeResult | ReconsumeLater:
         # a consume pool thread: the listener runs on the loop, this thread waits for its result
         loop = self._loop
         if loop is None or loop.is_closed():
@@ -101,7 +129,13 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
                     fut.cancel()
                     raise ClientError("the event loop of this consumer closed under a listener call") from None
 
-    async def _listen(self, msgs: list[MessageExt]) -> ConsumeResult:
+    async def shutdown(self) -> None:
+        """Stop consuming: `async for` ends; what is unsettled is redelivered (at-least-once)."""
+        if self._deliveries is not None:
+            self._deliveries.close()
+        await super().shutdown()
+
+    async def _listen(self, msgs: list[MessageExt]) -> ConsumeResult | ReconsumeLater:
         assert self._listener is not None
         out = self._listener(msgs)
         if inspect.isawaitable(out):

@@ -148,3 +148,65 @@ def test_push_needs_a_listener_and_enters_only_when_ready(one):
         with pytest.raises(ClientError, match="listener"):
             await c.start()
     asyncio.run(main())
+
+
+def test_async_for_over_push_deliveries_settles_each_message(one):
+    async def main():
+        c = one.client(AsyncPushConsumer, "cg", consume_from="first")
+        c.subscribe("Orders")
+        await asyncio.get_running_loop().run_in_executor(None, _produce, one, 4)
+        acked, later = [], []
+        async for d in c:                       # starts the consumer
+            if d.message.body == b"m1":
+                d.later()                       # sent back to the retry topic
+                later.append(d.message.body)
+            else:
+                d.ack()
+                acked.append(d.message.body)
+            with pytest.raises(ClientError, match="settled already"):
+                d.ack()
+            if len(acked) + len(later) == 4:
+                await c.shutdown()              # the loop ends
+        return acked, later
+    acked, later = asyncio.run(main())
+    assert sorted(acked) == [b"m0", b"m2", b"m3"] and later == [b"m1"]
+    assert one.network.count(RequestCode.CONSUMER_SEND_MSG_BACK) == 1
+
+
+def test_an_unsettled_delivery_goes_back_and_does_not_hold_the_shutdown(one):
+    async def main():
+        c = one.client(AsyncPushConsumer, "cg", consume_from="first")
+        c.subscribe("Orders")
+        await asyncio.get_running_loop().run_in_executor(None, _produce, one, 2)
+        seen = []
+        async for d in c.deliveries(settle_timeout_s=0.3):
+            seen.append(d)                      # never settled
+            if len(seen) == 2:
+                break
+        assert await asyncio.wait_for(_sent_back(one, 2), 10)   # the settle timeout passed: both went back
+        await asyncio.wait_for(c.shutdown(), 20)
+        other = one.client(AsyncPushConsumer, "cg2", consume_batch_size=4)
+        other.subscribe("Orders")
+        with pytest.raises(ClientError, match="consume_batch_size"):
+            async for _ in other:
+                pass
+        return seen
+    assert len(asyncio.run(main())) == 2
+
+
+def test_shutdown_with_deliveries_in_hand_returns(one):
+    async def main():
+        c = one.client(AsyncPushConsumer, "cg", consume_from="first")
+        c.subscribe("Orders")
+        await asyncio.get_running_loop().run_in_executor(None, _produce, one, 3)
+        async for d in c:                       # 15 minutes to settle: the shutdown must not wait
+            break
+        await asyncio.wait_for(c.shutdown(), 20)
+        return d.settled
+    assert asyncio.run(main())                  # counted as later(): redelivered, never lost
+
+
+async def _sent_back(cluster, n):
+    while cluster.network.count(RequestCode.CONSUMER_SEND_MSG_BACK) < n:
+        await asyncio.sleep(0.05)
+    return True
