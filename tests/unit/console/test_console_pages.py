@@ -255,3 +255,19 @@ def test_groups_page_shows_producers_online(cluster):
         assert wait_until(lambda: 'data-producer-group="live-pg"' in web.get("/groups").text, timeout=15)
         cell = re.search(r'data-producer-group="live-pg">.*?class="clients">([^<]+)<', web.get("/groups").text, re.S)
         assert cell and p.client_id in cell[1]
+
+
+def test_send_and_delete_inputs_are_checked():
+    from quiver_console import inputs
+    assert inputs.body({"body": "é"}) == "é".encode()
+    assert inputs.keys({"keys": " a  b "}) == ["a", "b"]
+    for bad in ({"body": ""}, {"body": "x" * (inputs.MAX_BODY_BYTES + 1)}):
+        with pytest.raises(inputs.InputError, match="body"):
+            inputs.body(bad)
+    with pytest.raises(inputs.InputError, match="at most 16 keys"):
+        inputs.keys({"keys": " ".join(f"k{i}" for i in range(17))})
+    with pytest.raises(inputs.InputError, match="no control characters"):
+        inputs.keys({"keys": "a\x01b"})
+    inputs.confirmed({"confirm": " Orders "}, "Orders")
+    with pytest.raises(inputs.InputError, match="type the topic's name, Orders"):
+        inputs.confirmed({"confirm": "orders"}, "Orders")
