@@ -214,3 +214,30 @@ def test_push_consumer_pop_mode_acks_and_retries(pop_cluster, inline):
         time.sleep(1)
     assert sorted(seen) == [(b"flaky", 0), (b"flaky", 1), (b"ok-1", 0), (b"ok-2", 0)]
     assert (threads == {"pop-push-pop"}) is inline
+
+
+def test_async_simple_consumer_acks_each_message_and_an_unacked_one_comes_back(pop_cluster):
+    import asyncio
+
+    from quiver.aio import AsyncSimpleConsumer
+    c, admin = pop_cluster
+    admin.create_topic("PopAio", queues=2)
+    _send(c, "PopAio", [b"a-%d" % i for i in range(10)])
+
+    async def main():
+        got, skipped = [], None
+        async with AsyncSimpleConsumer("aio-pop", namesrv=c.namesrv, consume_from="first",
+                                       await_duration_s=0.5) as sc:
+            sc.subscribe("PopAio")
+            async for msg in sc.messages(4, invisible_duration_s=1):
+                if skipped is None:
+                    skipped = msg.body              # not acked: back after its invisible second
+                    continue
+                await sc.ack(msg)
+                got.append((msg.body, msg.reconsume_times))
+                if len(got) == 10:
+                    break
+        return got, skipped
+    got, skipped = asyncio.run(asyncio.wait_for(main(), 60))
+    assert sorted(b for b, _ in got) == sorted(b"a-%d" % i for i in range(10))
+    assert (skipped, 1) in got

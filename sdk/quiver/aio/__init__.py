@@ -17,6 +17,9 @@ thread per client. bridge.py describes the design.
 from quiver.aio.admin import AsyncAdmin
 from quiver.aio.consumer import AsyncPullConsumer
 from quiver.aio.producer import AsyncProducer, AsyncTransactionProducer
+from quiver.aio.deliveries import Delivery
 from quiver.aio.push_consumer import AsyncPushConsumer
+from quiver.aio.simple_consumer import AsyncSimpleConsumer
 
-__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "AsyncTransactionProducer"]
+__all__ = ["AsyncAdmin", "AsyncProducer", "AsyncPullConsumer", "AsyncPushConsumer", "AsyncSimpleConsumer",
+           "AsyncTransactionProducer", "Delivery"]
