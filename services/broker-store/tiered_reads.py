@@ -4,7 +4,9 @@
 read_record, store_ts_at): the store hands it to the pull path and the lookups
 in place of the CommitLog when `--tiered-store` is on. An offset in a local
 segment is read locally; one below them from its uploaded segment, by ranged
-GETs of whole chunks through a bounded LRU cache (`ChunkCache`).
+GETs of whole chunks through a bounded LRU cache (`ChunkCache`). Within
+`in_background` (a pull) a miss does not wait: the chunk is fetched on a read
+thread and NeedsFetch tells the puller to run the pull again when it is cached.
 
 Every chunk is checked against its manifest's CRC32 before it is cached or
 served: a store that lost or corrupted an object answers the read with
