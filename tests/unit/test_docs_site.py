@@ -68,3 +68,12 @@ def test_hook_unescapes_pipes_in_table_code_only():
     unescape = runpy.run_path(str(ROOT / "scripts" / "mkdocs_hooks.py"))["unescape_table_code"]
     page = "| a | `x\\|y` \\| z |\ntext `x\\|y`\n```\n| `x\\|y` |\n```"
     assert unescape(page) == "| a | `x|y` \\| z |\ntext `x\\|y`\n```\n| `x\\|y` |\n```"
+
+
+def test_readme_stays_a_front_page():
+    """The README is what Quiver is, the two commands, the SDK in one page and links: chapters
+    belong on the site."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300, "README.md over 300 lines: move the chapter to a docs/ page"
+    for part in ("## The two commands", "bash scripts/up.sh", "bash scripts/test.sh", "## SDK in one page"):
+        assert part in readme, part
