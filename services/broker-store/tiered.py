@@ -158,7 +158,7 @@ class Tiered:
         for fn in self.on_stop:
             fn()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=5)   # an upload cut short is redone at the next start
 
     # ---- what is remote -------------------------------------------------------------
 
