@@ -284,8 +284,9 @@ class Tiered:
         days_ms = self.remote_retention_days * 86_400_000 if self.remote_retention_days > 0 else None
         while len(cl.segments) > 1:
             seg = cl.segments[0]
-            if not self.uploaded(seg.start) or (keep_from is not None and seg.end > keep_from):
-                break
+            m = self.manifests.get(seg.start)
+            if m is None or m.size != seg.size or (keep_from is not None and seg.end > keep_from):
+                break   # not uploaded as it is now, or compaction still reads it
             sealed_bytes = sum(s.size for s in cl.segments[:-1])
             age_ms = now_ms - os.stat(seg.path).st_mtime * 1000
             due = forcibly or (hours_ms is not None and age_ms >= hours_ms) \
