@@ -86,3 +86,11 @@ def topic_charts(history: History, data: dict) -> list[dict]:
         rates[f"out {g['group']}"] = history.points(("out", name, g["group"]))
         lags[g["group"]] = history.points(("lag", name, g["group"]))
     return [chart("in and out", "msg/s", rates), chart("lag", "messages", lags)]
+
+
+def group_charts(history: History, data: dict) -> list[dict]:
+    """Record a group's total lag (`topic_pages.group`'s data) and chart its history."""
+    if data["error"]:
+        return []
+    history.add(("group-lag", data["name"]), data["lag"])
+    return [chart("total lag", "messages", {data["name"]: history.points(("group-lag", data["name"]))})]

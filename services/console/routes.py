@@ -91,8 +91,10 @@ def register(app, admin, config, rates, guard) -> None:
         rows, error, left_out = topic_pages.group_rows(admin, config.known_groups)
         producers, perror = topic_pages.producer_rows(admin)
         data = topic_pages.group(admin, name) if name else None
+        refresh = inputs.count(request.args, "refresh", 5, 3600, 0)
         return render_template("groups.html", page="groups", known=rows, group=data, list_error=error,
-                               left_out=left_out, producers=producers, producers_error=perror)
+                               left_out=left_out, producers=producers, producers_error=perror, refresh=refresh,
+                               charts=charts.group_charts(history, data) if data else [])
 
     @app.post("/groups/reset")
     def reset_offset():

@@ -244,6 +244,9 @@ def test_topic_page_charts_its_history_as_inline_svg(cluster):
     assert csp.startswith("default-src 'none'") and "script-src" not in csp   # the charts need no script
     assert '<meta http-equiv="refresh" content="10">' in page
     assert web.get("/topics/Orders?refresh=1").status_code == 400
+    for _ in range(2):
+        page = web.get("/groups?group=billing&refresh=30").text
+    assert page.count("<svg") == 1 and 'data-chart="total lag"' in page and 'content="30"' in page
 
 
 def test_groups_page_shows_producers_online(cluster):
