@@ -9,6 +9,7 @@ import pytest
 from quiver import Admin, Message, Producer, PullConsumer
 from quiver.errors import MessageIllegalError
 from quiver.tools.cli import main as cli_main
+from quiver.wire.schema import TOPIC_COMPACT
 
 TOPIC = "Prices"
 KEYS, VERSIONS, DEAD = 100, 50, range(0, 100, 10)   # every 10th key gets a tombstone
@@ -79,3 +80,5 @@ def test_compacted_topic_keeps_latest_values(make_cluster, capsys):
     assert admin.clean_expired(broker.addr) > 0
     again = read_all(c.namesrv, "compact-cg2", latest)
     assert sorted((m.queue_id, m.queue_offset) for m in again) == sorted((m.queue_id, m.queue_offset) for m in got)
+    admin.purge_topic(TOPIC)   # drops the messages, keeps the topic compacted
+    assert all(q["sysflag"] & TOPIC_COMPACT for q in admin.topic_route(TOPIC)["queues"])

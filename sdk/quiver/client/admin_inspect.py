@@ -15,6 +15,7 @@ from quiver.client.base import ClientBase, MessageQueue
 from quiver.client.message import MessageExt
 from quiver.errors import IllegalOperationError, QuiverError, SubscriptionGroupNotExistError, TopicNotExistError
 from quiver.wire import requests as rq
+from quiver.wire.schema import TOPIC_COMPACT
 from quiver.wire.validation import check_group, check_topic
 
 
@@ -35,7 +36,7 @@ class InspectCommands(_Base):
         def delete_topic(self, topic: str) -> None: ...
         def create_topic(self, topic: str, queues: int = 4, perm: int = 6, order: bool = False,
                          brokers: list[str] | None = None, wait_s: float = 5.0, *, write_queues: int | None = None,
-                         force: bool = False) -> dict[str, Any]: ...
+                         force: bool = False, compact: bool | None = None) -> dict[str, Any]: ...
 
     # ---- topics ----------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ class InspectCommands(_Base):
 
     def purge_topic(self, topic: str) -> dict[str, dict[str, Any]]:
         """Drop every message of `topic`: each broker that has it deletes it (config, ConsumeQueue
-        files, offsets) and creates it again with the same queues, perm and order. Sends in
+        files, offsets) and creates it again with the same queues, perm, order and compaction. Sends in
         between fail (or, with auto-create on, make the topic with default queues). Returns the
         config re-created per broker; raises TopicNotExistError when no broker has the topic."""
         check_topic(topic, for_create=True)
@@ -85,7 +86,8 @@ class InspectCommands(_Base):
         for broker, conf in had.items():
             out.update(self.create_topic(topic, queues=conf["read"], perm=conf["perm"],
                                          order=bool(conf.get("order")), brokers=[broker],
-                                         write_queues=conf.get("write", conf["read"])))
+                                         write_queues=conf.get("write", conf["read"]),
+                                         compact=bool(conf.get("sysflag", 0) & TOPIC_COMPACT)))
         return out
 
     def shrink_topic(self, topic: str, queues: int, wait_s: float = 0.0, poll_s: float = 2.0) -> dict[str, Any]:
