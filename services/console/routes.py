@@ -88,12 +88,13 @@ def register(app, admin, config, rates, guard) -> None:
     @app.get("/groups")
     def groups():
         name = inputs.group(request.args, required=False)
-        rows, error, left_out = topic_pages.group_rows(admin, config.known_groups)
-        producers, perror = topic_pages.producer_rows(admin)
+        statuses = topic_pages.broker_statuses(admin)
+        rows, error, left_out = topic_pages.group_rows(admin, config.known_groups, statuses)
+        producers = topic_pages.producer_rows(statuses[0])   # a broker not answering: said once, above
         data = topic_pages.group(admin, name) if name else None
         refresh = inputs.count(request.args, "refresh", 5, 3600, 0)
         return render_template("groups.html", page="groups", known=rows, group=data, list_error=error,
-                               left_out=left_out, producers=producers, producers_error=perror, refresh=refresh,
+                               left_out=left_out, producers=producers, refresh=refresh,
                                charts=charts.group_charts(history, data) if data else [])
 
     @app.post("/groups/reset")

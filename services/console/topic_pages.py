@@ -2,8 +2,8 @@
 
 Topics: every queue's min and max offset, and rates from successive page loads (`Rates`):
 in = growth of the summed max offsets, out = growth of the summed consumer offsets of the
-groups the console knows. Groups are those every broker reports (`Admin.group_list`, the list
-`quiver consumer list` prints) and --groups; each is asked for its offsets and members with
+groups the console knows. Groups are those the brokers report (the list `quiver consumer list`
+prints, read from each broker's STATUS so a down one leaves the others' listed) and --groups; each is asked for its offsets and members with
 the user's key, and one the cluster refuses her is not listed. A broker that fails once is skipped for the rest of the page (one timeout,
 not one per queue). What the cluster refuses the user looking (auth on: her key lacks the
 right) is left out, counted, not shown as an error: a topic or group she may not read is not
@@ -16,18 +16,36 @@ from .cluster_pages import attempt, denied
 MAX_GROUPS = 64     # groups asked for their offsets on one page
 
 
-def known_groups(admin, configured: list[str]) -> tuple[list[str], dict, str | None]:
-    """(names, group_list's rows, error): the brokers' groups (`quiver consumer list`) and --groups."""
-    listed, error = attempt(admin.group_list)
-    listed = listed or {}
+def broker_statuses(admin) -> tuple[dict[str, dict], str | None]:
+    """broker name -> its master's STATUS (any user may read it), and what did not answer: a down
+    broker leaves the others' groups and producers listed (Admin.group_list fails whole)."""
+    addrs, error = attempt(admin.all_broker_addrs)
+    out, down = {}, []
+    for name, addr in sorted((addrs or {}).items()):
+        st, serror = attempt(admin.status, addr)
+        if serror:
+            down.append(f"{name}: {serror}")
+        else:
+            out[name] = st
+    return out, error or ("; ".join(down) if down else None)
+
+
+def known_groups(admin, configured: list[str], statuses=None) -> tuple[list[str], dict, str | None]:
+    """(names, {group: {"brokers": [...]}}, error): every group a broker reports in its STATUS (what
+    `quiver consumer list` lists, from Admin.group_list) and --groups."""
+    statuses, error = statuses if statuses is not None else broker_statuses(admin)
+    listed: dict[str, dict] = {}
+    for broker, st in statuses.items():
+        for g in st.get("groups") or {}:
+            listed.setdefault(g, {"brokers": []})["brokers"].append(broker)
     return sorted(set(listed) | set(configured)), listed, error
 
 
-def group_rows(admin, configured: list[str]) -> tuple[list[dict], str | None, int]:
+def group_rows(admin, configured: list[str], statuses=None) -> tuple[list[dict], str | None, int]:
     """The groups page's list: (rows of name, brokers, online members, lag, topics; error; how many
     were left out: refused to this user, or past MAX_GROUPS). Members and lag are every broker's view
     (consumer_stats, with the user's rights), so what is listed is what she may read."""
-    names, listed, error = known_groups(admin, configured)
+    names, listed, error = known_groups(admin, configured, statuses)
     rows, left_out = [], max(0, len(names) - MAX_GROUPS)
     for g in names[:MAX_GROUPS]:
         stats, serror = attempt(admin.consumer_stats, g)
@@ -117,17 +135,16 @@ def topics(admin, rates, configured_groups: list[str], show_system: bool) -> dic
     return {"topics": rows, "error": None, "groups": groups, "problems": problems, "hidden": hidden}
 
 
-def producer_rows(admin) -> tuple[list[dict], str | None]:
-    """Producers online: (rows of producer group, brokers, client ids; error), from every broker's
-    STATUS, which any user may read (a producer group is no ACL resource)."""
-    statuses, error = attempt(admin.broker_statuses)
+def producer_rows(statuses: dict[str, dict]) -> list[dict]:
+    """Producers online: rows of producer group, brokers, client ids, from the brokers' STATUS
+    (`broker_statuses`), which any user may read (a producer group is no ACL resource)."""
     merged: dict[str, dict] = {}
-    for broker, st in sorted((statuses or {}).items()):
+    for broker, st in sorted(statuses.items()):
         for grp, clients in (st.get("producers") or {}).items():
             row = merged.setdefault(grp, {"name": grp, "brokers": [], "clients": set()})
             row["brokers"].append(broker)
             row["clients"].update(clients)
-    return [{**r, "clients": sorted(r["clients"])} for _, r in sorted(merged.items())], error
+    return [{**r, "clients": sorted(r["clients"])} for _, r in sorted(merged.items())]
 
 
 def readable_groups(admin, groups: list[str]) -> list[str]:

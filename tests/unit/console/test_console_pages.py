@@ -191,6 +191,8 @@ def test_down_broker_still_renders(cluster):
         for url in ("/cluster", "/topics", "/topics/Orders", "/groups?group=billing", "/transactions"):
             resp = c.get(url)
             assert resp.status_code == 200 and 'class="error"' in resp.text, url
+        listed = c.get("/groups").text   # the other broker's groups are still listed
+        assert 'data-group="billing"' in listed and "broker-b: " in listed
     finally:
         cluster.network.reconnect(addr)
 
