@@ -18,6 +18,7 @@ if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
     pytest.skip("no Java for local Spark", allow_module_level=True)
 
 from quiver import Admin, Message, Producer  # noqa: E402
+from support.spark import local_spark  # noqa: E402
 from quiver.tools.local import LocalCluster, wait_healthy  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
@@ -25,12 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 @pytest.fixture(scope="module")
 def spark():
-    import quiver.spark as qs
-    s = qs.session("local[2]", "quiver-tests", **{"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-                                                  "spark.driver.memory": "1g"})
-    s.sparkContext.setLogLevel("ERROR")
-    yield s
-    s.stop()
+    yield from local_spark("quiver-tests")
 
 
 def _cluster(path, brokers: int, *broker_args) -> LocalCluster:

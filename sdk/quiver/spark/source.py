@@ -19,6 +19,8 @@ from quiver.spark.columns import SCHEMA
 from quiver.spark.planner import (EARLIEST, Options, Planner, cap_offsets, flatten_offsets, offset_spec, plan_batch,
                                   put_offset, split_ranges)
 from quiver.spark.reader import QuiverPartition, read_partition
+from quiver.spark.sink import QuiverBatchWriter, QuiverStreamWriter
+from quiver.spark.sink_rows import SinkOptions
 from quiver.wire import requests as rq
 
 try:  # PySpark >= 4.2: admission control and Trigger.AvailableNow for Python sources
@@ -33,7 +35,8 @@ log = logging.getLogger(__name__)
 
 
 def register(spark) -> None:
-    """Make `spark.read.format("quiver")` and `spark.readStream.format("quiver")` available (per session)."""
+    """Make `spark.read` / `spark.readStream` / `df.write` / `df.writeStream` `.format("quiver")` available
+    (per session)."""
     spark.dataSource.register(QuiverDataSource)
 
 
@@ -68,6 +71,12 @@ class QuiverDataSource(DataSource):
 
     def streamReader(self, schema):
         return QuiverStreamReader(Options.parse(self.options))
+
+    def writer(self, schema, overwrite):
+        return QuiverBatchWriter(SinkOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema, overwrite):
+        return QuiverStreamWriter(SinkOptions.parse(self.options), schema)
 
 
 class QuiverBatchReader(DataSourceReader):
