@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -124,6 +125,25 @@ class AsyncClient(Generic[C]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
+
+    def on_connection(self, fn: Callable[[str, str], object] | None) -> None:
+        """Call `fn(address, state)` on this client's loop when a connection changes ("connected",
+        "disconnected", "refused": see ClientBase.on_connection); `fn` may be a coroutine
+        function (then run as a task). None: no more calls."""
+        if fn is None:
+            self._sync.on_connection(None)
+            return
+
+        def on_loop(addr: str, state: str) -> None:
+            out = fn(addr, state)
+            if inspect.isawaitable(out):
+                asyncio.ensure_future(out)
+
+        def changed(addr: str, state: str) -> None:   # a worker thread of the sync client
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon_threadsafe(on_loop, addr, state)
+        self._sync.on_connection(changed)
 
     def _need_started(self) -> asyncio.AbstractEventLoop:
         if not self._started or self._loop is None:

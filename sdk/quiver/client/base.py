@@ -166,6 +166,7 @@ class ClientBase:
         self.tracer_factory = tracer_factory
         self.traced = tracer_factory is not None
         self.brokers = BrokerAccess(self)   # what helpers of this client may use (access.py)
+        self._connection_listener: Callable[[str, str], object] | None = None
 
     # ---- lifecycle ------------------------------------------------------------
 
@@ -179,6 +180,8 @@ class ClientBase:
         if not self._started:
             self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
                                                     credentials=self.credentials)
+            if self._connection_listener is not None:
+                self.transport.connection_listener = self._connection_listener
             self._started = True
             if self.tracer_factory is not None and self.tracer is None:
                 self.tracer = self.tracer_factory(self)
@@ -187,6 +190,15 @@ class ClientBase:
                 self.send_heartbeats()
                 threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         return self
+
+    def on_connection(self, fn: Callable[[str, str], object] | None) -> None:
+        """Call `fn(address, state)` when a connection of this client to a name server or broker
+        changes: "connected" (its handshake succeeded, also again after a loss), "disconnected",
+        or "refused" (the peer does not accept this client's key). It runs on a worker thread of
+        the client (never its IO thread); what it raises is logged. None: no more calls."""
+        self._connection_listener = fn
+        if self.transport is not None:
+            self.transport.connection_listener = fn
 
     def shutdown(self) -> None:
         """Leave the groups this client heartbeats, send what the trace queue holds (bounded) and

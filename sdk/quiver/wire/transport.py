@@ -23,6 +23,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import zmq
@@ -50,6 +51,13 @@ def next_request_id() -> int:
     return next(_ids)
 
 
+def _told(listener, addr: str, state: str) -> None:
+    try:
+        listener(addr, state)
+    except Exception:
+        log.exception("connection listener failed on %s %s", addr, state)
+
+
 class Transport:
     """The IO thread and its DEALER sockets. Shared by the clients of a process."""
 
@@ -73,6 +81,10 @@ class Transport:
         self._stopped = threading.Event()
         self._direct = DirectCalls(self._ctx, self._creds)
         self._down: set[str] = set()  # peers the IO thread's monitors saw disconnect
+        self._up: set[str] = set()    # peers whose connection's handshake succeeded (and not lost since)
+        # fn(peer, state): "connected", "disconnected" or "refused" (a failed handshake: the key is
+        # not known there); called on the push pool, never on the IO thread
+        self.connection_listener: "Callable[[str, str], object] | None" = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-io", daemon=True)
         self._thread.start()
 
@@ -200,6 +212,7 @@ class Transport:
 
     def _close_peer(self, addr: str, linger_ms: int = 0) -> None:
         sock = self._peers.pop(addr, None)
+        self._up.discard(addr)
         if sock is not None:
             self._by_socket.pop(sock, None)
             self._poller.unregister(sock)
@@ -283,6 +296,8 @@ class Transport:
             except zmq.Again:
                 break
             if event & HANDSHAKE_FAILED:  # requests wait for their deadline (reconnecting), then say why
+                if addr not in self._refused:
+                    self._connection_changed(addr, "refused")
                 self._refused[addr] = handshake_problem(addr, event, self._creds is not None)
                 self._refused_at[addr] = time.monotonic()
                 continue
@@ -292,6 +307,12 @@ class Transport:
             elif not lost:
                 self._down.discard(addr)
                 self._refused.pop(addr, None)
+            if lost and addr in self._up:
+                self._up.discard(addr)
+                self._connection_changed(addr, "disconnected")
+            elif not lost and addr not in self._up:
+                self._up.add(addr)
+                self._connection_changed(addr, "connected")
         if lost:
             # the peer went away: whatever it had not answered will never be answered; after a
             # refused handshake, requests still waiting to go retry it (a user added a moment ago)
@@ -301,6 +322,11 @@ class Transport:
             why = self._refused.get(addr) or f"connection to {addr} lost before it replied"
             for rid in gone:
                 self._fail(rid, ClientError(why))
+
+    def _connection_changed(self, addr: str, state: str) -> None:
+        listener = self.connection_listener
+        if listener is not None:
+            self._push_pool.submit(_told, listener, addr, state)
 
     def _flush_queue(self) -> None:
         if self._backlog:
