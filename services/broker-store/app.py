@@ -50,6 +50,7 @@ from .pop_state import PopBook
 from .pulling import Puller
 from .retry import Retry, max_reconsume_times
 from .schedule import Schedule
+from .request_reply import ReplyRequests
 from .sending import Sender
 from .store import MessageStore
 from .tiered import Tiered
@@ -193,6 +194,8 @@ class App:
             handlers.OffsetResets(c.name, topics, meta, store, clients, self.service.send_if_connected),
             handlers.MessageRequests(store),
             handlers.ClientRequests(clients, self.notify_group_changed),
+            ReplyRequests(c.name, c.cluster, store, topics, clients, sender.handle, self.service.send_if_connected,
+                          self.counters),
             AclRequests(self.acl),
             Backups(c.backup_dir, store, meta, self.acl, {"broker": c.name, "cluster": c.cluster,
                                                           "broker_id": c.broker_id}, self.service.call_soon_threadsafe),

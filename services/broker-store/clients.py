@@ -71,6 +71,15 @@ class ClientRegistry:
     def is_consumer(self, group: str, client_id: str) -> bool:
         return client_id in self.consumers.get(group, {})
 
+    def find(self, client_id: str) -> ClientInfo | None:
+        """The live client `client_id` as any of its heartbeats declared it (a producer first)."""
+        for table in (self.producers, self.consumers):
+            for members in table.values():
+                info = members.get(client_id)
+                if info is not None:
+                    return info
+        return None
+
     def consumer_ids(self, group: str) -> list[str]:
         return sorted(self.consumers.get(group, {}))
 

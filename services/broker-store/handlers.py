@@ -28,7 +28,8 @@ SLAVE_REFUSES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestC
                  RequestCode.SCHEDULE_INIT, RequestCode.TRANSACTION_CHECK, RequestCode.UPDATE_AND_CREATE_TOPIC,
                  RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.ACL_UPDATE_USER, RequestCode.ACL_DELETE_USER,
                  RequestCode.ACL_GRANT, RequestCode.ACL_REVOKE, RequestCode.DELETE_SUBSCRIPTIONGROUP,
-                 RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_INVISIBLE_DURATION)
+                 RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_INVISIBLE_DURATION,
+                 RequestCode.SEND_REPLY_MESSAGE)
 
 
 def table(parts, is_slave: bool) -> dict:

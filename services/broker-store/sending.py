@@ -110,7 +110,7 @@ class Sender:
             topic, queue_id, parked = self.park(topic, queue_id, props[0], get_props_value(props[0], DELAY),
                                                 get_props_value(props[0], TIMER_DELIVER_MS))
             props = [parked]  # park returns one properties string
-        self.put(req, topic, queue_id, bodies, props, flags, sys_flag, a)
+        return self.put(req, topic, queue_id, bodies, props, flags, sys_flag, a)
 
     def _check_messages(self, bodies, props, batch: bool, topic: str) -> None:
         # list-wise checks (C-level map/min/max): this runs for every message of every batch
@@ -169,8 +169,9 @@ class Sender:
         self.topics.config(TIMER_TOPIC, create=True, system=True, queues=1)
         return TIMER_TOPIC, 0, prop + extra
 
-    def put(self, req, topic, queue_id, bodies, props, flags, sys_flag, a: SendMessage) -> None:
-        """Store and answer; `a` gives born time and host, reconsume count, prepared offset, wait."""
+    def put(self, req, topic, queue_id, bodies, props, flags, sys_flag, a: SendMessage):
+        """Store and answer (the store's PutResult returned); `a` gives born time and host, reconsume
+        count, prepared offset, wait."""
         born_ts = a.born_ts or int(time.time() * 1000)
         try:
             res = self.store.put_batch(topic, queue_id, bodies, props, flags, sys_flag, born_ts,
@@ -188,9 +189,10 @@ class Sender:
             if not a.wait:
                 req.reply(ResponseCode.SUCCESS, "", out)
             self.commit.wait(req if a.wait else None, out, [(topic, queue_id, res.end_offset)])
-            return
+            return res
         if self.wait_for_slave is not None and a.wait:
             self.wait_for_slave(res.end_offset, req, out)  # SYNC_MASTER: SEND_OK once a slave has it
         else:
             req.reply(ResponseCode.SUCCESS, "", out)
         self.notify(topic, queue_id)
+        return res

@@ -30,7 +30,8 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
 from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enabled
-from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
+from quiver.client.message import Message, MessageExt, SendResult, SendStatus, UniqueIdMaker
+from quiver.client.request_reply import Requests, send_reply
 from quiver.client.metrics import ClientMetrics
 from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
                                     java_hash)
@@ -119,8 +120,9 @@ class Producer(ClientBase):
 
     # ---- message -> wire ------------------------------------------------------------
 
-    def _encode(self, msg: Message) -> tuple[str, str]:
-        """(msg id, properties string) after validating the message."""
+    def _encode(self, msg: Message, system: dict[str, str] | None = None) -> tuple[str, str]:
+        """(msg id, properties string) after validating the message; `system`: reserved properties
+        the SDK itself sets (request-reply's)."""
         if msg.topic not in self._valid_topics:
             check_topic(msg.topic, for_send=True)
             if len(self._valid_topics) < 4096:
@@ -146,6 +148,8 @@ class Producer(ClientBase):
             if not k or NAME_SEP in k or PROP_SEP in k or NAME_SEP in str(v) or PROP_SEP in str(v):
                 raise MessageIllegalError(f"property {k!r} has an empty name or a control character")
             parts[k] = v
+        if system:
+            parts.update(system)
         if self.traced:  # services add their events only for messages marked so
             parts[TRACE_ON] = "true"
         props = format_properties(parts)
@@ -314,12 +318,13 @@ class Producer(ClientBase):
         return fut
 
     def call_async(self, fut: Future[Any], topic: str, props: list[str], bodies: list[bytes], flags: list[int],
-                   code: int, build: Build, sys_flag: int = 0, avoid: str | None = None, attempt: int = 0) -> None:
+                   code: int, build: Build, sys_flag: int = 0, avoid: str | None = None, attempt: int = 0,
+                   queue: tuple[MessageQueue, str] | None = None) -> None:
         """The non-blocking twin of `_call_with_retry`: completes `fut` with `build(reply, queue,
-        broker address)`, retried on another broker while the error is retryable. Callbacks
-        run on the IO thread."""
+        broker address)`, retried on another broker while the error is retryable (not when
+        `queue` names the (queue, broker address) to use). Callbacks run on the IO thread."""
         try:
-            mq, addr = self._pick(topic, avoid)
+            mq, addr = queue or self._pick(topic, avoid)
         except QuiverError as exc:
             fut.set_exception(exc)
             return
@@ -335,7 +340,7 @@ class Producer(ClientBase):
                 result = build(env, mq, addr)
             except QuiverError as exc:
                 self.note_latency(mq.broker, 0, failed=True)
-                if attempt < self.retries and _retryable(exc):
+                if queue is None and attempt < self.retries and _retryable(exc):
                     self.call_async(fut, topic, props, bodies, flags, code, build, sys_flag, mq.broker, attempt + 1)
                 else:
                     fut.set_exception(exc)
@@ -526,8 +531,66 @@ class Producer(ClientBase):
         self._need_started()
         return scheduled.cancel(self, msg_id, topic, group, timeout)
 
+    # ---- request-reply (request_reply.py) -----------------------------------------------------------
+
+    _requests: Requests | None = None
+
+    def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send `msg` as a request and wait for its reply (RocketMQ's request()): the reply
+        message, or RequestTimeoutError after `timeout` seconds. See quiver.client.request_reply."""
+        return self.request_async(msg, timeout).result(timeout + self.send_timeout + 1.0)
+
+    def request_async(self, msg: Message, timeout: float = 3.0) -> Future[MessageExt]:
+        """`request` without waiting: Future[MessageExt] of the reply."""
+        self._need_started()
+        if self._requests is None:
+            self._requests = Requests(self)
+        return self._requests.request_async(msg, timeout)
+
+    def reply(self, request: MessageExt, body: bytes, properties: dict[str, str] | None = None,
+              timeout: float | None = None) -> SendResult:
+        """Reply to `request` (a message a consumer got from Producer.request): stored in the
+        cluster's reply topic and pushed to the requester; MessageIllegalError if it is no request."""
+        self._need_started()
+        return send_reply(self, request, body, properties).result((timeout or self.send_timeout) + 1.0)
+
+    def heartbeat_payload(self) -> rq.HeartBeat | None:
+        """A producer heartbeats its group once it sends requests: brokers push replies over it."""
+        return None if self._requests is None else rq.HeartBeat(client_id=self.client_id, producers=[self.group])
+
+    _heartbeating = False   # the heartbeat loop runs (since start() for a TransactionProducer)
+
+    def keep_heartbeating(self) -> None:
+        """Heartbeat every `heartbeat_interval_s` from now on (a producer's first request)."""
+        if self._started and not self._heartbeating:
+            self._heartbeating = True
+            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
+
+    def pick_queue(self, topic: str, avoid: str | None = None) -> tuple[MessageQueue, str]:
+        """(queue, broker address) the next send of `topic` goes to, avoiding broker `avoid`."""
+        return self._pick(topic, avoid)
+
+    retryable = staticmethod(_retryable)
+
+    def send_prepared(self, msg: Message, mq: MessageQueue, addr: str, system: dict[str, str],
+                      code: int = RequestCode.SEND_MESSAGE) -> Future[SendResult]:
+        """One message with SDK-set reserved properties to a chosen queue, not retried elsewhere."""
+        msg_id, props = self._encode(msg, system)
+        fut: Future[SendResult] = LightFuture()
+        self.call_async(fut, msg.topic, [props], [msg.body], [msg.flag], code,
+                        lambda env, q, a: self._result(env, q, a, [msg_id])[0], queue=(mq, addr))
+        return fut
+
+    def _on_reply(self, addr: str, env: Envelope) -> None:
+        if self._requests is not None:
+            self._requests.on_push(env)
+
+    push_handlers = {RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: _on_reply}
+
     def shutdown(self) -> None:
         """Waits (bounded) for in-flight async sends before closing."""
+        if self._requests is not None:
+            self._requests.fail_all(f"{type(self).__name__} shut down before the reply came")
         deadline = time.monotonic() + self.send_timeout
         while time.monotonic() < deadline and any(b.in_flight for b in list(self._batchers.values())):
             time.sleep(0.01)

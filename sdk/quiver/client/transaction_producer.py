@@ -208,7 +208,8 @@ class TransactionProducer(Producer):
                     tracer.end_transaction(topic, addr, [(mid, answer)], from_check=True)
         return None
 
-    push_handlers = {RequestCode.CHECK_TRANSACTION_STATE: _on_check}
+    _heartbeating = True   # its group, from start(): brokers ask it about open transactions
+    push_handlers = {**Producer.push_handlers, RequestCode.CHECK_TRANSACTION_STATE: _on_check}
 
 
 def _check_message(addr: str, body: bytes, phys: int, qoff: int, txid: str, topic: str, qid: int, born: int,

@@ -43,6 +43,8 @@ class RequestCode(IntEnum):
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    SEND_REPLY_MESSAGE = 324              # a reply (MSG_TYPE=reply) to <cluster>_REPLY_TOPIC: stored, then pushed
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326    # broker -> the requester named by REPLY_TO_CLIENT
     # Quiver's own
     PING = 9000
     STATUS = 9001

@@ -48,6 +48,12 @@ HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"   # message trace records (quiver.wire.trace)
+REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"   # <cluster>_REPLY_TOPIC: the replies of request-reply, one queue per broker
+
+
+def reply_topic(cluster: str) -> str:
+    """The topic a cluster's brokers store replies in (RocketMQ's `<cluster>_REPLY_TOPIC`)."""
+    return cluster + REPLY_TOPIC_SUFFIX
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 

@@ -72,12 +72,20 @@ RECONSUME_TIME = "RECONSUME_TIME"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 SCHEDULE_ORIGIN_ID = "SCHEDULE_ORIGIN_ID"
 SCHEDULE_DUE_MS = "SCHEDULE_DUE_MS"
+# request-reply (RocketMQ 4.6+): set by Producer.request and copied onto the reply by Producer.reply
+CORRELATION_ID = "CORRELATION_ID"
+REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+TTL = "TTL"                # the requester's timeout, ms
+CLUSTER = "CLUSTER"        # the cluster of the broker the request went to: its <cluster>_REPLY_TOPIC
+MSG_TYPE = "MSG_TYPE"      # "reply" on a reply message
+REPLY_MESSAGE = "reply"
 
 # What a client's user properties may not be named (Message.properties)
 RESERVED_PROPERTIES = frozenset({
     TAGS, KEYS, WAIT, DELAY, UNIQ_KEY, REAL_TOPIC, REAL_QID, RETRY_TOPIC, ORIGIN_MESSAGE_ID,
     TRAN_MSG, PGROUP, MIN_OFFSET, MAX_OFFSET, TIMER_DELIVER_MS, RECONSUME_TIME, MAX_RECONSUME_TIMES,
     TRAN_PREPARED_QUEUE_OFFSET, TIMER_DELAY_SEC, TIMER_DELAY_MS, TRACE_ON,
+    CORRELATION_ID, REPLY_TO_CLIENT, TTL, CLUSTER, MSG_TYPE,
 })
 
 # Written only by the broker and its services: where a re-put writes (REAL_*, RETRY_TOPIC,

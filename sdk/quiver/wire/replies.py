@@ -98,7 +98,7 @@ class RegisterBrokerReply(Schema):
     ha_addr: str | None = wire("ha_addr", Opt(ADDR, blank=True), None)
 
 
-@reply_to(RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE, RC.CONSUMER_SEND_MSG_BACK)   # send-back: the copy stored
+@reply_to(RC.SEND_MESSAGE, RC.SEND_MESSAGE_V2, RC.SEND_BATCH_MESSAGE, RC.SEND_REPLY_MESSAGE, RC.CONSUMER_SEND_MSG_BACK)   # send-back: the copy stored
 @schema
 class SendReply(Schema):
     topic: str = wire("t", TOPIC)

@@ -134,6 +134,14 @@ class SendMessage(Schema):
 
 SCHEMAS[RequestCode.SEND_MESSAGE_V2] = SendMessage
 SCHEMAS[RequestCode.SEND_BATCH_MESSAGE] = SendMessage
+# a reply of request-reply: one message to <cluster>_REPLY_TOPIC (PUB on it), stored then pushed
+SCHEMAS[RequestCode.SEND_REPLY_MESSAGE] = SendMessage
+
+
+@request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, service("broker"))
+class PushReplyMessage(Schema):
+    """Broker -> the requester: the stored reply (one record, the body frame) of broker `broker`."""
+    broker: str = wire("b", BROKER_NAME)
 
 
 @request(RequestCode.PULL_MESSAGE, needs(topic("topic", SUB), group("group", SUB)))
