@@ -77,10 +77,13 @@ class DeliveryQueue:
             self._unsettled.discard(result)
 
     def close(self) -> None:
-        """The consumer stops: iteration ends once what was queued is read, and what is
-        unsettled counts as later() (redelivered), so no listener call holds the shutdown."""
+        """The consumer stops: iteration ends at once (what was queued but not handed out is
+        not), and what is unsettled counts as later() (redelivered), so no listener call holds
+        the shutdown."""
         if not self.closed:
             self.closed = True
+            while not self._queue.empty():   # not handed out yet: never shown, settled below
+                self._queue.get_nowait()
             self._queue.put_nowait(None)
         for result in list(self._unsettled):   # handed out, never settled: not consumed
             if not result.done():

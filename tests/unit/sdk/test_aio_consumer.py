@@ -210,3 +210,18 @@ async def _sent_back(cluster, n):
     while cluster.network.count(RequestCode.CONSUMER_SEND_MSG_BACK) < n:
         await asyncio.sleep(0.05)
     return True
+
+
+def test_shutdown_inside_the_loop_ends_it_at_once(one):
+    async def main():
+        c = one.client(AsyncPushConsumer, "cg", consume_from="first")
+        c.subscribe("Orders")
+        await asyncio.get_running_loop().run_in_executor(None, _produce, one, 6)
+        seen = 0
+        async for d in c:
+            seen += 1
+            d.ack()
+            await asyncio.sleep(0.2)            # the others queue up meanwhile
+            await c.shutdown()                  # those are not handed out: no settled ones show
+        return seen
+    assert asyncio.run(main()) == 1
