@@ -20,6 +20,7 @@ from quiver.aio.bridge import AsyncClient, resolver
 from quiver.client.base import MessageQueue
 from quiver.client.message import Message, MessageExt, SendResult, SendStatus, TransactionState
 from quiver.client.producer import Producer, QueueSelector
+from quiver.client.request_reply import send_reply
 from quiver.client.transaction_producer import TransactionProducer, TransactionSendResult
 from quiver.errors import RequestTimeoutError
 from quiver.wire import record
@@ -123,6 +124,28 @@ class AsyncProducer(AsyncClient[Producer]):
         """`Producer.cancel_scheduled`, on the control thread."""
         self._need_started()
         return await self._blocking(self._sync.cancel_scheduled, msg_id, group, timeout)
+
+    async def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send `msg` as a request and await its reply (Producer.request): the reply message, or
+        RequestTimeoutError after `timeout` seconds. Many may be awaited at once from one task."""
+        loop = self._need_started()
+        await self._route(msg.topic)
+        requests = self._sync.requests
+        if requests is not None and requests.prepared:
+            cfut = self._sync.request_async(msg, timeout)
+        else:   # the first: heartbeats to every broker, on the control thread
+            cfut = await self._blocking(self._sync.request_async, msg, timeout)
+        afut: asyncio.Future[MessageExt] = loop.create_future()
+        cfut.add_done_callback(resolver(loop, afut))
+        return await afut
+
+    async def reply(self, request: MessageExt, body: bytes, properties: dict[str, str] | None = None) -> SendResult:
+        """Reply to `request` (Producer.reply): the SendResult of the stored reply."""
+        loop = self._need_started()
+        await self._route(request.topic)
+        afut: asyncio.Future[SendResult] = loop.create_future()
+        send_reply(self._sync, request, body, properties).add_done_callback(resolver(loop, afut))
+        return await afut
 
     async def _route(self, topic: str) -> None:
         self._need_started()

@@ -62,6 +62,7 @@ _TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
 
 
 def _retryable(exc: Exception) -> bool:
+    """Worth another attempt on another broker: no answer came, or its code is in RETRYABLE."""
     return isinstance(exc, ClientError) or getattr(exc, "code", None) in RETRYABLE
 
 
@@ -534,6 +535,11 @@ class Producer(ClientBase):
     # ---- request-reply (request_reply.py) -----------------------------------------------------------
 
     _requests: Requests | None = None
+
+    @property
+    def requests(self) -> Requests | None:
+        """The requests waiting for replies and the reply counters (None before the first request)."""
+        return self._requests
 
     def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
         """Send `msg` as a request and wait for its reply (RocketMQ's request()): the reply

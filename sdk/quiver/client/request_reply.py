@@ -66,7 +66,7 @@ class Requests:
         self._wake = threading.Condition(self._lock)
         self._timer: threading.Thread | None = None
         self._closed = False   # the producer shut down: the timer thread ends
-        self._ready = False
+        self.prepared = False   # ready() ran: heartbeats sent, clusters known
         self._clusters: dict[str, str] = {}   # broker name -> its cluster
         self.replies = 0
         self.late_replies = 0
@@ -78,7 +78,7 @@ class Requests:
     def ready(self, timeout: float) -> None:
         """Before the first request: heartbeat to every broker and wait (bounded) for the answers,
         so whichever broker stores the reply can push it here; then every 30 s (ClientBase)."""
-        if self._ready:
+        if self.prepared:
             return
         p = self.producer
         hb = rq.HeartBeat(client_id=p.client_id, producers=[p.group])
@@ -87,7 +87,7 @@ class Requests:
         futs = [transport.call_future(addr, hb, timeout=timeout) for addr in brokers.values()]
         wait(futs, timeout)
         self._clusters.update(self._cluster_of_brokers())
-        self._ready = True
+        self.prepared = True
         p.keep_heartbeating()
 
     def request_async(self, msg: Message, timeout: float) -> Future[MessageExt]:

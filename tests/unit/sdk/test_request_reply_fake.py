@@ -1,12 +1,14 @@
 """Request-reply against real brokers on quiver.testing's fake network: correlation, the
 properties of a request and its reply, timeouts, late and unknown replies, the broker's checks."""
 
+import asyncio
 import threading
 import time
 
 import pytest
 
 from quiver import ConsumeResult, Message, Producer, PushConsumer
+from quiver.aio import AsyncProducer
 from quiver.client.message import MessageExt
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, RequestTimeoutError
 from quiver.testing import stub_cluster, wait_until
@@ -50,7 +52,7 @@ def test_each_request_gets_its_own_reply(cluster):
             futs = {i: p.request_async(Message("Ask", b"req-%d" % i), timeout=10) for i in range(20)}
             for i, f in futs.items():
                 assert f.result(15).body == (b"req-%d" % i)[::-1]
-            assert p._requests.replies == 21 and p._requests.late_replies == 0
+            assert p.requests.replies == 21 and p.requests.late_replies == 0
         req = seen[0]
         assert req.properties[REPLY_TO_CLIENT] == p.client_id and req.properties[CLUSTER] == "DefaultCluster"
         assert req.properties[TTL] == "10000" and len(req.properties[CORRELATION_ID]) == 32
@@ -71,8 +73,8 @@ def test_a_request_without_reply_times_out_and_its_late_reply_is_dropped(cluster
             with pytest.raises(RequestTimeoutError):
                 p.request(Message("Ask", b"slow"), timeout=0.3)
             assert time.monotonic() - t0 < 5
-            assert wait_until(lambda: p._requests.late_replies == 1, 15)
-            assert p._requests.timeouts == 1 and p._requests.replies == 0
+            assert wait_until(lambda: p.requests.late_replies == 1, 15)
+            assert p.requests.timeouts == 1 and p.requests.replies == 0
     finally:
         consumer.shutdown()
         replier.shutdown()
@@ -84,8 +86,8 @@ def test_a_reply_nobody_asked_for_is_dropped_and_counted(cluster):
         fake = MessageExt("Ask", b"", None, [], {CORRELATION_ID: "f" * 32, REPLY_TO_CLIENT: p.client_id,
                                                   CLUSTER: "DefaultCluster"}, "id", None, "broker-a", 0, 0, 0, 0, 0, 0)
         assert r.reply(fake, b"who asked?").queue_id == 0
-        assert wait_until(lambda: p._requests.unknown_replies == 1, 10)
-        assert p._requests.replies == 0
+        assert wait_until(lambda: p.requests.unknown_replies == 1, 10)
+        assert p.requests.replies == 0
 
 
 def test_reply_to_a_message_that_is_no_request_says_so(cluster):
@@ -117,3 +119,28 @@ def test_a_timeout_out_of_range_is_refused(cluster):
         for bad in (0, -1, 10 ** 9):
             with pytest.raises(QuiverError, match="timeout"):
                 p.request(Message("Ask", b"x"), timeout=bad)
+
+
+def test_asyncio_requests_and_replies_are_awaited(cluster):
+    consumer = cluster.client(PushConsumer, "arcg", consume_from="first")
+    consumer.subscribe("Ask", "*")
+
+    async def main():
+        async with cluster.client(AsyncProducer, "aqpg") as asker, cluster.client(AsyncProducer, "arpg") as replier:
+            loop = asyncio.get_running_loop()
+
+            def on(msgs):   # a consume thread: each reply awaited on the loop
+                for m in msgs:
+                    asyncio.run_coroutine_threadsafe(replier.reply(m, b"re:" + m.body), loop).result(10)
+                return ConsumeResult.SUCCESS
+            consumer.register(on)
+            consumer.start()
+            replies = await asyncio.gather(*(asker.request(Message("Ask", b"%d" % i), timeout=10) for i in range(10)))
+            with pytest.raises(RequestTimeoutError):
+                await asker.request(Message("Nobody", b"x"), timeout=0.2)
+            return replies
+    try:
+        replies = asyncio.run(main())
+    finally:
+        consumer.shutdown()
+    assert [r.body for r in replies] == [b"re:%d" % i for i in range(10)]
