@@ -13,11 +13,14 @@ Owns the writer classes; not the rows -> Messages (sink_rows.py).
 
 import logging
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, Optional
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 
+from quiver.client.message import Message
 from quiver.client.producer import Producer
 from quiver.errors import ClientError
 from quiver.spark.sink_rows import SinkOptions, Written, check_schema, messages, send_all
@@ -26,13 +29,13 @@ try:  # writers that take Arrow batches (else Rows, turned into columns here)
     from pyspark.sql.datasource import DataSourceArrowWriter as _BatchWriter
     BATCH_ARROW = True
 except ImportError:
-    from pyspark.sql.datasource import DataSourceWriter as _BatchWriter
+    from pyspark.sql.datasource import DataSourceWriter as _BatchWriter  # type: ignore[assignment]
     BATCH_ARROW = False
 try:
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriter
     STREAM_ARROW = True
 except ImportError:
-    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriter
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriter  # type: ignore[assignment]
     STREAM_ARROW = False
 
 log = logging.getLogger(__name__)
@@ -51,13 +54,17 @@ class SinkCommit(WriterCommitMessage):
     batch_id: int | None = None
 
 
-def _arrow_columns(batches):
+Chunks = Iterator[tuple[dict[str, list[Any]], int]]   # a partition's rows: (columns, how many rows)
+Commits = list[Optional[WriterCommitMessage]]
+
+
+def _arrow_columns(batches: Iterable[Any]) -> Chunks:
     for batch in batches:
         yield {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}, batch.num_rows
 
 
-def _row_columns(rows):
-    chunk: list = []
+def _row_columns(rows: Iterable[Any]) -> Chunks:
+    chunk: list[dict[str, Any]] = []
     for row in rows:
         chunk.append(row.asDict())
         if len(chunk) == ROWS_PER_CHUNK:
@@ -67,9 +74,9 @@ def _row_columns(rows):
         yield {k: [r[k] for r in chunk] for k in chunk[0]}, len(chunk)
 
 
-def write_partition(opts: SinkOptions, chunks, prefix: str, partition: int) -> Written:
+def write_partition(opts: SinkOptions, chunks: Chunks, prefix: str, partition: int) -> Written:
     """Send one partition's rows (chunks of columns) through a Producer; return once all are acked."""
-    def msgs():
+    def msgs() -> Iterator[Message]:
         row = 0
         for cols, n in chunks:
             yield from messages(cols, n, opts, f"{prefix}:{partition}", row)
@@ -81,40 +88,47 @@ def write_partition(opts: SinkOptions, chunks, prefix: str, partition: int) -> W
         return send_all(producer.send_async, msgs(), opts.max_in_flight, 4 * opts.send_timeout_ms / 1000 + 30)
 
 
-def _types(schema) -> dict[str, str]:
+def _task() -> TaskContext:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise ClientError("the quiver sink writes in Spark tasks only")
+    return ctx
+
+
+def _types(schema: Any) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in schema.fields}
 
 
 class QuiverBatchWriter(_BatchWriter):
     """df.write.format("quiver"): keys `<writeId>:<partition>:<row>` (writeId: the option, or one per save())."""
 
-    def __init__(self, opts: SinkOptions, schema):
+    def __init__(self, opts: SinkOptions, schema: Any):
         check_schema(opts, _types(schema))
         self.opts = opts
         self.write_id = opts.write_id or uuid.uuid4().hex
 
-    def write(self, iterator):
-        partition = TaskContext.get().partitionId()
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        partition = _task().partitionId()
         chunks = _arrow_columns(iterator) if BATCH_ARROW else _row_columns(iterator)
         done = write_partition(self.opts, chunks, self.write_id, partition)
         return SinkCommit(partition, done.rows, done.not_ok)
 
-    def commit(self, messages) -> None:
+    def commit(self, messages: Commits) -> None:
         _log_commit("write " + self.write_id, messages)
 
-    def abort(self, messages) -> None:
+    def abort(self, messages: Commits) -> None:
         log.warning("quiver sink: write %s failed; partitions sent before the failure stay sent", self.write_id)
 
 
 class QuiverStreamWriter(_StreamWriter):
     """writeStream.format("quiver"): keys `<query id>:<batch id>:<partition>:<row>`."""
 
-    def __init__(self, opts: SinkOptions, schema):
+    def __init__(self, opts: SinkOptions, schema: Any):
         check_schema(opts, _types(schema))
         self.opts = opts
 
-    def write(self, iterator):
-        ctx = TaskContext.get()
+    def write(self, iterator: Iterator[Any]) -> SinkCommit:
+        ctx = _task()
         query, batch = ctx.getLocalProperty(QUERY_ID_PROPERTY), ctx.getLocalProperty(BATCH_ID_PROPERTY)
         if not query or batch is None:   # keys would not be stable across a restart: refuse
             raise ClientError("the quiver stream sink found no streaming query / batch id on its task")
@@ -122,15 +136,15 @@ class QuiverStreamWriter(_StreamWriter):
         done = write_partition(self.opts, chunks, f"{query}:{batch}", ctx.partitionId())
         return SinkCommit(ctx.partitionId(), done.rows, done.not_ok, int(batch))
 
-    def commit(self, messages, batchId) -> None:
+    def commit(self, messages: Commits, batchId: int) -> None:
         _log_commit(f"batch {batchId}", messages)
 
-    def abort(self, messages, batchId) -> None:
+    def abort(self, messages: Commits, batchId: int) -> None:
         log.warning("quiver sink: batch %s failed; it runs again (same keys) when the query restarts", batchId)
 
 
-def _log_commit(what: str, messages) -> None:
-    done = [m for m in messages if m is not None]
+def _log_commit(what: str, messages: Commits) -> None:
+    done = [m for m in messages if isinstance(m, SinkCommit)]
     not_ok = sum(m.not_ok for m in done)
     log.info("quiver sink: %s: %d rows from %d partitions acknowledged", what, sum(m.rows for m in done), len(done))
     if not_ok:

@@ -18,10 +18,11 @@ import datetime
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from quiver.client.message import Message, SendStatus
+from quiver.client.message import Message, SendResult, SendStatus
 from quiver.errors import ClientError, QuiverError
 from quiver.wire.properties import BROKER_WRITTEN, RESERVED_PROPERTIES
 
@@ -43,7 +44,7 @@ DEFAULT_KEY_PROPERTY = "idempotence_key"
 _NOT_SENT = frozenset(RESERVED_PROPERTIES) | frozenset(BROKER_WRITTEN)
 
 
-def _positive(o: dict, name: str, default: int) -> int:
+def _positive(o: dict[str, Any], name: str, default: int) -> int:
     v = o.get(name.lower())
     if v is None or v == "":
         return default
@@ -111,7 +112,7 @@ def _pairs(v: Any) -> Iterable[tuple[str, str]]:
     return v.items() if isinstance(v, dict) else v   # Rows give dicts, Arrow lists of pairs
 
 
-def messages(cols: dict[str, list], n: int, opts: SinkOptions, prefix: str, first_row: int) -> Iterator[Message]:
+def messages(cols: dict[str, list[Any]], n: int, opts: SinkOptions, prefix: str, first_row: int) -> Iterator[Message]:
     """The Messages of `n` rows given as columns; the i-th row's generated key is
     `<prefix>:<first_row + i>`. ClientError naming the row for a value no message can carry."""
     topics, bodies = cols.get("topic"), cols["body"]
@@ -153,12 +154,12 @@ class Written:
     not_ok: int = 0
 
 
-def send_all(send_async: Callable[[Message], Any], msgs: Iterable[Message], max_in_flight: int,
+def send_all(send_async: Callable[[Message], Future[SendResult]], msgs: Iterable[Message], max_in_flight: int,
              timeout_s: float) -> Written:
     """Send every message with at most `max_in_flight` unanswered; return once all are acked.
     The first failed send (or a message the producer refuses) raises: the task fails."""
     out = Written()
-    pending: deque = deque()
+    pending: deque[Future[SendResult]] = deque()
 
     def settle() -> None:
         if pending.popleft().result(timeout_s).status is not SendStatus.SEND_OK:
