@@ -144,3 +144,14 @@ def test_asyncio_requests_and_replies_are_awaited(cluster):
     finally:
         consumer.shutdown()
     assert [r.body for r in replies] == [b"re:%d" % i for i in range(10)]
+
+
+def test_a_reply_for_a_requester_the_broker_does_not_know_is_stored_and_counted(cluster):
+    gone = MessageExt("Ask", b"", None, [], {CORRELATION_ID: "e" * 32, REPLY_TO_CLIENT: "host@1#gone",
+                                             CLUSTER: "DefaultCluster"}, "id", None, "broker-b", 0, 0, 0, 0, 0, 0)
+    with cluster.client(Producer, "rpg") as r:
+        sent = r.reply(gone, b"to nobody")
+    counters = cluster.broker("broker-b").service.counters
+    assert sent.broker == "broker-b" and sent.topic == "DefaultCluster_REPLY_TOPIC"
+    assert counters["reply_push_failed"] == 1 and counters["replies_stored"] == 1 and counters["replies_pushed"] == 0
+    assert cluster.broker("broker-b").store.max_offset("DefaultCluster_REPLY_TOPIC", 0) == 1
