@@ -26,7 +26,8 @@ SERVICES = (("filter", "quiver_filter", "--register-interval-ms", "1000"), ("sch
 ROLES = ("namesrv", "broker", "filter", "scheduler", "txn-checker")
 # served on no client socket: the broker's pushes to clients and the HA socket's own codes
 NOT_ON_A_CLIENT_SOCKET = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.CHECK_TRANSACTION_STATE,
-                          RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.HA_TRANSFER, RequestCode.HA_REPORT}
+                          RequestCode.RESET_CONSUMER_CLIENT_OFFSET, RequestCode.HA_TRANSFER, RequestCode.HA_REPORT,
+                          RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT}
 
 
 @pytest.fixture(scope="module")
