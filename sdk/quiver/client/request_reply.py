@@ -130,6 +130,8 @@ class Requests:
         if cluster is None and fetch:   # not on the IO thread (a retry): no name server call there
             self._clusters.update(self._cluster_of_brokers())
             cluster = self._clusters.get(broker)
+            # a broker new since ready(): heartbeat now, ahead of the request on the same connection
+            self.producer.send_heartbeats()
         if not cluster:
             raise ClientError(f"broker {broker!r} is in no cluster the name servers know: cannot name its reply topic")
         return cluster
