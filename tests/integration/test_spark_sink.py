@@ -76,9 +76,8 @@ def test_batch_write_reads_back_exact(spark, cluster):
     # per-row topics from a string body and a topic column (no topic option)
     spark.range(40).selectExpr("if(id % 2 = 0, 'SinkEven', 'SinkOdd') topic", "concat('s-', id) body") \
         .write.format("quiver").option("namesrv", ns).mode("append").save()
-    even = sorted(bytes(r.body) for r in _read(spark, ns, "SinkEven").collect())
-    assert even == sorted(f"s-{i}".encode() for i in range(0, 40, 2))
-    assert _read(spark, ns, "SinkOdd").count() == 20
+    both = {(r.topic, bytes(r.body)) for r in _read(spark, ns, "SinkEven,SinkOdd").collect()}
+    assert both == {("SinkOdd" if i % 2 else "SinkEven", f"s-{i}".encode()) for i in range(40)}
 
 
 def test_batch_write_refuses_bad_input_saying_why(spark, cluster):
@@ -107,12 +106,12 @@ def test_stream_restarted_rewrites_a_batch_with_the_same_keys(spark, cluster, tm
     _topics(ns, "SinkIn", "SinkOut")
     with Producer("sink-pg", namesrv=ns) as p:
         sent = [f.result(60) for f in [p.send_async(Message("SinkIn", f"m-{i}".encode(), tags="x",
-                                                            properties={"n": str(i)})) for i in range(600)]]
+                                                            properties={"n": str(i)})) for i in range(400)]]
     ckpt = str(tmp_path / "ckpt")
     q = _pipeline(spark, ns, ckpt, {"availableNow": True})
     assert q.awaitTermination(120) and q.exception() is None
     batches = [p for p in q.recentProgress if p["numInputRows"]]
-    assert len(batches) >= 3 and sum(p["numInputRows"] for p in batches) == 600
+    assert len(batches) >= 2 and sum(p["numInputRows"] for p in batches) == 400
     last = batches[-1]
     # a query killed after its last batch was written and before Spark recorded it: no commit
     for name in (str(last["batchId"]), f".{last['batchId']}.crc"):
@@ -120,7 +119,7 @@ def test_stream_restarted_rewrites_a_batch_with_the_same_keys(spark, cluster, tm
 
     with Producer("sink-pg", namesrv=ns) as p:
         sent += [f.result(60) for f in [p.send_async(Message("SinkIn", f"m-{i}".encode(), tags="x",
-                                                             properties={"n": str(i)})) for i in range(600, 800)]]
+                                                             properties={"n": str(i)})) for i in range(400, 500)]]
     q = _pipeline(spark, ns, ckpt, {"availableNow": True})
     assert q.awaitTermination(120) and q.exception() is None
     assert q.recentProgress[0]["batchId"] == last["batchId"]          # the batch ran again
@@ -129,8 +128,8 @@ def test_stream_restarted_rewrites_a_batch_with_the_same_keys(spark, cluster, tm
     by_key = defaultdict(list)
     for r in rows:
         by_key[r.properties[KEY]].append((bytes(r.body), r.tags, r.properties["src"], r.properties["n"]))
-    assert len(rows) == 800 + last["numInputRows"]                   # at least once: the batch twice
-    assert len(by_key) == 800                                         # exactly once by key
+    assert len(rows) == 500 + last["numInputRows"]                   # at least once: the batch twice
+    assert len(by_key) == 500                                         # exactly once by key
     assert all(len(set(copies)) == 1 for copies in by_key.values())   # a key's copies are the same message
     assert sorted(c[0][2] for c in by_key.values()) == sorted(r.msg_id for r in sent)
     assert all(c[0][0] == f"M-{c[0][3]}".encode() and c[0][1] == "x" for c in by_key.values())

@@ -136,3 +136,20 @@ def test_a_failed_send_fails_the_partition():
         send_all(FakeProducer().send_async, [Message("T", b"a"), Message("T", b"b"), Message("T", b"")], 100, 5)
     done = send_all(FakeProducer(status=SendStatus.FLUSH_SLAVE_TIMEOUT).send_async, [Message("T", b"a")], 100, 5)
     assert (done.rows, done.not_ok) == (1, 1)   # stored: counted, not failed
+
+
+def test_rows_and_arrow_batches_chunk_into_the_same_columns():
+    """PySpark 4.0's stream writer gets Rows, later ones Arrow batches: both reach messages() alike."""
+    from pyspark.sql import Row
+
+    from quiver.spark import sink
+    rows = [Row(body=b"%d" % i, keys=["k"], properties={"a": str(i)}) for i in range(5)]
+    batch = pa.RecordBatch.from_pylist([r.asDict() for r in rows], pa.schema(
+        [("body", pa.binary()), ("keys", pa.list_(pa.string())), ("properties", pa.map_(pa.string(), pa.string()))]))
+    by_rows = list(sink._row_columns(iter(rows)))
+    assert [n for _, n in by_rows] == [5] and by_rows[0][0]["body"] == [b"%d" % i for i in range(5)]
+    row_path = [_msgs(cols) for cols, _ in by_rows]
+    arrow_path = [_msgs(cols) for cols, _ in sink._arrow_columns([batch])]
+    assert row_path == arrow_path and arrow_path[0][4].properties == {"a": "4", KEY: "q:7:1:4"}
+    many = list(sink._row_columns(iter([Row(body=b"x")] * (sink.ROWS_PER_CHUNK + 1))))
+    assert [n for _, n in many] == [sink.ROWS_PER_CHUNK, 1]
