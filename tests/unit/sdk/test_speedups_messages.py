@@ -23,7 +23,7 @@ try:  # built even when QUIVER_NO_SPEEDUPS turns it off: the twin is tested eith
 except ImportError:
     C = None
 if C is not None and not speedups.ACTIVE:
-    speedups.hand_over(C, "record", "message_ext", "envelope")   # no twin runs in this process: the layouts went nowhere
+    speedups.hand_over(C, "record", "message_ext", "envelope")   # no twin runs here: the layouts went nowhere
 
 SLOTS = message.MessageExt.__slots__
 
@@ -116,15 +116,16 @@ def test_a_message_class_with_other_slots_is_refused():
 
 # ---- protocol.decode ---------------------------------------------------------------------------
 
+JSON_INT = st.integers(-2 ** 63, 2 ** 63 - 1)   # what orjson writes
 HEADS = st.one_of(
     st.fixed_dictionaries({"c": st.integers(-5, 2 ** 40), "id": st.integers(-1, 2 ** 63 - 1)},
-                          optional={"ext": st.one_of(st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
+                          optional={"ext": st.one_of(st.dictionaries(st.text(max_size=3), JSON_INT, max_size=3),
                                                      st.none(), st.just(0), st.just(""), st.just([1]), st.just("x")),
                                     "r": st.one_of(st.none(), st.text(max_size=5), st.just(3))}),
     st.dictionaries(st.sampled_from(["c", "id", "ext", "r"]),
                     st.one_of(st.none(), st.booleans(), st.floats(allow_nan=False), st.text(max_size=3),
                               st.integers(-3, 3)), max_size=4),
-    st.lists(st.integers(-2 ** 63, 2 ** 63 - 1), max_size=2), st.just("str"))
+    st.lists(JSON_INT, max_size=2), st.just("str"))
 BODY_FRAMES = st.lists(st.one_of(st.binary(max_size=20), st.binary(max_size=5).map(bytearray),
                                  st.binary(max_size=5).map(memoryview), st.just("text")), max_size=3)
 

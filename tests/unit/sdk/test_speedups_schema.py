@@ -26,7 +26,8 @@ CLASSES = sorted({t for t in (*rq.SCHEMAS.values(), *(t for forms in REPLIES.val
                   if issubclass(t, sc.Schema)}, key=lambda c: c.__qualname__)   # not the Wire maps
 JUNK = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 70, 2 ** 70), st.floats(allow_nan=False),
                  st.text(max_size=8), st.sampled_from(["T", "Orders", "g1", "127.0.0.1:10911", "%RETRY%g", "a b"]),
-                 st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+                 st.lists(st.integers(-3, 3), max_size=3),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 PAIR = st.one_of(st.tuples(st.integers(-2 ** 31 - 1, 2 ** 31), st.text(max_size=12)).map(list),
                  st.lists(JUNK, max_size=3), JUNK)
 
