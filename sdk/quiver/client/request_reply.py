@@ -21,6 +21,7 @@ not the send path (producer.py) nor the broker's side (quiver_broker.request_rep
 
 import heapq
 import logging
+import struct
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ from collections import OrderedDict
 from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING
 
-from quiver.errors import ClientError, MessageIllegalError, RequestTimeoutError
+from quiver.errors import ClientError, MessageIllegalError, QuiverError, RequestTimeoutError
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
@@ -203,12 +204,12 @@ class Requests:
     # ---- replies pushed by a broker --------------------------------------------------------
 
     def on_push(self, env: Envelope) -> None:
-        """PUSH_REPLY_MESSAGE_TO_CLIENT: complete the request it answers; a late, unknown or
-        malformed one is dropped and counted."""
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: complete the request it answers; a late one is dropped and
+        counted as late, an unknown or malformed one as unknown."""
         try:
             broker = rq.PushReplyMessage.decode(env.ext).broker
             reply = MessageExt.from_record(record.decode_at(env.bodies[0]), broker)
-        except (ValueError, IndexError, ClientError) as exc:
+        except (ValueError, IndexError, struct.error, record.BadRecord, QuiverError) as exc:
             log.warning("malformed reply pushed to this producer dropped: %s", exc)
             self.unknown_replies += 1
             return

@@ -12,6 +12,7 @@ from quiver.aio import AsyncProducer
 from quiver.client.message import MessageExt
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, RequestTimeoutError
 from quiver.testing import stub_cluster, wait_until
+from quiver.wire import protocol
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.wire.properties import CLUSTER, CORRELATION_ID, MSG_TYPE, REPLY_TO_CLIENT, TTL
@@ -155,3 +156,12 @@ def test_a_reply_for_a_requester_the_broker_does_not_know_is_stored_and_counted(
     assert sent.broker == "broker-b" and sent.topic == "DefaultCluster_REPLY_TOPIC"
     assert counters["reply_push_failed"] == 1 and counters["replies_stored"] == 1 and counters["replies_pushed"] == 0
     assert cluster.broker("broker-b").store.max_offset("DefaultCluster_REPLY_TOPIC", 0) == 1
+
+
+def test_a_malformed_reply_push_is_dropped_and_counted(cluster):
+    with cluster.client(Producer, "qpg") as p:
+        p.request_async(Message("Ask", b"x"), timeout=30)
+        for ext, body in (({"b": "broker-a"}, b"not a record"), ({"b": 5}, b""), ({"b": "broker-a"}, None)):
+            frames = protocol.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, 1, ext, [] if body is None else [body])
+            p.requests.on_push(protocol.decode(frames))
+        assert p.requests.unknown_replies == 3 and p.requests.replies == 0
