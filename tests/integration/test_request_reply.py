@@ -8,10 +8,14 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from quiver import Admin, Message, Producer
 from quiver.aio import AsyncProducer
 from quiver.wire.properties import CORRELATION_ID
 from support.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(120)   # a replier that never says ready fails, not hangs
 
 REPLIER = """
 import sys, threading
