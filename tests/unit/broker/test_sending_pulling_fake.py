@@ -145,10 +145,10 @@ def test_auto_create_off_refuses_unknown_topics():
             _send(c.network, c.broker_addrs["broker-a"], [b"x"], topic="Fresh")
 
 
-@pytest.mark.parametrize("topic, error", [*((t, NoPermissionError) for t in sorted(NOT_ALLOWED_SEND)),
-                                          ("bad topic", MessageIllegalError), ("t" * 300, MessageIllegalError)])
-def test_a_send_to_a_system_or_misnamed_topic_is_refused(broker, topic, error):
+def test_a_send_to_a_system_or_misnamed_topic_is_refused(broker):
     net, addr, app = broker
-    with pytest.raises(error):
-        _send(net, addr, [b"x"], topic=topic)
+    for topic, error in [*((t, NoPermissionError) for t in sorted(NOT_ALLOWED_SEND)),
+                         ("bad topic", MessageIllegalError), ("t" * 300, MessageIllegalError)]:
+        with pytest.raises(error):
+            _send(net, addr, [b"x"], topic=topic)
     assert app.counters["put_messages"] == 0
