@@ -13,6 +13,7 @@ from typing import Any
 from quiver.aio.bridge import AsyncClient
 from quiver.client.acl_admin import AclChange
 from quiver.client.admin import Admin, OffsetReset
+from quiver.client.admin_types import ConsumerStats, HaRow, ProgressRow, QueueStatus, TraceEvent
 from quiver.client.base import MessageQueue
 from quiver.client.message import MessageExt, SendResult
 from quiver.wire import requests as rq
@@ -77,7 +78,7 @@ class AsyncAdmin(AsyncClient[Admin]):
         """Messages of `topic` with this key or unique id, oldest first (`Admin.query_by_key`)."""
         return await self._blocking(self._sync.query_by_key, topic, key, max_num, begin_ms, end_ms)
 
-    async def trace(self, msg_id: str, max_records: int = 256) -> list[dict[str, Any]]:
+    async def trace(self, msg_id: str, max_records: int = 256) -> list[TraceEvent]:
         """The message's trace timeline (`Admin.trace`)."""
         return await self._blocking(self._sync.trace, msg_id, max_records)
 
@@ -108,11 +109,11 @@ class AsyncAdmin(AsyncClient[Admin]):
         """Move `group`'s offsets on `topic` to a time or an offset (`Admin.reset_offset`)."""
         return await self._blocking(self._sync.reset_offset, group, topic, ts_ms, offset=offset)
 
-    async def consumer_stats(self, group: str) -> dict[str, Any]:
+    async def consumer_stats(self, group: str) -> ConsumerStats:
         """Every broker's view of `group`: rows per queue, members, conflicts (`Admin.consumer_stats`)."""
         return await self._blocking(self._sync.consumer_stats, group)
 
-    async def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict[str, Any]]:
+    async def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[ProgressRow]:
         """Per queue: offsets, lag, last consume time, owner (`Admin.consumer_progress`)."""
         return await self._blocking(self._sync.consumer_progress, group, topics)
 
@@ -208,7 +209,7 @@ class AsyncAdmin(AsyncClient[Admin]):
         (config: the stored one, None where the broker's defaults apply)."""
         return await self._blocking(self._sync.group_list)
 
-    async def ha_status(self) -> list[dict[str, Any]]:
+    async def ha_status(self) -> list[HaRow]:
         """One row per broker address (master id 0, slaves >= 1): role, CommitLog max
         offset and, for a slave, its replication lag in bytes and ms as its master counts
         it (lag_ms: age of the oldest byte the slave has not acknowledged)."""
@@ -255,7 +256,7 @@ class AsyncAdmin(AsyncClient[Admin]):
         """broker name -> {topic: {read, write, perm, order, ...}} as each broker stores them."""
         return await self._blocking(self._sync.topic_configs)
 
-    async def topic_status(self, topic: str) -> list[dict[str, Any]]:
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
         """One row per queue: broker, queue_id, min/max offset, local_min_offset (offsets below it are
         served from the broker's tiered store), compacted_to (offsets below it keep only the latest
         message of each key: a compacted topic), last store time (epoch ms, None for an empty

@@ -4,13 +4,14 @@ import dataclasses
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from quiver.client import queue_puller
 from quiver.wire import trace as msg_trace
 from quiver.wire import record
 from quiver.wire import requests as rq
 from quiver.client.acl_admin import AclCommands
+from quiver.client.admin_types import ConsumerStats, HaRow, ProgressRow, TraceEvent
 from quiver.client.admin_inspect import InspectCommands
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.wire.codes import ResponseCode
@@ -173,7 +174,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         out.sort(key=lambda m: m.store_timestamp)
         return out[:max_num]
 
-    def trace(self, msg_id: str, max_records: int = 256) -> list[dict[str, Any]]:
+    def trace(self, msg_id: str, max_records: int = 256) -> list[TraceEvent]:
         """The message's trace timeline, oldest first: one dict per event and message with at least
         type (Pub, SubBefore, SubAfter, EndTransaction, Delayed, Retry, DLQ), time_ms, cost_ms
         (or None), status, topic, broker, group, client, msg_id, keys, tags, queue_id,
@@ -192,7 +193,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                     rows.extend(msg_trace.decode(record.decode_at(raw).body))
                 except (msg_trace.TraceFormatError, record.BadRecord) as exc:  # anyone may write the topic
                     log.warning("trace record on %s skipped: %s", broker, exc)
-        return msg_trace.timeline(rows, msg_id)
+        return cast(list[TraceEvent], msg_trace.timeline(rows, msg_id))
 
     def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         """By offset msgId (broker address + commitlog offset), or by unique id within `topic`."""
@@ -283,14 +284,14 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             members = max(members, reply.members)
         return OffsetReset(dict(sorted(offsets.items())), members)
 
-    def consumer_stats(self, group: str) -> dict[str, Any]:
+    def consumer_stats(self, group: str) -> ConsumerStats:
         """Every broker's view of a group: rows per queue, members, subscription conflicts."""
-        rows: list[dict[str, Any]] = []
+        rows: list[ProgressRow] = []
         clients: set[str] = set()
         conflicts: dict[str, dict[str, list[str]]] = {}
         for broker, addr in sorted(self.all_broker_addrs().items()):
             stats = rq.ConsumeStatsReply.decode(self.call_broker(addr, rq.GetConsumeStats(group=group)).ext)
-            rows.extend({"broker": broker, **dataclasses.asdict(r)} for r in stats.rows)
+            rows.extend(cast(ProgressRow, {"broker": broker, **dataclasses.asdict(r)}) for r in stats.rows)
             clients.update(stats.clients)
             for topic, exprs in stats.conflicts.items():
                 for expr, cids in exprs.items():
@@ -299,9 +300,9 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         rows.sort(key=lambda r: (r["topic"], r["broker"], r["queue_id"]))
         return {"rows": rows, "clients": sorted(clients), "conflicts": conflicts}
 
-    def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[dict[str, Any]]:
+    def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[ProgressRow]:
         """Per queue: broker offset, consumer offset, lag, last consume time (store ms), owning client id."""
-        rows: list[dict[str, Any]] = self.consumer_stats(group)["rows"]
+        rows = self.consumer_stats(group)["rows"]
         if topics:
             rows = [r for r in rows if r["topic"] in topics]
         return rows
@@ -396,7 +397,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             out[name] = rq.TransactionListReply.decode(env.ext).open
         return out
 
-    def ha_status(self) -> list[dict[str, Any]]:
+    def ha_status(self) -> list[HaRow]:
         """One row per broker address (master id 0, slaves >= 1): role, CommitLog max
         offset and, for a slave, its replication lag in bytes and ms as its master counts
         it (lag_ms: age of the oldest byte the slave has not acknowledged)."""
@@ -422,7 +423,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                     if slave is not None:
                         slave.update(lag_bytes=link["lag_bytes"], lag_ms=link["lag_ms"],
                                      ack_latency=link.get("ack_latency"))
-        return rows
+        return cast(list[HaRow], rows)
 
     def ping(self, addr: str, timeout: float = 1.0) -> dict[str, Any]:
         """PING the service at `addr`: its reply's ext. ClientError if it cannot be reached, or

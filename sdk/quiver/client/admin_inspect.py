@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from quiver.client import queue_puller
+from quiver.client.admin_types import QueueStatus
 from quiver.client.base import ClientBase, MessageQueue
 from quiver.client.message import MessageExt
 from quiver.errors import IllegalOperationError, QuiverError, SubscriptionGroupNotExistError, TopicNotExistError
@@ -40,13 +41,13 @@ class InspectCommands(_Base):
 
     # ---- topics ----------------------------------------------------------------------
 
-    def topic_status(self, topic: str) -> list[dict[str, Any]]:
+    def topic_status(self, topic: str) -> list[QueueStatus]:
         """One row per queue: broker, queue_id, min/max offset, local_min_offset (offsets below it are
         served from the broker's tiered store), compacted_to (offsets below it keep only the latest
         message of each key: a compacted topic), last store time (epoch ms, None for an empty
         queue) - RocketMQ's topicStatus. Raises TopicNotExistError."""
         route = self.route(topic, refresh=True)
-        rows: list[dict[str, Any]] = []
+        rows: list[QueueStatus] = []
         for mq in sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id)):
             lo, hi = self.min_offset(mq), self.max_offset(mq)
             last = self.message_at(mq, hi - 1) if hi > lo else None

@@ -5,6 +5,7 @@ import inspect
 
 from quiver.aio import AsyncAdmin
 from quiver.client.admin import Admin
+from quiver.client.admin_types import QueueStatus
 
 # Admin's own calls (ClientBase's plumbing — routes, raw calls, heartbeats — is not the admin API)
 ADMIN_MODULES = ("quiver.client.admin", "quiver.client.admin_inspect", "quiver.client.acl_admin")
@@ -63,4 +64,13 @@ def test_async_admin_calls_reach_the_cluster():
             return rows, configs, purged
         rows, configs, purged = asyncio.run(main())
     assert [r["queue_id"] for r in rows] == [0, 1]
+    assert set(rows[0]) == set(QueueStatus.__annotations__)    # the typed row is what comes back
     assert "Surf" in configs["broker-a"] and "broker-a" in purged
+
+
+def test_the_progress_row_type_holds_what_the_broker_reply_carries():
+    import dataclasses
+
+    from quiver.client.admin_types import ProgressRow
+    from quiver.wire.replies import ConsumeStatsRow
+    assert set(ProgressRow.__annotations__) == {"broker"} | {f.name for f in dataclasses.fields(ConsumeStatsRow)}

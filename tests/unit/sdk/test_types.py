@@ -36,7 +36,7 @@ def test_mypy_strict_passes_over_the_public_api(tmp_path):
 
 # A user's program: each line ending in "# error" must be a mypy error, and no other line.
 USER_PROGRAM = """
-from quiver import Message, Producer, PullConsumer, PushConsumer, SendResult
+from quiver import Admin, Message, Producer, PullConsumer, PushConsumer, SendResult
 from quiver.aio import AsyncPullConsumer, AsyncPushConsumer
 from quiver.client.options import ConsumerOptions
 
@@ -57,6 +57,10 @@ e = AsyncPushConsumer("cg", threads=4, batch_size=8)
 f = AsyncPushConsumer("cg", threads="4")  # error
 g = PushConsumer("cg", consume_from="first", consume_threads=4, pop=True)
 h = PushConsumer("cg", consume_form="first")  # error
+rows = Admin(namesrv="127.0.0.1:9876").consumer_progress("cg")
+lag: int = rows[0]["lag"]
+owner: int = rows[0]["client_id"]  # error
+status = Admin(namesrv="127.0.0.1:9876").topic_status("Orders")[0]["last_store_tme"]  # error
 """
 
 
