@@ -85,6 +85,9 @@ def test_batch_write_refuses_bad_input_saying_why(spark, cluster):
     w = spark.range(3).selectExpr("id body").write.format("quiver").option("namesrv", ns).option("topic", "T")
     with pytest.raises(Exception, match="column 'body' must be binary or string"):
         w.mode("append").save()
+    with pytest.raises(Exception, match='appends to topics: write with .mode\\("append"\\)'):
+        spark.range(1).selectExpr("'x' body").write.format("quiver").option("namesrv", ns) \
+            .option("topic", "SinkBad").mode("overwrite").save()
     # an empty body without keys is no message (a tombstone needs keys): the task fails, naming the row
     bad = spark.createDataFrame([(b"ok",), (b"",)], "body binary").coalesce(1)
     with pytest.raises(Exception, match="row 1"):

@@ -4,7 +4,7 @@
     quiver.spark.register(spark)
     df = (spark.read.format("quiver").option("namesrv", "127.0.0.1:9876").option("topic", "Orders")
           .option("startingOffsets", "earliest").load())
-    df.write.format("quiver").option("namesrv", "127.0.0.1:9876").option("topic", "Copy").save()
+    df.write.format("quiver").option("namesrv", "127.0.0.1:9876").option("topic", "Copy").mode("append").save()
 
 The driver plans (planner.py: options named like Spark's Kafka source, offset
 ranges per (topic, broker, queue)); executors pull their own ranges straight

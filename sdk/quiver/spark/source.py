@@ -15,6 +15,7 @@ import logging
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
+from quiver.errors import ClientError
 from quiver.spark.columns import SCHEMA
 from quiver.spark.planner import (EARLIEST, Options, Planner, cap_offsets, flatten_offsets, offset_spec, plan_batch,
                                   put_offset, split_ranges)
@@ -73,6 +74,8 @@ class QuiverDataSource(DataSource):
         return QuiverStreamReader(Options.parse(self.options))
 
     def writer(self, schema, overwrite):
+        if overwrite:   # a topic's stored messages are never replaced: say so rather than append
+            raise ClientError('the quiver sink appends to topics: write with .mode("append"), not "overwrite"')
         return QuiverBatchWriter(SinkOptions.parse(self.options), schema)
 
     def streamWriter(self, schema, overwrite):
