@@ -132,6 +132,7 @@ def test_stream_restarted_rewrites_a_batch_with_the_same_keys(spark, cluster, tm
     for r in rows:
         by_key[r.properties[KEY]].append((bytes(r.body), r.tags, r.properties["src"], r.properties["n"]))
     assert len(rows) == 500 + last["numInputRows"]                   # at least once: the batch twice
+    assert {k.rsplit(":", 3)[0] for k in by_key} == {q.id}          # the checkpoint's query id, both runs
     assert len(by_key) == 500                                         # exactly once by key
     assert all(len(set(copies)) == 1 for copies in by_key.values())   # a key's copies are the same message
     assert sorted(c[0][2] for c in by_key.values()) == sorted(r.msg_id for r in sent)
