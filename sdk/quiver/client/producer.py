@@ -30,8 +30,8 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture
 from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enabled
-from quiver.client.message import Message, MessageExt, SendResult, SendStatus, UniqueIdMaker
-from quiver.client.request_reply import Requests, send_reply
+from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
+from quiver.client.request_reply import Requesting
 from quiver.client.metrics import ClientMetrics
 from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
                                     java_hash)
@@ -77,7 +77,7 @@ class _Batcher:
         self.bytes = 0
 
 
-class Producer(ClientBase):
+class Producer(Requesting, ClientBase):
     """Sends messages to a topic's queues (round robin over the writable queues, avoiding a
     broker that failed lately). `namesrv`: "host:port;host:port" (None: QUIVER_NAMESRV or
     127.0.0.1:9876); `send_timeout` in seconds; `retries`: further attempts on another broker
@@ -532,46 +532,6 @@ class Producer(ClientBase):
         self._need_started()
         return scheduled.cancel(self, msg_id, topic, group, timeout)
 
-    # ---- request-reply (request_reply.py) -----------------------------------------------------------
-
-    _requests: Requests | None = None
-
-    @property
-    def requests(self) -> Requests | None:
-        """The requests waiting for replies and the reply counters (None before the first request)."""
-        return self._requests
-
-    def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
-        """Send `msg` as a request and wait for its reply (RocketMQ's request()): the reply
-        message, or RequestTimeoutError after `timeout` seconds. See quiver.client.request_reply."""
-        return self.request_async(msg, timeout).result(timeout + self.send_timeout + 1.0)
-
-    def request_async(self, msg: Message, timeout: float = 3.0) -> Future[MessageExt]:
-        """`request` without waiting: Future[MessageExt] of the reply."""
-        self._need_started()
-        if self._requests is None:
-            self._requests = Requests(self)
-        return self._requests.request_async(msg, timeout)
-
-    def reply(self, request: MessageExt, body: bytes, properties: dict[str, str] | None = None,
-              timeout: float | None = None) -> SendResult:
-        """Reply to `request` (a message a consumer got from Producer.request): stored in the
-        cluster's reply topic and pushed to the requester; MessageIllegalError if it is no request."""
-        self._need_started()
-        return send_reply(self, request, body, properties).result((timeout or self.send_timeout) + 1.0)
-
-    def heartbeat_payload(self) -> rq.HeartBeat | None:
-        """A producer heartbeats its group once it sends requests: brokers push replies over it."""
-        return None if self._requests is None else rq.HeartBeat(client_id=self.client_id, producers=[self.group])
-
-    _heartbeating = False   # the heartbeat loop runs (since start() for a TransactionProducer)
-
-    def keep_heartbeating(self) -> None:
-        """Heartbeat every `heartbeat_interval_s` from now on (a producer's first request)."""
-        if self._started and not self._heartbeating:
-            self._heartbeating = True
-            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
-
     def pick_queue(self, topic: str, avoid: str | None = None) -> tuple[MessageQueue, str]:
         """(queue, broker address) the next send of `topic` goes to, avoiding broker `avoid`."""
         return self._pick(topic, avoid)
@@ -587,16 +547,9 @@ class Producer(ClientBase):
                         lambda env, q, a: self._result(env, q, a, [msg_id])[0], queue=(mq, addr))
         return fut
 
-    def _on_reply(self, addr: str, env: Envelope) -> None:
-        if self._requests is not None:
-            self._requests.on_push(env)
-
-    push_handlers = {RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: _on_reply}
-
     def shutdown(self) -> None:
         """Waits (bounded) for in-flight async sends before closing."""
-        if self._requests is not None:
-            self._requests.fail_all(f"{type(self).__name__} shut down before the reply came")
+        self._fail_requests()
         deadline = time.monotonic() + self.send_timeout
         while time.monotonic() < deadline and any(b.in_flight for b in list(self._batchers.values())):
             time.sleep(0.01)

@@ -26,8 +26,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, wait
-from typing import TYPE_CHECKING
+from typing import Any
 
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, RequestTimeoutError
 from quiver.wire import record
@@ -39,9 +40,6 @@ from quiver.wire.properties import CLUSTER, CORRELATION_ID, MSG_TYPE, REPLY_MESS
 from quiver.wire.protocol import Envelope
 from quiver.client.base import MessageQueue
 from quiver.client.message import Message, MessageExt, SendResult
-
-if TYPE_CHECKING:
-    from quiver.client.producer import Producer
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +56,7 @@ class Requests:
     """One producer's requests in flight: correlation id -> (future, deadline). Replies come in
     on the transport's push thread (`on_push`); a timer thread fails the expired ones."""
 
-    def __init__(self, producer: "Producer") -> None:
+    def __init__(self, producer: Any) -> None:
         self.producer = producer
         self._lock = threading.Lock()
         self._waiting: dict[str, Future[MessageExt]] = {}
@@ -242,13 +240,13 @@ def reply_properties(request: MessageExt) -> tuple[str, dict[str, str]]:
     return reply_topic(props[CLUSTER]), system
 
 
-def reply_queue(producer: "Producer", request: MessageExt, topic: str) -> tuple[MessageQueue, str]:
+def reply_queue(producer: Any, request: MessageExt, topic: str) -> tuple[MessageQueue, str]:
     """Queue 0 of the reply topic on the broker that stored `request` (the requester sent there,
     so it is connected to it); ClientError if that broker is gone."""
     return MessageQueue(topic, request.broker, 0), producer.broker_addr(request.broker, request.topic)
 
 
-def send_reply(producer: "Producer", request: MessageExt, body: bytes,
+def send_reply(producer: Any, request: MessageExt, body: bytes,
                properties: dict[str, str] | None = None) -> Future[SendResult]:
     """The reply to `request` sent (SEND_REPLY_MESSAGE): Future[SendResult] of the stored reply."""
     topic, system = reply_properties(request)
@@ -257,3 +255,59 @@ def send_reply(producer: "Producer", request: MessageExt, body: bytes,
     return producer.send_prepared(msg, mq, addr, system, RequestCode.SEND_REPLY_MESSAGE)
 
 
+class Requesting:
+    """Producer's request-reply calls (a mixin of Producer, whose send path they use); the
+    producer's group heartbeats from its first request on, so brokers can push replies to it."""
+
+    _requests: Requests | None = None
+    _heartbeating = False   # the heartbeat loop runs (since start() for a TransactionProducer)
+
+    @property
+    def requests(self) -> Requests | None:
+        """The requests waiting for replies and the reply counters (None before the first request)."""
+        return self._requests
+
+    def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send `msg` as a request and wait for its reply (RocketMQ's request()): the reply
+        message, or RequestTimeoutError after `timeout` seconds. See quiver.client.request_reply."""
+        p: Any = self
+        return self.request_async(msg, timeout).result(timeout + p.send_timeout + 1.0)
+
+    def request_async(self, msg: Message, timeout: float = 3.0) -> Future[MessageExt]:
+        """`request` without waiting: Future[MessageExt] of the reply."""
+        p: Any = self
+        p._need_started()
+        if self._requests is None:
+            self._requests = Requests(self)
+        return self._requests.request_async(msg, timeout)
+
+    def reply(self, request: MessageExt, body: bytes, properties: dict[str, str] | None = None,
+              timeout: float | None = None) -> SendResult:
+        """Reply to `request` (a message a consumer got from Producer.request): stored in the
+        cluster's reply topic and pushed to the requester; MessageIllegalError if it is no request."""
+        p: Any = self
+        p._need_started()
+        return send_reply(self, request, body, properties).result((timeout or p.send_timeout) + 1.0)
+
+    def heartbeat_payload(self) -> rq.HeartBeat | None:
+        """A producer heartbeats its group once it sends requests: brokers push replies over it."""
+        p: Any = self
+        return None if self._requests is None else rq.HeartBeat(client_id=p.client_id, producers=[p.group])
+
+    def keep_heartbeating(self) -> None:
+        """Heartbeat every `heartbeat_interval_s` from now on (a producer's first request)."""
+        p: Any = self
+        if p._started and not self._heartbeating:
+            self._heartbeating = True
+            threading.Thread(target=p._heartbeat_loop, name="heartbeat", daemon=True).start()
+
+    def _on_reply(self, addr: str, env: Envelope) -> None:
+        if self._requests is not None:
+            self._requests.on_push(env)
+
+    def _fail_requests(self) -> None:
+        if self._requests is not None:
+            self._requests.fail_all(f"{type(self).__name__} shut down before the reply came")
+
+    push_handlers: dict[int, Callable[[Any, str, Envelope], Any]] = {
+        RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: _on_reply}
