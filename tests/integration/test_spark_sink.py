@@ -1,9 +1,9 @@
 """The "quiver" sink against a real broker and a real local Spark (local[2]): batch and streaming writes.
 
-What is sent is read back with the source; the streaming test stops a query
-and makes Spark run its last batch again (the state a query killed after its
-writes and before its commit leaves), then checks the promise of the docs:
-every source message in the target at least once, exactly once by key.
+What is sent is read back with the source; the streaming test fails a query in
+the middle of a batch (after part of it was sent) and restarts it from its
+checkpoint, then checks the promise of the docs: every source message in the
+target at least once, exactly once by key.
 """
 
 import os
@@ -94,44 +94,52 @@ def test_batch_write_refuses_bad_input_saying_why(spark, cluster):
         bad.write.format("quiver").option("namesrv", ns).option("topic", "SinkBad").mode("append").save()
 
 
-def _pipeline(spark, ns: str, ckpt: str, trigger: dict):
+def _pipeline(spark, ns: str, ckpt: str, poison: str | None = None):
+    """SinkIn -> upper-cased bodies -> SinkOut, 200 offsets a batch, one send in flight at a time
+    (what a failed task stored before the failure is then exact). The row whose property n is
+    `poison` gets an empty body (no message: its task fails)."""
     src = (spark.readStream.format("quiver").option("namesrv", ns).option("topic", "SinkIn")
            .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200").load())
-    out = src.selectExpr("upper(cast(body as string)) body", "keys", "tags",
-                         "map('src', msg_id, 'n', properties['n']) properties")
-    w = out.writeStream.format("quiver").option("namesrv", ns).option("topic", "SinkOut") \
-        .option("checkpointLocation", ckpt).trigger(**trigger)
-    return w.start()
+    body = "upper(cast(body as string))"
+    if poison is not None:
+        body = f"if(properties['n'] = '{poison}', '', {body})"
+    out = src.selectExpr(f"{body} body", "keys", "tags", "map('src', msg_id, 'n', properties['n']) properties")
+    return (out.writeStream.format("quiver").option("namesrv", ns).option("topic", "SinkOut")
+            .option("maxInFlight", "1").option("checkpointLocation", ckpt).trigger(availableNow=True).start())
 
 
-def test_stream_restarted_rewrites_a_batch_with_the_same_keys(spark, cluster, tmp_path):
+def _send_in(ns: str, numbers: range) -> list:
+    with Producer("sink-pg", namesrv=ns) as p:
+        futs = [p.send_async(Message("SinkIn", f"m-{i}".encode(), tags="x", properties={"n": str(i)}))
+                for i in numbers]
+        return [f.result(60) for f in futs]
+
+
+def test_stream_failed_mid_batch_restarts_with_the_same_keys(spark, cluster, tmp_path):
+    """A task fails after sending 199 of its 200 rows (the 200th has an empty body): the query
+    stops there, uncommitted. Restarted from its checkpoint (the poison fixed), Spark runs that
+    batch again: the 199 are stored twice, with the same keys."""
     ns = cluster.namesrv
-    _topics(ns, "SinkIn", "SinkOut")
-    with Producer("sink-pg", namesrv=ns) as p:
-        sent = [f.result(60) for f in [p.send_async(Message("SinkIn", f"m-{i}".encode(), tags="x",
-                                                            properties={"n": str(i)})) for i in range(400)]]
+    with Admin(namesrv=ns) as admin:       # one queue: one partition a batch, in offset order
+        admin.create_topic("SinkIn", queues=1)
+        admin.create_topic("SinkOut", queues=2)
+    sent = _send_in(ns, range(400))
     ckpt = str(tmp_path / "ckpt")
-    q = _pipeline(spark, ns, ckpt, {"availableNow": True})
-    assert q.awaitTermination(120) and q.exception() is None
-    batches = [p for p in q.recentProgress if p["numInputRows"]]
-    assert len(batches) >= 2 and sum(p["numInputRows"] for p in batches) == 400
-    last = batches[-1]
-    # a query killed after its last batch was written and before Spark recorded it: no commit
-    for name in (str(last["batchId"]), f".{last['batchId']}.crc"):
-        os.remove(os.path.join(ckpt, "commits", name))
+    q = _pipeline(spark, ns, ckpt, poison="399")
+    with pytest.raises(Exception, match="row 199 \\(topic 'SinkOut'\\)"):
+        q.awaitTermination(120)
+    assert _read(spark, ns, "SinkOut").count() == 200 + 199    # batch 0, and batch 1 but its last row
 
-    with Producer("sink-pg", namesrv=ns) as p:
-        sent += [f.result(60) for f in [p.send_async(Message("SinkIn", f"m-{i}".encode(), tags="x",
-                                                             properties={"n": str(i)})) for i in range(400, 500)]]
-    q = _pipeline(spark, ns, ckpt, {"availableNow": True})
+    sent += _send_in(ns, range(400, 500))
+    q = _pipeline(spark, ns, ckpt)
     assert q.awaitTermination(120) and q.exception() is None
-    assert q.recentProgress[0]["batchId"] == last["batchId"]          # the batch ran again
+    assert [p["batchId"] for p in q.recentProgress if p["numInputRows"]] == [1, 2]   # batch 1 ran again
 
     rows = _read(spark, ns, "SinkOut").select("body", "tags", "properties").collect()
     by_key = defaultdict(list)
     for r in rows:
         by_key[r.properties[KEY]].append((bytes(r.body), r.tags, r.properties["src"], r.properties["n"]))
-    assert len(rows) == 500 + last["numInputRows"]                   # at least once: the batch twice
+    assert len(rows) == 500 + 199                                     # at least once: 199 twice
     assert {k.rsplit(":", 3)[0] for k in by_key} == {q.id}          # the checkpoint's query id, both runs
     assert len(by_key) == 500                                         # exactly once by key
     assert all(len(set(copies)) == 1 for copies in by_key.values())   # a key's copies are the same message
