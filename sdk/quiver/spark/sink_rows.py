@@ -25,6 +25,7 @@ from typing import Any
 from quiver.client.message import Message, SendResult, SendStatus
 from quiver.errors import ClientError, QuiverError
 from quiver.wire.properties import BROKER_WRITTEN, RESERVED_PROPERTIES
+from quiver.wire.property_string import NAME_SEP, PROP_SEP
 
 # Spark types (DataType.simpleString()) each input column may have; other columns are ignored
 # (so a DataFrame read with the source, with broker, queue_offset, msg_id ..., writes as it is)
@@ -73,7 +74,7 @@ class SinkOptions:
     def parse(cls, options: Any) -> "SinkOptions":
         o = {str(k).lower(): v for k, v in dict(options).items()}
         prop = o.get("idempotenceproperty", DEFAULT_KEY_PROPERTY)
-        if not prop or prop in _NOT_SENT or "\x01" in prop or "\x02" in prop:
+        if not prop or prop in _NOT_SENT or NAME_SEP in prop or PROP_SEP in prop:
             raise ClientError(f"option idempotenceProperty must be a property name a message may carry, "
                               f"got {prop!r}")
         return cls(namesrv=o.get("namesrv") or o.get("nameserver") or "127.0.0.1:9876",
