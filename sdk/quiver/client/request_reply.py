@@ -87,7 +87,6 @@ class Requests:
         wait(futs, timeout)
         self._clusters.update(self._cluster_of_brokers())
         self.prepared = True
-        p.keep_heartbeating()
 
     def request_async(self, msg: Message, timeout: float) -> Future[MessageExt]:
         """Send `msg` as a request; the future completes with the reply, or RequestTimeoutError
@@ -260,7 +259,6 @@ class Requesting:
     producer's group heartbeats from its first request on, so brokers can push replies to it."""
 
     _requests: Requests | None = None
-    _heartbeating = False   # the heartbeat loop runs (since start() for a TransactionProducer)
 
     @property
     def requests(self) -> Requests | None:
@@ -290,16 +288,19 @@ class Requesting:
         return send_reply(self, request, body, properties).result((timeout or p.send_timeout) + 1.0)
 
     def heartbeat_payload(self) -> rq.HeartBeat | None:
-        """A producer heartbeats its group once it sends requests: brokers push replies over it."""
+        """A producer heartbeats its group (RocketMQ's producer heartbeat): the brokers list it as
+        online, and push replies to its requests over that connection."""
         p: Any = self
-        return None if self._requests is None else rq.HeartBeat(client_id=p.client_id, producers=[p.group])
+        return rq.HeartBeat(client_id=p.client_id, producers=[p.group])
 
-    def keep_heartbeating(self) -> None:
-        """Heartbeat every `heartbeat_interval_s` from now on (a producer's first request)."""
+    def heartbeat_brokers(self) -> dict[str, str]:
+        """The brokers this producer has routes to (no name-server call): it is online where it
+        sends. A first request heartbeats every broker of the cluster (Requests.ready)."""
         p: Any = self
-        if p._started and not self._heartbeating:
-            self._heartbeating = True
-            threading.Thread(target=p._heartbeat_loop, name="heartbeat", daemon=True).start()
+        out: dict[str, str] = {}
+        for _, route in list(p._routes.values()):
+            out.update({name: addr for name, addr in route.addrs.items() if addr})
+        return out
 
     def _on_reply(self, addr: str, env: Envelope) -> None:
         if self._requests is not None:

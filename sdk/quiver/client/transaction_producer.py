@@ -208,7 +208,9 @@ class TransactionProducer(Producer):
                     tracer.end_transaction(topic, addr, [(mid, answer)], from_check=True)
         return None
 
-    _heartbeating = True   # its group, from start(): brokers ask it about open transactions
+    def heartbeat_brokers(self) -> dict[str, str]:
+        """Every broker of the cluster: any of them may hold its group's open transactions."""
+        return self.all_broker_addrs()
     push_handlers = {**Producer.push_handlers, RequestCode.CHECK_TRANSACTION_STATE: _on_check}
 
 

@@ -165,3 +165,19 @@ def test_a_malformed_reply_push_is_dropped_and_counted(cluster):
             frames = protocol.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, 1, ext, [] if body is None else [body])
             p.requests.on_push(protocol.decode(frames))
         assert p.requests.unknown_replies == 3 and p.requests.replies == 0
+
+
+def test_a_plain_producer_is_online_on_the_brokers_it_sends_to():
+    from quiver import Message, Producer
+    from quiver.testing import stub_cluster, wait_until
+    with stub_cluster(brokers=2) as c:
+        c.admin().create_topic("Online", queues=1, brokers=["broker-a"])
+        with c.client(Producer, "pg-online") as p:
+            assert p.heartbeat_brokers() == {}              # no route yet: no broker asked at start
+            p.send(Message("Online", b"x"))
+            assert set(p.heartbeat_brokers()) == {"broker-a"}
+            p.send_heartbeats()                               # the 30 s loop's step (sent, not awaited)
+            registry = c.broker("broker-a").clients
+            assert wait_until(lambda: p.client_id in registry.producers.get("pg-online", {}))
+            assert "pg-online" not in c.broker("broker-b").clients.producers
+        assert wait_until(lambda: p.client_id not in registry.producers.get("pg-online", {}))  # left at shutdown

@@ -142,8 +142,9 @@ def test_pull_consumer_heartbeat_names_its_subscriptions():
         "T": ("TAG", "A || B"), "S": ("SQL92", "a > 1")}
 
 
-def test_a_plain_producer_sends_no_heartbeat():
-    assert Producer(namesrv=NS).heartbeat() is None
+def test_a_plain_producer_heartbeats_its_group():
+    p = Producer("pg", namesrv=NS)
+    assert p.heartbeat() == rq.HeartBeat(client_id=p.client_id, producers=["pg"])
 
 
 class _DictHeartbeat(ClientBase):
