@@ -8,6 +8,8 @@ loop answers, CURVE-authenticated); liveness only checks that the PING port acce
 loop slowed by load is not restarted.
 """
 
+from pathlib import Path
+
 from quiver.tools.deploy_gen import (NAMESRV, PARTS, PING_PORT_KEY, Part, dump, dump_all, entry, orchestrated,
                                      Mode, module, ping_command, port, secret_name)
 
@@ -150,9 +152,12 @@ def disruption_budget(part: Part) -> dict:
             "spec": {**limit, "selector": {"matchLabels": labels(part)}}}
 
 
+ALERTS = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "alerts.yml"
+
+
 def scrape_config() -> dict:
     """Prometheus's own scrape job for every Quiver pod (the annotations name the metrics port)."""
-    job = {"job_name": "quiver",
+    job = {"job_name": "quiver-pods",   # the alert rules' service-down rule matches job=~"quiver-.*"
            "kubernetes_sd_configs": [{"role": "pod"}],
            "relabel_configs": [
                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_part_of"], "regex": "quiver",
@@ -162,8 +167,9 @@ def scrape_config() -> dict:
                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "target_label": "service"},
                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"}]}
     text = dump({"scrape_configs": [job]}, "")
+    # the alert rules as shipped (deploy/prometheus/alerts.yml): mount the key and list it in rule_files
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "quiver-prometheus", "labels": PART_OF},
-            "data": {"quiver-scrape.yml": text}}
+            "data": {"quiver-scrape.yml": text, "quiver-alerts.yml": ALERTS.read_text()}}
 
 
 def pod_monitor() -> dict:
