@@ -12,8 +12,12 @@ reference decodes through `record.decode_fields`), the pulls (reader.py) nor
 Spark itself: this module imports pyarrow only, so it is testable without Spark.
 """
 
-import pyarrow as pa
-import pyarrow.compute as pc
+from collections.abc import Callable
+from typing import cast
+
+# pyarrow ships no type information (no py.typed, no stubs): its names are Any here
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from quiver.wire.ids import offset_msg_id
 from quiver.wire import record
@@ -34,18 +38,21 @@ ARROW_SCHEMA = pa.schema([("topic", pa.string()), ("broker", pa.string()), ("que
 # far after each record) and prop_names / prop_values (every property of every record, flat)
 COLUMNS = ("topic", "queue_id", "queue_offset", "phys_offset", "born_ts", "store_ts", "store_host", "body",
            "tags", "uniq", "keys", "prop_ends", "prop_names", "prop_values")
+Columns = tuple[list[str], list[int], list[int], list[int], list[int], list[int], list[bytes], list[bytes],
+                list[str | None], list[str | None], list[str | None], list[int], list[str], list[str]]
 
 
 @fast
-def record_columns(buf) -> tuple[list, ...]:
+def record_columns(buf: bytes) -> Columns:
     """Every record of a pull reply body as the lists COLUMNS names (one pass, BLANKs skipped).
 
     Properties lose the store's __CRC32# (record.strip_prop_crc); empty items are
     skipped; tags / uniq / keys are the last TAGS / UNIQ_KEY / KEYS property, None
     when absent. A malformed body raises record.BadRecord."""
-    cols: tuple[list, ...] = tuple([] for _ in COLUMNS)
+    cols = cast(Columns, tuple([] for _ in COLUMNS))
     (topics, qids, qoffs, poffs, born, store, hosts, bodies, tags, uniqs, keys, ends, names, values) = cols
-    sep, name_sep, strip = PROP_SEP, NAME_SEP, record.strip_prop_crc
+    strip: Callable[[str], str] = record.strip_prop_crc
+    sep, name_sep = PROP_SEP, NAME_SEP
     for f in record.decode_fields(buf):
         topics.append(f.topic)
         qids.append(f.queue_id)
@@ -55,7 +62,9 @@ def record_columns(buf) -> tuple[list, ...]:
         store.append(f.store_ts)
         hosts.append(f.store_host)
         bodies.append(f.body)
-        tag = uniq = key = None
+        tag: str | None = None
+        uniq: str | None = None
+        key: str | None = None
         for item in strip(f.props).split(sep):
             if item:
                 k, _, v = item.partition(name_sep)
@@ -78,7 +87,7 @@ def _offsets(ends: list[int]) -> pa.Array:
     return pa.array([0, *ends], pa.int32())
 
 
-def _keys(keys: list, n: int) -> pa.Array:
+def _keys(keys: list[str | None], n: int) -> pa.Array:
     """list<string> from KEYS values (space-separated), as offsets + one flat list."""
     if not any(keys):
         return pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], pa.string()))
@@ -95,7 +104,7 @@ def _timestamps(ms: list[int]) -> pa.Array:
     return pa.array(ms, _TS_MS).cast(_TS)
 
 
-def to_arrow(cols: tuple[list, ...], broker: str) -> pa.RecordBatch:
+def to_arrow(cols: Columns, broker: str) -> pa.RecordBatch:
     """One RecordBatch of ARROW_SCHEMA from record_columns' lists, the rows of `broker`."""
     (topics, qids, qoffs, poffs, born, store, hosts, bodies, tags, uniqs, keys, ends, names, values) = cols
     n = len(qoffs)

@@ -5,11 +5,26 @@ and its progress lines; the CLI (quiver.tools.cli_ingest) parses arguments and
 calls run_ingest. Does not own the source (source.py).
 """
 
+import argparse
 import signal
 import sys
+import threading
 import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from quiver.spark.source import session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class Meter(Protocol):
+    """What run_ingest tells of its progress (quiver.tools.cli_ingest.RowMeter on a terminal)."""
+
+    def tasks(self, done: int, total: int) -> None: ...
+
+    def rows(self, total: int) -> None: ...
 
 
 def _progress_bar(done: int, total: int, width: int = 30) -> str:
@@ -17,7 +32,7 @@ def _progress_bar(done: int, total: int, width: int = 30) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total}"
 
 
-def _watch_tasks(spark, stop, meter=None) -> None:
+def _watch_tasks(spark: "SparkSession", stop: threading.Event, meter: Meter | None = None) -> None:
     """Progress of the running stages (tasks done / tasks) until `stop` is set: plain-text lines,
     or told to `meter.tasks(done, total)` (the CLI's progress bar on a terminal)."""
     tracker = spark.sparkContext.statusTracker()
@@ -45,11 +60,12 @@ class StreamProgress:
     id. So an event is new by (timestamp, batchId), not by id, and only a batch that ran
     ("addBatch" in durationMs) makes a line; every event's rows count once in `total`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.total, self._last = 0, ("", -1)
 
-    def lines(self, events) -> list[str]:
-        out = []
+    # an event is Spark's progress JSON as a dict (StreamingQueryProgress): values of mixed types
+    def lines(self, events: Iterable[Mapping[str, Any]]) -> list[str]:
+        out: list[str] = []
         for e in events:
             key = (e["timestamp"], e["batchId"])
             if key <= self._last:   # seen at an earlier poll (ISO-8601 UTC timestamps sort as text)
@@ -63,13 +79,11 @@ class StreamProgress:
         return out
 
 
-def run_ingest(args, meter=None) -> int:
+def run_ingest(args: argparse.Namespace, meter: Meter | None = None) -> int:
     """`quiver ingest`: topics -> Parquet/Delta partitioned by topic and store date, batch or streaming.
 
     `meter` (quiver.tools.cli_ingest.RowMeter, on a terminal) is told of tasks and rows as they go;
     the plain progress lines are printed either way, but for the tasks lines it replaces."""
-    import threading
-
     from pyspark.sql import functions as F
 
     conf = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
@@ -107,7 +121,8 @@ def run_ingest(args, meter=None) -> int:
         previous = signal.signal(signal.SIGINT, lambda *_: stopping.set())
         try:
             while query.isActive and not stopping.is_set():
-                query.awaitTermination(0.5)
+                # PySpark takes float seconds (int(timeout * 1000)) though its hint says int
+                query.awaitTermination(0.5)  # type: ignore[arg-type]
                 for line in progress.lines(query.recentProgress):
                     print(line, flush=True)
                 if meter is not None:

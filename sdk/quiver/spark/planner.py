@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from quiver.client import filter_route
@@ -27,12 +28,14 @@ from quiver.wire.codes import ResponseCode
 log = logging.getLogger(__name__)
 
 EARLIEST, LATEST = -2, -1
+Queue = tuple[str, str, int]                     # (topic, broker, queue id)
+Offsets = dict[str, dict[str, dict[str, int]]]    # the offsets JSON: {topic: {broker: {"queueId": offset}}}
 _SYSTEM_TOPIC = re.compile(r"^(%RETRY%|%DLQ%|RMQ_SYS_|SCHEDULE_TOPIC_XXXX|TBW102|SELF_TEST_TOPIC)")
 
 
 # ---- options ------------------------------------------------------------------------------
 
-def _bool(v, default: bool) -> bool:
+def _bool(v: str | None, default: bool) -> bool:
     if v is None:
         return default
     s = str(v).strip().lower()
@@ -41,7 +44,7 @@ def _bool(v, default: bool) -> bool:
     return s == "true"
 
 
-def _int(v, name: str):
+def _int(v: str | None, name: str) -> int | None:
     if v is None or v == "":
         return None
     try:
@@ -68,7 +71,7 @@ class Options:
     credentials: str | None = None   # auth on: a key file path every executor can read
 
     @classmethod
-    def parse(cls, options) -> "Options":
+    def parse(cls, options: Mapping[str, str]) -> "Options":
         o = {str(k).lower(): v for k, v in dict(options).items()}
         topics = tuple(t.strip() for t in (o.get("topic") or o.get("subscribe") or "").split(",") if t.strip())
         pattern = o.get("topicpattern") or o.get("subscribepattern")
@@ -90,13 +93,13 @@ class Options:
                    credentials=o.get("credentials") or os.environ.get("QUIVER_CREDENTIALS") or None)
 
 
-def offset_spec(spec: str | None, default: str) -> str | dict:
+def offset_spec(spec: str | None, default: str) -> str | Offsets:
     """"earliest" / "latest" / parsed JSON {"topic": {"broker": {"queueId": offset}}}."""
     spec = (spec or default).strip()
     if spec.lower() in ("earliest", "latest"):
         return spec.lower()
     try:
-        parsed = json.loads(spec)
+        parsed: Offsets = json.loads(spec)
     except ValueError:
         raise ClientError(f"offsets must be 'earliest', 'latest' or JSON like "
                           f'{{"topic": {{"broker-a": {{"0": 42}}}}}}, got {spec!r}') from None
@@ -108,15 +111,15 @@ def offset_spec(spec: str | None, default: str) -> str | dict:
 
 # ---- planning ------------------------------------------------------------------------------------
 
-def get_offset(offsets: dict, topic: str, broker: str, queue_id: int):
+def get_offset(offsets: Offsets, topic: str, broker: str, queue_id: int) -> int | None:
     return offsets.get(topic, {}).get(broker, {}).get(str(queue_id))
 
 
-def put_offset(offsets: dict, topic: str, broker: str, queue_id: int, value: int) -> None:
+def put_offset(offsets: Offsets, topic: str, broker: str, queue_id: int, value: int) -> None:
     offsets.setdefault(topic, {}).setdefault(broker, {})[str(queue_id)] = int(value)
 
 
-def flatten_offsets(offsets: dict):
+def flatten_offsets(offsets: Offsets) -> Iterator[tuple[Queue, int]]:
     for topic, brokers in offsets.items():
         for broker, queues in brokers.items():
             for qid, off in queues.items():
@@ -130,7 +133,7 @@ class Planner:
         self.opts = opts
         self.admin = Admin(namesrv=opts.namesrv, credentials=opts.credentials)
         self.addrs: dict[str, str] = {}          # broker -> address
-        self.filters: dict[str, tuple] = {}      # broker -> filter server addresses
+        self.filters: dict[str, tuple[str, ...]] = {}      # broker -> filter server addresses
         self._checked_sql: set[str] = set()
 
     def close(self) -> None:
@@ -139,16 +142,18 @@ class Planner:
     def topics(self) -> list[str]:
         if self.opts.topics:
             return list(self.opts.topics)
+        assert self.opts.topic_pattern is not None   # parse() gives topics or a pattern
         rx = re.compile(self.opts.topic_pattern)
         return sorted(t for t in self.admin.topic_list() if rx.fullmatch(t) and not _SYSTEM_TOPIC.match(t))
 
-    def queues(self) -> list[tuple[str, str, int]]:
+    def queues(self) -> list[Queue]:
         """Every readable (topic, broker, queue id), routes refreshed (new queues and brokers show up)."""
-        out = []
+        out: list[Queue] = []
         for topic in self.topics():
             route = self.admin.route(topic, refresh=True)
             for mq in route.read_queues:
                 addr = route.addrs[mq.broker]
+                assert addr is not None   # Route reads only brokers with an address
                 self.addrs[mq.broker] = addr
                 # any filter server of the cluster may serve this broker: its own first (filter_route tiers)
                 self.filters[mq.broker] = tuple(a for tier in filter_route.candidates(route, addr) for a in tier)
@@ -158,12 +163,14 @@ class Planner:
                 self._checked_sql.add(topic)
         return out
 
-    def ask(self, queues, kind: type[rq.Schema], **fields) -> dict:
+    def ask(self, queues: Iterable[Queue], kind: type[rq.Schema], **fields: int) -> dict[Queue, int]:
         """One offset request per queue (`kind`: its schema), all in flight at once: {(topic, broker, qid): offset}."""
         t, timeout = self.admin.transport, self.admin.request_timeout
+        if t is None:
+            raise ClientError("the planner's Admin is not started")
         futs = {q: t.call_future(self.addrs[q[1]], kind(topic=q[0], queue_id=q[2], **fields), timeout=timeout)
                 for q in queues}
-        out = {}
+        out: dict[Queue, int] = {}
         for q, fut in futs.items():
             env = fut.result(timeout + 1)
             if env.code != ResponseCode.SUCCESS:
@@ -171,26 +178,25 @@ class Planner:
             out[q] = rq.OffsetReply.decode(env.ext).offset
         return out
 
-    def bounds(self, queues) -> tuple[dict, dict]:
+    def bounds(self, queues: list[Queue]) -> tuple[dict[Queue, int], dict[Queue, int]]:
         return self.ask(queues, rq.GetMinOffset), self.ask(queues, rq.GetMaxOffset)
 
-    def resolve(self, queues, spec, ts, lows, highs, default_missing: int) -> dict:
+    def resolve(self, queues: list[Queue], spec: str | Offsets, ts: int | None, lows: dict[Queue, int],
+                highs: dict[Queue, int], default_missing: int) -> dict[Queue, int]:
         """Offsets per queue for a startingOffsets/endingOffsets spec or a timestamp."""
         if ts is not None:
             return self.ask(queues, rq.SearchOffsetByTimestamp, timestamp=int(ts))
-        out = {}
+        out: dict[Queue, int] = {}
         for q in queues:
-            if spec == "earliest":
-                v = EARLIEST
-            elif spec == "latest":
-                v = LATEST
-            else:
-                v = get_offset(spec, *q)
-                v = default_missing if v is None else int(v)
+            if isinstance(spec, dict):
+                got = get_offset(spec, *q)
+                v = default_missing if got is None else int(got)
+            else:   # offset_spec's "earliest" or "latest"
+                v = EARLIEST if spec == "earliest" else LATEST
             out[q] = lows[q] if v == EARLIEST else highs[q] if v == LATEST else v
         return out
 
-    def check_loss(self, q, start: int, low: int) -> int:
+    def check_loss(self, q: Queue, start: int, low: int) -> int:
         """The start to use when `start` may be below the min offset (retention)."""
         if start >= low:
             return start
@@ -201,8 +207,8 @@ class Planner:
         log.warning("%s; skipping them (failOnDataLoss=false)", msg)
         return low
 
-    def ranges(self, starts: dict, ends: dict) -> list[QueueRange]:
-        out = []
+    def ranges(self, starts: dict[Queue, int], ends: dict[Queue, int]) -> list[QueueRange]:
+        out: list[QueueRange] = []
         for q, end in ends.items():
             start = starts.get(q)
             if start is None or end <= start or q[1] not in self.addrs:
@@ -217,7 +223,7 @@ def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[l
     total = sum(r.size for r in ranges)
     if not min_partitions or len(ranges) >= min_partitions or total == 0:
         return [[r] for r in ranges]
-    out = []
+    out: list[list[QueueRange]] = []
     for r in ranges:
         parts = max(1, math.ceil(r.size * min_partitions / total))
         step = math.ceil(r.size / parts)
@@ -225,7 +231,7 @@ def split_ranges(ranges: list[QueueRange], min_partitions: int | None) -> list[l
     return out
 
 
-def cap_offsets(base: dict, latest: dict, limit: int | None) -> dict:
+def cap_offsets(base: dict[Queue, int], latest: dict[Queue, int], limit: int | None) -> dict[Queue, int]:
     """End offsets that move at most `limit` messages past `base`, split by backlog (Kafka's rateLimit)."""
     backlog = {q: max(0, latest[q] - base.get(q, latest[q])) for q in latest}
     total = sum(backlog.values())
@@ -234,7 +240,7 @@ def cap_offsets(base: dict, latest: dict, limit: int | None) -> dict:
     out = {q: base.get(q, latest[q]) + backlog[q] * limit // total for q in latest}
     moved = sum(out[q] - base.get(q, latest[q]) for q in latest)
     if moved == 0:  # many queues, small limit: still make progress on the biggest backlog
-        big = max(backlog, key=backlog.get)
+        big = max(backlog, key=backlog.__getitem__)
         out[big] += min(limit, backlog[big])
     return out
 

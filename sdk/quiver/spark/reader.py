@@ -9,13 +9,16 @@ shape (columns.py).
 """
 
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]  # no type information in pyarrow: Any here
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from pyspark.sql.datasource import InputPartition
 
-from quiver.client.queue_puller import wanted_tags
-from quiver.client.range_reader import RangeStats, read_range
+from quiver.client.message import MessageSelector
+from quiver.client.queue_puller import Pulled, wanted_tags
+from quiver.client.range_reader import QueueRange, RangeStats, read_range
 from quiver.spark import columns
 from quiver.spark.planner import Options
 from quiver.wire.transport import Transport
@@ -25,17 +28,21 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class QuiverPartition(InputPartition):
-    ranges: list
+    ranges: list[QueueRange]
 
-    def __init__(self, ranges):
+    def __init__(self, ranges: list[QueueRange]) -> None:
         super().__init__(None)
         self.ranges = ranges
 
 
-def arrow_batches(broker: str):
+# read_range's decode: (the batch or None, its row count, its last queue offset or None)
+Decoded = tuple[pa.RecordBatch | None, int, int | None]
+
+
+def arrow_batches(broker: str) -> Callable[[Pulled, str | MessageSelector, int, int], Decoded]:
     """read_range's `decode` for `broker`'s queues: a FOUND answer as (RecordBatch of the rows
     in [lo, end) of the selector's tags, their count, the last one's queue offset)."""
-    def decode(pulled, selector, lo: int, end: int):
+    def decode(pulled: Pulled, selector: str | MessageSelector, lo: int, end: int) -> Decoded:
         cols = columns.record_columns(pulled.body)
         qoffs = cols[2]
         if not qoffs:
@@ -52,7 +59,7 @@ def arrow_batches(broker: str):
     return decode
 
 
-def read_partition(opts: Options, partition: QuiverPartition):
+def read_partition(opts: Options, partition: QuiverPartition) -> Iterator[pa.RecordBatch]:
     """Pull each range of the partition from its broker, yield Arrow record batches."""
     transport = Transport("quiver-spark", credentials=opts.credentials)
     try:
