@@ -190,7 +190,7 @@ def _console_counts_its_pages(ports) -> dict:
     requests = {(l["page"], l["status"]): v for l, v in got["quiver_console_http_requests_total"]}
     assert requests == {("topics", "200"): 2, ("topic", "200"): 2, ("messages", "400"): 1, ("_none", "404"): 1}
     assert value(got, "quiver_console_http_latency_seconds_count", page="topics") == 2
-    assert value(got, "quiver_console_admin_calls_total", call="topic_list") >= 4
+    assert value(got, "quiver_console_admin_calls_total", call="topic_list") >= 2   # once per /topics load
     assert value(got, "quiver_console_admin_calls_total", call="max_offset") >= 2
     assert value(got, "quiver_console_admin_errors_total", call="queues", error="TopicNotExistError") == 1
     return got
