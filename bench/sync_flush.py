@@ -2,10 +2,11 @@
 
     python -m bench.sync_flush --before HEAD~1             # the working tree vs its parent commit
     python -m bench.sync_flush --before abc123 --rounds 16 --messages 20000
+    python -m bench.sync_flush --before abc123~1 --after abc123  # one commit alone (others' edits left out)
 
 Two brokers (`--flush sync`, each with its own name server) run side by side: "after" runs the
-working tree's services/broker-store, "before" the same directory at git revision `--before`,
-exported to a temp dir as the quiver_broker package first on its PYTHONPATH. Each round
+working tree's services/broker-store (or revision `--after`), "before" the same directory at
+git revision `--before`, exported to a temp dir as the quiver_broker package first on its PYTHONPATH. Each round
 produces `--messages` 1 KiB messages pipelined (bench.peers.quiver_system.Client: send_async,
 window 1000, as `python -m bench`'s produce) to a new topic on each broker, the order
 alternating, then measures the disk ceiling (1 KiB appends, fdatasync per 64 KiB). On a shared
@@ -110,6 +111,7 @@ class Broker:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="git revision of services/broker-store to compare with")
+    ap.add_argument("--after", help="git revision to run as after (default: the working tree)")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--out", default=RESULTS)
@@ -118,9 +120,11 @@ def main(argv=None) -> int:
         ap.error("--rounds >= 1 and --messages >= 100")
     disk: list[float] = []
     with tempfile.TemporaryDirectory(prefix="quiver-bench-syncflush-") as tmp:
-        code = os.path.join(tmp, "before-code")
+        code, after = os.path.join(tmp, "before-code"), os.path.join(tmp, "after-code")
         os.makedirs(code)
-        brokers = [Broker("before", export_broker(args.before, code), tmp), Broker("after", None, tmp)]
+        os.makedirs(after)
+        brokers = [Broker("before", export_broker(args.before, code), tmp),
+                   Broker("after", export_broker(args.after, after) if args.after else None, tmp)]
         try:
             for b in brokers:       # connections, routes, first segment files: not timed
                 b.client.produce(b.new_topic(), 1000, 1024)

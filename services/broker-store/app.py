@@ -122,7 +122,7 @@ class App:
         self.pop, self.pop_revive = self._pop()
         self.wait_for_slave = self.ha.wait_for_slave if c.ha_role in ("SYNC_MASTER", "AUTO") else None
         self.group_commit = GroupCommit(self.store, c.flush == "sync", c.sync_flush_timeout_ms, self._visible,
-                                        self.wait_for_slave)
+                                        self.wait_for_slave, defer=lambda fn: self.service.call_later(0.0, fn))
         self.watch = GroupWatch(self.clients, self.service.failures, self.notify_group_changed, c.client_expiry_ms)
         self.parts = self._request_parts()
         self.service.handlers.update(self._table())

@@ -9,6 +9,10 @@ covers (`catch_up`: the report queues behind the socket's drain); `expire(now)` 
 deadline (the data is stored, and the entry stays until its flush makes its
 queue visible). A flushed reply of a SYNC_MASTER is handed to `slave_wait`
 (ha_master.ReplicationMaster.wait_for_slave) instead of answered here.
+With `defer` (the service's call_soon_threadsafe) the flush is asked once per
+loop turn, after the socket's drain: the puts of one drain share one fdatasync
+(the window grows with the load) instead of the first waking the flush thread
+alone while the rest of the drain waits for the next pass.
 Does not own the flush (store.py) nor the slave acks (ha_master.py).
 """
 
@@ -30,8 +34,10 @@ class Waiter:
 
 
 class GroupCommit:
-    def __init__(self, store, sync: bool, timeout_ms: int, notify, slave_wait=None):
+    def __init__(self, store, sync: bool, timeout_ms: int, notify, slave_wait=None, defer=None):
         self.store = store
+        self.defer = defer              # defer(fn): run fn after this loop turn (None: ask at once)
+        self._asked = False             # a deferred flush request is pending
         self.sync = sync
         self.timeout_ms = timeout_ms
         self.notify = notify            # notify(topic, queue_id): wake pulls held on a queue
@@ -48,8 +54,18 @@ class GroupCommit:
         last = len(touched) - 1
         for n, (topic, queue_id, end) in enumerate(touched):
             self.waiting.append(Waiter(end, deadline, req if n == last else None, reply_ext, topic, queue_id))
-        self.store.request_flush(touched[-1][2])
+        if self.defer is None:
+            self.store.request_flush(touched[-1][2])
+        elif not self._asked:
+            self._asked = True
+            self.defer(self._ask_flush)
         self.catch_up()
+
+    def _ask_flush(self) -> None:
+        """The loop turn's puts are written: one flush for all of them."""
+        self._asked = False
+        if self.waiting:
+            self.store.request_flush(self.waiting[-1].end)
 
     def catch_up(self) -> None:
         """Answer now what a flush the flush thread has finished already covers (service thread).
