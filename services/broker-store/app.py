@@ -192,7 +192,7 @@ class App:
             handlers.TopicRequests(topics, store.compaction, self.service.call_soon_threadsafe),
             handlers.OffsetRequests(topics, meta, store),
             handlers.OffsetResets(c.name, topics, meta, store, clients, self.service.send_if_connected),
-            handlers.MessageRequests(store),
+            handlers.MessageRequests(store, self.service),
             handlers.ClientRequests(clients, self.notify_group_changed),
             ReplyRequests(c.name, c.cluster, store, topics, clients, sender.handle, self.service.send_if_connected,
                           self.counters),

@@ -18,7 +18,7 @@ from quiver.wire.names import check_topic
 from quiver.wire.transport import next_request_id
 
 from . import visibility
-from .tiered_reads import local_min_offset
+from .tiered_reads import answer_when_cached, local_min_offset
 
 log = logging.getLogger(__name__)
 
@@ -215,16 +215,24 @@ class OffsetResets:
 
 
 class MessageRequests:
-    """QUERY_MESSAGE (by key), VIEW_MESSAGE_BY_ID (by CommitLog offset), ADMIN_CLEAN_EXPIRED."""
+    """QUERY_MESSAGE (by key), VIEW_MESSAGE_BY_ID (by CommitLog offset), ADMIN_CLEAN_EXPIRED.
+    With `service`, a lookup of a remote record not cached is answered once a read thread fetched it."""
 
-    def __init__(self, store):
+    def __init__(self, store, service=None):
         self.store = store
+        self.service = service
 
     def handlers(self) -> dict:
         return {RequestCode.QUERY_MESSAGE: self.query, RequestCode.VIEW_MESSAGE_BY_ID: self.view,
                 RequestCode.ADMIN_CLEAN_EXPIRED: self.clean_expired}
 
     def query(self, req) -> None:
+        answer_when_cached(self.store, self.service, req, self._query)
+
+    def view(self, req) -> None:
+        answer_when_cached(self.store, self.service, req, self._view)
+
+    def _query(self, req) -> None:
         a = req.args
         recs = self.store.query_by_key(a.topic, a.key, min(a.max_msgs, 1024), a.begin_ts, a.end_ts)
         recs = [r for r in recs if visibility.record_visible(self.store, r)]
@@ -232,7 +240,7 @@ class MessageRequests:
             raise QueryNotFoundError(f"no message with key {a.key!r} in topic {a.topic!r}")
         req.reply(ResponseCode.SUCCESS, "", rq.QueryMessageReply(count=len(recs)), [r.stored for r in recs])
 
-    def view(self, req) -> None:
+    def _view(self, req) -> None:
         off = req.args.offset
         rec = self.store.lookup(off)
         if rec is None or not visibility.record_visible(self.store, rec):

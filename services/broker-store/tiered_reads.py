@@ -5,8 +5,9 @@ read_record, store_ts_at): the store hands it to the pull path and the lookups
 in place of the CommitLog when `--tiered-store` is on. An offset in a local
 segment is read locally; one below them from its uploaded segment, by ranged
 GETs of whole chunks through a bounded LRU cache (`ChunkCache`). Within
-`in_background` (a pull) a miss does not wait: the chunk is fetched on a read
-thread and NeedsFetch tells the puller to run the pull again when it is cached.
+`in_background` (a pull, a lookup by key or msgId) a miss does not wait: the
+chunk is fetched on a read thread and NeedsFetch tells the caller to run the
+request again when it is cached (pulling.py; `answer_when_cached` for lookups).
 
 Every chunk is checked against its manifest's CRC32 before it is cached or
 served: a store that lost or corrupted an object answers the read with
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 READAHEAD_CHUNKS = 4   # chunks a cache miss fetches in one ranged GET (fewer, larger requests)
 FETCH_THREADS = 2      # background fetches of chunks pulls wait for
 DOWN_HOLD_S = 5.0      # after a failed GET, reads answer SYSTEM_BUSY this long without trying the store
+LOOKUP_FETCHES = 16    # chunks one lookup waits for off the service thread; past them it reads in place
 
 
 class RemoteDamaged(QuiverError):
@@ -67,6 +69,31 @@ def in_background(store, on: bool = True):
         yield
     finally:
         cache.nonblocking = False
+
+
+def answer_when_cached(store, service, req, handle, fetches: int = LOOKUP_FETCHES) -> None:
+    """Run `handle(req)` (a lookup); if it needs a remote chunk not cached, the chunk is fetched on a
+    read thread and `handle` runs again on the service thread once it is there, as a pull does, so
+    the service thread never waits for the object store. A lookup touching more chunks than
+    `fetches` (or than the cache holds) reads the rest in place. `service` None: run in place."""
+    try:
+        with in_background(store, service is not None and fetches > 0):
+            handle(req)
+    except NeedsFetch as miss:
+        miss.future.add_done_callback(lambda _: service.call_soon_threadsafe(
+            _run_again, store, service, req, handle, fetches - 1))
+
+
+def _run_again(store, service, req, handle, fetches: int) -> None:
+    if req.answered:
+        return
+    try:   # outside the service's own request loop: answer its errors here
+        answer_when_cached(store, service, req, handle, fetches)
+    except QuiverError as exc:   # a damaged chunk, the store unreachable, no such message
+        req.reply(exc.code, exc.remark)
+    except Exception as exc:
+        log.exception("a lookup run again after a tiered fetch failed")
+        req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 @dataclass(slots=True)

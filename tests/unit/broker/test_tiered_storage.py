@@ -3,7 +3,10 @@ uploaded ones leave the local disk, every record is served back byte for byte (p
 time), a corrupted object is reported and never served, an interrupted upload is redone."""
 
 import os
+import queue
+import threading
 import time
+import types
 
 import pytest
 
@@ -366,3 +369,76 @@ def test_a_pull_miss_is_fetched_in_the_background_and_a_failure_raised_on_retry(
     with pytest.raises(RemoteDamaged):
         s.get_messages("T", 0, 0)
     assert s.stats()["tiered"]["background_fetches"] == 2
+
+
+class GatedStore(FileStore):
+    """Ranged reads wait for `gate` (an object store that answers slowly)."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.gate = threading.Event()
+
+    def get_range(self, key, start, end):
+        self.gate.wait(20)
+        return super().get_range(key, start, end)
+
+
+class Loop:
+    """The service thread's call_soon_threadsafe: callbacks queued, run by the test."""
+
+    def __init__(self):
+        self.calls = queue.Queue()
+
+    def call_soon_threadsafe(self, fn, *args):
+        self.calls.put((fn, args))
+
+    def run_one(self, timeout=20):
+        fn, args = self.calls.get(timeout=timeout)
+        fn(*args)
+
+
+def lookup_request(**args):
+    req = types.SimpleNamespace(args=types.SimpleNamespace(**args), answered=False, answers=[],
+                                authorize=lambda *a: None)
+
+    def reply(code=ResponseCode.SUCCESS, remark="", ext=None, bodies=()):
+        req.answered = True
+        req.answers.append((code, remark, list(bodies)))
+    req.reply = reply
+    return req
+
+
+def test_a_remote_lookup_does_not_hold_the_service_thread_for_the_store(tmp_path):
+    from quiver_broker.handlers import MessageRequests
+    objects = GatedStore(str(tmp_path / "bucket"))
+    s, t = open_store(tmp_path, objects, local_retention_bytes=0)
+    bodies = fill(s)
+    objects.gate.set()
+    upload_all(t)
+    s.clean_expired()
+    objects.gate.clear()   # from now on the store answers only when the test lets it
+    loop = Loop()
+    h = MessageRequests(s, loop)
+    key = lookup_request(topic="T", key="k3", max_msgs=8, begin_ts=0, end_ts=2**62)
+    view = lookup_request(offset=0)
+    began = time.monotonic()
+    h.query(key)
+    h.view(view)
+    assert time.monotonic() - began < 5 and not key.answered and not view.answered   # not waiting for it
+    objects.gate.set()
+    while not (key.answered and view.answered):
+        loop.run_one()
+    assert [r.body for r in record.decode_many(key.answers[0][2][0])] == [bodies[3]]
+    assert record.decode_many(view.answers[0][2][0])[0].body == bodies[0]
+    assert s.stats()["tiered"]["background_fetches"] >= 1
+    # a damaged chunk fetched on the read thread: the lookup is answered with the error
+    s.reads.cache.chunks.clear()
+    s.reads.cache.bytes = 0
+    path = tmp_path / "bucket" / t.manifests[0].key
+    path.write_bytes(b"\0" * path.stat().st_size)
+    bad = lookup_request(offset=0)
+    h.view(bad)
+    while not bad.answered:
+        loop.run_one()
+    assert bad.answers[0][0] == ResponseCode.SYSTEM_ERROR and "checksum" in bad.answers[0][1]
+    s.close()
