@@ -1,7 +1,7 @@
 /* quiver._speedups: compiled twins of the per-message hot functions.
  *
  * Each function here has a Python reference of the same name (record.py, message.py, schema.py, protocol.py,
- * the broker's store.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
+ * the broker's store.py, appending.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
  * between them. The contract: a function either returns exactly what its reference
  * returns, or returns NotImplemented and the reference runs instead. Anything unusual
  * (a malformed record, a value out of struct range, an unexpected type or arity) is
@@ -17,6 +17,8 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 #define MAGIC_V1 0xDAA320A7u
 #define MAGIC_V2 0xDAA320ABu
@@ -1247,6 +1249,75 @@ static PyObject *put_entries(PyObject *self, PyObject *const *a, Py_ssize_t narg
     return Py_BuildValue("(LL)", n, used);
 }
 
+/* ---- put_run: the common put in one call ---------------------------------------------- */
+
+/* os.pwrite until all of buf is written at `at` (0 with an OSError set, as os.pwrite raises it);
+   the GIL is released while the kernel copies, as os.pwrite does */
+static int pwrite_all(int fd, const char *buf, Py_ssize_t len, long long at)
+{
+    while (len > 0) {
+        ssize_t n;
+        int err;
+        Py_BEGIN_ALLOW_THREADS
+        do {
+            n = pwrite(fd, buf, (size_t)len, (off_t)at);
+        } while (n < 0 && errno == EINTR);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (n < 0) {
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return 0;
+        }
+        if (n == 0) {  /* a regular file does not do this: the reference says the same */
+            PyErr_SetString(PyExc_OSError, "pwrite wrote nothing");
+            return 0;
+        }
+        buf += n;
+        len -= n;
+        at += n;
+    }
+    return 1;
+}
+
+/* put_run(head, bodies, flags, pbs, props, body_crcs, prop_crc, prefix, cl_fd, cl_at, cq_fd, cq_at)
+   -> (CommitLog bytes written, phys offsets, sizes, index keys): encode_run, index_run and
+   pack_entries above, then both writes; any of them declining declines before a write. */
+static PyObject *put_run(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    long long cl_fd, cl_at, cq_fd, cq_at;
+    if (nargs != 12 || !as_int(a[8], 0, INT32_MAX, &cl_fd) || !as_int(a[9], 0, INT64_MAX, &cl_at)
+            || !as_int(a[10], 0, INT32_MAX, &cq_fd) || !as_int(a[11], 0, INT64_MAX, &cq_at))
+        NOT_IMPLEMENTED;
+    PyObject *enc_args[6] = {a[0], a[1], a[2], a[3], a[5], a[6]};
+    PyObject *run = encode_run(self, enc_args, 6), *ix = NULL, *entries = NULL, *out = NULL;
+    if (run == NULL || run == Py_NotImplemented)
+        return run;
+    PyObject *data = PyTuple_GET_ITEM(run, 0), *offsets = PyTuple_GET_ITEM(run, 1), *sizes = PyTuple_GET_ITEM(run, 2);
+    PyObject *ix_args[5] = {offsets, a[4], a[7], Py_True, Py_True};
+    ix = index_run(self, ix_args, 5);
+    if (ix == NULL || ix == Py_NotImplemented) {
+        out = ix;
+        ix = NULL;
+        goto done;
+    }
+    PyObject *pack_args[3] = {offsets, sizes, PyTuple_GET_ITEM(ix, 0)};
+    entries = pack_entries(self, pack_args, 3);
+    if (entries == NULL || entries == Py_NotImplemented) {
+        out = entries;
+        entries = NULL;
+        goto done;
+    }
+    if (pwrite_all((int)cl_fd, PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data), cl_at)
+            && pwrite_all((int)cq_fd, PyBytes_AS_STRING(entries), PyBytes_GET_SIZE(entries), cq_at))
+        out = Py_BuildValue("(nOOO)", PyBytes_GET_SIZE(data), offsets, sizes, PyTuple_GET_ITEM(ix, 1));
+done:
+    Py_DECREF(run);
+    Py_XDECREF(ix);
+    Py_XDECREF(entries);
+    return out;
+}
+
 /* crc32(data, value=0): zlib.crc32, for the tests of the table above */
 static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
@@ -1686,6 +1757,7 @@ static PyMethodDef methods[] = {
     {"index_run", (PyCFunction)(void (*)(void))index_run, METH_FASTCALL, "the broker's store.index_run"},
     {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
     {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
+    {"put_run", (PyCFunction)(void (*)(void))put_run, METH_FASTCALL, "the broker's appending.put_run"},
     {"schema_ext", (PyCFunction)(void (*)(void))schema_ext, METH_FASTCALL, "quiver.wire.schema.schema_ext"},
     {"schema_decode", (PyCFunction)(void (*)(void))schema_decode, METH_FASTCALL, "quiver.wire.schema.schema_decode"},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},

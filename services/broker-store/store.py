@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 from quiver.wire import record
 from quiver.errors import QuiverError
 
-from . import lookups, queue_reads, recovery, replica_append, retention, visibility
+from . import appending, lookups, queue_reads, recovery, replica_append, retention, visibility
 from .commit_log import CommitLog
 from .compaction import Compactor
 from .config import DEFAULT_DELAY_LEVELS_MS
@@ -254,6 +254,7 @@ class MessageStore:
         qoff = cq.max_offset if cq is not None else 0
         store_ts = int(time.time() * 1000)
         start = phys = cl.write_end
+        fitted = False
         try:
             if nbytes + 8 <= cl.space_left():
                 # the common case: the whole batch fits the current segment, encoded list-wise
@@ -261,14 +262,21 @@ class MessageStore:
                                       phys=phys, sys_flag=sys_flag, born_ts=born_ts, born_host=born_host,
                                       store_ts=store_ts, store_host=self.store_host, reconsume=reconsume,
                                       prepared_offset=prepared_offset)
-                data, phys_offsets, sizes = record.encode_run(head, bodies, flags, pbs, body_crcs, self.prop_crc)
-                cl.append(data)
-                end = phys + len(data)
+                if appending.fits(cq, topic, len(bodies)):   # records, entries and keys in one step
+                    phys_offsets, sizes, end = appending.put_fitting(self, cq, head, bodies, flags, pbs, props,
+                                                                     body_crcs)
+                    fitted = True
+                else:
+                    data, phys_offsets, sizes = record.encode_run(head, bodies, flags, pbs, body_crcs,
+                                                                  self.prop_crc)
+                    cl.append(data)
+                    end = phys + len(data)
             else:
                 phys_offsets, sizes, end = self._append_rolling(
                     bodies, topic_b, queue_id, flags, qoff if in_cq else None, sys_flag, born_ts, born_host,
                     store_ts, reconsume, prepared_offset, pbs, body_crcs)
-            dispatch(self, topic, queue_id, sys_flag, store_ts, phys_offsets, sizes, props)
+            if not fitted:
+                dispatch(self, topic, queue_id, sys_flag, store_ts, phys_offsets, sizes, props)
         except Exception as exc:
             failed_write = isinstance(exc, OSError)
             if not failed_write and cl.write_end == start and (cq is None or cq.max_offset == qoff):
