@@ -347,6 +347,11 @@ class Compactor:
             results, error = [], None
             keys = sorted(k for k in list(self.store.cqs)
                           if (k[0] in topics if topics is not None else self.is_compacted(k[0])))
+            if force:
+                try:
+                    self._flush_first()
+                except OSError as exc:   # a CommitLog sync error is sticky: the pass covers what was flushed
+                    log.error("compaction: flush before an asked-for pass failed: %s", exc)
             for topic, qid in keys:
                 try:
                     results.append(self.compact_queue(topic, qid, force=force, install=post))
@@ -358,6 +363,18 @@ class Compactor:
                 self._periodic = False
             if done is not None:
                 post(done, results, error)
+
+    def _flush_first(self) -> None:
+        """An asked-for pass (`quiver topic compact`) covers every segment sealed when it was asked:
+        a pass covers flushed records only, and under load the flush thread lags by seconds (a pass
+        then covered a prefix of the queue: tombstoned keys stayed readable, older values stayed
+        below the watermark). So the CommitLog is synced here first, on this thread."""
+        store = self.store
+        before = store.flushed_offset
+        flushed = store.flush_step()
+        on_flushed = store.flusher.on_flushed   # what the flush thread tells (thread-safe)
+        if on_flushed is not None and flushed > before:
+            on_flushed(flushed)
 
     def stats(self) -> dict:
         return {"compacted_queues": len(self.logs), "compaction_passes": self.passes,

@@ -228,3 +228,27 @@ def test_throttle_keeps_a_pass_busy_a_quarter_of_the_time():
         t.add(1000)
     work = 100 * 0.005
     assert sum(slept) == pytest.approx(3 * work, rel=0.1)
+
+
+def test_an_asked_for_pass_flushes_first_and_covers_every_sealed_segment(tmp_path):
+    # `quiver topic compact` under load: the flush thread lagged, the pass covered a prefix and a
+    # consumer read tombstoned keys back; the asked-for pass now syncs the CommitLog first
+    import threading
+    s = open_store(tmp_path, delete_retention_ms=0)
+    latest = fill(s)
+    put(s, "k3", b"")   # a tombstone, past its retention at once
+    del latest["k3"]
+    for _ in range(40):   # roll it out of the active segment
+        put(s, "filler", b"f" * 200)
+    latest["filler"] = b"f" * 200
+    assert s.flushed_offset < s.commit_log.segments[-1].start   # the flush thread has not run
+    got, done = {}, threading.Event()
+    s.compaction.submit(["C"], lambda fn, *a: fn(*a), lambda results, error: (got.update(results=results),
+                                                                               done.set()), force=True)
+    assert done.wait(30)
+    sealed_end = s.cqs[("C", 0)].first_offset_where(lambda e: e[0] >= s.commit_log.segments[-1].start)
+    assert got["results"][0].watermark == sealed_end
+    below = [r for r in pull_all(s) if r.queue_offset < sealed_end]
+    assert {r.properties()["KEYS"]: r.body for r in below} == latest   # one latest record a live key
+    assert len(below) == len(latest)
+    s.close()
