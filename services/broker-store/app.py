@@ -198,7 +198,8 @@ class App:
                           self.counters),
             AclRequests(self.acl),
             Backups(c.backup_dir, store, meta, self.acl, {"broker": c.name, "cluster": c.cluster,
-                                                          "broker_id": c.broker_id}, self.service.call_soon_threadsafe),
+                                                          "broker_id": c.broker_id}, self.service.call_soon_threadsafe,
+                    s3=(c.s3_endpoint, c.s3_credentials_file)),
         ]
 
     def _pop(self):

@@ -12,6 +12,8 @@ taken as its owner wrote it) nor the way back (restore.py)::
                                    its length at the cut
       index/<name>                 full index files hard-linked; the one being written left out
       compaction/<topic>/<q>/..    compacted topics' logs, hard-linked (replaced whole, never in place)
+      tiered/<20 digits>.json      with a tiered store: the record of each segment uploaded there
+                                   (tiered.py), hard-linked; the remote objects stay where they are
       metadata.json                topics, groups, consumer offsets and the ACL at the cut
 
 Consistency: the plan is made on the service thread, between two requests, where every
@@ -31,6 +33,9 @@ checks) the records after it at its first start.
 
 Hard links need the backup root on the data dir's filesystem; where a link fails (another
 filesystem, links refused) the file, already open, is copied too.
+
+With a `url` (s3://BUCKET/PREFIX) the same directory is written as a staging copy under the
+root, uploaded by the worker (backup_s3.py: the manifest last) and then deleted.
 """
 
 import errno
@@ -48,7 +53,7 @@ from quiver.wire import names
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode, ResponseCode
 
-from . import checkpoint, data_format
+from . import backup_s3, checkpoint, data_format
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +80,16 @@ class Plan:
     metadata: dict = field(default_factory=dict)
     ckpt: checkpoint.Checkpoint | None = None
     linked: int = 0
+    url: str = ""        # s3://BUCKET/PREFIX: uploaded there, the local copy then deleted
+    endpoint: str = ""
 
 
 class Backups:
     """BROKER_BACKUP; one at a time. `root`: the broker's --backup-dir ('' refuses every backup)."""
 
-    def __init__(self, root: str, store, metadata, acl, identity: dict, reply_later):
+    def __init__(self, root: str, store, metadata, acl, identity: dict, reply_later, s3: tuple = ("", "")):
         self.root = root
+        self.s3 = s3   # the broker's (--s3-endpoint, --s3-credentials-file): an upload's defaults
         self.store, self.metadata, self.acl = store, metadata, acl
         self.identity = identity   # broker name, cluster, broker id: what the manifest says it was
         self.reply_later = reply_later   # call_soon_threadsafe: the reply goes out on the service thread
@@ -91,12 +99,22 @@ class Backups:
         return {RequestCode.BROKER_BACKUP: self.backup}
 
     def backup(self, req) -> None:
-        dest = self.destination(req.args.name)
         if self.running is not None:
             raise SystemBusyError(f"a backup is being written to {self.running}: retry once it is done")
-        plan = self.plan(dest)
-        self.running = dest
+        plan = self.start(req.args.name, req.args.url, req.args.endpoint)
+        self.running = plan.url or plan.dest
         threading.Thread(target=self._write, args=(plan, req), name="backup", daemon=True).start()
+
+    def start(self, name: str, url: str | None = None, endpoint: str | None = None) -> Plan:
+        """The plan of a backup named `name`; with `url`, staged flat under the root to be uploaded."""
+        if url:
+            try:
+                backup_s3.check_url(url)
+            except ValueError as exc:
+                raise InvalidParameterError(str(exc)) from None
+        plan = self.plan(self.destination(name.replace("/", "_") if url else name))
+        plan.url, plan.endpoint = url or "", endpoint or self.s3[0]
+        return plan
 
     def destination(self, name: str) -> str:
         if not self.root:
@@ -123,6 +141,7 @@ class Backups:
             queues = self._queues(plan)
             index_end = self._index(plan)
             self._compacted(plan)
+            tiered = self._tiered(plan)
             plan.ckpt = checkpoint.Checkpoint(flushed_offset=cut, logics_offset=max(0, min(cut, index_end)))
             meta = self.metadata
             plan.metadata = {"topics": dict(meta.topics), "groups": dict(meta.groups),
@@ -132,7 +151,7 @@ class Backups:
                              "format": data_format.read(store.data_dir), **self.identity,
                              "taken_ms": int(time.time() * 1000), "cut_offset": cut,
                              "min_offset": min(store.min_phys_offset, cut), "index_end": index_end,
-                             "queues": queues, "offsets": len(plan.metadata["offsets"])}
+                             "queues": queues, "offsets": len(plan.metadata["offsets"]), "tiered": tiered}
         except BaseException:
             _close(plan)
             shutil.rmtree(_partial(dest), ignore_errors=True)   # nothing of it is kept: the name stays free
@@ -172,6 +191,23 @@ class Backups:
             rel = os.path.relpath(log_.path, self.store.data_dir)
             self._take(plan, log_.path, rel, os.path.getsize(log_.path), True)
 
+    def _tiered(self, plan: Plan) -> dict | None:
+        """The tiered store's records of uploaded segments, hard-linked (each is replaced whole):
+        a restored broker pointed at the same store reads the remote-only segments through them."""
+        tiered = getattr(self.store, "tiered", None)
+        if tiered is None:
+            return None
+        taken = 0
+        for name in sorted(os.listdir(tiered.dir) if os.path.isdir(tiered.dir) else ()):
+            if len(name) == 25 and name.endswith(".json") and name[:20].isdigit():
+                path = os.path.join(tiered.dir, name)
+                try:
+                    self._take(plan, path, os.path.join("tiered", name), os.path.getsize(path), True)
+                except FileNotFoundError:
+                    continue   # remote retention deleted it meanwhile: its segment is gone
+                taken += 1
+        return {"store": tiered.objects.url, "segments": taken, "remote_min": tiered.remote_min()}
+
     def _take(self, plan: Plan, src: str, rel: str, length: int, sealed: bool) -> None:
         dst = os.path.join(_partial(plan.dest), rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -192,23 +228,47 @@ class Backups:
         started = time.monotonic()
         try:
             copied = write_out(plan)
-            os.rename(_partial(plan.dest), plan.dest)
-            data_format.fsync_dir(os.path.dirname(plan.dest))
+            if plan.url:
+                _close(plan)
+                copied = self._upload(plan)
+            else:
+                os.rename(_partial(plan.dest), plan.dest)
+                data_format.fsync_dir(os.path.dirname(plan.dest))
+        except backup_s3.BackupExists as exc:
+            shutil.rmtree(_partial(plan.dest), ignore_errors=True)
+            self.reply_later(self._done, req, ResponseCode.INVALID_PARAMETER, str(exc), None)
+            return
         except Exception as exc:
-            log.exception("backup to %s failed", plan.dest)
-            self.reply_later(self._done, req, ResponseCode.SYSTEM_ERROR,
-                             f"backup to {plan.dest} failed: {exc!r} (the partial copy {_partial(plan.dest)} "
-                             f"is left for inspection; delete it)", None)
+            log.exception("backup to %s failed", plan.url or plan.dest)
+            if plan.url:
+                shutil.rmtree(_partial(plan.dest), ignore_errors=True)
+                remark = (f"backup to {plan.url} failed: {exc} (the objects put so far have no {MANIFEST}, so no "
+                          f"restore takes them; take the backup again, to that prefix or another)")
+            else:
+                remark = (f"backup to {plan.dest} failed: {exc!r} (the partial copy {_partial(plan.dest)} "
+                          f"is left for inspection; delete it)")
+            self.reply_later(self._done, req, ResponseCode.SYSTEM_ERROR, remark, None)
             return
         finally:
             _close(plan)
         m = plan.manifest
-        reply = rq.BrokerBackupReply(path=plan.dest, cut_offset=m["cut_offset"], files=len(plan.parts),
+        reply = rq.BrokerBackupReply(path=plan.url or plan.dest, cut_offset=m["cut_offset"], files=len(plan.parts),
                                      linked_files=plan.linked, copied_bytes=copied, queues=len(m["queues"]),
                                      offsets=m["offsets"], took_ms=int((time.monotonic() - started) * 1000))
         log.info("backup written to %s: CommitLog up to %d, %d files (%d hard-linked), %d bytes copied",
-                 plan.dest, m["cut_offset"], len(plan.parts), plan.linked, copied)
+                 plan.url or plan.dest, m["cut_offset"], len(plan.parts), plan.linked, copied)
         self.reply_later(self._done, req, ResponseCode.SUCCESS, "", reply)
+
+    def _upload(self, plan: Plan) -> int:
+        """The staged copy into the object store (manifest last), then deleted; the bytes put."""
+        objects = backup_s3.open_objects(plan.url, plan.endpoint, self.s3[1])
+        try:
+            with open(os.path.join(_partial(plan.dest), MANIFEST), "rb") as f:
+                manifest = json.loads(f.read())
+            return backup_s3.upload(_partial(plan.dest), manifest, objects)
+        finally:
+            shutil.rmtree(_partial(plan.dest), ignore_errors=True)
+            objects.client.close()
 
     def _done(self, req, code, remark, reply) -> None:
         self.running = None

@@ -172,10 +172,11 @@ class AsyncAdmin(AsyncClient[Admin]):
         master, or only `actions` ("PUB", "SUB", ...) of them (None: all)."""
         return await self._blocking(self._sync.acl_revoke, user, resource, actions, deny, source)
 
-    async def backup(self, broker: str, name: str, timeout: float = 600.0) -> rq.BrokerBackupReply:
+    async def backup(self, broker: str, name: str, timeout: float = 600.0, url: str | None = None,
+                     endpoint: str | None = None) -> rq.BrokerBackupReply:
         """Snapshot a running broker (`broker`: its address, or a broker name whose master is
-        taken) into `name` under its --backup-dir; returns where, and the CommitLog offset covered."""
-        return await self._blocking(self._sync.backup, broker, name, timeout)
+        taken) into `name` under its --backup-dir, or uploaded to `url` (`Admin.backup`)."""
+        return await self._blocking(self._sync.backup, broker, name, timeout, url, endpoint)
 
     async def broker_statuses(self) -> dict[str, dict[str, Any]]:
         """broker name -> its master's STATUS (groups, effective config, store ...)."""

@@ -434,11 +434,15 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         """Delete the broker's expired CommitLog segments now; how many were deleted."""
         return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments
 
-    def backup(self, broker: str, name: str, timeout: float = 600.0) -> rq.BrokerBackupReply:
+    def backup(self, broker: str, name: str, timeout: float = 600.0, url: str | None = None,
+               endpoint: str | None = None) -> rq.BrokerBackupReply:
         """Snapshot a running broker (`broker`: its address, or a broker name whose master is
-        taken) into `name` under its --backup-dir; returns where, and the CommitLog offset covered."""
+        taken) into `name` under its --backup-dir; returns where, and the CommitLog offset covered.
+        With `url` (s3://BUCKET/PREFIX) the broker uploads it there (`endpoint`: default its
+        --s3-endpoint) and keeps no copy."""
         addr = broker if ":" in broker else self.broker_addr(broker)
-        return rq.BrokerBackupReply.decode(self.call_broker(addr, rq.BrokerBackup(name=name), timeout=timeout).ext)
+        req = rq.BrokerBackup(name=name, url=url, endpoint=endpoint)
+        return rq.BrokerBackupReply.decode(self.call_broker(addr, req, timeout=timeout).ext)
 
     def messages_between(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 32) -> list[MessageExt]:
         """Messages of `topic` stored in [begin_ms, end_ms), oldest first, at most `max_num`: each

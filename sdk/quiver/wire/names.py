@@ -249,6 +249,30 @@ def backup_name_problem(name) -> str | None:
     return None
 
 
+BACKUP_URL_MAX_CHARS = 600
+_BACKUP_URL_RE = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/(.+)")
+_ENDPOINT_RE = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?")
+
+
+def backup_url_problem(url) -> str | None:
+    """What is wrong with `url` as an object-store backup target, s3://BUCKET/PREFIX (the prefix
+    a backup name: it holds that backup only), or None."""
+    if type(url) is not str or len(url) > BACKUP_URL_MAX_CHARS:
+        return f"the backup URL must be a string of at most {BACKUP_URL_MAX_CHARS} characters"
+    m = _BACKUP_URL_RE.fullmatch(url)
+    if not m:
+        return f"the backup URL {shown(url)} is not s3://BUCKET/PREFIX (bucket 3-63 of a-z 0-9 . -)"
+    problem = backup_name_problem(m.group(1).rstrip("/"))
+    return f"the prefix of {shown(url)}: {problem}" if problem else None
+
+
+def endpoint_problem(url) -> str | None:
+    """What is wrong with `url` as an S3-compatible endpoint (http[s]://HOST[:PORT]), or None."""
+    if type(url) is not str or len(url) > 256 or not _ENDPOINT_RE.fullmatch(url):
+        return f"the S3 endpoint {shown(url)} is not http[s]://HOST[:PORT]"
+    return None
+
+
 def confine(base_dir: str, *parts: str) -> str:
     """`base_dir/parts...` resolved (symlinks followed); raises UnsafePathError unless it lies
     strictly under realpath(base_dir). Call it before a path built from a name is created,

@@ -35,10 +35,12 @@ from quiver.wire.schema import (ADDR, BODY_LENGTHS, BROKER_NAME, CLIENT_ID, CLUS
 from quiver.wire.replies import *  # noqa: F401,F403,E402
 from quiver.wire.access import (ACTIONS, ANYONE, SUPER_ONLY, CREATE, DELETE, GET, LIST, PUB, SUB, UPDATE, cluster, each, group,  # noqa: E402
                                 needs, service, topic, topic_resource)
-from quiver.wire.names import TRACE_TOPIC, backup_name_problem  # noqa: E402
+from quiver.wire.names import TRACE_TOPIC, backup_name_problem, backup_url_problem, endpoint_problem  # noqa: E402
 from quiver.wire.schema import Name  # noqa: E402
 
 BACKUP_NAME = Name(backup_name_problem, "a backup name")
+BACKUP_URL = Name(backup_url_problem, "s3://BUCKET/PREFIX")
+S3_ENDPOINT = Name(endpoint_problem, "http[s]://HOST[:PORT]")
 
 # Topics any authenticated user may route and send to: every traced client writes its trace
 # records there (RocketMQ's ACL lets any sender write RMQ_SYS_TRACE_TOPIC too); reading it stays
@@ -351,7 +353,9 @@ class CleanExpired(Schema):
 
 @request(RequestCode.BROKER_BACKUP, SUPER_ONLY)   # writes files on the broker's host, holds the ACL's keys
 class BrokerBackup(Schema):
-    name: str = wire("name", BACKUP_NAME)  # a directory under the broker's --backup-dir
+    name: str = wire("name", BACKUP_NAME)  # a directory under the broker's --backup-dir (with `url`: staged there)
+    url: str | None = wire("url", Opt(BACKUP_URL, blank=True), None)   # uploaded there, the manifest last
+    endpoint: str | None = wire("endpoint", Opt(S3_ENDPOINT, blank=True), None)   # default: the broker's --s3-endpoint
 
 
 @request(RequestCode.REGISTER_FILTER_SERVER, service("filter"))

@@ -30,7 +30,8 @@ def valid(check):
     if isinstance(check, rq.OneOf):
         return st.sampled_from(sorted(check.values))
     if isinstance(check, rq.Name):
-        return ADDR if check is rq.ADDR else NAME
+        return {rq.ADDR: ADDR, rq.BACKUP_URL: NAME.map(lambda n: f"s3://bucket-1/{n}"),
+                rq.S3_ENDPOINT: ADDR.map(lambda a: f"http://{a}")}.get(check, NAME)
     if isinstance(check, rq.Opt):
         return st.one_of(st.none(), valid(check.inner))
     if isinstance(check, rq.ListOf):
