@@ -1,7 +1,7 @@
 /* quiver._speedups: compiled twins of the per-message hot functions.
  *
  * Each function here has a Python reference of the same name (record.py, message.py, schema.py, protocol.py,
- * the broker's store.py, appending.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
+ * the broker's store.py, appending.py, queue_reads.py, consume_queue.py, index_file.py, the Spark source's columns.py) and quiver.wire.speedups picks
  * between them. The contract: a function either returns exactly what its reference
  * returns, or returns NotImplemented and the reference runs instead. Anything unusual
  * (a malformed record, a value out of struct range, an unexpected type or arity) is
@@ -1318,6 +1318,60 @@ done:
     return out;
 }
 
+/* pick_entries(raw, tag_hashes, min_phys, picked, total, max_msgs, max_bytes) -> (walked, total, full):
+   the pull's walk over ConsumeQueue entries (queue_reads.pick_entries); everything is checked
+   before `picked` is touched, so a NotImplemented leaves it as it was. */
+static PyObject *pick_entries(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    long long min_phys, total, max_msgs, max_bytes;
+    if (!cq_ready || nargs != 7 || !PyBytes_CheckExact(a[0]) || !PyList_CheckExact(a[3])
+            || (a[1] != Py_None && !PyAnySet_CheckExact(a[1])) || !I64(a[2], &min_phys)
+            || !as_int(a[4], 0, 1LL << 62, &total) || !I64(a[5], &max_msgs) || !I64(a[6], &max_bytes))
+        NOT_IMPLEMENTED;
+    Py_ssize_t len = PyBytes_GET_SIZE(a[0]);
+    if (len % CQ_ENTRY != 0 || len / CQ_ENTRY > (1 << 30))  /* iter_unpack refuses a torn entry */
+        NOT_IMPLEMENTED;
+    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(a[0]);
+    PyObject *picked = a[3], *hashes = a[1];
+    long long walked = 0;
+    int full = 0;
+    for (Py_ssize_t at = 0; at < len; at += CQ_ENTRY) {
+        long long phys = get_i64(r + at + CQ_AT_PHYS), size = get_i32(r + at + CQ_AT_SIZE);
+        if (hashes != Py_None) {
+            PyObject *code = PyLong_FromLongLong(get_i64(r + at + CQ_AT_CODE));
+            int in = code == NULL ? -1 : PySet_Contains(hashes, code);
+            Py_XDECREF(code);
+            if (in < 0)
+                return NULL;
+            if (!in) {
+                walked++;
+                continue;
+            }
+        }
+        if (size <= 0 || phys < min_phys) {
+            walked++;
+            continue;
+        }
+        if (PyList_GET_SIZE(picked) > 0 && total + size > max_bytes) {
+            full = 1;
+            break;
+        }
+        PyObject *t = Py_BuildValue("(LL)", phys, size);
+        if (t == NULL || PyList_Append(picked, t) < 0) {
+            Py_XDECREF(t);
+            return NULL;
+        }
+        Py_DECREF(t);
+        total += size;
+        walked++;
+        if (PyList_GET_SIZE(picked) >= max_msgs) {
+            full = 1;
+            break;
+        }
+    }
+    return Py_BuildValue("(LLO)", walked, total, full ? Py_True : Py_False);
+}
+
 /* crc32(data, value=0): zlib.crc32, for the tests of the table above */
 static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
@@ -1757,6 +1811,7 @@ static PyMethodDef methods[] = {
     {"index_run", (PyCFunction)(void (*)(void))index_run, METH_FASTCALL, "the broker's store.index_run"},
     {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
     {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
+    {"pick_entries", (PyCFunction)(void (*)(void))pick_entries, METH_FASTCALL, "the broker's queue_reads.pick_entries"},
     {"put_run", (PyCFunction)(void (*)(void))put_run, METH_FASTCALL, "the broker's appending.put_run"},
     {"schema_ext", (PyCFunction)(void (*)(void))schema_ext, METH_FASTCALL, "quiver.wire.schema.schema_ext"},
     {"schema_decode", (PyCFunction)(void (*)(void))schema_decode, METH_FASTCALL, "quiver.wire.schema.schema_decode"},

@@ -1,5 +1,6 @@
-"""The broker's one-step put (appending.put_run) against its Python reference, and the store
-writing the same files through it as through the general path.
+"""The broker's compiled store twins against their Python references: the one-step put
+(appending.put_run), the store writing the same files through it as through the general
+path, and the pull's walk over ConsumeQueue entries (queue_reads.pick_entries).
 
 The twin must return what the reference returns and write the same bytes, or decline before
 writing; hostile arguments (wrong types, ints out of range, lone surrogates, bad descriptors)
@@ -15,7 +16,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from quiver.wire import record, speedups
 from quiver.wire.property_string import format_properties
-from quiver_broker import appending, store as store_module
+from quiver_broker import appending, queue_reads, store as store_module
+from quiver_broker.consume_queue import ENTRY
 from quiver_broker.store import MessageStore, PutStatus
 
 try:
@@ -38,8 +40,9 @@ def _c():
     return C
 
 
-def test_the_put_path_takes_the_twin_unless_forced_off():
-    assert (appending.put_run is not appending.put_run.reference) == speedups.ACTIVE
+def test_the_put_and_pull_paths_take_the_twins_unless_forced_off():
+    for f in (appending.put_run, queue_reads.pick_entries):
+        assert (f is not f.reference) == speedups.ACTIVE
 
 
 def _outcome(fn, args, files):
@@ -189,3 +192,41 @@ def test_a_failed_write_of_the_one_step_put_is_cut_back(tmp_path, which):
         assert s.get_messages("T", 0, qmax, 8).count == 1 and not s.query_by_key("T", "lost")
     finally:
         s.close()
+
+
+# ---- the pull's walk over queue entries ---------------------------------------------------
+
+def _pick_outcome(fn, raw, hashes, min_phys, picked, *rest):
+    picked = list(picked)
+    try:
+        return "ok", fn(raw, hashes, min_phys, picked, *rest), picked
+    except Exception as exc:  # noqa: BLE001
+        return "raised", type(exc), str(exc), picked
+
+
+entries = st.lists(st.tuples(st.one_of(st.integers(0, 5000), WIDE.filter(lambda v: -2**63 <= v < 2**63)),
+                             st.one_of(st.integers(-2, 300), I32), st.integers(-3, 3)), max_size=40)
+
+
+@FUZZ
+@given(entries, st.one_of(st.none(), st.frozensets(st.integers(-3, 3)), st.sets(st.integers(-3, 3))),
+       st.integers(-1, 3000), st.lists(st.tuples(st.integers(0, 99), st.integers(1, 99)), max_size=2),
+       st.integers(0, 500), st.integers(-1, 40), st.one_of(st.integers(-1, 5000), WIDE), st.integers(0, 9))
+def test_pick_entries_matches(rows, hashes, min_phys, picked, total, max_msgs, max_bytes, odd):
+    raw = b"".join(ENTRY.pack(*r) for r in rows)
+    args = [raw, hashes, min_phys, picked, total, max_msgs, max_bytes]
+    if odd == 0:
+        args[0] = raw + b"\x00" * 7           # a torn entry: struct's error
+    elif odd == 1:
+        args[1] = [1, 2]                      # not a set: the reference's business
+    elif odd == 2:
+        args[4] = 2**70                       # past what the twin adds up
+    want = _pick_outcome(queue_reads.pick_entries.reference, *args)
+    got = _pick_outcome(_c().pick_entries, *args)
+    if got[1] is NotImplemented:
+        assert got[2] == list(picked)         # declined before touching the list
+        assert odd <= 2 or not -2**63 <= max_bytes < 2**63, "a well-formed walk is the twin's own"
+    else:
+        assert got == want
+        assert odd > 2 or not rows or want[0] != "ok"   # hostile forms are declined
+    assert _pick_outcome(queue_reads.pick_entries, *args) == want
