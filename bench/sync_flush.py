@@ -13,7 +13,7 @@ alternating, then measures the disk ceiling (1 KiB appends, fdatasync per 64 KiB
 machine one run's figures swing by 2x and more, so the per-round ratio after/before (both
 measured within seconds) is the figure to read. Also per variant: broker CPU per message
 (/proc) and, from each broker's /metrics, the mean send latency (request received -> SEND_OK)
-beside the mean CommitLog fsync time. Writes bench/results/sync-flush-<date>.json.
+beside the mean CommitLog fsync time and the fsyncs per 1,000 messages. Writes bench/results/sync-flush-<date>.json.
 """
 
 import argparse
@@ -148,7 +148,8 @@ def main(argv=None) -> int:
                        "ratio_to_disk_ceiling": statistics.median(b.rates) / ceiling,
                        "broker_cpu_us_per_msg": b.cpu / b.msgs * 1e6,
                        "send_latency_mean_ms": send[0] / send[1] * 1e3 if send[1] else None,
-                       "fsync_mean_ms": fsync[0] / fsync[1] * 1e3 if fsync[1] else None}
+                       "fsync_mean_ms": fsync[0] / fsync[1] * 1e3 if fsync[1] else None,
+                       "fsyncs_per_1k_msgs": fsync[1] / b.msgs * 1000 if b.msgs else None}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"sync-flush-{datetime.datetime.now():%Y-%m-%d-%H%M}.json")
     with open(path, "w") as f:
