@@ -1372,6 +1372,38 @@ static PyObject *pick_entries(PyObject *self, PyObject *const *a, Py_ssize_t nar
     return Py_BuildValue("(LLO)", walked, total, full ? Py_True : Py_False);
 }
 
+/* run_end(picked, i, seg_end, gap_bytes) -> (j, end, gaps): the records of a pull read with one
+   pread (queue_reads.run_end); items that are not (int, int) tuples in range decline. */
+static PyObject *run_end(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    long long i, seg_end, gap, start, size;
+    const long long big = 1LL << 61;   /* sums and differences below stay in range */
+    if (nargs != 4 || !PyList_CheckExact(a[0]) || !as_int(a[1], 0, PY_SSIZE_T_MAX, &i)
+            || !as_int(a[2], -big, big, &seg_end) || !as_int(a[3], -big, big, &gap))
+        NOT_IMPLEMENTED;
+    PyObject *picked = a[0];
+    Py_ssize_t n = PyList_GET_SIZE(picked);
+#define SPAN(k, p, s) (PyTuple_CheckExact(PyList_GET_ITEM(picked, k)) && PyTuple_GET_SIZE(PyList_GET_ITEM(picked, k)) == 2 \
+        && as_int(PyTuple_GET_ITEM(PyList_GET_ITEM(picked, k), 0), -big, big, (p)) \
+        && as_int(PyTuple_GET_ITEM(PyList_GET_ITEM(picked, k), 1), -big, big, (s)))
+    if (i >= n || !SPAN(i, &start, &size))
+        NOT_IMPLEMENTED;
+    long long end = start + size;
+    Py_ssize_t j = (Py_ssize_t)i + 1;
+    int gaps = 0;
+    for (; j < n; j++) {
+        long long p, s;
+        if (!SPAN(j, &p, &s))
+            NOT_IMPLEMENTED;
+        if (!(p - end >= 0 && p - end <= gap && p + s <= seg_end))
+            break;
+        gaps |= p != end;
+        end = p + s;
+    }
+#undef SPAN
+    return Py_BuildValue("(nLO)", j, end, gaps ? Py_True : Py_False);
+}
+
 /* crc32(data, value=0): zlib.crc32, for the tests of the table above */
 static PyObject *crc32(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
 {
@@ -1798,6 +1830,177 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ---- kafka_records: the Kafka gateway's record batch v2 records (services/kafka/records.py) ----
+   Kafka's record format, not one of Quiver's: each row (offset, timestamp, key, value, headers)
+   as  length varint | attributes 0 | timestamp delta varlong | offset delta varint | key varbytes |
+   value varbytes | header count varint | (name varbytes, value varbytes)*, zigzag varints, deltas
+   from the first row. The batch header before them is packed by the Python caller. */
+
+static inline uint64_t kz_zigzag(int64_t n) { return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63); }
+
+static inline Py_ssize_t kz_len(uint64_t z)
+{
+    Py_ssize_t n = 1;
+    while (z > 0x7F) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *kz_put(char *p, uint64_t z)
+{
+    while (z > 0x7F) {
+        *p++ = (char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    *p++ = (char)z;
+    return p;
+}
+
+/* a varbytes' size (-1: null) */
+static inline Py_ssize_t kz_bytes_len(Py_ssize_t n) { return n < 0 ? 1 : kz_len(kz_zigzag(n)) + n; }
+
+typedef struct {
+    int64_t dt, dofs;
+    Py_ssize_t size;   /* the record's length, without its own length varint */
+} kz_row;
+
+/* A row's parts into *r and its size; 0 when the row is not (int, int, bytes|None, bytes|None,
+   list|tuple of (str, bytes|None)) within int64 deltas of the first. */
+static int kz_measure(PyObject *row, int64_t base, int64_t base_ts, kz_row *r, int64_t *offset, int64_t *ts)
+{
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 5)
+        return 0;
+    PyObject *o = PyTuple_GET_ITEM(row, 0), *t = PyTuple_GET_ITEM(row, 1), *key = PyTuple_GET_ITEM(row, 2),
+             *value = PyTuple_GET_ITEM(row, 3), *headers = PyTuple_GET_ITEM(row, 4);
+    int overflow = 0;
+    if (!PyLong_Check(o) || !PyLong_Check(t))
+        return 0;
+    *offset = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*offset == -1 && PyErr_Occurred()))
+        return 0;
+    *ts = PyLong_AsLongLongAndOverflow(t, &overflow);
+    if (overflow || (*ts == -1 && PyErr_Occurred()))
+        return 0;
+    if (__builtin_sub_overflow(*ts, base_ts, &r->dt) || __builtin_sub_overflow(*offset, base, &r->dofs))
+        return 0;
+    if ((key != Py_None && !PyBytes_CheckExact(key)) || (value != Py_None && !PyBytes_CheckExact(value)))
+        return 0;
+    if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
+        return 0;
+    Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
+    Py_ssize_t size = 1 + kz_len(kz_zigzag(r->dt)) + kz_len(kz_zigzag(r->dofs))
+                      + kz_bytes_len(key == Py_None ? -1 : PyBytes_GET_SIZE(key))
+                      + kz_bytes_len(value == Py_None ? -1 : PyBytes_GET_SIZE(value)) + kz_len(kz_zigzag(nh));
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        Py_ssize_t klen;
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(h, 0)))
+            return 0;
+        PyObject *hv = PyTuple_GET_ITEM(h, 1);
+        if (hv != Py_None && !PyBytes_CheckExact(hv))
+            return 0;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &klen) == NULL) {   /* a lone surrogate */
+            PyErr_Clear();
+            return 0;
+        }
+        size += kz_bytes_len(klen) + kz_bytes_len(hv == Py_None ? -1 : PyBytes_GET_SIZE(hv));
+    }
+    r->size = size;
+    return 1;
+}
+
+static char *kz_put_bytes(char *p, PyObject *b)
+{
+    if (b == Py_None)
+        return kz_put(p, kz_zigzag(-1));
+    Py_ssize_t n = PyBytes_GET_SIZE(b);
+    p = kz_put(p, kz_zigzag(n));
+    memcpy(p, PyBytes_AS_STRING(b), (size_t)n);
+    return p + n;
+}
+
+/* kafka_records(rows, room, prefix) -> (bytearray, rows used, last offset, max timestamp) */
+static PyObject *kafka_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(a[0]) || PyList_GET_SIZE(a[0]) == 0 || !PyLong_Check(a[1])
+            || !PyLong_Check(a[2]))
+        NOT_IMPLEMENTED;
+    PyObject *rows = a[0];
+    Py_ssize_t n = PyList_GET_SIZE(rows), prefix = PyLong_AsSsize_t(a[2]);
+    long long room = PyLong_AsLongLong(a[1]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    if (prefix < 0 || prefix > 4096)
+        NOT_IMPLEMENTED;
+    PyObject *first = PyList_GET_ITEM(rows, 0);
+    int64_t base, base_ts, last, max_ts, offset, ts;
+    if (!PyTuple_CheckExact(first) || PyTuple_GET_SIZE(first) != 5 || !PyLong_Check(PyTuple_GET_ITEM(first, 0))
+            || !PyLong_Check(PyTuple_GET_ITEM(first, 1)))
+        NOT_IMPLEMENTED;
+    int overflow = 0, overflow2 = 0;
+    base = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(first, 0), &overflow);
+    base_ts = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(first, 1), &overflow2);
+    if (overflow || overflow2 || PyErr_Occurred()) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    kz_row *r = PyMem_Malloc(sizeof(kz_row) * (size_t)n);
+    if (r == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t used = 0, total = 0;
+    last = base;
+    max_ts = base_ts;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!kz_measure(PyList_GET_ITEM(rows, i), base, base_ts, &r[i], &offset, &ts)) {
+            PyErr_Clear();
+            PyMem_Free(r);
+            NOT_IMPLEMENTED;
+        }
+        Py_ssize_t whole = r[i].size + kz_len(kz_zigzag(r[i].size));
+        room -= whole;
+        if (room < 0 && used)
+            break;
+        used++;
+        total += whole;
+        last = offset;
+        if (ts > max_ts)
+            max_ts = ts;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, prefix + total);
+    if (out == NULL) {
+        PyMem_Free(r);
+        return NULL;
+    }
+    char *p = PyByteArray_AS_STRING(out);
+    memset(p, 0, (size_t)prefix);
+    p += prefix;
+    for (Py_ssize_t i = 0; i < used; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i), *headers = PyTuple_GET_ITEM(row, 4);
+        Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
+        p = kz_put(p, kz_zigzag(r[i].size));
+        *p++ = 0;
+        p = kz_put(p, kz_zigzag(r[i].dt));
+        p = kz_put(p, kz_zigzag(r[i].dofs));
+        p = kz_put_bytes(p, PyTuple_GET_ITEM(row, 2));
+        p = kz_put_bytes(p, PyTuple_GET_ITEM(row, 3));
+        p = kz_put(p, kz_zigzag(nh));
+        for (Py_ssize_t k = 0; k < nh; k++) {
+            PyObject *h = PySequence_Fast_GET_ITEM(headers, k);
+            Py_ssize_t klen;
+            const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &klen);   /* cached: measured */
+            p = kz_put(p, kz_zigzag(klen));
+            memcpy(p, name, (size_t)klen);
+            p = kz_put_bytes(p + klen, PyTuple_GET_ITEM(h, 1));
+        }
+    }
+    PyMem_Free(r);
+    return Py_BuildValue("(NnLL)", out, used, (long long)last, (long long)max_ts);
+}
+
 static PyMethodDef methods[] = {
     {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL, "quiver.wire.speedups.layout"},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
@@ -1812,7 +2015,9 @@ static PyMethodDef methods[] = {
     {"pack_entries", (PyCFunction)(void (*)(void))pack_entries, METH_FASTCALL, "the broker's consume_queue.pack_entries"},
     {"put_entries", (PyCFunction)(void (*)(void))put_entries, METH_FASTCALL, "the broker's index_file.put_entries"},
     {"pick_entries", (PyCFunction)(void (*)(void))pick_entries, METH_FASTCALL, "the broker's queue_reads.pick_entries"},
+    {"run_end", (PyCFunction)(void (*)(void))run_end, METH_FASTCALL, "the broker's queue_reads.run_end"},
     {"put_run", (PyCFunction)(void (*)(void))put_run, METH_FASTCALL, "the broker's appending.put_run"},
+    {"kafka_records", (PyCFunction)(void (*)(void))kafka_records, METH_FASTCALL, "the Kafka gateway's records.kafka_records"},
     {"schema_ext", (PyCFunction)(void (*)(void))schema_ext, METH_FASTCALL, "quiver.wire.schema.schema_ext"},
     {"schema_decode", (PyCFunction)(void (*)(void))schema_decode, METH_FASTCALL, "quiver.wire.schema.schema_decode"},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},

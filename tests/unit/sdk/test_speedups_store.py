@@ -41,7 +41,7 @@ def _c():
 
 
 def test_the_put_and_pull_paths_take_the_twins_unless_forced_off():
-    for f in (appending.put_run, queue_reads.pick_entries):
+    for f in (appending.put_run, queue_reads.pick_entries, queue_reads.run_end):
         assert (f is not f.reference) == speedups.ACTIVE
 
 
@@ -230,3 +230,25 @@ def test_pick_entries_matches(rows, hashes, min_phys, picked, total, max_msgs, m
         assert got == want
         assert odd > 2 or not rows or want[0] != "ok"   # hostile forms are declined
     assert _pick_outcome(queue_reads.pick_entries, *args) == want
+
+
+spans = st.tuples(st.one_of(st.integers(0, 3000), WIDE), st.one_of(st.integers(1, 300), WIDE))
+
+
+@FUZZ
+@given(st.lists(st.one_of(spans, spans.map(list)), max_size=12), st.integers(-2, 13),
+       st.one_of(st.integers(0, 4000), WIDE), st.one_of(st.sampled_from([0, 16, 200, 16 << 10]), WIDE))
+def test_run_end_matches(picked, i, seg_end, gap):
+    def outcome(fn):
+        try:
+            return "ok", fn(picked, i, seg_end, gap)
+        except Exception as exc:  # noqa: BLE001
+            return "raised", type(exc), str(exc)
+    want = outcome(queue_reads.run_end.reference)
+    got = _c().run_end(picked, i, seg_end, gap)
+    if got is not NotImplemented:
+        assert ("ok", got) == want
+    elif 0 <= i < len(picked) and all(type(t) is tuple and all(abs(v) < 2**61 for v in t) for t in picked) \
+            and abs(seg_end) < 2**61 and abs(gap) < 2**61:
+        raise AssertionError("a well-formed run is the twin's own")
+    assert outcome(queue_reads.run_end) == want
