@@ -3,6 +3,7 @@
     python -m bench.hops                                   # 6000 messages at 2k msg/s, push consumer
     python -m bench.hops --messages 20000 --consumer pull  # as `python -m bench`'s e2e consumer
     python -m bench.hops --messages 200 --no-floor         # a smoke run
+    python -m bench.hops --probe-broker                    # plus the broker's service-thread tasks (bench.broker_probe)
 
 One name server and one broker (ASYNC flush) on loopback; a Producer here sends 1 KiB
 messages with send() paced at --rate (base.paced_runs, as `python -m bench`'s e2e does); the
@@ -38,6 +39,7 @@ import time
 
 from quiver import Admin, Message, Producer
 
+from bench import broker_probe
 from bench.hops_listener import GcPauses, Stalls, switches
 from bench.peers import base
 
@@ -217,6 +219,12 @@ def report(doc: dict) -> str:
                      f"{p['rusage']['involuntary']:,} involuntary context switches (preempted), "
                      f"{p['rusage']['voluntary']:,} voluntary")
     lines.append("")
+    if probe := doc.get("broker_probe"):
+        lines += ["| broker service thread, thread CPU | count | 1 ms or more | longest (ms) |", "|---|---:|---:|---:|"]
+        lines += [f"| {k} | {t['count']:,} | {t['over_1ms']:,} | {t['max_ms']:.2f} |" for k, t in probe["tasks"].items()]
+        gcs = probe["gc_over_0_5ms"]
+        lines += ["", f"Broker GC collections of 0.5 ms CPU or more: {len(gcs)} "
+                  f"({', '.join(f'gen{g} {ms} ms' for g, ms in gcs[:12])}).", ""]
     if floor:
         sync, e2e = a["hops"]["sync send: send -> replied"], a["hops"]["e2e: send -> consumed"]
         lines += ["| floor, bare pyzmq, same run | p50 (µs) | p99 (µs) | sync send / it | e2e / it |",
@@ -253,6 +261,8 @@ def main(argv=None) -> int:
     ap.add_argument("--consumer", choices=MODES, default="push", help="how the consumer takes messages")
     ap.add_argument("--no-floor", action="store_true", help="skip the bare pyzmq floor of the same run")
     ap.add_argument("--out", default=RESULTS, help="directory for hops-<date>.json (default bench/results)")
+    ap.add_argument("--probe-broker", action="store_true",
+                    help="time the broker's service-thread tasks and GC in thread CPU (bench.broker_probe)")
     args = ap.parse_args(argv)
     now = datetime.datetime.now()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -261,14 +271,21 @@ def main(argv=None) -> int:
             "command": "python -m bench.hops " + " ".join(sys.argv[1:] if argv is None else argv)}
     floor = None if args.no_floor else run_floor(min(5000, max(200, args.messages)), args.rate,
                                                  max(0.5, args.messages / args.rate))
+    probe = None
     with tempfile.TemporaryDirectory(prefix="quiver-bench-hops-") as d:
-        raw = run_quiver(args.messages, args.rate, args.consumer, d)
+        if args.probe_broker:
+            with broker_probe.probing(os.path.join(d, "probe.json")):
+                raw = run_quiver(args.messages, args.rate, args.consumer, d)
+            with open(os.path.join(d, "probe.json")) as f:
+                probe = json.load(f)
+        else:
+            raw = run_quiver(args.messages, args.rate, args.consumer, d)
     if len(raw["points"]) < raw["sent"]:
         print(f"consumer saw {len(raw['points'])} of {raw['sent']} messages", file=sys.stderr)
     if not raw["points"]:
         return 1
     doc = {"meta": meta, "rate_done": raw["rate_done"], "threads": raw["threads"], "floor": floor,
-           "procs": raw["procs"], "analysis": analyse(raw["points"], raw["procs"])}
+           "procs": raw["procs"], "analysis": analyse(raw["points"], raw["procs"]), "broker_probe": probe}
     print(report(doc))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"hops-{now.strftime('%Y-%m-%d-%H%M%S')}.json")

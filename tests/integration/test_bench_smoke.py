@@ -159,11 +159,13 @@ def test_bench_proxy_reports_the_client_ceiling(tmp_path):
 @pytest.mark.bench
 def test_bench_hops_timeline(tmp_path):
     # a message's per-hop timeline at smoke size: every hop's p50/p99, the slowest 1% and what made them slow
-    proc = subprocess.run([sys.executable, "-m", "bench.hops", "--messages", "200", "--no-floor", "--out",
-                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([sys.executable, "-m", "bench.hops", "--messages", "200", "--no-floor", "--probe-broker",
+                           "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [js] = list(tmp_path.glob("hops-*.json"))
-    a = json.loads(js.read_text())["analysis"]
+    doc = json.loads(js.read_text())
+    a, tasks = doc["analysis"], doc["broker_probe"]["tasks"]   # the broker's service thread, timed
+    assert tasks["socket drain"]["count"] >= 200 and "every pop_revive" in tasks, tasks
     assert a["count"] == 200
     from bench.hops import HOPS, PULL_HOPS, SPLITS
     assert set(a["hops"]) == {name for name, _, _ in HOPS + PULL_HOPS}   # the push consumer's pulls are timed
