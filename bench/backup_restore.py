@@ -1,13 +1,16 @@
-"""Backup and restore figures: python -m bench.backup_restore [--messages N] [--segment-mb M]
+"""Backup and restore figures: python -m bench.backup_restore [--messages N] [--segment-mb M] [--s3]
 
 A broker (real processes on loopback, data in a temp dir) is filled with N keyed 1 KiB
 messages; `quiver broker backup` snapshots it (its answer: files hard-linked, bytes copied,
 the worker's time); `quiver broker restore` rebuilds a store from it; a broker is started on
 that store (its first start: CRC checks and the re-index after the last full index file).
-Prints one JSON object with the three times.
+Prints one JSON object with the three times. With --s3 the backup goes to s3://, a moto server
+on loopback (a Python process on the same cores: its figures are an upper bound on the
+broker's and the restorer's own work, not an object store's speed), and comes back from there.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -15,8 +18,11 @@ import sys
 import tempfile
 import time
 
-from quiver import Admin, Message, Producer
-from quiver.tools.local import LocalCluster
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+from quiver import Admin, Message, Producer  # noqa: E402
+from quiver.tools.local import LocalCluster  # noqa: E402
+from support.moto_s3 import moto_server  # noqa: E402
 
 QUIVER = os.path.join(os.path.dirname(sys.executable), "quiver")
 
@@ -26,7 +32,7 @@ def _json(*args) -> dict:
                                      check=True).stdout)
 
 
-def run(messages: int, segment_bytes: int, root: str) -> dict:
+def run(messages: int, segment_bytes: int, root: str, endpoint: str = "") -> dict:
     seg = ("--segment-bytes", str(segment_bytes))
     c = LocalCluster(os.path.join(root, "a"))
     c.add_namesrv()
@@ -42,12 +48,14 @@ def run(messages: int, segment_bytes: int, root: str) -> dict:
             for f in [p.send_async(Message("BkBench", body, keys=[f"k{i}"])) for i in range(messages)]:
                 f.result(120)
         t = time.monotonic()
-        backup = _json("--namesrv", c.namesrv, "broker", "backup", "--broker", b.addr, "--to", "bench")
+        to = ("--to", "s3://bench-backups/bench", "--s3-endpoint", endpoint) if endpoint else ("--to", "bench")
+        backup = _json("--namesrv", c.namesrv, "broker", "backup", "--broker", b.addr, *to)
         backup_s = time.monotonic() - t
     finally:
         c.stop()
     t = time.monotonic()
-    restored = _json("broker", "restore", "--from", backup["path"], "--data-dir", os.path.join(root, "r", "broker"))
+    s3 = ("--s3-endpoint", endpoint) if endpoint else ()
+    restored = _json("broker", "restore", "--from", backup["path"], *s3, "--data-dir", os.path.join(root, "r", "broker"))
     restore_s = time.monotonic() - t
     r = LocalCluster(os.path.join(root, "r"))
     try:
@@ -68,9 +76,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--segment-mb", type=int, default=32)
+    ap.add_argument("--s3", action="store_true", help="back up to s3:// (a moto server on loopback) and restore from it")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="quiver-bk-bench-") as root:
-        print(json.dumps(run(args.messages, args.segment_mb << 20, root), indent=2))
+    with tempfile.TemporaryDirectory(prefix="quiver-bk-bench-") as root, contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(moto_server(os.environ.__setitem__, ["bench-backups"])) if args.s3 else ""
+        print(json.dumps(run(args.messages, args.segment_mb << 20, root, endpoint), indent=2))
 
 
 if __name__ == "__main__":

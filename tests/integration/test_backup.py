@@ -63,7 +63,7 @@ def _commit_logs(store: str) -> dict:
 @pytest.mark.slow
 def test_backup_under_load_to_s3_restores_every_covered_message_and_the_offsets(make_cluster, tmp_path,
                                                                                  monkeypatch):
-    with moto_server(monkeypatch, [BUCKET]) as endpoint:
+    with moto_server(monkeypatch.setenv, [BUCKET]) as endpoint:
         _backup_and_restore(make_cluster, tmp_path, endpoint)
 
 

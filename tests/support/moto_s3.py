@@ -12,11 +12,12 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 
 
 @contextlib.contextmanager
-def moto_server(monkeypatch, buckets=()):
-    """Yields the endpoint URL, `buckets` created; the AWS_* variables every process started
-    meanwhile inherits (the broker's and the restorer's credentials) are set for the test."""
+def moto_server(setenv, buckets=()):
+    """Yields the endpoint URL, `buckets` created; `setenv(name, value)` (a test's
+    monkeypatch.setenv) sets the AWS_* variables every process started meanwhile inherits
+    (the broker's and the restorer's credentials)."""
     for k, v in CREDENTIALS.items():
-        monkeypatch.setenv(k, v)
+        setenv(k, v)
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -8,12 +8,14 @@ import types
 
 import pytest
 
+from quiver.wire.codes import ResponseCode
 from quiver_broker import backup as backup_mod
 from quiver_broker import backup_s3
 from quiver_broker.backup import Backups
 from quiver_broker.restore import RestoreError, restore
 from quiver_broker.tiered_store import FileStore
 
+from support.waiting import wait_for
 from test_tiered_storage import fill, open_store, raw, upload_all
 
 BUCKET = "quiver-backups"
@@ -38,12 +40,16 @@ def moto_endpoint():
         mp.undo()
 
 
-def _backup(store, root, url, endpoint, name="broker") -> tuple:
-    """A snapshot of `store` planned, written out and uploaded as the broker's worker does."""
+def _backups(store, root, endpoint) -> Backups:
     meta = types.SimpleNamespace(topics={"T": {"read": 1, "write": 1, "perm": 6, "sysflag": 0, "order": False}},
                                  groups={}, offsets={("g", "T", 0): 5})
-    b = Backups(str(root), store, meta, None, {"broker": name, "cluster": "c", "broker_id": 0}, None,
-                s3=(endpoint, ""))
+    return Backups(str(root), store, meta, None, {"broker": "broker", "cluster": "c", "broker_id": 0}, None,
+                   s3=(endpoint, ""))
+
+
+def _backup(store, root, url, endpoint) -> tuple:
+    """A snapshot of `store` planned (then written out and uploaded by _upload, as the broker's worker does)."""
+    b = _backups(store, root, endpoint)
     return b, b.start(url.split("/", 3)[-1], url)
 
 
@@ -118,3 +124,38 @@ def test_object_names_of_the_layout_pass():
     for rel in ("commitlog/00000000000000000000", "consumequeue/%RETRY%g1/0/00000000000000000000",
                 "tiered/00000000000000008192.json", "index/20261129031500000", "checkpoint", "BACKUP.json"):
         assert backup_s3.key_problem(rel) is None
+
+
+class _Req:
+    def __init__(self, **args):
+        self.args = types.SimpleNamespace(**args)
+        self.replies = []
+
+    def reply(self, code, remark, reply):
+        self.replies.append((code, remark, reply))
+
+
+def _request(b, **args):
+    req = _Req(**{"endpoint": None, **args})
+    b.reply_later = lambda fn, *a: fn(*a)
+    b.backup(req)
+    wait_for(lambda: req.replies, 60, "the backup's answer")
+    return req.replies[0]
+
+
+def test_the_broker_answers_where_it_uploaded_or_why_not(tmp_path, moto_endpoint):
+    s, _ = open_store(tmp_path / "src", FileStore(str(tmp_path / "tiered")))
+    fill(s, 30)
+    b = _backups(s, tmp_path / "backups", moto_endpoint)
+    try:
+        url = f"s3://{BUCKET}/brokers/c/three"
+        code, _, done = _request(b, name="brokers/c/three", url=url)
+        assert code == ResponseCode.SUCCESS and done.path == url and done.copied_bytes > 0
+        code, remark, _ = _request(b, name="brokers/c/three", url=url)
+        assert code == ResponseCode.INVALID_PARAMETER and "holds a backup already" in remark
+        b.s3 = ("http://127.0.0.1:9", "")   # nothing listens there
+        code, remark, _ = _request(b, name="brokers/c/four", url=f"s3://{BUCKET}/brokers/c/four")
+        assert code == ResponseCode.SYSTEM_ERROR and "have no BACKUP.json, so no restore takes them" in remark
+        assert os.listdir(tmp_path / "backups") == [] and b.running is None
+    finally:
+        s.close()
