@@ -1830,6 +1830,378 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ---- kafka_records: the Kafka gateway's record batch v2 records (services/kafka/records.py) ----
+   Kafka's record format, not one of Quiver's: each row (offset, timestamp, key, value, headers)
+   as  length varint | attributes 0 | timestamp delta varlong | offset delta varint | key varbytes |
+   value varbytes | header count varint | (name varbytes, value varbytes)*, zigzag varints, deltas
+   from the first row. The batch header before them is packed by the Python caller. */
+
+static inline uint64_t kz_zigzag(int64_t n) { return ((uint64_t)n << 1) ^ (uint64_t)(n >> 63); }
+
+static inline Py_ssize_t kz_len(uint64_t z)
+{
+    Py_ssize_t n = 1;
+    while (z > 0x7F) {
+        z >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline char *kz_put(char *p, uint64_t z)
+{
+    while (z > 0x7F) {
+        *p++ = (char)((z & 0x7F) | 0x80);
+        z >>= 7;
+    }
+    *p++ = (char)z;
+    return p;
+}
+
+/* a varbytes' size (-1: null) */
+static inline Py_ssize_t kz_bytes_len(Py_ssize_t n) { return n < 0 ? 1 : kz_len(kz_zigzag(n)) + n; }
+
+typedef struct {
+    int64_t dt, dofs;
+    Py_ssize_t size;   /* the record's length, without its own length varint */
+} kz_row;
+
+/* A row's parts into *r and its size; 0 when the row is not (int, int, bytes|None, bytes|None,
+   list|tuple of (str, bytes|None)) within int64 deltas of the first. */
+static int kz_measure(PyObject *row, int64_t base, int64_t base_ts, kz_row *r, int64_t *offset, int64_t *ts)
+{
+    if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 5)
+        return 0;
+    PyObject *o = PyTuple_GET_ITEM(row, 0), *t = PyTuple_GET_ITEM(row, 1), *key = PyTuple_GET_ITEM(row, 2),
+             *value = PyTuple_GET_ITEM(row, 3), *headers = PyTuple_GET_ITEM(row, 4);
+    int overflow = 0;
+    if (!PyLong_Check(o) || !PyLong_Check(t))
+        return 0;
+    *offset = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (*offset == -1 && PyErr_Occurred()))
+        return 0;
+    *ts = PyLong_AsLongLongAndOverflow(t, &overflow);
+    if (overflow || (*ts == -1 && PyErr_Occurred()))
+        return 0;
+    if (__builtin_sub_overflow(*ts, base_ts, &r->dt) || __builtin_sub_overflow(*offset, base, &r->dofs))
+        return 0;
+    if ((key != Py_None && !PyBytes_CheckExact(key)) || (value != Py_None && !PyBytes_CheckExact(value)))
+        return 0;
+    if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers))
+        return 0;
+    Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
+    Py_ssize_t size = 1 + kz_len(kz_zigzag(r->dt)) + kz_len(kz_zigzag(r->dofs))
+                      + kz_bytes_len(key == Py_None ? -1 : PyBytes_GET_SIZE(key))
+                      + kz_bytes_len(value == Py_None ? -1 : PyBytes_GET_SIZE(value)) + kz_len(kz_zigzag(nh));
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        PyObject *h = PySequence_Fast_GET_ITEM(headers, i);
+        Py_ssize_t klen;
+        if (!PyTuple_CheckExact(h) || PyTuple_GET_SIZE(h) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(h, 0)))
+            return 0;
+        PyObject *hv = PyTuple_GET_ITEM(h, 1);
+        if (hv != Py_None && !PyBytes_CheckExact(hv))
+            return 0;
+        if (PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &klen) == NULL) {   /* a lone surrogate */
+            PyErr_Clear();
+            return 0;
+        }
+        size += kz_bytes_len(klen) + kz_bytes_len(hv == Py_None ? -1 : PyBytes_GET_SIZE(hv));
+    }
+    r->size = size;
+    return 1;
+}
+
+static char *kz_put_bytes(char *p, PyObject *b)
+{
+    if (b == Py_None)
+        return kz_put(p, kz_zigzag(-1));
+    Py_ssize_t n = PyBytes_GET_SIZE(b);
+    p = kz_put(p, kz_zigzag(n));
+    memcpy(p, PyBytes_AS_STRING(b), (size_t)n);
+    return p + n;
+}
+
+/* kafka_records(rows, room, prefix) -> (bytearray, rows used, first offset, first timestamp, last offset,
+   max timestamp) */
+static PyObject *kafka_records(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(a[0]) || PyList_GET_SIZE(a[0]) == 0 || !PyLong_Check(a[1])
+            || !PyLong_Check(a[2]))
+        NOT_IMPLEMENTED;
+    PyObject *rows = a[0];
+    Py_ssize_t n = PyList_GET_SIZE(rows), prefix = PyLong_AsSsize_t(a[2]);
+    long long room = PyLong_AsLongLong(a[1]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    if (prefix < 0 || prefix > 4096)
+        NOT_IMPLEMENTED;
+    PyObject *first = PyList_GET_ITEM(rows, 0);
+    int64_t base, base_ts, last, max_ts, offset, ts;
+    if (!PyTuple_CheckExact(first) || PyTuple_GET_SIZE(first) != 5 || !PyLong_Check(PyTuple_GET_ITEM(first, 0))
+            || !PyLong_Check(PyTuple_GET_ITEM(first, 1)))
+        NOT_IMPLEMENTED;
+    int overflow = 0, overflow2 = 0;
+    base = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(first, 0), &overflow);
+    base_ts = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(first, 1), &overflow2);
+    if (overflow || overflow2 || PyErr_Occurred()) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    kz_row *r = PyMem_Malloc(sizeof(kz_row) * (size_t)n);
+    if (r == NULL)
+        return PyErr_NoMemory();
+    Py_ssize_t used = 0, total = 0;
+    last = base;
+    max_ts = base_ts;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!kz_measure(PyList_GET_ITEM(rows, i), base, base_ts, &r[i], &offset, &ts)) {
+            PyErr_Clear();
+            PyMem_Free(r);
+            NOT_IMPLEMENTED;
+        }
+        Py_ssize_t whole = r[i].size + kz_len(kz_zigzag(r[i].size));
+        room -= whole;
+        if (room < 0 && used)
+            break;
+        used++;
+        total += whole;
+        last = offset;
+        if (ts > max_ts)
+            max_ts = ts;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, prefix + total);
+    if (out == NULL) {
+        PyMem_Free(r);
+        return NULL;
+    }
+    char *p = PyByteArray_AS_STRING(out);
+    memset(p, 0, (size_t)prefix);
+    p += prefix;
+    for (Py_ssize_t i = 0; i < used; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i), *headers = PyTuple_GET_ITEM(row, 4);
+        Py_ssize_t nh = PySequence_Fast_GET_SIZE(headers);
+        p = kz_put(p, kz_zigzag(r[i].size));
+        *p++ = 0;
+        p = kz_put(p, kz_zigzag(r[i].dt));
+        p = kz_put(p, kz_zigzag(r[i].dofs));
+        p = kz_put_bytes(p, PyTuple_GET_ITEM(row, 2));
+        p = kz_put_bytes(p, PyTuple_GET_ITEM(row, 3));
+        p = kz_put(p, kz_zigzag(nh));
+        for (Py_ssize_t k = 0; k < nh; k++) {
+            PyObject *h = PySequence_Fast_GET_ITEM(headers, k);
+            Py_ssize_t klen;
+            const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(h, 0), &klen);   /* cached: measured */
+            p = kz_put(p, kz_zigzag(klen));
+            memcpy(p, name, (size_t)klen);
+            p = kz_put_bytes(p + klen, PyTuple_GET_ITEM(h, 1));
+        }
+    }
+    PyMem_Free(r);
+    return Py_BuildValue("(NnLLLL)", out, used, (long long)base, (long long)base_ts, (long long)last,
+                         (long long)max_ts);
+}
+
+/* kafka_pulled(body, offset, room, prefix, skip, keys_name) -> what kafka_records returns: the records of a pull reply from queue offset `offset` as kafka_records lays
+   them out, straight from the reply's bytes (records.kafka_pulled: pulled_rows over
+   decode_fields). A record's key is its `keys_name` property, its headers the other properties
+   not in `skip`. Declines a reply with a property of the gateway's own (kafka.*), a non-ASCII
+   or repeated property name or value, or a record it cannot walk. */
+
+#define KZ_NAMES 16   /* property names whose `skip` membership is remembered within one call */
+
+typedef struct {
+    const unsigned char *at;
+    Py_ssize_t len;
+    int skip;
+} kz_name;
+
+/* 1 when the property name b[0:len] is in `skip` (a set of str), -1 on error */
+static int kz_skipped(const unsigned char *b, Py_ssize_t len, PyObject *skip, kz_name *seen, int *nseen)
+{
+    for (int i = 0; i < *nseen; i++)
+        if (seen[i].len == len && memcmp(seen[i].at, b, (size_t)len) == 0)
+            return seen[i].skip;
+    PyObject *name = PyUnicode_DecodeASCII((const char *)b, len, "strict");
+    if (name == NULL)
+        return -1;
+    int in = PySet_Contains(skip, name);
+    Py_DECREF(name);
+    if (in >= 0 && *nseen < KZ_NAMES)
+        seen[(*nseen)++] = (kz_name){b, len, in};
+    return in;
+}
+
+/* One record's properties as key and headers: the key's value into *key (NULL: none) and the
+   header (name, value) spans into h (at most hmax). -1 to decline, -2 on error, else the header count. */
+static int kz_props(const unsigned char *p, Py_ssize_t n, PyObject *skip, const char *keys_name, Py_ssize_t keys_len,
+                    kz_name *seen, int *nseen, const unsigned char **key, Py_ssize_t *key_len,
+                    const unsigned char **h, Py_ssize_t *hl, int hmax)
+{
+    static const char crc_head[] = "__CRC32#\x01";
+    int nh = 0, have_keys = 0;
+    *key = NULL;
+    *key_len = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (p[i] >= 0x80)
+            return -1;
+    if (n >= CRC_PROP_BYTES && memcmp(p + n - CRC_PROP_BYTES, crc_head, 9) == 0)
+        n -= CRC_PROP_BYTES;   /* the store's own __CRC32# (record.client_properties) */
+    Py_ssize_t i = 0;
+    while (i < n) {
+        const unsigned char *item = p + i, *sep = memchr(item, 2, (size_t)(n - i));
+        Py_ssize_t len = sep ? sep - item : n - i;
+        i += len + 1;
+        if (len == 0)
+            continue;
+        const unsigned char *ns = memchr(item, 1, (size_t)len);
+        Py_ssize_t klen = ns ? ns - item : len;
+        const unsigned char *v = ns ? ns + 1 : item + len;
+        Py_ssize_t vlen = item + len - v;
+        for (int k = 0; k < nh; k++)   /* a repeated name: the dict keeps the first place, the last value */
+            if (hl[2 * k] == klen && memcmp(h[2 * k], item, (size_t)klen) == 0)
+                return -1;
+        if (klen == keys_len && memcmp(item, keys_name, (size_t)klen) == 0) {
+            if (have_keys++)
+                return -1;
+            *key = vlen ? v : NULL;
+            *key_len = vlen;
+        }
+        int s = kz_skipped(item, klen, skip, seen, nseen);
+        if (s < 0)
+            return -2;
+        if (s)
+            continue;
+        if (nh == hmax)
+            return -1;
+        h[2 * nh] = item;
+        hl[2 * nh] = klen;
+        h[2 * nh + 1] = v;
+        hl[2 * nh + 1] = vlen;
+        nh++;
+    }
+    return nh;
+}
+
+#define KZ_HEADERS 32
+
+static PyObject *kafka_pulled(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    Py_buffer v;
+    if (!record_ready || nargs != 6 || !PyLong_Check(a[1]) || !PyLong_Check(a[2]) || !PyLong_Check(a[3])
+            || !PyAnySet_Check(a[4]) || !PyUnicode_CheckExact(a[5]))
+        NOT_IMPLEMENTED;
+    long long offset = PyLong_AsLongLong(a[1]), room = PyLong_AsLongLong(a[2]);
+    Py_ssize_t prefix = PyLong_AsSsize_t(a[3]), keys_len;
+    const char *keys_name = PyUnicode_AsUTF8AndSize(a[5], &keys_len);
+    if (PyErr_Occurred() || keys_name == NULL) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    if (prefix < 0 || prefix > 4096 || !byte_view(a[0], &v))
+        NOT_IMPLEMENTED;
+    const unsigned char *b = v.buf, *key, *h[2 * KZ_HEADERS];
+    Py_ssize_t hl[2 * KZ_HEADERS], key_len, pos = 0, end = v.len, used = 0, total = 0;
+    kz_name seen[KZ_NAMES];
+    int nseen = 0, pass;
+    int64_t base = -1, base_ts = -1, last = -1, max_ts = -1;
+    PyObject *out = NULL;
+    char *w = NULL;
+    if (memmem(b, (size_t)end, "kafka.", 6) != NULL)   /* a property of the gateway's own somewhere */
+        goto decline;
+    for (pass = 0; pass < 2; pass++) {   /* sizes, then the bytes */
+        Py_ssize_t n = 0;
+        pos = 0;
+        while (pos < end && (pass == 0 || n < used)) {
+            span s = {0};
+            if (!span_at(b, pos, end, &s))
+                goto decline;
+            if (s.blank) {
+                pos = s.end;
+                continue;
+            }
+            const unsigned char *r = b + pos;
+            int64_t qoff = get_i64(r + AT_QOFF), ts = get_i64(r + AT_BORN_TS), dt, dofs;
+            for (Py_ssize_t k = 0; k < s.tlen; k++)   /* the reference decodes the topic */
+                if (b[s.topic_at + k] >= 0x80)
+                    goto decline;
+            pos = s.end;
+            if (qoff < offset)
+                continue;
+            int nh = kz_props(b + s.props_at, s.plen, a[4], keys_name, keys_len, seen, &nseen, &key, &key_len, h, hl,
+                              KZ_HEADERS);
+            if (nh == -2)
+                goto fail;
+            if (nh < 0)
+                goto decline;
+            if (n == 0 && pass == 0) {
+                base = qoff;
+                base_ts = ts;
+                last = qoff;
+                max_ts = ts;
+            }
+            if (__builtin_sub_overflow(ts, base_ts, &dt) || __builtin_sub_overflow(qoff, base, &dofs))
+                goto decline;
+            Py_ssize_t size = 1 + kz_len(kz_zigzag(dt)) + kz_len(kz_zigzag(dofs))
+                              + (key ? kz_bytes_len(key_len) : 1) + kz_bytes_len(s.blen) + kz_len(kz_zigzag(nh));
+            for (int k = 0; k < nh; k++)
+                size += kz_bytes_len(hl[2 * k]) + kz_bytes_len(hl[2 * k + 1]);
+            Py_ssize_t whole = size + kz_len(kz_zigzag(size));
+            n++;
+            if (pass == 0) {
+                room -= whole;
+                if (room < 0 && used)
+                    break;
+                used++;
+                total += whole;
+                last = qoff;
+                if (ts > max_ts)
+                    max_ts = ts;
+                continue;
+            }
+            w = kz_put(w, kz_zigzag(size));
+            *w++ = 0;
+            w = kz_put(w, kz_zigzag(dt));
+            w = kz_put(w, kz_zigzag(dofs));
+            if (key) {
+                w = kz_put(w, kz_zigzag(key_len));
+                memcpy(w, key, (size_t)key_len);
+                w += key_len;
+            } else {
+                w = kz_put(w, kz_zigzag(-1));
+            }
+            w = kz_put(w, kz_zigzag(s.blen));
+            memcpy(w, b + s.body_at, (size_t)s.blen);
+            w += s.blen;
+            w = kz_put(w, kz_zigzag(nh));
+            for (int k = 0; k < 2 * nh; k++) {
+                w = kz_put(w, kz_zigzag(hl[k]));
+                memcpy(w, h[k], (size_t)hl[k]);
+                w += hl[k];
+            }
+        }
+        if (pass == 0) {
+            if ((out = PyByteArray_FromStringAndSize(NULL, prefix + total)) == NULL)
+                goto fail;
+            w = PyByteArray_AS_STRING(out);
+            memset(w, 0, (size_t)prefix);
+            w += prefix;
+        }
+    }
+    PyBuffer_Release(&v);
+    return Py_BuildValue("(NnLLLL)", out, used, (long long)base, (long long)base_ts, (long long)last,
+                         (long long)max_ts);
+decline:
+    Py_XDECREF(out);
+    PyBuffer_Release(&v);
+    NOT_IMPLEMENTED;
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&v);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"layout", (PyCFunction)(void (*)(void))layout, METH_FASTCALL, "quiver.wire.speedups.layout"},
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
@@ -1846,6 +2218,8 @@ static PyMethodDef methods[] = {
     {"pick_entries", (PyCFunction)(void (*)(void))pick_entries, METH_FASTCALL, "the broker's queue_reads.pick_entries"},
     {"run_end", (PyCFunction)(void (*)(void))run_end, METH_FASTCALL, "the broker's queue_reads.run_end"},
     {"put_run", (PyCFunction)(void (*)(void))put_run, METH_FASTCALL, "the broker's appending.put_run"},
+    {"kafka_records", (PyCFunction)(void (*)(void))kafka_records, METH_FASTCALL, "the Kafka gateway's records.kafka_records"},
+    {"kafka_pulled", (PyCFunction)(void (*)(void))kafka_pulled, METH_FASTCALL, "the Kafka gateway's mapping.kafka_pulled"},
     {"schema_ext", (PyCFunction)(void (*)(void))schema_ext, METH_FASTCALL, "quiver.wire.schema.schema_ext"},
     {"schema_decode", (PyCFunction)(void (*)(void))schema_decode, METH_FASTCALL, "quiver.wire.schema.schema_decode"},
     {"crc32", (PyCFunction)(void (*)(void))crc32, METH_FASTCALL, "zlib.crc32"},

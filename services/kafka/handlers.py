@@ -321,12 +321,12 @@ class Gateway:
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
         if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
-        rows, data, used = ready or self._converted(pulled, offset, max_bytes)
-        if rows:
+        data, used, last = ready or self._converted(pulled, offset, max_bytes)
+        if used:
             if len(data) > max_bytes and used > 1:   # read ahead for a larger budget than this answer's
-                data, used = records.encode_rows(rows, max_bytes)   # the first record goes whatever its size
+                data, used, last = self._converted(pulled, offset, max_bytes)   # the first goes whatever its size
             out["records"] = data
-            following = rows[used - 1][0] + 1
+            following = last + 1
             if ahead_bytes and following < pulled.max:
                 size = min(ahead_bytes, AHEAD_BYTES)
                 sent = self._pull_start(topic, partition, following, size, ahead=False)
@@ -335,10 +335,9 @@ class Gateway:
         return out
 
     @staticmethod
-    def _converted(pulled, offset: int, max_bytes: int) -> tuple[list, bytes, int]:
-        """(rows, record batch, rows in it) of a pull answer from `offset`."""
-        rows = mapping.pulled_rows(record.decode_fields(pulled.body), offset) if pulled.body is not None else []
-        return (rows, *records.encode_rows(rows, max_bytes)) if rows else ([], b"", 0)
+    def _converted(pulled, offset: int, max_bytes: int) -> tuple:
+        """(record batch, records in it, the last one's offset) of a pull answer from `offset`."""
+        return mapping.pulled_batch(pulled.body, offset, max_bytes) if pulled.body is not None else (b"", 0, -1)
 
     def _read_ahead(self, future, offset: int, max_bytes: int):
         """(the answer, its conversion) of a pull sent ahead: on the read-ahead worker thread."""

@@ -20,10 +20,13 @@ import base64
 import json
 
 from quiver.client.message import Message
+from quiver.wire import record
 from quiver.wire.properties import KEYS, RESERVED_PROPERTIES
 from quiver.wire.record import client_properties
 from quiver.wire.property_string import NAME_SEP, PROP_SEP
+from quiver.wire.speedups import fast
 
+from . import records
 from .records import Record
 
 KEY, VALUE, HEADERS, TS = "kafka.key", "kafka.value", "kafka.headers", "kafka.ts"
@@ -89,36 +92,57 @@ def record_fields(p: dict, body: bytes, born_ts: int, keys: str | None) -> tuple
     if HEADERS in p:
         headers = [(n, None if v is None else base64.b64decode(v)) for n, v in json.loads(p[HEADERS])]
     else:
-        headers = [(n, v.encode()) for n, v in p.items() if n not in _NOT_HEADERS and not n.startswith(_OURS)]
+        headers = [(n, v.encode()) for n, v in p.items() if n not in NOT_HEADERS and not n.startswith(_OURS)]
     ts = int(p[TS]) if TS in p and p[TS].isdigit() else born_ts
     return ts, key, value, headers
 
 
-def pulled_rows(fields, offset: int) -> list[tuple]:
+def pulled_rows(fields, offset: int, skip: frozenset | None = None, keys_name: str = KEYS) -> list[tuple]:
     """The records of a pull answer (record.decode_fields) from queue offset `offset` as
-    (offset, timestamp, key, value, headers) rows for records.encode_rows: no MessageExt."""
-    rows, parse, fields_of, skip = [], client_properties, record_fields, _NOT_HEADERS
+    (offset, timestamp, key, value, headers) rows for records.encode_rows: no MessageExt.
+    `skip`: the properties that are not headers (default NOT_HEADERS); `keys_name` the key's."""
+    skip = NOT_HEADERS if skip is None else skip
+    plain_only = _PLAIN_ONLY if skip is NOT_HEADERS else skip - {keys_name}
+    rows, parse, fields_of = [], client_properties, record_fields
     for f in fields:
         qoff = f[5]
         if qoff < offset:
             continue
         text = f[2]
-        if text.find(PROP_SEP) == len(text) - 1 and text[:text.find(NAME_SEP)] in _PLAIN_ONLY:
+        if text.find(PROP_SEP) == len(text) - 1 and text[:text.find(NAME_SEP)] in plain_only:
             rows.append((qoff, f[8], None, f[1], []))   # one property (UNIQ_KEY ...): no key, no headers
             continue
         p = parse(text)
         if _OURS in text:   # a property of the gateway's own: the whole mapping
             rows.append((qoff, *fields_of(p, f[1], f[8], p.get(KEYS))))
             continue
-        keys = p.get(KEYS)
+        keys = p.get(keys_name)
         rows.append((qoff, f[8], keys.encode() if keys else None, f[1],
                      [(n, v.encode()) for n, v in p.items() if n not in skip]))
     return rows
+
+
+@fast
+def kafka_pulled(body, offset: int, room: int, prefix: int, skip: frozenset, keys_name: str) -> tuple:
+    """The records of a pull answer's `body` from queue offset `offset` laid out as
+    records.kafka_records lays out their pulled_rows (compiled: straight from the bytes, no
+    object per record); (`prefix` zero bytes, 0, -1, -1, -1, -1) when there are none."""
+    rows = pulled_rows(record.decode_fields(body), offset, skip, keys_name)
+    if not rows:
+        return bytearray(prefix), 0, -1, -1, -1, -1
+    return records.kafka_records(rows, room, prefix)
+
+
+def pulled_batch(body, offset: int, max_bytes: int) -> tuple:
+    """(record batch, records in it, the last one's offset) of a pull answer's `body` from queue
+    offset `offset`: those that fit `max_bytes`, the first whatever its size."""
+    return records.batch(kafka_pulled(body, offset, max_bytes - records.BATCH_OVERHEAD, records.BATCH_OVERHEAD,
+                                      NOT_HEADERS, KEYS))
 
 
 # properties the broker and services add that are not a producer's own (left out of headers)
 _SYSTEM = frozenset({"CLUSTER", "TRAN_BORN_MS", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "TRANSACTION_ID",
                      "TRANSACTION_CHECK_TIMES", "SCHEDULE_ORIGIN_ID", "SCHEDULE_DUE_MS", "MSG_REGION",
                      "CHECK_IMMUNITY_TIME_IN_SECONDS"})
-_NOT_HEADERS = RESERVED_PROPERTIES | _SYSTEM
-_PLAIN_ONLY = _NOT_HEADERS - {KEYS}   # a message whose only property is one of these reads without a parse
+NOT_HEADERS = RESERVED_PROPERTIES | _SYSTEM
+_PLAIN_ONLY = NOT_HEADERS - {KEYS}   # a message whose only property is one of these reads without a parse

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import cramjam
 from crc32c import crc32c
 
+from quiver.wire.speedups import fast
+
 MAGIC = 2
 _HEAD = struct.Struct(">qiibI")           # baseOffset, batchLength, leaderEpoch, magic, crc
 _BODY = struct.Struct(">hiqqqhii")        # attributes .. count
@@ -226,18 +228,39 @@ def _headers(headers: list[tuple[str, bytes | None]]) -> bytes:
 
 def encode(records: list[Record]) -> bytes:
     """One uncompressed batch of `records` (offsets ascending, at least one)."""
-    return encode_rows([(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records])[0]
+    return bytes(encode_rows([(r.offset, r.timestamp, r.key, r.value, r.headers) for r in records])[0])
 
 
-def encode_rows(rows: list[tuple], max_bytes: int = 1 << 62) -> tuple[bytes, int]:
+def encode_rows(rows: list[tuple], max_bytes: int = 1 << 62) -> tuple[bytearray, int]:
     """(one uncompressed batch, how many rows it holds) of (offset, timestamp, key, value,
     headers) rows, offsets ascending, at least one: the rows that fit `max_bytes`, the first
-    whatever its size. Each record's pieces are gathered and joined once: a key or value is
-    not copied into a per-record buffer."""
+    whatever its size."""
+    return batch(kafka_records(rows, max_bytes - BATCH_OVERHEAD, BATCH_OVERHEAD))[:2]
+
+
+def batch(laid: tuple) -> tuple[bytearray | bytes, int, int]:
+    """(the batch, how many records, the last one's offset) of records laid out after
+    BATCH_OVERHEAD bytes (kafka_records' answer): the header is packed around them in place
+    and the CRC taken over the buffer without a copy; (b"", 0, -1) when there are none."""
+    buf, used, base, base_ts, last, max_ts = laid
+    if not used:
+        return b"", 0, -1
+    _BODY.pack_into(buf, HEAD_BYTES, NONE, last - base, base_ts, max_ts, -1, -1, -1, used)
+    with memoryview(buf) as view:
+        crc = crc32c(view[HEAD_BYTES:])
+    _HEAD.pack_into(buf, 0, base, len(buf) - 12, 0, MAGIC, crc)
+    return buf, used, last
+
+
+@fast
+def kafka_records(rows: list[tuple], room: int, prefix: int) -> tuple[bytearray, int, int, int, int, int]:
+    """(`prefix` zero bytes then the records of the rows that fit `room` bytes - the first
+    whatever its size -, how many, the first one's offset and timestamp, the last one's offset,
+    the largest timestamp)."""
     base, base_ts = rows[0][0], rows[0][1]
     parts: list[bytes] = []
     add, varint, small = parts.extend, _varint, _SMALL
-    max_ts, room, used, last = base_ts, max_bytes - BATCH_OVERHEAD, 0, base
+    max_ts, used, last = base_ts, 0, base
     for offset, ts, key, value, headers in rows:
         dt, do = ts - base_ts, offset - base
         head = b"\x00" + (small[dt] if 0 <= dt < 8192 else varint(dt)) + (small[do] if 0 <= do < 8192 else varint(do))
@@ -259,5 +282,4 @@ def encode_rows(rows: list[tuple], max_bytes: int = 1 << 62) -> tuple[bytes, int
         used, last = used + 1, offset
         if ts > max_ts:
             max_ts = ts
-    tail = _BODY.pack(NONE, last - base, base_ts, max_ts, -1, -1, -1, used) + b"".join(parts)
-    return _HEAD.pack(base, len(tail) + 9, 0, MAGIC, crc32c(tail)) + tail, used
+    return bytearray(prefix) + b"".join(parts), used, base, base_ts, last, max_ts
