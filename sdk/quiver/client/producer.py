@@ -57,6 +57,7 @@ _STATUS: dict[int, SendStatus] = {
            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE}
 
 
+MASTERLESS_ROUTE_S = 1.0   # a route whose brokers have no master is asked for again after this long
 _SCHEDULED_AT = DELAY + NAME_SEP
 _TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
 
@@ -210,11 +211,16 @@ class Producer(Requesting, ClientBase):
         registered broker's default queues (the broker auto-creates it if allowed).
         TopicNotExistError when no broker is registered."""
         try:
-            return super().route(topic, refresh)
+            route = super().route(topic, refresh)
         except QuiverError as exc:
             if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                 raise
             return self._default_route(topic)
+        cached = self._routes.get(topic)
+        if not route.write_queues and cached is not None and cached[1] is route:
+            # no master in it (a failover under way): asked again soon, not after route_refresh_s
+            self._routes[topic] = (min(cached[0], time.monotonic() - self.route_refresh_s + MASTERLESS_ROUTE_S), route)
+        return route
 
     def _default_route(self, topic: str) -> Route:
         """No route yet: offer every broker (it auto-creates the topic if allowed)."""
