@@ -1,15 +1,18 @@
 """Tiered storage against a real S3-compatible server (moto in server mode, a process on loopback):
-segments small enough to roll often are uploaded and dropped locally, the store goes down while
-producing (puts go on, uploads catch up), the broker is killed -9 with uploads pending and resumes
-them, every message reads back byte for byte from offset 0 (SDK pull, key, msgId), and an object
-corrupted in the store is reported, not served."""
+200k small messages over 256 KiB segments (about 150 rolls) are uploaded and dropped locally, the
+store goes down while producing (puts go on, uploads catch up), the broker is killed -9 with
+uploads pending and resumes them, every message reads back byte for byte from offset 0 through
+the SDK (and a spread of them by key and by msgId, each a remote-only lookup), the Kafka gateway
+fetches a remote-only offset, and an object corrupted in the store is reported, not served."""
 
 import os
+import re
 import selectors
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -18,7 +21,7 @@ from quiver.tools.local import free_port, wait_healthy
 from tests.support.fuzz_cluster import status
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 BUCKET = "quiver-tiered"
 TOPIC = "Tiered"
@@ -26,11 +29,14 @@ TOPIC = "Tiered"
 
 class Gate:
     """A TCP forwarder on a fixed loopback port that can be closed (connections refused) and opened
-    again: the object store going down and coming back, as the broker sees it."""
+    again: the object store going down and coming back, as the broker sees it; with `delay`, each
+    answer of the store is held that long (a slow store)."""
 
     def __init__(self, target_port: int):
         self.port = free_port()
         self.target = ("127.0.0.1", target_port)
+        self.delay = 0.0
+        self.holding = threading.Event()   # set when an answer is being held
         self.lock = threading.Lock()
         self.socks: list[socket.socket] = []
         self.server: socket.socket | None = None
@@ -62,8 +68,8 @@ class Gate:
                 self.socks += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
 
-    @staticmethod
-    def _pump(a, b) -> None:
+    def _pump(self, a, b) -> None:
+        asked = False   # a request went up: the first bytes of its answer wait `delay`
         sel = selectors.DefaultSelector()
         sel.register(a, selectors.EVENT_READ, b)
         sel.register(b, selectors.EVENT_READ, a)
@@ -73,6 +79,12 @@ class Gate:
                     data = key.fileobj.recv(65536)
                     if not data:
                         return
+                    if key.fileobj is a:
+                        asked = True
+                    elif asked and self.delay:
+                        asked = False
+                        self.holding.set()
+                        time.sleep(self.delay)
                     key.data.sendall(data)
         except OSError:
             return
@@ -109,6 +121,11 @@ def s3(monkeypatch):
         proc.wait(10)
 
 
+N = int(os.environ.get("QUIVER_TIERED_TEST_MESSAGES", "200000"))   # 200k in CI: the issue's figure
+SEGMENT = 1 << 20 if N >= 100_000 else 1 << 16   # about 30 rolls either way
+LOOKUPS = 100   # messages read back by key and by msgId too, spread over the whole log
+
+
 def status_of(cluster, broker):
     return status(broker.addr, timeout=5)
 
@@ -116,33 +133,56 @@ def status_of(cluster, broker):
 def send(namesrv, first, n):
     with Producer("tiered-p", namesrv=namesrv) as p:
         futs = [p.send_async(Message(TOPIC, body(i), keys=[f"key-{i}"])) for i in range(first, first + n)]
-        res = [f.result(60) for f in futs]
+        res = [f.result(120) for f in futs]
     assert all(r.status is SendStatus.SEND_OK for r in res)
     return res
 
 
 def body(i: int) -> bytes:
-    return (f"message {i} ".encode() * (1 + i % 20))[:400] + bytes([i % 256]) * 16
+    """Small (the test is about many records and rolls), unique, and not only ASCII."""
+    return b"m%d:" % i + bytes([i % 256, (i * 7) % 256]) * (i % 5)
+
+
+def pull_all(namesrv, want: dict) -> dict:
+    got = {}
+    with PullConsumer("tiered-c", namesrv=namesrv, consume_from="first", pull_batch_size=512) as c:
+        c.subscribe(TOPIC)
+        wait_for(lambda: [got.setdefault((m.queue_id, m.queue_offset), m) for m in c.poll(0.5)] is not None
+                 and len(got) >= len(want) and want.keys() <= got.keys(), 240, "every message pulled back")
+    return got
+
+
+def kafka_first(bootstrap: str, partition: int):
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(TOPIC, partition, 0)])
+        got = []
+        wait_for(lambda: (m := c.poll(0.5)) is not None and got.append(m) is None, 60, "a Kafka fetch of offset 0")
+        return got[0]
+    finally:
+        c.close()
 
 
 def test_tiered_store_on_s3(make_cluster, s3):
     client, gate = s3
     cluster = make_cluster(broker_args=(
         "--tiered-store", f"s3://{BUCKET}/brokers/a", "--s3-endpoint", f"http://127.0.0.1:{gate.port}",
-        "--segment-bytes", "65536", "--local-retention-bytes", "0", "--clean-interval-ms", "500",
-        "--flush-interval-ms", "100", "--tiered-cache-bytes", str(1 << 17)))
+        "--segment-bytes", str(SEGMENT), "--local-retention-bytes", "0", "--clean-interval-ms", "500",
+        "--flush-interval-ms", "100", "--tiered-cache-bytes", str(4 * SEGMENT)))
     broker = next(s for s in cluster.services if s.role == "broker")
     admin = Admin(namesrv=cluster.namesrv)
     admin.create_topic(TOPIC, queues=2)
-    sent = send(cluster.namesrv, 0, 1500)
+    half = N // 2
+    sent = send(cluster.namesrv, 0, half)
 
     def tiered():
         return status_of(cluster, broker)["store"]["tiered"]
-    wait_for(lambda: tiered()["uploaded_segments"] >= 3, 30, "first uploads")
+    wait_for(lambda: tiered()["uploaded_segments"] >= 3, 60, "first uploads")
 
     # the store goes down: puts go on, uploads fail and wait
     gate.close()
-    sent += send(cluster.namesrv, 1500, 1500)
+    sent += send(cluster.namesrv, half, N - half)
     wait_for(lambda: tiered()["upload_errors"] >= 1, 30, "an upload to fail while the store is down")
     assert tiered()["pending_segments"] >= 1
     # kill -9 with uploads pending, the store back, a restart: the uploads resume
@@ -151,27 +191,60 @@ def test_tiered_store_on_s3(make_cluster, s3):
     broker.start()
     wait_healthy([broker])
     wait_for(lambda: (t := status_of(cluster, broker)["store"]) and t["tiered"]["pending_segments"] == 0
-             and t["segments"] == 1, 60, "every sealed segment uploaded and dropped locally")
+             and t["segments"] == 1, 120, "every sealed segment uploaded and dropped locally")
     st = status_of(cluster, broker)["store"]
     assert st["tiered"]["remote_segments"] >= 10 and st["min_phys_offset"] > 0
     rows = admin.topic_status(TOPIC)   # `quiver topic status`: remote [0, local_min), local [local_min, max)
     assert all(r["min_offset"] == 0 < r["local_min_offset"] <= r["max_offset"] for r in rows), rows
+    cli = subprocess.run([sys.executable, "-m", "quiver.tools.cli", "--namesrv", cluster.namesrv, "topic", "status",
+                          TOPIC], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    from quiver_console.app import create_app
+    from quiver_console.config import Config
+    page = create_app(Config(), admin).test_client().get(f"/topics/{TOPIC}").text
+    for r in rows:   # the CLI's remote and local ranges, the console's 'local from' column
+        assert f"[0, {r['local_min_offset']})" in cli.stdout, cli.stdout
+        assert r["local_min_offset"] == r["max_offset"] or f"[{r['local_min_offset']}, {r['max_offset']})" in cli.stdout
+        assert re.search(rf'data-queue="{r["broker"]}/{r["queue_id"]}">.*?class="n local">{r["local_min_offset"]}<',
+                         page, re.S), page[-3000:]
 
     # every message back from offset 0, byte for byte, from the object store
     want = {(r.queue_id, r.queue_offset): (r.msg_id, i) for i, r in enumerate(sent)}
-    got = {}
-    with PullConsumer("tiered-c", namesrv=cluster.namesrv, consume_from="first") as c:
-        c.subscribe(TOPIC)
-        wait_for(lambda: [got.setdefault((m.queue_id, m.queue_offset), m) for m in c.poll(0.5)] is not None
-                 and len(got) >= len(want), 60, "every message pulled back")
-    assert set(got) == set(want)
+    assert len(want) == N
+    got = pull_all(cluster.namesrv, want)
     assert tiered()["background_fetches"] > 0   # pulls waited for the store off the broker's thread
-    for k, m in got.items():
-        i = want[k][1]
-        assert m.body == body(i) and m.keys == [f"key-{i}"]
-    for i in (0, 7, 1499, 2999):
-        assert [m.body for m in admin.query_by_key(TOPIC, f"key-{i}")] == [body(i)]
-        assert admin.view_message(sent[i].msg_id, TOPIC).body == body(i)
+    index = {msg_id: i for msg_id, i in want.values()}
+    for k, m in got.items():   # beyond what was acked: only a send retried after a timeout, stored twice
+        i = want[k][1] if k in want else index[m.msg_id]
+        assert m.body == body(i) and m.keys == [f"key-{i}"] and m.msg_id == sent[i].msg_id, (k, i)
+    local_from = min(r["local_min_offset"] for r in rows)
+    for i in sorted({*range(0, N, N // LOOKUPS), N - 1}):   # lookups of remote-only records
+        assert {m.body for m in admin.query_by_key(TOPIC, f"key-{i}")} == {body(i)}, i   # a retried send: twice
+        assert admin.view_message(sent[i].msg_id, TOPIC).body == body(i), i
+    assert sent[N // 2].queue_offset < local_from
+
+    # a lookup waiting for a slow store does not hold the broker: a PING is answered meanwhile
+    i = N // 3
+    gate.delay = 3.0
+    found, slow = [], Admin(namesrv=cluster.namesrv, timeout=30)
+    query = threading.Thread(target=lambda: found.extend(slow.query_by_key(TOPIC, f"key-{i}")))
+    query.start()
+    wait_for(gate.holding.is_set, 30, "the lookup's read from the slow store")
+    began = time.monotonic()
+    admin.ping(broker.addr, timeout=10)
+    ping_s = time.monotonic() - began
+    query.join(60)
+    gate.delay = 0.0
+    slow.shutdown()
+    assert {m.body for m in found} == {body(i)}
+    assert ping_s < 1.5, f"a PING took {ping_s:.2f} s while a lookup waited for the store"
+
+    # the Kafka gateway fetches a remote-only offset (a pull, served from the store)
+    bootstrap = f"127.0.0.1:{free_port()}"
+    cluster.add_service("kafka", "quiver_kafka", "--kafka-listen", bootstrap, data=False)
+    cluster.wait()
+    first = kafka_first(bootstrap, 0)
+    assert first.offset() == 0 and first.value() == got[(0, 0)].body
 
     # an object corrupted in the store: reported, never served
     key = "brokers/a/commitlog/00000000000000000000"
