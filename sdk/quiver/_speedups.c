@@ -1249,6 +1249,109 @@ static PyObject *put_entries(PyObject *self, PyObject *const *a, Py_ssize_t narg
     return Py_BuildValue("(LL)", n, used);
 }
 
+/* ---- Either: what quiver.wire.speedups.fast returns ----------------------------------------
+   Calls the twin, and the reference when the twin returns NotImplemented or keywords are
+   given: the choice made in C, without a Python frame per call. Its attributes (the
+   reference's name and doc, `reference`) live in its __dict__; it binds as a function does. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *twin, *reference, *dict;
+    vectorcallfunc vectorcall;
+} Either;
+
+static PyObject *either_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Either *e = (Either *)self;
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) {
+        PyObject *out = PyObject_Vectorcall(e->twin, args, nargsf, NULL);
+        if (out != Py_NotImplemented)
+            return out;  /* an answer, or the twin's own error (NULL) */
+        Py_DECREF(out);
+    }
+    return PyObject_Vectorcall(e->reference, args, nargsf, kwnames);
+}
+
+static PyObject *either_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *twin, *reference;
+    if (kwargs != NULL && PyDict_GET_SIZE(kwargs)) {
+        PyErr_SetString(PyExc_TypeError, "Either takes no keyword arguments");
+        return NULL;
+    }
+    if (!PyArg_UnpackTuple(args, "Either", 2, 2, &twin, &reference))
+        return NULL;
+    if (!PyCallable_Check(twin) || !PyCallable_Check(reference)) {
+        PyErr_SetString(PyExc_TypeError, "Either(twin, reference) takes two callables");
+        return NULL;
+    }
+    Either *e = (Either *)type->tp_alloc(type, 0);
+    if (e == NULL)
+        return NULL;
+    e->twin = Py_NewRef(twin);
+    e->reference = Py_NewRef(reference);
+    e->vectorcall = either_vectorcall;
+    return (PyObject *)e;
+}
+
+static int either_traverse(Either *e, visitproc visit, void *arg)
+{
+    Py_VISIT(e->twin);
+    Py_VISIT(e->reference);
+    Py_VISIT(e->dict);
+    return 0;
+}
+
+static int either_clear(Either *e)
+{
+    Py_CLEAR(e->twin);
+    Py_CLEAR(e->reference);
+    Py_CLEAR(e->dict);
+    return 0;
+}
+
+static void either_dealloc(Either *e)
+{
+    PyObject_GC_UnTrack(e);
+    either_clear(e);
+    Py_TYPE(e)->tp_free((PyObject *)e);
+}
+
+static PyObject *either_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *either_repr(Either *e)
+{
+    return PyUnicode_FromFormat("<compiled twin of %R>", e->reference);
+}
+
+static PyGetSetDef either_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject either_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "quiver._speedups.Either",
+    .tp_basicsize = sizeof(Either),
+    .tp_dealloc = (destructor)either_dealloc,
+    .tp_repr = (reprfunc)either_repr,
+    .tp_vectorcall_offset = offsetof(Either, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "A compiled twin, falling back to its Python reference (quiver.wire.speedups.fast).",
+    .tp_traverse = (traverseproc)either_traverse,
+    .tp_clear = (inquiry)either_clear,
+    .tp_descr_get = either_get,
+    .tp_getset = either_getset,
+    .tp_dictoffset = offsetof(Either, dict),
+    .tp_new = either_new,
+};
+
 /* ---- put_run: the common put in one call ---------------------------------------------- */
 
 /* os.pwrite until all of buf is written at `at` (0 with an OSError set, as os.pwrite raises it);
@@ -2237,9 +2340,15 @@ PyMODINIT_FUNC PyInit__speedups(void)
     crc_init();
     if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
         return NULL;
+    if (PyType_Ready(&either_type) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
+    if (PyModule_AddObjectRef(m, "Either", (PyObject *)&either_type) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (PyModule_AddIntConstant(m, "TX_MASK", TX_MASK) < 0
             || PyModule_AddIntConstant(m, "TX_NOT", TX_NOT) < 0
             || PyModule_AddIntConstant(m, "TX_COMMIT", TX_COMMIT) < 0

@@ -36,7 +36,7 @@ else:
     except ImportError as exc:  # installed without a compiler: the Python references run
         _ext = None
         REASON = f"quiver._speedups not built at install ({exc})"
-    if _ext is not None and not hasattr(_ext, "layout"):  # built from an older _speedups.c
+    if _ext is not None and not hasattr(_ext, "Either"):  # built from an older _speedups.c
         _ext = None
         REASON = "quiver._speedups is older than this code (pip install -e . builds it again)"
 
@@ -79,20 +79,13 @@ def hand_over(ext, *names: str) -> None:
 
 
 def fast(reference: _F) -> _F:
-    """`reference`, or its compiled twin falling back to it; `.reference` is always the
-    Python function (the tests compare the two)."""
+    """`reference`, or its compiled twin falling back to it (a keyword call, or the twin's
+    NotImplemented, runs the reference): the choice is `_speedups.Either`, made in C without a
+    Python frame per call. `.reference` is always the Python function (the tests compare the two)."""
     twin = getattr(_ext, reference.__name__, None)
     if twin is None:
         reference.reference = reference
         return reference
-
-    @functools.wraps(reference)
-    def either(*args, **kwargs):
-        if not kwargs:
-            out = twin(*args)
-            if out is not NotImplemented:
-                return out
-        return reference(*args, **kwargs)
-
+    either = functools.update_wrapper(_ext.Either(twin, reference), reference)
     either.reference = reference
     return either

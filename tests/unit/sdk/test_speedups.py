@@ -403,3 +403,37 @@ def test_put_entries_answers_a_real_index_file_itself(tmp_path):
         assert bytes(f.mm) == bytes(mm_copy)
     finally:
         f.close()
+
+
+def test_either_runs_the_twin_then_the_reference_as_fast_did():
+    calls = []
+
+    def reference(a, b=0):
+        """the doc"""
+        calls.append(("reference", a, b))
+        return "reference"
+
+    def twin(a, b=0):
+        calls.append(("twin", a, b))
+        if a == "boom":
+            raise ValueError("the twin's own error")
+        return NotImplemented if a == "decline" else "twin"
+
+    f = _c().Either(twin, reference)
+    assert f("x") == "twin" and f("decline", 2) == "reference"
+    assert f("x", b=3) == "reference"                        # keywords: the reference alone
+    with pytest.raises(ValueError, match="twin's own"):
+        f("boom")
+    assert calls == [("twin", "x", 0), ("twin", "decline", 2), ("reference", "decline", 2),
+                     ("reference", "x", 3), ("twin", "boom", 0)]
+
+    class Holder:
+        method = f
+    assert Holder().method() == "twin" and Holder.method is f  # binds as a function does
+    with pytest.raises(TypeError):
+        _c().Either(twin)
+    if speedups.ACTIVE:
+        wrapped = record.encode_run
+        assert type(wrapped) is _c().Either and wrapped.__name__ == "encode_run"
+        assert wrapped.__doc__ == wrapped.reference.__doc__ and wrapped.__wrapped__ is wrapped.reference
+        assert "compiled twin of <function encode_run" in repr(wrapped)
