@@ -1,13 +1,14 @@
-"""The store's flush thread: CommitLog fsyncs, and ConsumeQueue/index syncs with the checkpoint.
+"""The store's flush threads: CommitLog fsyncs on one, ConsumeQueue/index syncs and the checkpoint on another.
 
-Owns when things are synced and the lock that makes a sync safe; the files are
-their modules'. The thread shares only file descriptors with the main thread:
-it holds `lock` while it syncs (the CommitLog; every logic_flush_interval_ms the
-ConsumeQueues, index and checkpoint, serving a SYNC flush asked meanwhile
-between them), and anything that closes a descriptor or cuts a file (retention,
-delete_topic, a rollback, close) takes that lock first. With SYNC flush it
-reports the flushed offset (`on_flushed`) before the ConsumeQueue/index syncs,
-so those never hold a reply back.
+Owns when things are synced and the locks that make a sync safe; the files are
+their modules'. The threads share only file descriptors with the main thread.
+`store-flush` syncs the CommitLog (with SYNC flush when a put asks, and reports
+the flushed offset, `on_flushed`); `store-logic-flush` syncs the ConsumeQueues,
+the index and writes the checkpoint every logic_flush_interval_ms. Each holds its
+own lock while it syncs, so a SYNC flush never waits behind a queue sync or the
+checkpoint's rename and directory fsync; anything that closes a descriptor or
+cuts a file (retention, delete_topic, a rollback, close) takes `lock`, which is
+both (the CommitLog's first), and so waits for either sync in progress.
 """
 
 import collections
@@ -27,6 +28,24 @@ from .index_file import IndexService
 log = logging.getLogger(__name__)
 
 
+class Both:
+    """Two locks taken as one (`with both:`), the first first, released in reverse order."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: threading.Lock, second: threading.Lock):
+        self.first, self.second = first, second
+
+    def __enter__(self) -> "Both":
+        self.first.acquire()
+        self.second.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.second.release()
+        self.first.release()
+
+
 class Flusher:
     def __init__(self, commit_log: CommitLog, index: IndexService, queues: Callable[[], list[ConsumeQueue]],
                  dispatched: Callable[[], int], disk: DiskSpace, counts: collections.Counter, *,
@@ -44,12 +63,14 @@ class Flusher:
         self.interval_s = interval_ms / 1000
         self.logic_interval_s = logic_interval_ms / 1000
         self.on_flushed = on_flushed
-        self.lock = threading.Lock()   # held by a whole flush pass
+        self.log_lock = threading.Lock()     # held by a CommitLog sync
+        self.logic_lock = threading.Lock()   # held by a ConsumeQueue/index/checkpoint pass
+        self.lock = Both(self.log_lock, self.logic_lock)   # closing or cutting files: neither pass runs
         self.flush_seconds = Histogram()  # CommitLog fsync time, on the flush thread: /metrics
         self._cp_file: CheckpointFile | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._last_logic_flush = 0.0
         self._logic_error = ""  # the last ConsumeQueue/index/checkpoint sync error, "" once one succeeds
 
@@ -58,20 +79,23 @@ class Flusher:
         return self._cp_file is not None
 
     def start(self, ckpt_path: str) -> None:
-        """Open the checkpoint, write it after a forced pass, and start the thread."""
+        """Open the checkpoint, write it after a forced pass, and start the threads."""
         self._cp_file = CheckpointFile(ckpt_path)
         self.step(force=True)
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="store-flush", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._loop, name="store-flush", daemon=True),
+                         threading.Thread(target=self._logic_loop, name="store-logic-flush", daemon=True)]
+        for t in self._threads:
+            t.start()
 
     def stop(self) -> None:
-        """End the thread (no pass after this returns); the checkpoint file stays open."""
-        if self._thread is not None:
+        """End the threads (no pass after this returns); the checkpoint file stays open."""
+        if self._threads:
             self._stop.set()
             self._wake.set()
-            self._thread.join()
-            self._thread = None
+            for t in self._threads:
+                t.join()
+            self._threads = []
 
     def close_checkpoint(self) -> None:
         """The caller holds `lock`."""
@@ -95,35 +119,35 @@ class Flusher:
         return flushed
 
     def _flush_commit_log(self) -> int:
-        with self.lock:
+        with self.log_lock:
             return self._sync_commit_log()
 
     def _sync_commit_log(self) -> int:
-        """fdatasync the CommitLog (the caller holds the lock); its flush latency observed."""
+        """fdatasync the CommitLog (the caller holds `log_lock`); its flush latency observed."""
         before, began = self.commit_log.flushed, time.monotonic()
         flushed = self.commit_log.flush()
         if flushed > before:  # a pass with nothing new to sync is no flush latency
             self.flush_seconds.observe(time.monotonic() - began)
         return flushed
 
-    def _flush_logic_if_due(self, force: bool) -> None:
+    def _flush_logic_if_due(self, force: bool) -> bool:
+        """True if a pass ran (it may have failed: logged, and the old checkpoint kept)."""
         now = time.monotonic()
         if not (force or now - self._last_logic_flush >= self.logic_interval_s):
-            return
-        with self.lock:
+            return False
+        with self.logic_lock:
             if self._cp_file is None:
-                return
+                return False
             self._last_logic_flush = now
-            # a failed put may have cut the log since the CommitLog sync: read both under the lock
+            # a cut (under both locks) cannot come between reading these and the checkpoint naming them
             self._flush_logic(self.commit_log.flushed, self.dispatched())
+        return True
 
     def _flush_logic(self, flushed: int, dispatched: int) -> None:
         try:
             for cq in self.queues():
                 cq.flush()
-                self._sync_flush_between()
             self.index.flush()
-            self._sync_flush_between()
             ts = int(time.time() * 1000)
             self._cp_file.write(Checkpoint(ts, ts, ts, flushed, min(dispatched, flushed)))
         except OSError as exc:
@@ -135,20 +159,6 @@ class Flusher:
         if self._logic_error:
             log.warning("checkpoint written again (last error: %s)", self._logic_error)
             self._logic_error = ""
-
-    def _sync_flush_between(self) -> None:
-        """A SYNC flush asked for while the ConsumeQueues and index are synced (tens of ms
-        with many queues) is served between two of their syncs, not after all of them."""
-        if not self._wake.is_set() or self._stop.is_set():
-            return
-        self._wake.clear()
-        before = self.commit_log.flushed
-        try:
-            flushed = self._sync_commit_log()
-        except OSError:  # sticky (CommitLog.flush): the loop's own pass raises it again and stops writes
-            return
-        if self.on_flushed is not None and flushed > before:
-            self.on_flushed(flushed)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -164,10 +174,21 @@ class Flusher:
                 before = self.commit_log.flushed
                 flushed = self._flush_commit_log()
                 if self.on_flushed is not None and (woke or flushed > before):
-                    self.on_flushed(flushed)  # before the ConsumeQueue/index syncs: they must not delay replies
-                self._flush_logic_if_due(False)
+                    self.on_flushed(flushed)
             except OSError as exc:  # nothing newer is acknowledged, nothing more is taken
                 self.counts["flush_errors"] += 1
                 self.disk.failed_for_good("a CommitLog fsync", exc)
             except Exception:  # the loop must outlive a bad pass; it is logged
                 log.exception("flush pass failed")
+
+    def _logic_loop(self) -> None:
+        """ConsumeQueue/index syncs and the checkpoint every logic interval (`step` may run one
+        meanwhile: the interval counts from the last)."""
+        while not self._stop.wait(max(0.0, self._last_logic_flush + self.logic_interval_s - time.monotonic())):
+            try:
+                ran = self._flush_logic_if_due(False)
+            except Exception:  # the loop must outlive a bad pass; it is logged
+                log.exception("ConsumeQueue/index flush pass failed")
+                ran = False
+            if not ran:   # closed, or failed before it began: not again at once
+                self._stop.wait(self.logic_interval_s)
