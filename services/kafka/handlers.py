@@ -22,7 +22,7 @@ from quiver.errors import MessageIllegalError, NoPermissionError, QuiverError, R
 from quiver.wire import record
 from quiver.wire.names import topic_problem
 
-from . import mapping, records
+from . import holding, mapping, records
 from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, DESCRIBE_CLUSTER, FETCH, INVALID_RECORD, INVALID_REQUIRED_ACKS,
                        INVALID_TOPIC_EXCEPTION, KAFKA_STORAGE_ERROR, LIST_OFFSETS, MESSAGE_TOO_LARGE, METADATA,
                        NONE, OFFSET_OUT_OF_RANGE, PRODUCE, REQUEST_TIMED_OUT, TOPIC_AUTHORIZATION_FAILED,
@@ -39,7 +39,6 @@ CLUSTER_ID = "quiver"
 EARLIEST, LATEST = -2, -1
 MAX_PULL_MSGS = 1024
 SENT, AHEAD = "sent", "ahead"   # how a partition's pull of a Fetch round was started
-POLL_INTERVAL_S = 0.05
 
 
 def error_of(exc: Exception) -> int:
@@ -62,15 +61,13 @@ class Gateway:
 
     def __init__(self, config, host: str, port: int, credentials=None, shared: "Gateway | None" = None):
         """`credentials`: the Quiver user the SDK clients act as; `shared`: the gateway whose answer
-        counts and produce notifications this one (another user's) adds to."""
+        counts this one (another user's) adds to."""
         self.config, self.host, self.port = config, host, port
         timeout = config.request_timeout_ms / 1000
         self.admin = Admin(config.namesrv, timeout, credentials=credentials)
         self.sender = QueueSender(config.namesrv, timeout, config.max_message_bytes, credentials)
         self.counts: dict[tuple[str, int], int] = shared.counts if shared else {}   # (api, error) -> answers
         self._lock = shared._lock if shared else threading.Lock()
-        # notified when a produce was stored: fetches look again
-        self.produced = shared.produced if shared else threading.Condition()
         self.apis = {API_VERSIONS: self.api_versions, METADATA: self.metadata, PRODUCE: self.produce,
                      FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, DESCRIBE_CLUSTER: self.describe_cluster}   # offsets.py and groups.py add theirs
         self.idempotence = Idempotence()
@@ -227,8 +224,6 @@ class Gateway:
     def _produce_wait(self, topic: str, partition: int, sends: list):
         try:
             offsets = [sent.offset() for sent, _ in sends]
-            with self.produced:
-                self.produced.notify_all()
             return NONE, offsets[0], None
         except Exception as exc:
             for _, b in sends:
@@ -242,14 +237,13 @@ class Gateway:
         return error_of(exc), -1, str(exc) or type(exc).__name__
 
     def fetch(self, body) -> dict:
+        """Every partition pulled at once; with less than min bytes found, held at the brokers
+        until records come or max wait is over (holding.py)."""
         deadline = time.monotonic() + max(0, body.max_wait.total_seconds())
-        min_bytes = max(1, body.min_bytes)
-        while True:
-            total, responses = self._fetch_round(body)
-            if total >= min_bytes or time.monotonic() >= deadline:
-                return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
-            with self.produced:   # woken by a produce through this gateway, else polls the brokers again
-                self.produced.wait(min(POLL_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+        total, responses = self._fetch_round(body)
+        if total < max(1, body.min_bytes) and time.monotonic() < deadline:
+            holding.hold(self, body, responses, deadline, max(1, body.min_bytes), total)
+        return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
 
     def _fetch_round(self, body):
         total, responses, budget = 0, [], body.max_bytes if body.max_bytes > 0 else 1 << 30
@@ -269,10 +263,10 @@ class Gateway:
             responses.append({"topic": t.topic, "partitions": parts})
         return total, responses
 
-    def _pull_request(self, topic: str, mq, offset: int, max_bytes: int):
+    def _pull_request(self, topic: str, mq, offset: int, max_bytes: int, suspend_ms: int = 0):
         addr = self.admin.read_addr(topic, mq.broker) or self.admin.broker_addr(mq.broker, topic)
         return addr, queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
-                                          max_bytes=max(1024, max_bytes))
+                                          max_bytes=max(1024, max_bytes), suspend_ms=suspend_ms)
 
     def _pull_start(self, topic: str, partition: int, offset: int, max_bytes: int, ahead: bool = True):
         """A partition's pull sent without waiting (its future) - the one sent ahead for this offset if

@@ -1,5 +1,9 @@
 """The Kafka gateway's Fetch path: a pull answer straight to a record batch, the byte budget, read-ahead."""
 
+import concurrent.futures
+import datetime
+import threading
+import time
 import types
 
 from quiver.client.base import MessageQueue
@@ -11,6 +15,7 @@ from quiver_kafka import mapping, records
 from quiver_kafka.readahead import AHEAD_TTL_S, MAX_AHEAD, ReadAhead
 from quiver_kafka.records import Record
 
+from tests.support.waiting import wait_for
 from tests.unit.kafka.test_kafka_handlers import _gateway
 
 KAFKA_RECORDS = [
@@ -124,3 +129,64 @@ def test_a_read_ahead_that_found_nothing_is_pulled_again():
     g.admin.call_broker = lambda addr, req, timeout=None, ok=None: broker.call_future(addr, req, None, (), 1).result()
     g.admin.broker_addr = lambda broker_name, topic: "127.0.0.1:1"
     assert _fetch(g, 0) == [0, 1]
+
+
+class _HeldPulls:
+    """A broker that holds a pull with a suspend time (a real Future, answered by `store`) and
+    answers any other at once with what is stored."""
+
+    def __init__(self, g):
+        self.stored, self.held, self.sent = {}, [], []   # queue id -> body; (req, future) held
+        g.admin.read_addr, g.admin.request_timeout = (lambda topic, broker: "127.0.0.1:1"), 1.0
+        g.admin._io = lambda: types.SimpleNamespace(call_future=self.call_future)
+
+    def _env(self, req):
+        body = self.stored.get(req.queue_id)
+        ext = {"next": req.offset + (1 if body else 0), "min": 0, "max": req.offset + (1 if body else 0)}
+        return types.SimpleNamespace(code=ResponseCode.SUCCESS if body else ResponseCode.PULL_NOT_FOUND, remark="",
+                                     bodies=(body,) if body else (), ext=ext)
+
+    def call_future(self, addr, req, ext, bodies, timeout):
+        self.sent.append((req.queue_id, req.offset, req.suspend_ms))
+        fut = concurrent.futures.Future()
+        if req.suspend_ms and req.queue_id not in self.stored:
+            self.held.append((req, fut))
+        else:
+            fut.set_result(self._env(req))
+        return fut
+
+    def store(self, queue_id: int, offset: int) -> None:
+        """A put to the queue: its held pulls are answered now."""
+        self.stored[queue_id] = _stored([(mapping.Message("T", b"new"), 1000)], first_offset=offset)
+        for req, fut in [h for h in self.held if h[0].queue_id == queue_id]:
+            self.held.remove((req, fut))
+            fut.set_result(self._env(req))
+
+
+def _fetch_body(offsets, max_wait_s):
+    return types.SimpleNamespace(max_bytes=1 << 20, min_bytes=1, max_wait=datetime.timedelta(seconds=max_wait_s),
+                                 topics=[types.SimpleNamespace(topic="T", partitions=[
+                                     types.SimpleNamespace(partition=i, fetch_offset=o, partition_max_bytes=1 << 20)
+                                     for i, o in enumerate(offsets)])])
+
+
+def test_a_fetch_finding_nothing_is_held_at_the_broker_and_answered_when_a_put_lands():
+    g = _gateway({"T": [MessageQueue("T", "a", 0), MessageQueue("T", "a", 1)]})
+    broker = _HeldPulls(g)
+    threading.Timer(0.3, broker.store, (1, 7)).start()
+    t0 = time.monotonic()
+    out = g.fetch(_fetch_body([5, 7], 30))
+    assert time.monotonic() - t0 < 10   # the put answered it, not the 30 s max wait
+    p0, p1 = out["responses"][0]["partitions"]
+    assert p0["records"] == b"" and [r.offset for b in records.decode(p1["records"]) for r in b.records] == [7]
+    assert {(q, o) for q, o, s in broker.sent if s > 0} == {(0, 5), (1, 7)}   # both held, suspend time given
+    # the pull of partition 0 is still held; a put answers it later: kept for the next Fetch of offset 5
+    broker.store(0, 5)
+    wait_for(lambda: g.ahead.take("T", 0, 5) is not None, 10, "the late held pull kept as a read-ahead")
+
+
+def test_a_fetch_held_until_max_wait_answers_empty_records():
+    g = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    _HeldPulls(g)
+    out = g.fetch(_fetch_body([0], 0.2))
+    assert out["responses"][0]["partitions"][0]["records"] == b""

@@ -1,0 +1,80 @@
+"""A Fetch that found less than its min bytes waits at the brokers, not on a timer.
+
+Each partition that answered no records (and no error) gets a pull that its broker holds until
+records are stored at the fetch offset or the Fetch's max wait runs out - a broker answers a
+held pull the moment a put to its queue is visible, whoever sent the put. The Fetch is answered
+in the turn the held pull that brings enough records is answered. Held pulls still under way
+then are not wasted: one that brings records later is kept as the read-ahead of its offset
+(readahead.py), so the next Fetch from there takes it instead of pulling.
+"""
+
+import concurrent.futures as cf
+import time
+
+from quiver.client import queue_puller
+
+from . import mapping
+from .protocol import NONE
+
+GRACE_S = 5.0   # a held pull's reply timeout past its suspend time
+
+
+def hold(gw, body, responses: list, deadline: float, min_bytes: int, total: int) -> int:
+    """Wait for records at the partitions of `responses` (the Fetch's first answers, filled in
+    here) until `min_bytes` are there or `deadline`; the bytes answered in all."""
+    suspend_ms = int((deadline - time.monotonic()) * 1000)
+    held: dict = {}   # held pull's future -> (topic, partition request, its answer)
+    for t, answer in zip(body.topics, responses):
+        for p, part in zip(t.partitions, answer["partitions"]):
+            if suspend_ms > 0 and part["error_code"] == NONE and not part["records"]:
+                fut = _send(gw, t.topic, p, suspend_ms)
+                if fut is not None:
+                    held[fut] = (t.topic, p, part)
+    budget = (body.max_bytes if body.max_bytes > 0 else 1 << 30) - total
+    pending = set(held)
+    while pending and total < min_bytes:
+        done, pending = cf.wait(pending, max(0.0, deadline - time.monotonic()), cf.FIRST_COMPLETED)
+        if not done:
+            break   # max wait is over
+        for fut in done:
+            topic, p, part = held[fut]
+            size = _answer(fut, p, part, min(p.partition_max_bytes, budget))
+            total, budget = total + size, max(0, budget - size)
+    for fut in pending:
+        topic, p, _ = held[fut]
+        fut.add_done_callback(lambda f, topic=topic, p=p: _keep(gw, f, topic, p))
+    return total
+
+
+def _send(gw, topic: str, p, suspend_ms: int):
+    """The held pull of one partition (its future), or None when it cannot be sent."""
+    mq, _ = gw.queue(topic, p.partition)
+    if mq is None or p.fetch_offset < 0:
+        return None
+    try:
+        addr, req = gw._pull_request(topic, mq, p.fetch_offset, p.partition_max_bytes, suspend_ms)
+        return gw.admin._io().call_future(addr, req, None, (), suspend_ms / 1000 + GRACE_S)
+    except Exception:
+        return None
+
+
+def _answer(fut, p, part: dict, max_bytes: int) -> int:
+    """A held pull's records put into its partition's answer; their size (0: none came)."""
+    try:
+        pulled = queue_puller.read(fut.result(0))
+    except Exception:
+        return 0   # the partition is answered empty: the client fetches it again
+    if pulled.body is None:
+        return 0
+    data, used, _ = mapping.pulled_batch(pulled.body, p.fetch_offset, max_bytes)
+    if used:
+        part.update(records=data, high_watermark=pulled.max, last_stable_offset=pulled.max,
+                    log_start_offset=pulled.min)
+    return len(data)
+
+
+def _keep(gw, fut, topic: str, p) -> None:
+    """A held pull answered after its Fetch: kept as the read-ahead of its offset."""
+    if fut.exception() is None:
+        size = p.partition_max_bytes
+        gw.ahead.put(topic, p.partition, p.fetch_offset, fut, lambda f: gw._read_ahead(f, p.fetch_offset, size))
