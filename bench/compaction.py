@@ -11,8 +11,11 @@ and fsync the compacted log. Prints MB/s of input and the time; writes
 bench/results/compaction-<date>.json. The temp dir is removed at the end.
 
 With --puts S: puts of 1 KiB batches of 64 on the calling thread (the broker's service
-thread) for S seconds alone, then for as long as a pass runs on the compaction thread (rate
-limited by --rate-mb, as a broker runs it): the ratio of the two rates is what a pass costs puts.
+thread) for S seconds alone, then for as long as a pass runs (rate limited by --rate-mb, as a
+broker runs it: in a child process, or with --in-thread on the compaction thread itself), then
+alone again for as long as the pass ran (each window from no dirty pages): the rate during the
+pass over that rate alone is what a pass costs puts (the shared machine's load drifts: compare
+A/B runs alternated, by their medians).
 """
 
 import argparse
@@ -42,15 +45,23 @@ def put_rates(s, a, batch: int) -> dict:
             n += batch
         return n / (time.monotonic() - t0)
 
-    alone = run(lambda el: el >= a.puts)
+    # each window starts with no dirty pages: a long one (GBs of puts) meets the kernel's
+    # write-back throttling, which a short one does not, and which is not the pass's doing
+    os.sync()
+    before = run(lambda el: el >= a.puts)
     s.flush_step(force=True)
+    os.sync()
     done, results = threading.Event(), []
     t0 = time.monotonic()
     s.compaction.submit(["Compacted"], lambda fn, *args: fn(*args),
                         lambda res, err: (results.extend(res), done.set()), force=True)
     during = run(lambda el: done.is_set())
-    return {"puts_alone_msg_s": round(alone), "puts_during_pass_msg_s": round(during),
-            "puts_ratio": round(during / alone, 2), "pass_s": round(time.monotonic() - t0, 2),
+    pass_s = time.monotonic() - t0
+    os.sync()
+    after = run(lambda el: el >= max(a.puts, pass_s))   # alone again, as long as the pass
+    return {"puts_alone_msg_s": round(after), "puts_before_after_msg_s": [round(before), round(after)],
+            "puts_during_pass_msg_s": round(during),
+            "puts_ratio": round(during / after, 2), "pass_s": round(pass_s, 2),
             "records_read": results[0].read if results else 0, "kept": results[0].kept if results else 0}
 
 
@@ -62,12 +73,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--rate-mb", type=float, default=0, help="the pass's rate limit in MB/s (0: none)")
     ap.add_argument("--dir", default=None, help="where the temp store goes (default: the system temp dir)")
     ap.add_argument("--puts", type=float, default=0, help="seconds of puts alone, then puts during a pass")
+    ap.add_argument("--in-thread", action="store_true", help="with --puts: the pass on the compaction thread, "
+                    "not in a child process")
     a = ap.parse_args(argv)
     d = tempfile.mkdtemp(prefix="quiver-compaction-", dir=a.dir)
     try:
         s = MessageStore(d, segment_bytes=64 << 20, flush_interval_ms=1000,
                          compaction_bytes_per_s=int(a.rate_mb * 1e6))
         s.compaction.is_compacted = lambda topic: True
+        s.compaction.in_child = not a.in_thread
         s.open()
         n = a.mb * 1_000_000 // (a.body + 150)
         batch = 64
@@ -87,7 +101,7 @@ def main(argv=None) -> dict:
             out = {"pass_s": round(time.monotonic() - t0, 2), "records_read": res.read, "kept": res.kept}
         out.update({"mb": a.mb, "keys": a.keys, "body": a.body, "messages": n, "input_bytes": in_bytes,
                     "mb_per_s": round(in_bytes / 1e6 / out["pass_s"], 1), "fill_s": round(fill_s, 1),
-                    "rate_limit_mb_s": a.rate_mb})
+                    "rate_limit_mb_s": a.rate_mb, "pass_in": "thread" if a.in_thread or not a.puts else "child"})
         s.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -122,20 +122,26 @@ def load(directory: str) -> CompactedLog | None:
     except FileNotFoundError:
         return None
     try:
-        head = os.pread(fd, HEAD_SIZE, 0)
-        if len(head) != HEAD_SIZE:
-            raise CorruptLog(f"{path}: torn head")
-        magic, count, watermark, data_bytes, index_crc, head_crc = HEAD.unpack(head)
-        if magic != MAGIC or zlib.crc32(head[:-4]) != head_crc:
-            raise CorruptLog(f"{path}: bad head")
-        raw = os.pread(fd, count * ENTRY_SIZE, HEAD_SIZE)
-        data_start = HEAD_SIZE + count * ENTRY_SIZE
-        if len(raw) != count * ENTRY_SIZE or zlib.crc32(raw) != index_crc \
-                or os.fstat(fd).st_size != data_start + data_bytes:
-            raise CorruptLog(f"{path}: index or size does not match its head")
+        return opened(path, fd)
     except BaseException:
         os.close(fd)
         raise
+
+
+def opened(path: str, fd: int) -> CompactedLog:
+    """The compacted log open at `fd` (a pass in a child process reads the broker's open file).
+    Raises CorruptLog for a file that fails its checks."""
+    head = os.pread(fd, HEAD_SIZE, 0)
+    if len(head) != HEAD_SIZE:
+        raise CorruptLog(f"{path}: torn head")
+    magic, count, watermark, data_bytes, index_crc, head_crc = HEAD.unpack(head)
+    if magic != MAGIC or zlib.crc32(head[:-4]) != head_crc:
+        raise CorruptLog(f"{path}: bad head")
+    raw = os.pread(fd, count * ENTRY_SIZE, HEAD_SIZE)
+    data_start = HEAD_SIZE + count * ENTRY_SIZE
+    if len(raw) != count * ENTRY_SIZE or zlib.crc32(raw) != index_crc \
+            or os.fstat(fd).st_size != data_start + data_bytes:
+        raise CorruptLog(f"{path}: index or size does not match its head")
     return CompactedLog(path, fd, watermark, list(ENTRY.iter_unpack(raw)), data_start)
 
 

@@ -32,57 +32,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from quiver.errors import QuiverError
-from quiver.wire import names, properties, record, record_checks
-from quiver.wire.property_string import NAME_SEP, PROP_SEP
+from quiver.wire import names
 
-from . import compacted_log
+from . import compacted_log, compaction_child, compaction_pass
 from .compacted_log import CompactedLog
-from .consume_queue import ENTRY
+from .compaction_pass import PassFailed, Throttle   # noqa: F401 (the module's API: tests use them)
 
 if TYPE_CHECKING:
     from .store import MessageStore
 
 log = logging.getLogger(__name__)
 
-READ_ENTRIES = 4096   # ConsumeQueue entries read at once by a pass
-BUSY_RATIO = 0.25     # a pass works at most this share of the time (Throttle)
-BUSY_SLICE_S = 0.002  # in slices of about this long (under the 5 ms GIL switch interval)
-READ_GAP_BYTES = 16 << 10   # records closer than this are read with one pread
-RUN_MAX_BYTES = 4 << 20     # and at most this much at once
-_SEP_B = PROP_SEP.encode()
-_SEP = _SEP_B[0]
-_KEYS = (properties.KEYS + NAME_SEP).encode()
-# the Kafka gateway's mark of a null value (a Kafka tombstone)
-_NULL_NAME, _NULL_VALUE = ("kafka.value" + NAME_SEP).encode(), b"null"
-
-
-class PassFailed(Exception):
-    """A pass read a record that failed its check (or vanished): nothing was replaced."""
-
-
-class Throttle:
-    """Sleeps so that what `add` counts stays under `bytes_per_s` (0: no limit), and so that the
-    pass works at most `busy_ratio` of the time: it shares the GIL with the service thread, whose
-    puts would otherwise wait out a switch interval at every system call (a pass at full speed
-    cut in-process puts to a sixth)."""
-
-    def __init__(self, bytes_per_s: int, busy_ratio: float = 1.0, clock=time.monotonic, sleep=time.sleep):
-        self.rate, self.busy, self.clock, self.sleep = bytes_per_s, busy_ratio, clock, sleep
-        self.start = self.rested = clock()
-        self.done = 0
-
-    def add(self, n: int) -> None:
-        self.done += n
-        now = self.clock()
-        if self.busy < 1.0 and now - self.rested >= BUSY_SLICE_S:
-            self.sleep((now - self.rested) * (1 / self.busy - 1))
-            self.rested = now = self.clock()
-        if self.rate <= 0:
-            return
-        ahead = self.done / self.rate - (now - self.start)
-        if ahead > 0:
-            self.sleep(ahead)
-            self.rested = self.clock()
+BUSY_RATIO = 0.25     # a pass on a thread works at most this share of the time (Throttle)
+INSTALL_WAIT_S = 60   # the worker waits this long for the service thread to install a pass
 
 
 @dataclass(slots=True)
@@ -103,6 +65,8 @@ class Compactor:
         self.delete_retention_ms = delete_retention_ms
         self.bytes_per_s = bytes_per_s
         self.busy_ratio = BUSY_RATIO
+        self.in_child = True   # the worker's passes run in a child process (compaction_child)
+        self._child = None     # the last one started (close stops it)
         self.clock = clock
         self.logs: dict[tuple[str, int], CompactedLog] = {}
         self.is_compacted: Callable[[str], bool] = lambda topic: False
@@ -134,6 +98,10 @@ class Compactor:
 
     def close(self) -> None:
         self._jobs.put(None)
+        child = self._child
+        if child is not None and child.poll() is None:   # its pass is not installed now: the old log stays
+            child.kill()
+            child.wait()
         for cl in self.logs.values():
             cl.close()
         self.logs.clear()
@@ -176,9 +144,11 @@ class Compactor:
 
     def compact_queue(self, topic: str, queue_id: int, force: bool = True,
                       step: Callable[[str], None] | None = None,
-                      install: Callable[[Callable[[], None]], None] | None = None) -> PassResult:
+                      install: Callable[[Callable[[], None]], None] | None = None,
+                      child: bool = False) -> PassResult:
         """One pass over one queue; the new log is installed through `install(fn)` (default: now,
-        on this thread; the worker hands it to the main thread). `step(point)` runs at each stage."""
+        on this thread; the worker hands it to the main thread). `step(point)` runs at each stage
+        (on this thread only); `child`: the pass runs in a child process (compaction_child)."""
         res = PassResult(topic, queue_id)
         cq = self.store.cqs.get((topic, queue_id))
         old = self.logs.get((topic, queue_id))
@@ -199,24 +169,23 @@ class Compactor:
         if w_new <= w_old and not force and (due is None or due > self.clock() * 1000):
             res.skipped = True
             return res
-        throttle = Throttle(self.bytes_per_s, self.busy_ratio)
         hook = step or (lambda point: None)
-
-        def stepped(point: str) -> None:
-            hook(point)
-
-        inputs = self._inputs(old, cq, start, w_new)
-        kept, due = self._choose(old, inputs, throttle, stepped)
-        res.read, res.kept = len(inputs), len(kept)
-        stepped("chosen")
         directory = compacted_log.log_dir(self.root, topic, queue_id)
-
-        def records():
-            for item, view in self._checked(old, kept):
-                throttle.add(item[3])
-                yield view
-
-        new = compacted_log.write(directory, w_new, [(q, p, s, c) for _, q, p, s, c in kept], records(), stepped)
+        now_ms = self.clock() * 1000
+        if child:
+            spec, fds = compaction_child.spec_of(cl, cq, old, start, w_new, directory, now_ms,
+                                                 self.delete_retention_ms, self.bytes_per_s)
+            res.read, res.kept, due = compaction_child.run(spec, fds, started=self._started)
+            new = compacted_log.load(directory)
+            if new is None or new.watermark != w_new:
+                if new is not None:
+                    new.close()
+                raise PassFailed(f"{directory}: the compaction process left no log at watermark {w_new}")
+        else:
+            res.read, res.kept, due, new = compaction_pass.run(
+                cl, cq, old, start, w_new, directory, now_ms, self.delete_retention_ms,
+                Throttle(self.bytes_per_s, self.busy_ratio), hook)
+        installed = threading.Event()
 
         def swap() -> None:
             prev = self.logs.get((topic, queue_id))
@@ -226,104 +195,19 @@ class Compactor:
                 self._tombstones_due[(topic, queue_id)] = due
             if prev is not None:
                 prev.close()
-            stepped("installed")
+            installed.set()
+            hook("installed")
 
         (install or (lambda fn: fn()))(swap)
+        # the next pass of this queue reads the log installed now, not the one swap closes
+        installed.wait(INSTALL_WAIT_S)
         self.passes += 1
-        log.info("compacted %s/%d: %d records read, %d kept, watermark %d", topic, queue_id, res.read,
-                 res.kept, w_new)
+        log.info("compacted %s/%d: %d records read, %d kept, watermark %d%s", topic, queue_id, res.read,
+                 res.kept, w_new, " (in a child process)" if child else "")
         return res
 
-    def _inputs(self, old: CompactedLog | None, cq, start: int, end: int) -> list[tuple]:
-        """(source, queue offset, CommitLog offset, size, tags code) of every record a pass reads,
-        ascending: the old compacted log's, then the ConsumeQueue's [start, end)."""
-        out: list[tuple] = []
-        if old is not None:
-            out.extend((i, e[0], e[1], e[3], e[4]) for i, e in enumerate(old.entries))
-        at = start
-        while at < end:
-            raw = cq.read(at, min(READ_ENTRIES, end - at))
-            if not raw:
-                raise PassFailed(f"{cq.topic}/{cq.queue_id}: ConsumeQueue entry {at} is not there")
-            for phys, size, code in ENTRY.iter_unpack(raw):
-                if size > 0:
-                    out.append((None, at, phys, size, code))
-                at += 1
-        return out
-
-    def _checked(self, old: CompactedLog | None, items: list[tuple]):
-        """(item, its record) for each input item in order, read with one pread per run of nearby
-        records (in the old compacted log, or in one CommitLog segment), each record checked
-        like a served one: PassFailed for one that is not whole and intact (nothing is replaced)."""
-        cl = self.store.commit_log
-        i, n = 0, len(items)
-        while i < n:
-            src, _, phys, size, _ = items[i]
-            from_old = src is not None and old is not None   # an old compacted log's entry: pos in its data
-            if from_old:
-                at = lambda it: old.entries[it[0]][2]   # noqa: E731
-                fits = lambda it: it[0] is not None     # noqa: E731
-            else:
-                seg = cl.segment_for(phys)
-                if seg is None:
-                    raise PassFailed(f"queue offset {items[i][1]} (CommitLog {phys}) is not in the CommitLog")
-                at = lambda it: it[2]   # noqa: E731
-                fits = lambda it: it[0] is None and it[2] + it[3] <= seg.end   # noqa: E731
-            start = at(items[i])
-            end = start + size
-            j = i + 1
-            while j < n and fits(items[j]) and 0 <= at(items[j]) - end <= READ_GAP_BYTES \
-                    and end - start < RUN_MAX_BYTES:
-                end = at(items[j]) + items[j][3]
-                j += 1
-            if from_old:
-                buf = os.pread(old.fd, end - start, old.data_start + start)
-            else:
-                buf = cl.read(start, end - start)
-            view = memoryview(buf)
-            run = items[i:j]
-            if len(buf) != end - start:
-                raise PassFailed(f"queue offset {run[0][1]}: short read")
-            if not from_old:   # CommitLog records: one check of the whole run
-                bad = record_checks.check_run(buf, [(it[2], it[3]) for it in run], start)
-                if bad:
-                    raise PassFailed(f"queue offset {run[bad[0][0]][1]}: {bad[0][1]}")
-            for it in run:
-                rec = view[at(it) - start:at(it) - start + it[3]]
-                if from_old and (bad := record_checks.check_run(rec, [(it[2], it[3])], it[2])):
-                    raise PassFailed(f"queue offset {it[1]} (CommitLog {it[2]}): {bad[0][1]}")
-                yield it, rec
-            i = j
-
-    def _choose(self, old: CompactedLog | None, inputs: list[tuple], throttle: Throttle,
-                step) -> tuple[list[tuple], float | None]:
-        """(the inputs a new log keeps: the last of each key, tombstones until their retention ends,
-        records without a key; when the first tombstone kept is due to go, epoch ms or None)."""
-        latest: dict[bytes, int] = {}
-        dead: set[int] = set()     # tombstones past their retention
-        tomb_ts: dict[int, int] = {}   # tombstones within it: their store time
-        keyless: list[int] = []
-        expire_before = self.clock() * 1000 - self.delete_retention_ms
-        for i, (item, rec) in enumerate(self._checked(old, inputs)):
-            throttle.add(item[3])
-            blen, raw = record.raw_properties_at(rec, 0, len(rec))
-            key = _value(raw, _KEYS)
-            if not key:
-                keyless.append(i)
-                continue
-            latest[key] = i
-            if blen == 0 or _value(raw, _NULL_NAME) == _NULL_VALUE:
-                ts = record.store_ts_of(rec)
-                if ts <= expire_before:
-                    dead.add(i)
-                else:
-                    tomb_ts[i] = ts
-            if i % 256 == 0:
-                step("scan")
-        keep = sorted({*latest.values(), *keyless} - dead)
-        live = [tomb_ts[i] for i in latest.values() if i in tomb_ts]
-        return [inputs[i] for i in keep], (min(live) + self.delete_retention_ms if live else None)
-
+    def _started(self, proc) -> None:
+        self._child = proc
 
     # ---- the worker thread --------------------------------------------------------------------
 
@@ -354,7 +238,7 @@ class Compactor:
                     log.error("compaction: flush before an asked-for pass failed: %s", exc)
             for topic, qid in keys:
                 try:
-                    results.append(self.compact_queue(topic, qid, force=force, install=post))
+                    results.append(self.compact_queue(topic, qid, force=force, install=post, child=self.in_child))
                 except Exception as exc:   # the old log stays; the next pass tries again
                     self.failed += 1
                     error = f"{topic}/{qid}: {exc}"
@@ -381,14 +265,3 @@ class Compactor:
                 "compaction_failures": self.failed,
                 "compacted_bytes": sum(cl.data_bytes for cl in list(self.logs.values()))}
 
-
-def _value(props: bytes, name: bytes) -> bytes | None:
-    """The value of property `name` (NAME_SEP included) in a stored properties string, unparsed."""
-    i = props.find(name)
-    while i > 0 and props[i - 1] != _SEP:
-        i = props.find(name, i + 1)
-    if i < 0:
-        return None
-    i += len(name)
-    j = props.find(_SEP_B, i)
-    return props[i:] if j < 0 else props[i:j]

@@ -92,3 +92,56 @@ def test_kill_at_ten_points_loses_no_latest_value(tmp_path):
         assert served(s) == latest, f"killed at {stage} #{skip + 1}"
         s.close()
     assert len(watermarks) == 2   # some kills left the old log, the others the new one
+
+
+def _stat(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()   # state, ppid, ... (field 3 on)
+    except FileNotFoundError:
+        return ["X"]
+
+
+def _alive(pid: int) -> bool:
+    return _stat(pid)[0] not in ("Z", "X")   # a zombie has stopped too
+
+
+def test_kill_of_the_broker_stops_a_pass_in_its_child_process(tmp_path):
+    d = str(tmp_path / "store")
+    s = open_store(d)
+    latest: dict = {}
+    put_versions(s, latest, 6)
+    s.flush_step(force=True)
+    s.close()
+    pid_file = str(tmp_path / "child.pid")
+    pid = os.fork()
+    if pid == 0:
+        try:
+            s = open_store(d)
+            s.compaction.bytes_per_s = 1   # a pass that would take days
+            s.compaction.submit(["C"], lambda fn, *a: fn(*a))
+            while s.compaction._child is None:
+                time.sleep(0.01)
+            with open(pid_file + ".tmp", "w") as f:
+                f.write(str(s.compaction._child.pid))
+            os.rename(pid_file + ".tmp", pid_file)
+            time.sleep(60)
+        finally:
+            os._exit(3)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(pid_file) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child = int(open(pid_file).read())
+    deadline = time.monotonic() + 30   # it has its spec and runs the pass once it lowered its priority
+    while _alive(child) and _stat(child)[16] != "10" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _alive(child) and _stat(child)[16] == "10"
+    os.kill(pid, signal.SIGKILL)   # the broker: its compaction process goes with it
+    os.waitpid(pid, 0)
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _alive(child)
+    s = open_store(d)
+    assert served(s) == latest and ("C", 0) not in s.compaction.logs
+    s.close()

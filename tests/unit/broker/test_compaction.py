@@ -252,3 +252,32 @@ def test_an_asked_for_pass_flushes_first_and_covers_every_sealed_segment(tmp_pat
     assert {r.properties()["KEYS"]: r.body for r in below} == latest   # one latest record a live key
     assert len(below) == len(latest)
     s.close()
+
+
+def test_a_pass_in_a_child_process_that_fails_replaces_nothing_and_close_stops_one(tmp_path):
+    import signal
+    import threading
+    from support.waiting import wait_for
+    s = open_store(tmp_path)
+    fill(s)
+    first = compact(s)
+    fill(s, versions=4)
+    s.flush_step(force=True)
+    phys, size, _ = s.cqs[("C", 0)].entry(first.watermark + 1)
+    seg = s.commit_log.segment_for(phys)
+    with open(seg.path, "r+b") as f:   # a byte of a body the next pass reads
+        f.seek(phys - seg.start + size - 30)
+        f.write(b"\xff")
+    installed = s.compaction.logs[("C", 0)]
+    got, done = {}, threading.Event()
+    report = lambda results, error: (got.update(error=error), done.set())   # noqa: E731
+    s.compaction.submit(["C"], lambda fn, *a: fn(*a), report, force=True)
+    assert done.wait(30)
+    assert "compaction process failed" in got["error"] and s.compaction.logs[("C", 0)] is installed
+    s.compaction.bytes_per_s, done = 1, threading.Event()   # a child that would take days
+    s.compaction.submit(["C"], lambda fn, *a: fn(*a), report, force=True)
+    child = wait_for(lambda: s.compaction._child if s.compaction._child.poll() is None else None, 30,
+                     "a running compaction process")
+    s.compaction.close()   # the broker stopping: its pass is not installed
+    assert child.returncode == -signal.SIGKILL and done.wait(30) and got["error"]
+    s.close()
