@@ -13,7 +13,8 @@ alternating, then measures the disk ceiling (1 KiB appends, fdatasync per 64 KiB
 machine one run's figures swing by 2x and more, so the per-round ratio after/before (both
 measured within seconds) is the figure to read. Also per variant: broker CPU per message
 (/proc) and, from each broker's /metrics, the mean send latency (request received -> SEND_OK)
-beside the mean CommitLog fsync time and the fsyncs per 1,000 messages. Writes bench/results/sync-flush-<date>.json.
+beside the mean CommitLog fsync time and the fsyncs per 1,000 messages; with --latency-s, blocking
+send()s' latency too. Writes bench/results/sync-flush-<date>.json.
 """
 
 import argparse
@@ -27,7 +28,7 @@ import tempfile
 import time
 import urllib.request
 
-from quiver import Admin
+from quiver import Admin, Message
 from quiver.tools.local import LocalCluster, free_port
 
 from bench.peers import base
@@ -83,6 +84,7 @@ class Broker:
         self.admin = Admin(namesrv=self.cluster.namesrv)
         self.client = Client({"namesrv": self.cluster.namesrv})
         self.rates, self.cpu, self.msgs, self.lat = [], 0.0, 0, {m: [0.0, 0.0] for m in METRICS}
+        self.sync_lat: list[float] = []
 
     def new_topic(self) -> str:
         topic = base.unique("T")
@@ -102,6 +104,15 @@ class Broker:
             self.lat[m][0] += after[m][0] - before[m][0]
             self.lat[m][1] += after[m][1] - before[m][1]
 
+    def sync_sends(self, seconds: float) -> None:
+        """Blocking send()s one after another for `seconds`: each one's latency kept."""
+        msg = Message(self.new_topic(), b"x" * 1024)
+        self.client.p.send(msg)
+        end = time.perf_counter() + seconds
+        while (t0 := time.perf_counter()) < end:
+            self.client.p.send(msg)
+            self.sync_lat.append(time.perf_counter() - t0)
+
     def close(self) -> None:
         self.client.close()
         self.admin.shutdown()
@@ -114,6 +125,8 @@ def main(argv=None) -> int:
     ap.add_argument("--after", help="git revision to run as after (default: the working tree)")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--messages", type=int, default=20_000)
+    ap.add_argument("--latency-s", type=float, default=0.0,
+                    help="per round and broker, also blocking send()s for this long: their p50/p99/p99.9/max")
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.messages < 100:
@@ -131,6 +144,8 @@ def main(argv=None) -> int:
             for r in range(args.rounds):
                 for b in (brokers if r % 2 == 0 else brokers[::-1]):
                     b.round(args.messages)
+                    if args.latency_s > 0:
+                        b.sync_sends(args.latency_s)
                 disk.append(disk_append(50_000, 64 * 1024))
                 print(r, {b.name: round(b.rates[-1]) for b in brokers}, "disk", round(disk[-1]), file=sys.stderr)
         finally:
@@ -150,6 +165,8 @@ def main(argv=None) -> int:
                        "send_latency_mean_ms": send[0] / send[1] * 1e3 if send[1] else None,
                        "fsync_mean_ms": fsync[0] / fsync[1] * 1e3 if fsync[1] else None,
                        "fsyncs_per_1k_msgs": fsync[1] / b.msgs * 1000 if b.msgs else None}
+        if b.sync_lat:
+            doc[b.name]["sync_send"] = {**base.percentiles(b.sync_lat), "max_us": max(b.sync_lat) * 1e6}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"sync-flush-{datetime.datetime.now():%Y-%m-%d-%H%M}.json")
     with open(path, "w") as f:
