@@ -190,7 +190,7 @@ class App:
                                  self.service.call_soon_threadsafe),
             ConsumeStats(c.name, store, meta, topics, clients),
             handlers.TopicRequests(topics, store.compaction, self.service.call_soon_threadsafe),
-            handlers.OffsetRequests(topics, meta, store),
+            handlers.OffsetRequests(topics, meta, store, self.service),
             handlers.OffsetResets(c.name, topics, meta, store, clients, self.service.send_if_connected),
             handlers.MessageRequests(store, self.service),
             handlers.ClientRequests(clients, self.notify_group_changed),

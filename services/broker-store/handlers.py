@@ -114,12 +114,14 @@ def shrink_refusal(topic: str, read: int, behind: dict[int, list[str]]) -> str:
 
 class OffsetRequests:
     """Consumer offsets (QUERY / UPDATE_CONSUMER_OFFSET) and queue offsets (GET_MAX / MIN_OFFSET,
-    SEARCH_OFFSET_BY_TIMESTAMP) of a queue the topic has."""
+    SEARCH_OFFSET_BY_TIMESTAMP) of a queue the topic has. With `service`, a search by time that reads
+    remote records not cached is answered once a read thread fetched them."""
 
-    def __init__(self, topics, metadata, store):
+    def __init__(self, topics, metadata, store, service=None):
         self.topics = topics
         self.metadata = metadata
         self.store = store
+        self.service = service
 
     def handlers(self) -> dict:
         return {RequestCode.QUERY_CONSUMER_OFFSET: self.query, RequestCode.UPDATE_CONSUMER_OFFSET: self.update,
@@ -159,6 +161,10 @@ class OffsetRequests:
     def by_time(self, req) -> None:
         a = req.args
         self.topics.check_queue(a.topic, a.queue_id)
+        answer_when_cached(self.store, self.service, req, self._by_time)
+
+    def _by_time(self, req) -> None:
+        a = req.args
         off = self.store.search_offset_by_time(a.topic, a.queue_id, a.timestamp)
         req.reply(ResponseCode.SUCCESS, "", rq.OffsetReply(offset=off))
 

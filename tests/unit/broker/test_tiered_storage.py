@@ -403,7 +403,7 @@ def lookup_request(**args):
 
     def reply(code=ResponseCode.SUCCESS, remark="", ext=None, bodies=()):
         req.answered = True
-        req.answers.append((code, remark, list(bodies)))
+        req.answers.append((code, remark, list(bodies), ext))
     req.reply = reply
     return req
 
@@ -431,6 +431,16 @@ def test_a_remote_lookup_does_not_hold_the_service_thread_for_the_store(tmp_path
     assert [r.body for r in record.decode_many(key.answers[0][2][0])] == [bodies[3]]
     assert record.decode_many(view.answers[0][2][0])[0].body == bodies[0]
     assert s.stats()["tiered"]["background_fetches"] >= 1
+    # a search by time reads store times of records in remote chunks: answered the same way
+    from quiver_broker.handlers import OffsetRequests
+    objects.gate.clear()
+    by_time = lookup_request(topic="T", queue_id=0, timestamp=0)
+    OffsetRequests(types.SimpleNamespace(check_queue=lambda *a: None), None, s, loop).by_time(by_time)
+    assert not by_time.answered
+    objects.gate.set()
+    while not by_time.answered:
+        loop.run_one()
+    assert by_time.answers[0][0] == ResponseCode.SUCCESS and by_time.answers[0][3].offset == 0
     # a damaged chunk fetched on the read thread: the lookup is answered with the error
     s.reads.cache.chunks.clear()
     s.reads.cache.bytes = 0
