@@ -9,9 +9,10 @@ tiered_store's, reused here for other keys::
     PREFIX/BACKUP.json    its manifest plus "objects": {rel: [size, sha256]} of every other object;
                           uploaded last, so a prefix without it is an upload cut short, never a backup
 
-Each object is verified once put (HEAD: size and the ETag, the MD5 of a single PUT) before the
-next; the restorer checks size and SHA-256 of each one as it downloads it, before the data dir
-is renamed into place.
+Each object is verified once put (HEAD: size and the ETag, the MD5 of a single PUT); the
+restorer checks size and SHA-256 of each one as it downloads it, before the data dir is renamed
+into place. Both move PARALLEL objects at a time: a backup is many small files (ConsumeQueue and
+index files), so the store's latency per request, not bandwidth, sets the pace.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 from quiver.wire import names
 
@@ -27,6 +29,7 @@ from .tiered_store import S3Store, StoreDown, parse_url
 
 MANIFEST = "BACKUP.json"
 CHUNK = 1 << 20
+PARALLEL = 4   # objects in flight (botocore's client pools 10 connections)
 _PART_RE = re.compile(r"[A-Za-z0-9%_.-]+")   # topics' names (%RETRY%...), 20-digit files, queue ids
 
 
@@ -100,15 +103,18 @@ def upload(src_dir: str, manifest: dict, objects: BackupObjects) -> int:
     holds a backup; StoreDown if the store fails (the prefix is then left without a manifest)."""
     if objects.head(MANIFEST) is not None:
         raise BackupExists(f"{objects.url} holds a backup already ({MANIFEST}): give a new prefix")
-    listed: dict = {}
-    for rel in sorted({*manifest["files"], "checkpoint", "FORMAT", "metadata.json"}):
+
+    def put(rel: str) -> list:
         path = names.confine(src_dir, *rel.split("/"))
         size, md5, sha = _sums(path)
         objects.put_file(rel, path, size)
         got = objects.head(rel)
         if got is None or got[0] != size or "-" not in got[1] and got[1] != md5:
             raise StoreDown(f"{objects.url}/{rel}: the store holds {got} after the put, not ({size}, {md5})")
-        listed[rel] = [size, sha]
+        return [size, sha]
+    rels = sorted({*manifest["files"], "checkpoint", "FORMAT", "metadata.json"})
+    with ThreadPoolExecutor(PARALLEL, thread_name_prefix="backup-put") as pool:
+        listed = dict(zip(rels, pool.map(put, rels)))
     objects.put_bytes(MANIFEST, json.dumps({**manifest, "objects": listed}, sort_keys=True).encode())
     return sum(size for size, _ in listed.values())
 
@@ -131,19 +137,22 @@ def read_manifest(objects: BackupObjects) -> dict:
 def download(objects: BackupObjects, manifest: dict, work: str) -> int:
     """Every object the manifest lists into `work`, each checked (size, SHA-256); ValueError naming
     the first that does not match. Returns the bytes downloaded."""
-    total = 0
-    for rel, (size, sha) in sorted(manifest["objects"].items()):
+    listed = sorted(manifest["objects"].items())
+    for rel, _ in listed:
         problem = key_problem(rel)
         if problem:
             raise ValueError(f"the manifest names {rel!r}: {problem}")
-        dest = names.confine(work, *rel.split("/"))
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        os.makedirs(os.path.dirname(names.confine(work, *rel.split("/"))), exist_ok=True)
+
+    def get(item) -> int:
+        rel, (size, sha) = item
         try:
-            got = objects.get_file(rel, dest)
+            got = objects.get_file(rel, names.confine(work, *rel.split("/")))
         except FileNotFoundError:
             raise ValueError(f"{objects.url}/{rel} is missing: the backup is damaged") from None
         if got != (size, sha):
             raise ValueError(f"{objects.url}/{rel} holds {got[0]} bytes with SHA-256 {got[1]}, the manifest says "
                              f"{size} bytes, {sha}: the backup is damaged")
-        total += size
-    return total
+        return size
+    with ThreadPoolExecutor(PARALLEL, thread_name_prefix="restore-get") as pool:
+        return sum(pool.map(get, listed))
