@@ -1,5 +1,6 @@
 """deploy/swarm/stack.yaml on a real single-node swarm: deploy from the locally built image, scale
-the broker group to 3, SDK traffic, and the secrets only where they belong.
+the broker group to 3, SDK traffic, and the secrets only where they belong; then, on the same
+stack, a rolling update of the brokers to a second image under SYNC load, and a rollback.
 
 The swarm is initialised here only when the engine is in none (and left again at the end); the
 stack, its secrets (prefixed with the stack's name), volumes and network are removed whatever
@@ -12,6 +13,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import subprocess
 import time
 import uuid
 
@@ -30,6 +32,7 @@ IMAGE, ROOT, run = _support.IMAGE, _support.ROOT, _support.run
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(420)]
 NAMESRV = "namesrv-1:9876;namesrv-2:9876;namesrv-3:9876"
 NS_LABEL = "com.docker.stack.namespace"
+LOAD = pathlib.Path(__file__).with_name("swarm_load.py")
 
 # runs in a client container: a topic, the group's members, 40 SYNC sends, every one read back by a group
 CLIENT = r"""
@@ -99,6 +102,7 @@ class Stack:
     def __init__(self, name: str, auth: str):
         self.name, self.auth = name, auth
         self.secrets = [f"{name}-{s}" for s in core_secrets()]
+        self.images: list[str] = []   # tags built here, removed with the stack
 
     def services(self) -> dict[str, str]:
         out = run("docker", "service", "ls", "--filter", f"label={NS_LABEL}={self.name}",
@@ -130,6 +134,33 @@ class Stack:
                   NAMESRV, "/k/admin.key", topic, str(members), timeout=180)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
+    def build_next_image(self) -> str:
+        """A second tag of the image, different by a label only: built in about a second."""
+        tag = f"quiver:{self.name}-next"
+        subprocess.run(["docker", "build", "-q", "-t", tag, "-"], input=f"FROM {IMAGE}\nLABEL quiver.test={self.name}\n",
+                       text=True, capture_output=True, timeout=120, check=True)
+        self.images.append(tag)
+        return tag
+
+    def update_state(self, service: str) -> str:
+        status = run("docker", "service", "inspect", "-f", "{{json .UpdateStatus}}", f"{self.name}_{service}").stdout
+        return (json.loads(status) or {}).get("State", "")
+
+    def wait_images(self, service: str, image_id: str, n: int, timeout_s: float = 240) -> float:
+        """Until `n` containers of the service run, all of image `image_id`; seconds taken."""
+        t0 = time.monotonic()
+        while (have := self.running_images(service)) != [image_id] * n:
+            if time.monotonic() - t0 > timeout_s:
+                ps = run("docker", "service", "ps", "--no-trunc", f"{self.name}_{service}", check=False).stdout[-4000:]
+                raise AssertionError(f"{service}: {have} after {timeout_s} s, update {self.update_state(service)!r}\n{ps}")
+            time.sleep(1)
+        return time.monotonic() - t0
+
+    def running_images(self, service: str) -> list[str]:
+        """The image id of every running container of the service."""
+        ids = run("docker", "ps", "-q", "--filter", f"label=com.docker.swarm.service.name={self.name}_{service}").stdout.split()
+        return run("docker", "inspect", "-f", "{{.Image}}", *ids).stdout.split() if ids else []
+
     def remove(self) -> None:
         run("docker", "stack", "rm", self.name, check=False)
         deadline = time.monotonic() + 90
@@ -141,10 +172,13 @@ class Stack:
         if vols:
             run("docker", "volume", "rm", "-f", *vols, check=False)
         run("docker", "secret", "rm", *self.secrets, check=False)
+        if self.images:
+            run("docker", "rmi", *self.images, check=False)
 
 
-@pytest.fixture
-def stack(swarm, tmp_path):
+@pytest.fixture(scope="module")
+def stack(swarm, tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("swarm")
     name = f"qs{uuid.uuid4().hex[:6]}"
     auth = str(tmp_path / "auth")
     init_auth_dir(auth)
@@ -200,3 +234,67 @@ def test_deploy_scale_traffic_and_secrets(stack):
     # a container of the image outside the stack has none
     bare = run("docker", "run", "--rm", IMAGE, "sh", "-c", "ls -A /run/secrets 2>/dev/null | wc -l").stdout.strip()
     assert bare == "0"
+
+
+def _image_id(ref: str) -> str:
+    return run("docker", "image", "inspect", "-f", "{{.Id}}", ref).stdout.strip()
+
+
+def _load_result(io: pathlib.Path, container: str) -> dict:
+    (io / "stop").touch()
+    code = run("docker", "wait", container, timeout=240).stdout.strip()
+    logs = run("docker", "logs", "--tail", "40", container, check=False)
+    assert code == "0" and (io / "result.json").exists(), f"load exited {code}\n{logs.stdout}\n{logs.stderr}"
+    return json.loads((io / "result.json").read_text())
+
+
+@pytest.mark.timeout(600)
+def test_rolling_update_under_sync_load_then_rollback(stack, tmp_path):
+    """docker service update --image of the brokers, one member at a time, while a producer sends
+    SYNC and a consumer group reads: nothing acknowledged lost, duplicates counted (a body stored
+    twice only when its send was retried), the longest pause printed; then docker service rollback
+    back to the first image."""
+    run("docker", "service", "scale", "-d", f"{stack.name}_broker=3")
+    stack.wait_converged({"namesrv": 3, "broker": 3})
+    first, nxt = _image_id(IMAGE), _image_id(stack.build_next_image())
+    assert set(stack.running_images("broker")) == {first}
+
+    io = tmp_path / "io"
+    io.mkdir()
+    load = f"{stack.name}-load"
+    run("docker", "run", "-d", "--name", load, "--network", f"{stack.name}_quiver", "--user", "0",
+        "-v", f"{stack.auth}/admin.key:/k/admin.key:ro", "-v", f"{LOAD}:/client/swarm_load.py:ro", "-v", f"{io}:/io",
+        IMAGE, "python", "/client/swarm_load.py", NAMESRV, "/k/admin.key", "SwarmRolling", "/io")
+    try:
+        progress = io / "progress.json"
+        deadline = time.monotonic() + 120
+        while not (progress.exists() and json.loads(progress.read_text() or "{}").get("acked", 0) >= 50):
+            assert time.monotonic() < deadline, run("docker", "logs", "--tail", "40", load, check=False).stderr
+            time.sleep(1)
+        began = json.loads(progress.read_text())["s"]
+        run("docker", "service", "update", "-d", "--image", stack.images[-1], f"{stack.name}_broker")
+        took = stack.wait_images("broker", nxt, 3)
+        # swarm still watches the last member (update_config.monitor): not rolled back nor paused
+        assert stack.update_state("broker") in ("updating", "completed")
+        got = _load_result(io, load)
+    finally:
+        run("docker", "rm", "-f", load, check=False)
+
+    acked, retried = set(got["acked"]), set(got["retried"])
+    positions = {body: [tuple(p) for p in ps] for body, ps in got["deliveries"].items()}
+    lost = sorted(acked - positions.keys())
+    stored_twice = {b for b, ps in positions.items() if len(set(ps)) > 1}
+    redelivered = sum(len(ps) - len(set(ps)) for ps in positions.values())
+    print(f"swarm: rolling update of 3 brokers under SYNC load (from second {began}) in {took:.0f} s: {len(acked)} acked, "
+          f"{len(lost)} lost, {len(retried)} sends retried, {len(stored_twice)} stored twice, "
+          f"{redelivered} delivered again, longest producer pauses [at s, s] {got['pauses']}, "
+          f"errors {got['errors']}\nswarm: the group's master and in-sync set [at s, master, set]: {got['group']}")
+    assert not got["failed"], f"sends never acknowledged: {got['failed'][:10]}"
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages never consumed: {lost[:10]}"
+    assert stored_twice <= retried, f"stored twice though sent once: {sorted(stored_twice - retried)[:10]}"
+    assert positions.keys() <= acked | retried, "a body that was never sent"
+
+    run("docker", "service", "rollback", "-d", f"{stack.name}_broker")
+    took = stack.wait_images("broker", first, 3)
+    stack.wait_converged({"broker": 3})
+    print(f"swarm: rollback of the brokers to the first image in {took:.0f} s")

@@ -36,9 +36,12 @@ def secrets_of(part: Part) -> list[str]:
 
 def update_policy(part: Part, failure_action: str) -> dict:
     # one at a time; a replica with a volume or a host port of its own stops before its successor
-    # starts (two brokers on one data dir, two binds of one port); the others start first
+    # starts (two brokers on one data dir, two binds of one port); the others start first. The next
+    # one waits until this one is healthy, then `delay`: a restarted broker rejoins its group's
+    # in-sync set within a few seconds (a master drains and hands over on SIGTERM in well under one),
+    # so 5 s; `monitor` covers the health check's retries (5 x 5 s) after each start.
     order = "stop-first" if part.stateful or part.publish else "start-first"
-    return {"parallelism": 1, "delay": "10s", "order": order, "failure_action": failure_action,
+    return {"parallelism": 1, "delay": "5s", "order": order, "failure_action": failure_action,
             "monitor": "30s", "max_failure_ratio": 0}
 
 
