@@ -68,7 +68,7 @@ class AsyncAdmin(AsyncClient[Admin]):
         return await self._blocking(self._sync.queues, topic)
 
     async def cluster_info(self) -> dict[str, Any]:
-        """The name server's cluster info (`ClientBase.cluster_info`)."""
+        """The name server's cluster info (`Admin.cluster_info`)."""
         return await self._blocking(self._sync.cluster_info)
 
     # ---- messages -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ transport's IO thread, auto-batching, retries, rebalancing, the consume pool.
 Nothing is rewritten for asyncio; what differs is how a caller waits:
 
     data path (send, send_batch, send_orderly, send_oneway, pulled messages)
-        the sync client's non-blocking call (`send_async`, `call_async`, the
+        the sync client's non-blocking call (`send_async`, `_call_async`, the
         pull buffer) completes on the IO thread, whose callback hands the
         result to the loop with `loop.call_soon_threadsafe` -> an asyncio
         Future. No thread per call: thousands of sends may be in flight from
@@ -71,7 +71,7 @@ class AsyncClient(Generic[C]):
     """The part every async client shares: the wrapped sync client, its loop, its control thread."""
 
     # quiver.testing.attach() sets this before __init__ (as on a sync client): the wrapped client gets it
-    transport_factory: Any = None
+    _transport_factory: Any = None
     _started = False
 
     def __init__(self) -> None:
@@ -82,8 +82,8 @@ class AsyncClient(Generic[C]):
     def _make(self, cls: type[K], *args: Any, **kw: Any) -> K:
         """The wrapped sync client, attached to a fake network if this one is (quiver.testing)."""
         obj = cls.__new__(cls)
-        if self.transport_factory is not None:
-            obj.transport_factory = self.transport_factory
+        if self._transport_factory is not None:
+            obj._transport_factory = self._transport_factory
         cls.__init__(obj, *args, **kw)
         return obj
 
@@ -172,7 +172,7 @@ class AsyncClient(Generic[C]):
     def _route_ready(self, topic: str) -> asyncio.Future[Any] | None:
         """None if `topic`'s cached route is fresh, else the (shared) refresh under way."""
         cached = self._sync._routes.get(topic)
-        if cached is not None and time.monotonic() - cached[0] < self._sync.route_refresh_s - ROUTE_MARGIN_S:
+        if cached is not None and time.monotonic() - cached[0] < self._sync._route_refresh_s - ROUTE_MARGIN_S:
             return None
         fut = self._refreshing.get(topic)
         if fut is None:
@@ -185,8 +185,8 @@ class AsyncClient(Generic[C]):
         """Control thread: fetch the route into the sync client's cache. A topic no name server
         knows yet (a producer's auto-create) gets the default route, cached briefly."""
         sync = self._sync
-        route = sync.route(topic, refresh=True)
+        route = sync._route(topic, refresh=True)
         cached = sync._routes.get(topic)
         if cached is None or cached[1] is not route:
-            stamp = time.monotonic() - sync.route_refresh_s + ROUTE_MARGIN_S + NEW_TOPIC_ROUTE_S
+            stamp = time.monotonic() - sync._route_refresh_s + ROUTE_MARGIN_S + NEW_TOPIC_ROUTE_S
             sync._routes[topic] = (stamp, route)

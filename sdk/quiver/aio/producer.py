@@ -1,7 +1,7 @@
 """AsyncProducer and AsyncTransactionProducer: the sync producers' sends, awaited.
 
 Every send goes through the sync Producer's non-blocking path (auto-batched
-`send_async`, `send_batch_async`, `call_async` with its retries on another
+`send_async`, `send_batch_async`, `_call_async` with its retries on another
 broker) and is bridged to an asyncio Future (bridge.py); the first send to a
 topic awaits its route on the control thread. Does not own queue choice,
 batching, retries or the transaction protocol (quiver.client owns them).
@@ -103,7 +103,7 @@ class AsyncProducer(AsyncClient[Producer]):
     async def send_orderly(self, msg: Message, sharding_key: str, timeout: float | None = None) -> SendResult:
         """Same key -> same queue, not retried on another (that would break the order)."""
         await self._route(msg.topic)
-        mq, _ = self._sync.orderly_queue(msg, sharding_key)
+        mq, _ = self._sync._orderly_queue(msg, sharding_key)
         return await _within(self.send_async(msg, queue=mq), timeout)
 
     async def send_batch(self, msgs: list[Message], timeout: float | None = None) -> list[SendResult]:
@@ -196,24 +196,24 @@ class AsyncTransactionProducer(AsyncProducer):
         its local_state. An exception in execute counts as UNKNOWN (the checker will be asked)."""
         tp = self._sync
         loop = self._need_started()
-        msg_id, props = tp.half_properties(msg, execute, check_immunity_ms)
+        msg_id, props = tp._half_properties(msg, execute, check_immunity_ms)
         await self._route(msg.topic)
         afut: asyncio.Future[Any] = loop.create_future()
         t0 = time.monotonic()
-        tp.call_async(LightFuture(resolver(loop, afut)), msg.topic, [props], [msg.body], [msg.flag],
-                      RequestCode.SEND_MESSAGE, lambda env, mq, addr: tp.half_sent(env, mq, addr, msg_id, props, t0),
+        tp._call_async(LightFuture(resolver(loop, afut)), msg.topic, [props], [msg.body], [msg.flag],
+                      RequestCode.SEND_MESSAGE, lambda env, mq, addr: tp._half_sent(env, mq, addr, msg_id, props, t0),
                       sys_flag=record.TX_PREPARED)
         res, half = await afut
         state: object = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back
         if res.status is SendStatus.SEND_OK:
             try:
-                state = execute(tp.local_view(msg, msg_id), arg)
+                state = execute(tp._local_view(msg, msg_id), arg)
                 if inspect.isawaitable(state):
                     state = await state
             except Exception:
                 log.exception("local transaction %s failed: its state is UNKNOWN (the checker will ask)", msg_id)
                 state = TransactionState.UNKNOWN
-        return tp.end_transaction(res, half, msg_id, state)
+        return tp._end_transaction(res, half, msg_id, state)
 
 
 async def _awaited(aw: Awaitable[TransactionState]) -> TransactionState:

@@ -37,7 +37,7 @@ class AclCommands(_Base):
     """Needs ClientBase (call_broker, all_broker_addrs, credentials)."""
 
     def _masters(self) -> dict[str, str]:
-        masters = self.all_broker_addrs()
+        masters = self._all_broker_addrs()
         if not masters:
             raise ClientError("no broker is registered with the name servers: nowhere to store the ACL")
         return masters
@@ -47,7 +47,7 @@ class AclCommands(_Base):
         first_error: QuiverError | None = None
         for name, addr in sorted(self._masters().items()):
             try:
-                self.call_broker(addr, req)
+                self._call_broker(addr, req)
                 results[name] = "ok"
             except QuiverError as exc:
                 results[name] = str(exc)
@@ -95,7 +95,7 @@ class AclCommands(_Base):
         out: dict[str, dict[str, Any]] = {}
         for name, addr in sorted(self._masters().items()):
             try:
-                out[name] = self.call_broker(addr, rq.AclSnapshot()).ext
+                out[name] = self._call_broker(addr, rq.AclSnapshot()).ext
             except QuiverError as exc:
                 out[name] = {"error": str(exc)}
         return out

@@ -77,7 +77,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         consumer started right after sees the topic.
         """
         check_topic(topic, for_create=True)
-        addrs = self.all_broker_addrs()
+        addrs = self._all_broker_addrs()
         if brokers:
             missing = set(brokers) - set(addrs)
             if missing:
@@ -88,7 +88,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         write = queues if write_queues is None else write_queues
         req = rq.CreateTopic(topic=topic, read=queues, write=write, perm=perm, order=order, force=force,
                              compact=compact)
-        out = {name: dataclasses.asdict(rq.TopicConfigReply.decode(self.call_broker(addr, req).ext).config)
+        out = {name: dataclasses.asdict(rq.TopicConfigReply.decode(self._call_broker(addr, req).ext).config)
                for name, addr in addrs.items()}
         self._routes.pop(topic, None)
         if wait_s > 0:
@@ -117,9 +117,9 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     def delete_topic(self, topic: str) -> None:
         """Delete `topic` on every broker (config, queues, offsets); a broker without it is skipped."""
-        for name, addr in self.all_broker_addrs().items():
+        for name, addr in self._all_broker_addrs().items():
             try:
-                self.call_broker(addr, rq.DeleteTopic(topic=topic))
+                self._call_broker(addr, rq.DeleteTopic(topic=topic))
             except QuiverError as exc:
                 if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                     raise
@@ -129,9 +129,9 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         """Run a compaction pass over a compacted topic on every broker that has it, now; returns
         per broker name the queues compacted and the records read and kept."""
         out: dict[str, dict[str, int]] = {}
-        for name, addr in self.all_broker_addrs().items():
+        for name, addr in self._all_broker_addrs().items():
             try:
-                env = self.call_broker(addr, rq.CompactTopic(topic=topic), timeout=timeout)
+                env = self._call_broker(addr, rq.CompactTopic(topic=topic), timeout=timeout)
             except QuiverError as exc:
                 if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                     raise
@@ -142,17 +142,22 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         return out
 
     def topic_route(self, topic: str) -> dict[str, Any]:
-        """The name server's route as it sent it (for people; clients use `route`)."""
-        route: dict[str, Any] = self.call_namesrv(rq.GetRouteInfo(topic=topic))["route"]
+        """The name server's route as it sent it (for people; clients use the parsed route)."""
+        route: dict[str, Any] = self._call_namesrv(rq.GetRouteInfo(topic=topic))["route"]
         return route
+
+    def cluster_info(self) -> dict[str, Any]:
+        """The name server's cluster info: brokers (name -> cluster, addrs by id), clusters, live
+        brokers; an address that is not host:port is left out."""
+        return self._cluster_info()
 
     def topic_list(self) -> list[str]:
         """Every topic the name servers route."""
-        return rq.TopicListReply.decode(self.call_namesrv(rq.GetTopicList())).topics
+        return rq.TopicListReply.decode(self._call_namesrv(rq.GetTopicList())).topics
 
     def queues(self, topic: str) -> list[MessageQueue]:
         """`topic`'s readable queues, from a fresh route (TopicNotExistError if there is none)."""
-        return self.route(topic, refresh=True).read_queues
+        return self._route(topic, refresh=True).read_queues
 
     # ---- messages ---------------------------------------------------------------------
 
@@ -161,12 +166,12 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         """Messages of `topic` with key (or unique id) `key` stored in [begin_ms, end_ms], oldest
         first, at most `max_num` (every broker's index is asked)."""
         out: list[MessageExt] = []
-        route = self.route(topic, refresh=True)
+        route = self._route(topic, refresh=True)
         for broker, addr in sorted(route.addrs.items()):
             if addr is None:
                 raise ClientError(f"broker {broker!r} of topic {topic!r} has no address")
             try:
-                env = self.call_broker(addr, rq.QueryMessage(topic=topic, key=key, max_msgs=max_num,
+                env = self._call_broker(addr, rq.QueryMessage(topic=topic, key=key, max_msgs=max_num,
                                                              begin_ts=begin_ms, end_ts=end_ms))
             except QueryNotFoundError:
                 continue
@@ -182,10 +187,10 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         trace messages keyed by `msg_id` (IndexFile); [] when nothing traced it. With auth on the
         trace topic is a system topic: a SUPER user's key reads it."""
         rows: list[dict[str, Any]] = []
-        for broker, addr in sorted(self.all_broker_addrs().items()):
+        for broker, addr in sorted(self._all_broker_addrs().items()):
             req = rq.QueryMessage(topic=msg_trace.TRACE_TOPIC, key=msg_id, max_msgs=max_records)
             try:
-                env = self.call_broker(addr, req)
+                env = self._call_broker(addr, req)
             except (QueryNotFoundError, TopicNotExistError):
                 continue
             for raw in env.bodies:
@@ -197,7 +202,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     def view_message(self, msg_id: str, topic: str | None = None) -> MessageExt:
         """By offset msgId (broker address + commitlog offset), or by unique id within `topic`."""
-        brokers = self.all_broker_addrs()
+        brokers = self._all_broker_addrs()
         try:
             addr, offset = parse_offset_msg_id(msg_id)
         except ValueError:
@@ -208,7 +213,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
                 self._store_hosts = self._by_store_host(brokers)
             addr = self._store_hosts.get(addr, addr)
         if addr in by_addr:
-            env = self.call_broker(addr, rq.ViewMessage(offset=offset))
+            env = self._call_broker(addr, rq.ViewMessage(offset=offset))
             return MessageExt.from_record(record.decode_at(env.bodies[0]), by_addr[addr])
         if topic is None:
             raise ClientError(f"{msg_id!r} is not an offset msgId of a live broker: pass the topic to look up a unique id")
@@ -234,8 +239,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     def _queue_call(self, mq: MessageQueue, kind: type[rq.Schema], **fields: Any) -> Envelope:
         """A request about one queue (`kind` is its schema) to the queue's broker."""
-        addr = self.broker_addr(mq.broker, mq.topic)
-        return self.call_broker(addr, kind(topic=mq.topic, queue_id=mq.queue_id, **fields))
+        addr = self._broker_addr(mq.broker, mq.topic)
+        return self._call_broker(addr, kind(topic=mq.topic, queue_id=mq.queue_id, **fields))
 
     def _offset(self, mq: MessageQueue, kind: type[rq.Schema], **fields: Any) -> int:
         return rq.OffsetReply.decode(self._queue_call(mq, kind, **fields).ext).offset
@@ -274,12 +279,12 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         if (ts_ms is None) == (offset is None):
             raise ClientError("reset_offset needs a timestamp (ts_ms) or an offset, exactly one of them")
         check_group(group)
-        route = self.route(topic, refresh=True)
+        route = self._route(topic, refresh=True)
         req = rq.ResetOffset(group=group, topic=topic, timestamp=ts_ms, offset=offset)
         offsets: dict[MessageQueue, int] = {}
         members = 0
         for broker in sorted({mq.broker for mq in route.read_queues}):
-            reply = rq.ResetOffsetReply.decode(self.call_broker(route.addr(broker), req).ext)
+            reply = rq.ResetOffsetReply.decode(self._call_broker(route.addr(broker), req).ext)
             offsets.update({MessageQueue(topic, broker, q): off for q, off in reply.offsets})
             members = max(members, reply.members)
         return OffsetReset(dict(sorted(offsets.items())), members)
@@ -289,8 +294,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         rows: list[ProgressRow] = []
         clients: set[str] = set()
         conflicts: dict[str, dict[str, list[str]]] = {}
-        for broker, addr in sorted(self.all_broker_addrs().items()):
-            stats = rq.ConsumeStatsReply.decode(self.call_broker(addr, rq.GetConsumeStats(group=group)).ext)
+        for broker, addr in sorted(self._all_broker_addrs().items()):
+            stats = rq.ConsumeStatsReply.decode(self._call_broker(addr, rq.GetConsumeStats(group=group)).ext)
             rows.extend(cast(ProgressRow, {"broker": broker, **dataclasses.asdict(r)}) for r in stats.rows)
             clients.update(stats.clients)
             for topic, exprs in stats.conflicts.items():
@@ -314,8 +319,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     def set_group_config(self, group: str, retry_max_times: int = 16) -> None:
         """Subscription group config on every broker (max reconsume times before the DLQ)."""
-        for addr in self.all_broker_addrs().values():
-            self.call_broker(addr, rq.UpdateSubscriptionGroup(group=group, retry_max_times=retry_max_times))
+        for addr in self._all_broker_addrs().values():
+            self._call_broker(addr, rq.UpdateSubscriptionGroup(group=group, retry_max_times=retry_max_times))
 
     # ---- dead letters ------------------------------------------------------------------------
 
@@ -324,7 +329,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         topic = f"{DLQ_PREFIX}{group}"
         out: list[MessageExt] = []
         try:
-            route = self.route(topic, refresh=True)
+            route = self._route(topic, refresh=True)
         except TopicNotExistError:
             return []
         for mq in route.read_queues:
@@ -332,7 +337,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             off = self.min_offset(mq)
             while len(out) < max_num:
                 want = min(32, max_num - len(out))
-                pulled = queue_puller.fetch(self, addr, queue_puller.request(topic, mq.queue_id, off, max_msgs=want))
+                req = queue_puller.request(topic, mq.queue_id, off, max_msgs=want)
+                pulled = queue_puller.fetch(self._brokers, addr, req)
                 if pulled.status is not queue_puller.FOUND:
                     break
                 out.extend(pulled.messages(mq.broker))
@@ -350,7 +356,7 @@ class Admin(InspectCommands, AclCommands, ClientBase):
             return []
         results: list[SendResult] = []
         p = Producer("QUIVER_DLQ_RESEND", namesrv=";".join(self.namesrvs), credentials=self.credentials)
-        p.transport_factory = self.transport_factory   # the admin's network (quiver.testing's too)
+        p._transport_factory = self._transport_factory   # the admin's network (quiver.testing's too)
         with p:
             for m in chosen:
                 # the topic the broker recorded when it dead-lettered (clients cannot send this
@@ -370,13 +376,13 @@ class Admin(InspectCommands, AclCommands, ClientBase):
 
     def status(self, addr: str) -> dict[str, Any]:
         """The STATUS map of the service at `addr` (a broker: store, groups, config, HA ...)."""
-        return rq.StatusReply.decode(self.call_broker(addr, rq.Status()).ext).status
+        return rq.StatusReply.decode(self._call_broker(addr, rq.Status()).ext).status
 
     def scheduler_addrs(self, group: str = "SCHEDULE_CONSUMER") -> list[str]:
         """Addresses of the live schedulers (their client ids, listed by the brokers, name them)."""
         ids: set[str] = set()
-        for addr in self.all_broker_addrs().values():
-            ids.update(rq.ConsumerListReply.decode(self.call_broker(addr, rq.GetConsumerList(group=group)).ext).ids)
+        for addr in self._all_broker_addrs().values():
+            ids.update(rq.ConsumerListReply.decode(self._call_broker(addr, rq.GetConsumerList(group=group)).ext).ids)
         return sorted({p[1] for p in (i.split("|") for i in ids) if len(p) >= 3 and p[0] == "scheduler"})
 
     def scheduler_status(self, group: str = "SCHEDULE_CONSUMER") -> dict[str, dict[str, Any]]:
@@ -392,8 +398,8 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     def open_transactions(self, limit: int = 1000) -> dict[str, list[dict[str, Any]]]:
         """Per broker: open half messages (transaction_id, topic, group, age_ms, checks, ...), oldest first."""
         out: dict[str, list[dict[str, Any]]] = {}
-        for name, addr in sorted(self.all_broker_addrs().items()):
-            env = self.call_broker(addr, rq.TransactionListOpen(limit=limit))
+        for name, addr in sorted(self._all_broker_addrs().items()):
+            env = self._call_broker(addr, rq.TransactionListOpen(limit=limit))
             out[name] = rq.TransactionListReply.decode(env.ext).open
         return out
 
@@ -402,12 +408,12 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         offset and, for a slave, its replication lag in bytes and ms as its master counts
         it (lag_ms: age of the oldest byte the slave has not acknowledged)."""
         rows: list[dict[str, Any]] = []
-        for name, info in sorted(self.cluster_info()["brokers"].items()):
+        for name, info in sorted(self._cluster_info()["brokers"].items()):
             by_addr: dict[str, dict[str, Any]] = {}
             for bid, addr in sorted(info["addrs"].items(), key=lambda kv: int(kv[0])):
                 row: dict[str, Any] = {"broker": name, "id": int(bid), "addr": addr}
                 try:
-                    st = rq.StatusReply.decode(self.call_broker(addr, rq.Status(), timeout=2.0).ext).status
+                    st = rq.StatusReply.decode(self._call_broker(addr, rq.Status(), timeout=2.0).ext).status
                 except QuiverError as exc:
                     row["error"] = str(exc)
                     rows.append(row)
@@ -428,11 +434,11 @@ class Admin(InspectCommands, AclCommands, ClientBase):
     def ping(self, addr: str, timeout: float = 1.0) -> dict[str, Any]:
         """PING the service at `addr`: its reply's ext. ClientError if it cannot be reached, or
         RequestTimeoutError when it does not answer within `timeout` seconds."""
-        return self.call_broker(addr, rq.Ping(), timeout=timeout).ext
+        return self._call_broker(addr, rq.Ping(), timeout=timeout).ext
 
     def clean_expired(self, broker_addr: str) -> int:
         """Delete the broker's expired CommitLog segments now; how many were deleted."""
-        return rq.CleanExpiredReply.decode(self.call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments
+        return rq.CleanExpiredReply.decode(self._call_broker(broker_addr, rq.CleanExpired()).ext).deleted_segments
 
     def backup(self, broker: str, name: str, timeout: float = 600.0, url: str | None = None,
                endpoint: str | None = None) -> rq.BrokerBackupReply:
@@ -440,21 +446,21 @@ class Admin(InspectCommands, AclCommands, ClientBase):
         taken) into `name` under its --backup-dir; returns where, and the CommitLog offset covered.
         With `url` (s3://BUCKET/PREFIX) the broker uploads it there (`endpoint`: default its
         --s3-endpoint) and keeps no copy."""
-        addr = broker if ":" in broker else self.broker_addr(broker)
+        addr = broker if ":" in broker else self._broker_addr(broker)
         req = rq.BrokerBackup(name=name, url=url, endpoint=endpoint)
-        return rq.BrokerBackupReply.decode(self.call_broker(addr, req, timeout=timeout).ext)
+        return rq.BrokerBackupReply.decode(self._call_broker(addr, req, timeout=timeout).ext)
 
     def messages_between(self, topic: str, begin_ms: int, end_ms: int, max_num: int = 32) -> list[MessageExt]:
         """Messages of `topic` stored in [begin_ms, end_ms), oldest first, at most `max_num`: each
         queue is read from its first offset stored at or after `begin_ms` (the web console's
         search by time)."""
-        route = self.route(topic, refresh=True)
+        route = self._route(topic, refresh=True)
         out: list[MessageExt] = []
         for mq in route.read_queues:
             off, found = self.search_offset(mq, begin_ms), list[MessageExt]()
             while len(found) < max_num:
                 req = queue_puller.request(topic, mq.queue_id, off, max_msgs=min(32, max_num))
-                pulled = queue_puller.fetch(self, route.addr(mq.broker), req)
+                pulled = queue_puller.fetch(self._brokers, route.addr(mq.broker), req)
                 batch = pulled.messages(mq.broker) if pulled.status is queue_puller.FOUND else []
                 found.extend(m for m in batch if begin_ms <= m.store_timestamp < end_ms)
                 if not batch or batch[-1].store_timestamp >= end_ms:

@@ -46,7 +46,7 @@ class InspectCommands(_Base):
         served from the broker's tiered store), compacted_to (offsets below it keep only the latest
         message of each key: a compacted topic), last store time (epoch ms, None for an empty
         queue) - RocketMQ's topicStatus. Raises TopicNotExistError."""
-        route = self.route(topic, refresh=True)
+        route = self._route(topic, refresh=True)
         rows: list[QueueStatus] = []
         for mq in sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id)):
             lo, hi = self.min_offset(mq), self.max_offset(mq)
@@ -59,8 +59,8 @@ class InspectCommands(_Base):
 
     def message_at(self, mq: MessageQueue, offset: int) -> MessageExt | None:
         """The message at a queue offset (RocketMQ queryMsgByOffset), None when there is none."""
-        addr = self.broker_addr(mq.broker, mq.topic)
-        pulled = queue_puller.fetch(self, addr, queue_puller.request(mq.topic, mq.queue_id, offset, max_msgs=1))
+        addr = self._broker_addr(mq.broker, mq.topic)
+        pulled = queue_puller.fetch(self._brokers, addr, queue_puller.request(mq.topic, mq.queue_id, offset, max_msgs=1))
         if pulled.status is not queue_puller.FOUND:
             return None
         msgs = [m for m in pulled.messages(mq.broker) if m.queue_offset == offset]
@@ -69,8 +69,8 @@ class InspectCommands(_Base):
     def topic_configs(self) -> dict[str, dict[str, Any]]:
         """broker name -> {topic: {read, write, perm, order, ...}} as each broker stores them."""
         out: dict[str, dict[str, Any]] = {}
-        for name, addr in sorted(self.all_broker_addrs().items()):
-            out[name] = self.call_broker(addr, rq.GetAllTopicConfig()).ext.get("topics", {})
+        for name, addr in sorted(self._all_broker_addrs().items()):
+            out[name] = self._call_broker(addr, rq.GetAllTopicConfig()).ext.get("topics", {})
         return out
 
     def purge_topic(self, topic: str) -> dict[str, dict[str, Any]]:
@@ -145,9 +145,9 @@ class InspectCommands(_Base):
         brokers that knew it. Raises SubscriptionGroupNotExistError when none did."""
         check_group(group)
         done: list[str] = []
-        for name, addr in sorted(self.all_broker_addrs().items()):
+        for name, addr in sorted(self._all_broker_addrs().items()):
             try:
-                self.call_broker(addr, rq.DeleteSubscriptionGroup(group=group, clean_offset=clean_offset))
+                self._call_broker(addr, rq.DeleteSubscriptionGroup(group=group, clean_offset=clean_offset))
                 done.append(name)
             except SubscriptionGroupNotExistError:
                 continue
@@ -159,13 +159,13 @@ class InspectCommands(_Base):
 
     def broker_statuses(self) -> dict[str, dict[str, Any]]:
         """broker name -> its master's STATUS (groups, effective config, store ...)."""
-        return {name: self.status(addr) for name, addr in sorted(self.all_broker_addrs().items())}
+        return {name: self.status(addr) for name, addr in sorted(self._all_broker_addrs().items())}
 
     def clean_expired_all(self) -> dict[str, int | str]:
         """Delete expired CommitLog segments now on every broker (RocketMQ cleanExpiredCQ /
         deleteExpiredCommitLog): deleted segment count, or the error, per broker."""
         out: dict[str, int | str] = {}
-        for name, addr in sorted(self.all_broker_addrs().items()):
+        for name, addr in sorted(self._all_broker_addrs().items()):
             try:
                 out[name] = self.clean_expired(addr)
             except QuiverError as exc:

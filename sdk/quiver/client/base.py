@@ -6,6 +6,9 @@ for a while (RocketMQ 5's latency table), so sends go elsewhere at once.
 Route and cluster data are read defensively: an entry whose address is not
 host:port (or that is not shaped like a route entry) is skipped and logged once
 per client, so one bad registration cannot break every user of the route.
+
+All of it is private to the client (its API is what apps call): helpers and the
+project's own modules use it through access.py's BrokerAccess.
 """
 
 import dataclasses
@@ -141,7 +144,7 @@ _TOPIC = rq.RouteData.key("topic")
 class ClientBase:
     """Owns the Transport, the name-server list and the route cache."""
 
-    route_refresh_s = 30.0
+    _route_refresh_s = 30.0
 
     def __init__(self, namesrv: str | list[str] | None, request_timeout: float = 3.0,
                  credentials: str | Credentials | None = None,
@@ -165,20 +168,20 @@ class ClientBase:
         # traced clients (trace=True): what start() builds the ClientTrace (`tracer`) with
         self.tracer_factory = tracer_factory
         self.traced = tracer_factory is not None
-        self.brokers = BrokerAccess(self)   # what helpers of this client may use (access.py)
+        self._brokers = BrokerAccess(self)   # what helpers of this client may use (access.py)
         self._connection_listener: Callable[[str, str], object] | None = None
 
     # ---- lifecycle ------------------------------------------------------------
 
-    heartbeat_interval_s = 30.0
+    _heartbeat_interval_s = 30.0
     tracer: ClientTrace | None = None   # records a traced client's events while it runs
-    transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
+    _transport_factory = Transport  # what start() builds; quiver.testing.attach gives a client a fake one
 
     def start(self) -> Self:
         """Open the transport (its IO thread) and start heartbeating if this client sends any;
         returns the client. Calling it again does nothing."""
         if not self._started:
-            self.transport = self.transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
+            self.transport = self._transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
                                                     credentials=self.credentials)
             if self._connection_listener is not None:
                 self.transport.connection_listener = self._connection_listener
@@ -186,8 +189,8 @@ class ClientBase:
             if self.tracer_factory is not None and self.tracer is None:
                 self.tracer = self.tracer_factory(self)
             self._hb_stop = threading.Event()
-            if self.heartbeat_payload() is not None:
-                self.send_heartbeats()
+            if self._heartbeat_payload() is not None:
+                self._send_heartbeats()
                 threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         return self
 
@@ -205,7 +208,7 @@ class ClientBase:
         close the transport. Calling it again, or before start(), does nothing."""
         if self._started:
             self._hb_stop.set()
-            self.before_close()
+            self._before_close()
             self._started = False
             tracer, self.tracer = self.tracer, None
             if tracer is not None:
@@ -214,16 +217,16 @@ class ClientBase:
 
     # ---- heartbeats and pushed requests ----------------------------------------------
 
-    def heartbeat_payload(self) -> rq.HeartBeat | dict[str, Any] | None:
+    def _heartbeat_payload(self) -> rq.HeartBeat | dict[str, Any] | None:
         """The HEART_BEAT this client sends (an `rq.HeartBeat`; its `client_id` is always this
         client's), or None to send none. The wire form {"producers": [...], "consumers": [...]}
-        is still accepted from a subclass and decoded through the schema (`heartbeat`)."""
+        is still accepted from a subclass and decoded through the schema (`_heartbeat`)."""
         return None
 
-    def heartbeat(self) -> rq.HeartBeat | None:
-        """`heartbeat_payload()` as a typed HEART_BEAT of this client; FieldError if a dict
+    def _heartbeat(self) -> rq.HeartBeat | None:
+        """`_heartbeat_payload()` as a typed HEART_BEAT of this client; FieldError if a dict
         payload does not fit the schema."""
-        payload = self.heartbeat_payload()
+        payload = self._heartbeat_payload()
         if payload is None:
             return None
         if isinstance(payload, rq.HeartBeat):
@@ -232,23 +235,23 @@ class ClientBase:
             return payload
         return rq.HeartBeat.decode({**payload, rq.HeartBeat.key("client_id"): self.client_id})
 
-    def heartbeat_brokers(self) -> dict[str, str]:
+    def _heartbeat_brokers(self) -> dict[str, str]:
         """Broker name -> address this client heartbeats to (default: every broker)."""
-        return self.all_broker_addrs()
+        return self._all_broker_addrs()
 
-    def send_heartbeats(self) -> None:
-        """Send `heartbeat()` now to every broker in `heartbeat_brokers()` and their slaves (also
-        done every `heartbeat_interval_s`); a failure is logged, never raised."""
+    def _send_heartbeats(self) -> None:
+        """Send `_heartbeat()` now to every broker in `_heartbeat_brokers()` and their slaves (also
+        done every `_heartbeat_interval_s`); a failure is logged, never raised."""
         try:
-            req = self.heartbeat()
+            req = self._heartbeat()
             if req is None:
                 return
-            brokers = self.heartbeat_brokers()
+            brokers = self._heartbeat_brokers()
         except QuiverError as exc:
             log.warning("heartbeat skipped: %s", exc)
             return
         # slaves too: while a master is down its slave answers the group's consumer list
-        for addr in [*brokers.values(), *self.slave_addrs(brokers)]:
+        for addr in [*brokers.values(), *self._slave_addrs(brokers)]:
             try:
                 self._io().send(addr, req, None, (), _ignore, self.request_timeout)
             except QuiverError as exc:  # shut down meanwhile
@@ -256,14 +259,14 @@ class ClientBase:
                 return
 
     def _heartbeat_loop(self) -> None:
-        while not self._hb_stop.wait(self.heartbeat_interval_s):
-            self.send_heartbeats()
+        while not self._hb_stop.wait(self._heartbeat_interval_s):
+            self._send_heartbeats()
 
-    def before_close(self) -> None:
+    def _before_close(self) -> None:
         """Leave every group this client heartbeats, at once: the broker tells the other
         members (they rebalance now, not after the 120 s expiry) and stops pushing to us."""
         try:
-            hb = self.heartbeat()
+            hb = self._heartbeat()
         except QuiverError:
             return
         if hb is None:
@@ -271,14 +274,14 @@ class ClientBase:
         leaving = [rq.UnregisterClient(client_id=self.client_id, producer_group=g) for g in hb.producers]
         leaving += [rq.UnregisterClient(client_id=self.client_id, consumer_group=c.group) for c in hb.consumers]
         try:
-            addrs = list(self.heartbeat_brokers().values()) if leaving else []
+            addrs = list(self._heartbeat_brokers().values()) if leaving else []
         except QuiverError:
             return
         futs = [self._io().call_future(addr, req, timeout=1.0) for addr in addrs for req in leaving]
         wait(futs, 2.0)  # best effort: a broker that does not answer expires us later anyway
 
     # handlers for requests a broker pushes: {RequestCode: method(addr, env) -> frames | None}
-    push_handlers: dict[int, Callable[[Any, str, Envelope], Any]] = {}
+    _push_handlers: dict[int, Callable[[Any, str, Envelope], Any]] = {}
 
     def __enter__(self) -> Self:
         return self.start()
@@ -287,7 +290,7 @@ class ClientBase:
         self.shutdown()
 
     def _on_push(self, addr: str, env: Envelope) -> Any:
-        handler = self.push_handlers.get(env.code)
+        handler = self._push_handlers.get(env.code)
         if handler is None:
             log.debug("ignoring pushed request %s from %s", env.code, addr)
             return None
@@ -305,7 +308,7 @@ class ClientBase:
 
     # ---- name server ---------------------------------------------------------------
 
-    def call_namesrv(self, code: "int | rq.Schema", ext: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call_namesrv(self, code: "int | rq.Schema", ext: dict[str, Any] | None = None) -> dict[str, Any]:
         """The reply's ext from the first name server that answers; `code` is a typed request
         (quiver.wire.requests), or a bare code with `ext`."""
         last: Exception | None = None
@@ -319,21 +322,21 @@ class ClientBase:
                 last = exc
         raise ClientError(f"no name server answered ({'; '.join(self.namesrvs)}): {last}")
 
-    def cached_route(self, topic: str) -> Route | None:
+    def _cached_route(self, topic: str) -> Route | None:
         """The last route fetched for `topic`, however old; never calls the name server
         (safe on the IO thread)."""
         cached = self._routes.get(topic)
         return cached[1] if cached else None
 
-    def route(self, topic: str, refresh: bool = False) -> Route:
-        """`topic`'s queues and broker addresses from a name server, cached for `route_refresh_s`
+    def _route(self, topic: str, refresh: bool = False) -> Route:
+        """`topic`'s queues and broker addresses from a name server, cached for `_route_refresh_s`
         (`refresh=True` asks again). TopicNotExistError when no name server knows the topic,
         ClientError when none answers or the route is not a map."""
         now = time.monotonic()
         cached = self._routes.get(topic)
-        if cached and not refresh and now - cached[0] < self.route_refresh_s:
+        if cached and not refresh and now - cached[0] < self._route_refresh_s:
             return cached[1]
-        data = self.call_namesrv(rq.GetRouteInfo(topic=topic)).get("route")
+        data = self._call_namesrv(rq.GetRouteInfo(topic=topic)).get("route")
         if not isinstance(data, dict):
             raise ClientError(f"the name server's route of {topic!r} is {_short(data)}, not a map")
         route = Route(topic, data)
@@ -341,10 +344,10 @@ class ClientBase:
         self._routes[topic] = (now, route)
         return route
 
-    def cluster_info(self) -> dict[str, Any]:
+    def _cluster_info(self) -> dict[str, Any]:
         """The name server's cluster info, with every broker address that is not host:port left out
         (and brokers left with no address, and `live` entries under such an address)."""
-        info = self.call_namesrv(rq.GetClusterInfo()).get("cluster")
+        info = self._call_namesrv(rq.GetClusterInfo()).get("cluster")
         if not isinstance(info, dict):
             raise ClientError(f"the name server's cluster info is {_short(info)}, not a map")
         skipped: list[str] = []
@@ -368,35 +371,35 @@ class ClientBase:
                     self._skips_logged.add(what)
                 log.warning("%s from the name server: skipped %s", where, what)
 
-    def slave_addrs(self, names: Iterable[str]) -> list[str]:
+    def _slave_addrs(self, names: Iterable[str]) -> list[str]:
         """Slave addresses (ids >= 1) of these broker names, from the last cluster info."""
         brokers = self._cluster.get("brokers", {})
         return [a for n in names for bid, a in sorted((brokers.get(n) or {}).get("addrs", {}).items())
                 if str(bid) != "0"]
 
-    def broker_addr(self, broker: str, topic: str | None = None) -> str:
+    def _broker_addr(self, broker: str, topic: str | None = None) -> str:
         """The address of broker name `broker` (its master's, else a slave's): from `topic`'s
         route when given, else from the cluster info. ClientError if no name server has it."""
         if topic:
-            routed = self.route(topic).addrs.get(broker)
+            routed = self._route(topic).addrs.get(broker)
             if routed:
                 return routed
-        info = self.cluster_info()["brokers"].get(broker)
+        info = self._cluster_info()["brokers"].get(broker)
         if not info:
             raise ClientError(f"broker {broker!r} is not registered with any name server")
         addr: str = info["addrs"].get("0") or next(iter(info["addrs"].values()))
         return addr
 
-    def all_broker_addrs(self) -> dict[str, str]:
+    def _all_broker_addrs(self) -> dict[str, str]:
         """Broker name -> address (its master's, else a slave's) of every registered broker."""
         return {name: b["addrs"].get("0") or next(iter(b["addrs"].values()))
-                for name, b in self.cluster_info()["brokers"].items() if b["addrs"]}
+                for name, b in self._cluster_info()["brokers"].items() if b["addrs"]}
 
     # ---- reads from slaves ------------------------------------------------------------------
 
-    master_retry_s = 5.0   # after a failed read, the master is tried again this much later
+    _master_retry_s = 5.0   # after a failed read, the master is tried again this much later
 
-    def read_addr(self, topic: str, broker: str, route: Route | None = None, wait: bool = True) -> str | None:
+    def _read_addr(self, topic: str, broker: str, route: Route | None = None, wait: bool = True) -> str | None:
         """Where reads of a broker name go: its master, or (while the master's reads fail)
         its lowest-id slave. The cached route is used when there is one; without one,
         `wait=False` (IO thread) answers None instead of asking a name server."""
@@ -404,7 +407,7 @@ class ClientBase:
             cached = self._routes.get(topic)
             if cached is None and not wait:
                 return None
-            route = cached[1] if cached else self.route(topic)
+            route = cached[1] if cached else self._route(topic)
         ids = route.by_id.get(broker) or {}
         now = time.monotonic()
         for bid in sorted(ids):
@@ -413,23 +416,23 @@ class ClientBase:
                 return addr
         return route.addrs.get(broker)
 
-    def read_failed(self, addr: str) -> None:
+    def _read_failed(self, addr: str) -> None:
         """A read from `addr` failed with a connection error: use a slave for a while."""
-        self._read_down[addr] = time.monotonic() + self.master_retry_s
+        self._read_down[addr] = time.monotonic() + self._master_retry_s
 
-    def call_read(self, topic: str, broker: str, code: "int | rq.Schema",
+    def _call_read(self, topic: str, broker: str, code: "int | rq.Schema",
                   ext: dict[str, Any] | None = None) -> Envelope:
         """A read request (offsets, queue bounds; typed, quiver.wire.requests) to the master, else to a slave."""
-        addr = self.read_addr(topic, broker)
+        addr = self._read_addr(topic, broker)
         if addr is None:
             raise ClientError(f"broker {broker!r} of topic {topic!r} has no address")
-        return self.call_broker(addr, code, ext)
+        return self._call_broker(addr, code, ext)
 
     # ---- fault avoidance -----------------------------------------------------------------
 
-    def note_latency(self, broker: str, latency_ms: float, failed: bool = False) -> None:
+    def _note_latency(self, broker: str, latency_ms: float, failed: bool = False) -> None:
         """Record a request's latency to `broker` (or a failure): a slow or failing broker is
-        avoided for a while (RocketMQ's latency fault table; see `available`)."""
+        avoided for a while (RocketMQ's latency fault table; see `_available`)."""
         if failed:
             latency_ms = 10_000
         for bound, avoid in zip(_LATENCY_MAX, _NOT_AVAILABLE):
@@ -438,12 +441,12 @@ class ClientBase:
                     self._avoid[broker] = time.monotonic() + avoid / 1000
                 return
 
-    def available(self, broker: str) -> bool:
-        """False while `broker` is avoided after a slow or failed request (`note_latency`)."""
+    def _available(self, broker: str) -> bool:
+        """False while `broker` is avoided after a slow or failed request (`_note_latency`)."""
         until = self._avoid.get(broker)
         return until is None or until <= time.monotonic()
 
-    def call_broker(self, addr: str, code: "int | rq.Schema", ext: dict[str, Any] | None = None,
+    def _call_broker(self, addr: str, code: "int | rq.Schema", ext: dict[str, Any] | None = None,
                     bodies: Sequence[bytes] = (), timeout: float | None = None,
                     ok: tuple[int, ...] = (ResponseCode.SUCCESS,)) -> Envelope:
         """A request to a broker: `code` is a typed request (quiver.wire.requests), or a bare code with `ext`. Reads (offsets, queue bounds, consumer lists, lookups) sent
@@ -458,7 +461,7 @@ class ClientBase:
             try:
                 return self._io().call(a, code, ext, bodies, timeout or self.request_timeout, ok)
             except ClientError:
-                self.read_failed(a)
+                self._read_failed(a)
                 if i == len(order) - 1:
                     raise
         raise ClientError(f"no reply from {addr} or its slaves")  # not reached: the last failure raised

@@ -94,7 +94,7 @@ class PullConsumer(ClientBase):
         if opts.broadcast:
             raise ValueError("PullConsumer does not broadcast: use PushConsumer(broadcast=True)")
         self.group = group
-        self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
+        self._heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
         self.subscriptions: dict[str, MessageSelector] = {}
         self._pulled_buf = PullBuffer(opts.cached_msgs_per_queue)
         self._queues = self._pulled_buf.queues
@@ -103,7 +103,7 @@ class PullConsumer(ClientBase):
         self._commit_lock = threading.Lock()   # commits and offset resets, one at a time
         self._bad = BadRecords(opts.on_bad_record)
         self._resets = 0
-        self._rebalancer = Rebalancer(self.brokers, group, opts.allocate)   # .missing: subscribed topics not there yet
+        self._rebalancer = Rebalancer(self._brokers, group, opts.allocate)   # .missing: subscribed topics not there yet
         self._rebalance = RebalanceLoop(self._rebalancer, opts.rebalance_interval_ms / 1000,
                                         lambda: list(self.subscriptions), self._queues, self._take, self._drop,
                                         listener=opts.rebalance_listener)
@@ -114,7 +114,7 @@ class PullConsumer(ClientBase):
         an SQL92 expression is checked then (SubscriptionParseError), else at start()."""
         sel = filter_route.as_selector(expression)
         if self._started:
-            filter_route.check_subscription(self.brokers, topic, sel, self.group)
+            filter_route.check_subscription(self._brokers, topic, sel, self.group)
         self.subscriptions[topic] = sel
         if self._started:
             self._resubscribed()
@@ -133,8 +133,8 @@ class PullConsumer(ClientBase):
         return True
 
     def _resubscribed(self) -> None:
-        self.send_heartbeats()   # brokers learn the subscriptions; a queue given up commits first
-        self.rebalance()
+        self._send_heartbeats()   # brokers learn the subscriptions; a queue given up commits first
+        self._rebalance_now()
 
     def _change_soon(self, topic: str, expression: str | MessageSelector | None) -> None:
         """subscribe (`expression`) or unsubscribe (None) without waiting for the brokers: the
@@ -154,13 +154,13 @@ class PullConsumer(ClientBase):
         super().start()
         try:
             for topic, sel in self.subscriptions.items():
-                filter_route.check_subscription(self.brokers, topic, sel, self.group)
+                filter_route.check_subscription(self._brokers, topic, sel, self.group)
         except QuiverError:
             super().shutdown()
             raise
         self._stop.clear()
         self._timer = DelayedCalls(f"pull-consumer-{self.group}")
-        self._puller = QueuePuller(self.brokers, self.group, self.options, self._timer.call_later, self._bad)
+        self._puller = QueuePuller(self._brokers, self.group, self.options, self._timer.call_later, self._bad)
         # quiver.testing's fake network has no sockets to hold pulls on: there the IO thread holds them
         if self.options.direct_poll and isinstance(self.transport, Transport):
             self._direct = DirectPolls(credentials_from(self.credentials))
@@ -184,7 +184,7 @@ class PullConsumer(ClientBase):
 
     # ---- assignment and offsets ---------------------------------------------------
 
-    def heartbeat_payload(self) -> rq.HeartBeat:
+    def _heartbeat_payload(self) -> rq.HeartBeat:
         """The group's heartbeat: its subscriptions, what brokers rebalance and filter by."""
         me = rq.ConsumerData(group=self.group, subscriptions=filter_route.wire_subscriptions(self.subscriptions),
                              consume_type="PULL", model="CLUSTERING", consume_from=str(self.options.consume_from))
@@ -198,21 +198,21 @@ class PullConsumer(ClientBase):
         if req.group == self.group:
             self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
 
-    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
+    _push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
 
-    def rebalance(self) -> None:
+    def _rebalance_now(self) -> None:
         """Take this client's share of every subscribed topic's queues; give up the rest."""
         self._rebalance.step()
 
     def _take(self, mq: MessageQueue, notified_at: float | None = None) -> bool:
         try:
-            addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
+            addr = self._read_addr(mq.topic, mq.broker)   # a slave while the master is down
             if addr is None:
                 raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
-            offset = query_offset(self.brokers, self.group, mq, addr)
+            offset = query_offset(self._brokers, self.group, mq, addr)
             if offset is None:
-                offset = start_offset(self.brokers, mq, addr, self.options.consume_from)
+                offset = start_offset(self._brokers, mq, addr, self.options.consume_from)
         except (QuiverError, KeyError) as exc:
             log.warning("cannot take %s: %s", mq, exc)
             return False
@@ -269,20 +269,20 @@ class PullConsumer(ClientBase):
         """`seek` every assigned queue to its first message stored at or after `ts_ms` (epoch ms)."""
         for mq, st in list(self._queues.items()):
             req = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=int(ts_ms))
-            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
+            self.seek(mq, rq.OffsetReply.decode(self._call_broker(st.addr, req).ext).offset)
 
     def seek_to_begin(self) -> None:
         """`seek` every assigned queue to its first stored message."""
         for mq, st in list(self._queues.items()):
             req = rq.GetMinOffset(topic=mq.topic, queue_id=mq.queue_id)
-            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
+            self.seek(mq, rq.OffsetReply.decode(self._call_broker(st.addr, req).ext).offset)
 
     def seek_to_end(self) -> None:
         """`seek` every assigned queue past its last stored message: only what arrives from now
         on is consumed (Kafka's seek_to_end)."""
         for mq, st in list(self._queues.items()):
             req = rq.GetMaxOffset(topic=mq.topic, queue_id=mq.queue_id)
-            self.seek(mq, rq.OffsetReply.decode(self.call_broker(st.addr, req).ext).offset)
+            self.seek(mq, rq.OffsetReply.decode(self._call_broker(st.addr, req).ext).offset)
 
     def committed(self, mq: MessageQueue) -> int | None:
         """The offset this consumer last stored for `mq`, None if none yet or not assigned."""
@@ -303,13 +303,13 @@ class PullConsumer(ClientBase):
         """Store a queue's offset on its broker (commit, release, reset); QuiverError if it fails."""
         req = rq.UpdateConsumerOffset(group=self.group, topic=st.mq.topic, queue_id=st.mq.queue_id, offset=offset)
         try:
-            self.call_broker(st.addr, req)
+            self._call_broker(st.addr, req)
         except ClientError:  # its master is unreachable: the slave keeps it meanwhile
-            self.read_failed(st.addr)
-            addr = self.read_addr(st.mq.topic, st.mq.broker, wait=False)
+            self._read_failed(st.addr)
+            addr = self._read_addr(st.mq.topic, st.mq.broker, wait=False)
             if not addr or addr == st.addr:
                 raise
-            self.call_broker(addr, req)
+            self._call_broker(addr, req)
         st.committed = offset
 
     # ---- pulling (IO-thread callbacks) --------------------------------------------------

@@ -182,10 +182,10 @@ class Producer(Requesting, ClientBase):
 
     def _pick(self, topic: str, avoid: str | None = None, key: str | None = None) -> tuple[MessageQueue, str]:
         cached = self._routes.get(topic)  # the common case, inline: this runs for every message
-        if cached is not None and time.monotonic() - cached[0] < self.route_refresh_s:
+        if cached is not None and time.monotonic() - cached[0] < self._route_refresh_s:
             route = cached[1]
         else:
-            route = self.route(topic)
+            route = self._route(topic)
         queues = route.write_queues
         if not queues:
             raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic!r} has no writable queue")
@@ -200,18 +200,18 @@ class Producer(Requesting, ClientBase):
             if mq.broker == avoid:
                 fallback = fallback or mq
                 continue
-            if self.available(mq.broker):
+            if self._available(mq.broker):
                 return mq, route.addr(mq.broker)
             fallback = fallback or mq
         mq = fallback or queues[start % n]
         return mq, route.addr(mq.broker)
 
-    def route(self, topic: str, refresh: bool = False) -> Route:
-        """`topic`'s route (see ClientBase.route); a topic no name server knows yet gets every
+    def _route(self, topic: str, refresh: bool = False) -> Route:
+        """`topic`'s route (see ClientBase._route); a topic no name server knows yet gets every
         registered broker's default queues (the broker auto-creates it if allowed).
         TopicNotExistError when no broker is registered."""
         try:
-            route = super().route(topic, refresh)
+            route = super()._route(topic, refresh)
         except QuiverError as exc:
             if getattr(exc, "code", None) != ResponseCode.TOPIC_NOT_EXIST:
                 raise
@@ -219,12 +219,12 @@ class Producer(Requesting, ClientBase):
         cached = self._routes.get(topic)
         if not route.write_queues and cached is not None and cached[1] is route:
             # no master in it (a failover under way): asked again soon, not after route_refresh_s
-            self._routes[topic] = (min(cached[0], time.monotonic() - self.route_refresh_s + MASTERLESS_ROUTE_S), route)
+            self._routes[topic] = (min(cached[0], time.monotonic() - self._route_refresh_s + MASTERLESS_ROUTE_S), route)
         return route
 
     def _default_route(self, topic: str) -> Route:
         """No route yet: offer every broker (it auto-creates the topic if allowed)."""
-        brokers = [{"broker_name": n, "addrs": {"0": a}} for n, a in self.all_broker_addrs().items()]
+        brokers = [{"broker_name": n, "addrs": {"0": a}} for n, a in self._all_broker_addrs().items()]
         if not brokers:
             raise error_for(ResponseCode.TOPIC_NOT_EXIST, f"no route for {topic!r} and no broker is registered")
         return Route(topic, {"brokers": brokers, "queues": [
@@ -249,7 +249,7 @@ class Producer(Requesting, ClientBase):
               arg: object) -> SendResult:
         self._need_started()
         if queue is not None or selector is not None:
-            mq, addr = self.chosen_queue(msg, queue, selector, arg)
+            mq, addr = self._chosen_queue(msg, queue, selector, arg)
             return self._send_to(mq, addr, msg, timeout)
         msg_id, props = self._encode(msg)
         return self._send_sync(msg.topic, [msg_id], [props], [msg.body], [msg.flag],
@@ -260,25 +260,25 @@ class Producer(Requesting, ClientBase):
         The key is required: without one there is no order to keep (MessageIllegalError)."""
         self._need_started()
         if self.metrics is not None:
-            return self.metrics.timed_send(msg.topic, 1, lambda: self._send_to(*self.orderly_queue(msg, sharding_key),
+            return self.metrics.timed_send(msg.topic, 1, lambda: self._send_to(*self._orderly_queue(msg, sharding_key),
                                                                               msg, timeout))
-        mq, addr = self.orderly_queue(msg, sharding_key)
+        mq, addr = self._orderly_queue(msg, sharding_key)
         return self._send_to(mq, addr, msg, timeout)
 
-    def orderly_queue(self, msg: Message, sharding_key: str) -> tuple[MessageQueue, str]:
+    def _orderly_queue(self, msg: Message, sharding_key: str) -> tuple[MessageQueue, str]:
         """(queue, broker address) of `sharding_key`: the same key, the same queue."""
         if sharding_key is None or not str(sharding_key).strip():
             raise MessageIllegalError(f"send_orderly needs a sharding key (got {sharding_key!r}): messages with the "
                                       "same key go to the same queue, in order; use send() for unordered messages")
         return self._pick(msg.topic, key=str(sharding_key))
 
-    def chosen_queue(self, msg: Message, queue: MessageQueue | None = None, selector: QueueSelector | None = None,
+    def _chosen_queue(self, msg: Message, queue: MessageQueue | None = None, selector: QueueSelector | None = None,
                      arg: object = None) -> tuple[MessageQueue, str]:
         """(queue, broker address) given by `queue` or by `selector(write_queues, msg, arg)`;
         MessageIllegalError if it is not a writable queue of the message's topic."""
         if (queue is None) == (selector is None):
             raise ClientError("give queue= or selector=, not both")
-        route = self.route(msg.topic)
+        route = self._route(msg.topic)
         if selector is not None:
             queue = selector(list(route.write_queues), msg, arg)
         if not isinstance(queue, MessageQueue) or queue not in route.write_queues:
@@ -289,7 +289,7 @@ class Producer(Requesting, ClientBase):
         msg_id, props = self._encode(msg)
         req, frames = self._request(mq, [props], [msg.flag], [msg.body])
         t0 = time.monotonic()
-        env = self.call_broker(addr, req, None, frames, timeout or self.send_timeout, ok=tuple(_STATUS))
+        env = self._call_broker(addr, req, None, frames, timeout or self.send_timeout, ok=tuple(_STATUS))
         results = self._result(env, mq, addr, [msg_id])
         tracer = self.tracer
         if tracer is not None:
@@ -321,10 +321,10 @@ class Producer(Requesting, ClientBase):
             return results
         if self.metrics is not None:
             self.metrics.watch_send(topic, len(ids), fut)
-        self.call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, build)
+        self._call_async(fut, topic, props, bodies, flags, RequestCode.SEND_BATCH_MESSAGE, build)
         return fut
 
-    def call_async(self, fut: Future[Any], topic: str, props: list[str], bodies: list[bytes], flags: list[int],
+    def _call_async(self, fut: Future[Any], topic: str, props: list[str], bodies: list[bytes], flags: list[int],
                    code: int, build: Build, sys_flag: int = 0, avoid: str | None = None, attempt: int = 0,
                    queue: tuple[MessageQueue, str] | None = None) -> None:
         """The non-blocking twin of `_call_with_retry`: completes `fut` with `build(reply, queue,
@@ -346,13 +346,13 @@ class Producer(Requesting, ClientBase):
                     raise error_for(env.code, env.remark or "")
                 result = build(env, mq, addr)
             except QuiverError as exc:
-                self.note_latency(mq.broker, 0, failed=True)
+                self._note_latency(mq.broker, 0, failed=True)
                 if queue is None and attempt < self.retries and _retryable(exc):
-                    self.call_async(fut, topic, props, bodies, flags, code, build, sys_flag, mq.broker, attempt + 1)
+                    self._call_async(fut, topic, props, bodies, flags, code, build, sys_flag, mq.broker, attempt + 1)
                 else:
                     fut.set_exception(exc)
                 return
-            self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+            self._note_latency(mq.broker, (time.monotonic() - t0) * 1000)
             fut.set_result(result)
         try:
             self._io().send(addr, code, req.ext(), frames, done, self.send_timeout)
@@ -413,15 +413,15 @@ class Producer(Requesting, ClientBase):
             try:
                 req, frames = self._request(mq, props, flags, bodies, sys_flag=sys_flag)
                 env = self._io().call(addr, code, req.ext(), frames, left, ok=tuple(_STATUS))
-                self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                self._note_latency(mq.broker, (time.monotonic() - t0) * 1000)
                 return env, mq, addr
             except QuiverError as exc:
                 last = exc
                 if not _retryable(exc):
                     raise
-                self.note_latency(mq.broker, 0, failed=True)
+                self._note_latency(mq.broker, 0, failed=True)
                 avoid = mq.broker
-                self.route(topic, refresh=True)
+                self._route(topic, refresh=True)
                 log.info("send to %s failed (%s); retrying elsewhere", mq.broker, exc)
         raise last or ClientError(f"send to {topic!r} timed out")
 
@@ -444,7 +444,7 @@ class Producer(Requesting, ClientBase):
         """Future[SendResult] without waiting; `callback(future)` runs on the IO thread when it
         completes. `queue` / `selector` / `arg` as in `send` (a chosen queue is not batched)."""
         self._need_started()
-        chosen = self.chosen_queue(msg, queue, selector, arg) if queue is not None or selector is not None else None
+        chosen = self._chosen_queue(msg, queue, selector, arg) if queue is not None or selector is not None else None
         msg_id, props = self._encode(msg)
         fut: Future[SendResult] = LightFuture(callback)
         if self.metrics is not None:
@@ -515,14 +515,14 @@ class Producer(Requesting, ClientBase):
             except QuiverError as e:
                 exc = e
             else:
-                self.note_latency(mq.broker, (time.monotonic() - t0) * 1000)
+                self._note_latency(mq.broker, (time.monotonic() - t0) * 1000)
                 tracer = self.tracer
                 if tracer is not None:   # one tuple queued per batch: the encoding is the dispatcher's
                     tracer.pub(results, [i[1] for i in items], t0)
                 for item, res in zip(items, results):
                     item[4].set_result(res)
                 return
-        self.note_latency(mq.broker, 0, failed=True)
+        self._note_latency(mq.broker, 0, failed=True)
         for msg_id, props, body, flag, fut, attempt in items:
             if attempt < self.retries and _retryable(exc):
                 self._enqueue(mq.topic, (msg_id, props, body, flag, fut, attempt + 1), mq.broker)
@@ -536,20 +536,20 @@ class Producer(Requesting, ClientBase):
         it is the right to cancel. See `quiver.client.scheduled.cancel`."""
         from quiver.client import scheduled
         self._need_started()
-        return scheduled.cancel(self, msg_id, topic, group, timeout)
+        return scheduled.cancel(self._brokers, msg_id, topic, group, timeout)
 
-    def pick_queue(self, topic: str, avoid: str | None = None) -> tuple[MessageQueue, str]:
+    def _pick_queue(self, topic: str, avoid: str | None = None) -> tuple[MessageQueue, str]:
         """(queue, broker address) the next send of `topic` goes to, avoiding broker `avoid`."""
         return self._pick(topic, avoid)
 
-    retryable = staticmethod(_retryable)
+    _retryable = staticmethod(_retryable)
 
-    def send_prepared(self, msg: Message, mq: MessageQueue, addr: str, system: dict[str, str],
+    def _send_prepared(self, msg: Message, mq: MessageQueue, addr: str, system: dict[str, str],
                       code: int = RequestCode.SEND_MESSAGE) -> Future[SendResult]:
         """One message with SDK-set reserved properties to a chosen queue, not retried elsewhere."""
         msg_id, props = self._encode(msg, system)
         fut: Future[SendResult] = LightFuture()
-        self.call_async(fut, msg.topic, [props], [msg.body], [msg.flag], code,
+        self._call_async(fut, msg.topic, [props], [msg.body], [msg.flag], code,
                         lambda env, q, a: self._result(env, q, a, [msg_id])[0], queue=(mq, addr))
         return fut
 
@@ -570,7 +570,7 @@ def trace_producer(namesrv: str | list[str], credentials: str | Credentials | No
     """A started, untraced Producer for trace records (on `transport_factory` when given)."""
     p = Producer(TRACE_PRODUCER_GROUP, namesrv=namesrv, credentials=credentials, trace=False)
     if transport_factory is not None:
-        p.transport_factory = transport_factory
+        p._transport_factory = transport_factory
     return p.start()
 
 
@@ -578,5 +578,5 @@ def client_tracer(client: ClientBase) -> ClientTrace:
     """The tracer factory of traced clients: their events go through a trace queue with a
     Producer of its own, on the client's name servers and transport factory."""
     queue = TraceQueue(make_producer=lambda: trace_producer(client.namesrvs, client.credentials,
-                                                            client.transport_factory))
+                                                            client._transport_factory))
     return ClientTrace(queue, getattr(client, "group", None), client.client_id)

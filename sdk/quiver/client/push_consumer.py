@@ -110,19 +110,19 @@ class PushConsumer(ClientBase):
         self.options = opts = ConsumerOptions.build(options, **settings)
         self.group = group
         self.broadcast = opts.broadcast
-        self.heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
+        self._heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
         self.retry_topic = f"{RETRY_PREFIX}{group}"
         self.subscriptions: dict[str, MessageSelector] = {}
         self._listener: Listener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._locks = QueueLocks(group, self.client_id, self.call_broker)   # orderly: broker locks (queue_locks.py)
-        self._rebalance = RebalanceLoop(Rebalancer(self.brokers, group, opts.allocate, opts.broadcast),
+        self._locks = QueueLocks(group, self.client_id, self._call_broker)   # orderly: broker locks (queue_locks.py)
+        self._rebalance = RebalanceLoop(Rebalancer(self._brokers, group, opts.allocate, opts.broadcast),
                                         opts.rebalance_interval_ms / 1000, self._topics, self._pqs, self._add,
-                                        self._drop, changed=self.send_heartbeats,  # brokers learn the owners
+                                        self._drop, changed=self._send_heartbeats,  # brokers learn the owners
                                         listener=opts.rebalance_listener)
-        self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self.client_host}@{opts.instance_name}", group)
-                        if opts.broadcast else RemoteOffsetStore(self.brokers, group))
+        self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self._client_host}@{opts.instance_name}", group)
+                        if opts.broadcast else RemoteOffsetStore(self._brokers, group))
         self._running = False
         self._state_lock = threading.RLock()   # queue state and offsets vs an offset reset (see above)
         self._bad = BadRecords(opts.on_bad_record)
@@ -130,7 +130,7 @@ class PushConsumer(ClientBase):
         self._drop_threads: list[threading.Thread] = []
         self.rebalance_latencies_ms: list[float] = []  # notification -> new owner's first pull
 
-    client_host = socket.gethostname()
+    _client_host = socket.gethostname()
 
     # ---- public API -----------------------------------------------------------------------
 
@@ -141,10 +141,10 @@ class PushConsumer(ClientBase):
         sel = filter_route.as_selector(expression)
         if self._running:
             self._check_topic(topic)
-            filter_route.check_subscription(self.brokers, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
+            filter_route.check_subscription(self._brokers, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
         self.subscriptions[topic] = sel
         if self._running:
-            self.send_heartbeats()
+            self._send_heartbeats()
             self._rebalance.wake()
 
     def unsubscribe(self, topic: str) -> None:
@@ -152,13 +152,13 @@ class PushConsumer(ClientBase):
         the group rebalances at once. Allowed before start() and while running; an unknown
         topic is ignored."""
         if self.subscriptions.pop(topic, None) is not None and self._running:
-            self.send_heartbeats()
+            self._send_heartbeats()
             self._rebalance.wake()
 
     def _check_topic(self, topic: str) -> None:
         """With wait_for_topic=False: TopicNotExistError for a topic no name server knows."""
         if not self.options.wait_for_topic:
-            self.route(topic, refresh=True)
+            self._route(topic, refresh=True)
 
     def register(self, fn: Listener, orderly: bool = False) -> None:
         """fn(msgs: list[MessageExt]) -> ConsumeResult; raising counts as RECONSUME_LATER."""
@@ -181,21 +181,21 @@ class PushConsumer(ClientBase):
             raise ClientError("no subscription: call subscribe(topic, expression) before start()")
         opts = self.options
         self._timer = DelayedCalls(f"push-consumer-{self.group}")
-        self._puller = QueuePuller(self.brokers, self.group, opts, self._timer.call_later, self._bad)
+        self._puller = QueuePuller(self._brokers, self.group, opts, self._timer.call_later, self._bad)
         self._running = True
         super().start()   # the tracer too
         self._consume = ConsumeService(self.group, opts, self._listener, orderly=self._orderly,
-                                       broadcast=self.broadcast, timer=self._timer, call_broker=self.call_broker,
+                                       broadcast=self.broadcast, timer=self._timer, call_broker=self._call_broker,
                                        commit=self._consumed, relock=self._locks.relock, tracer=self.tracer)
         self._consume.metrics = self.metrics
         if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
-            popper = Popper(self.brokers, self.group, consume_from="first" if opts.consume_from == "first" else "last",
+            popper = Popper(self._brokers, self.group, consume_from="first" if opts.consume_from == "first" else "last",
                             fifo=self._orderly, max_reconsume_times=opts.max_reconsume_times)
             self._pop_loop = PopPushLoop(popper, self._consume, lambda: self.subscriptions, opts, self.request_timeout)
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
             for topic, sel in list(self.subscriptions.items()):
                 self._check_topic(topic)
-                filter_route.check_subscription(self.brokers, topic, sel, self.group)
+                filter_route.check_subscription(self._brokers, topic, sel, self.group)
         except QuiverError:
             self.shutdown()
             raise
@@ -205,7 +205,7 @@ class PushConsumer(ClientBase):
         if not self.broadcast:
             self._ensure_retry_topic()
         self._rebalance.start("rebalance")
-        self._timer.every(opts.commit_interval_ms / 1000, self.persist_offsets)
+        self._timer.every(opts.commit_interval_ms / 1000, self._persist_offsets)
         if self._orderly and not self.broadcast:
             self._timer.every(opts.lock_interval_ms / 1000,
                               lambda: self._locks.renew(list(self._pqs.values()), self._consume.kick_orderly))
@@ -245,7 +245,7 @@ class PushConsumer(ClientBase):
         self._rebalance.release_all()
         for t in self._drop_threads:
             t.join(5.0)
-        self.persist_offsets(sync=True)
+        self._persist_offsets(sync=True)
         self._timer.stop()
         super().shutdown()
 
@@ -257,7 +257,7 @@ class PushConsumer(ClientBase):
             topics.append(self.retry_topic)
         return topics
 
-    def heartbeat_payload(self) -> rq.HeartBeat:
+    def _heartbeat_payload(self) -> rq.HeartBeat:
         """The group's heartbeat: its subscriptions (the retry topic's too) and owned queues."""
         subs = filter_route.wire_subscriptions(self.subscriptions)
         if not self.broadcast:
@@ -276,48 +276,48 @@ class PushConsumer(ClientBase):
         if req.group == self.group and self._running:
             self._reset({MessageQueue(req.topic, req.broker, q): off for q, off in req.offsets})
 
-    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
+    _push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _on_ids_changed,
                      RequestCode.RESET_CONSUMER_CLIENT_OFFSET: _on_reset}
 
     def _ensure_retry_topic(self) -> None:
         """The group's retry topic (1 queue) on every broker, as RocketMQ creates it on heartbeat."""
         try:
-            self.route(self.retry_topic, refresh=True)
+            self._route(self.retry_topic, refresh=True)
             return
         except TopicNotExistError:
             pass
         except QuiverError as exc:
             log.warning("retry topic route: %s", exc)
             return
-        for name, addr in self.all_broker_addrs().items():
+        for name, addr in self._all_broker_addrs().items():
             try:
-                self.call_broker(addr, rq.CreateTopic(topic=self.retry_topic, read=1, write=1))
+                self._call_broker(addr, rq.CreateTopic(topic=self.retry_topic, read=1, write=1))
             except QuiverError as exc:
                 log.warning("creating %s on %s failed: %s", self.retry_topic, name, exc)
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             try:
-                self.route(self.retry_topic, refresh=True)
+                self._route(self.retry_topic, refresh=True)
                 return
             except QuiverError:
                 time.sleep(0.05)
 
     # ---- rebalance ------------------------------------------------------------------------------
 
-    def rebalance(self) -> None:
+    def _rebalance_now(self) -> None:
         """Take this client's share of every subscribed topic's queues (and its retry queue); give up the rest."""
         self._rebalance.step()
 
     def _add(self, mq: MessageQueue, notified_at: float | None) -> bool:
         try:
-            addr = self.read_addr(mq.topic, mq.broker)   # a slave while the master is down
+            addr = self._read_addr(mq.topic, mq.broker)   # a slave while the master is down
             if addr is None:
                 raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
             if self._orderly and not self.broadcast and not self._locks.lock(addr, [mq]):
                 return False
             off = self.offsets.read(mq, addr)
             if off is None:
-                off = start_offset(self.brokers, mq, addr, self.options.consume_from)
+                off = start_offset(self._brokers, mq, addr, self.options.consume_from)
         except (QuiverError, KeyError) as exc:
             log.warning("cannot take %s: %s", mq, exc)
             return False
@@ -365,7 +365,7 @@ class PushConsumer(ClientBase):
         except QuiverError as exc:
             log.warning("offset of dropped %s not stored: %s", pq.mq, exc)
 
-    def persist_offsets(self, sync: bool = False) -> None:
+    def _persist_offsets(self, sync: bool = False) -> None:
         """Store every owned queue's offset (its lowest unfinished message) on its broker, or in
         the local file when broadcasting; `sync` waits for the answers. Done every
         commit_interval_ms and on shutdown; a failure is logged."""

@@ -27,7 +27,7 @@ a count, the consumer's `on_bad_record`), everything else is delivered, and
 when the rest of a body cannot even be walked the consumer pulls it again one
 record at a time, so one bad record never stops a queue. The target
 is the queue's broker for a tag subscription - its master, or while the
-master's reads fail its lowest-id slave (`ClientBase.read_addr`); an
+master's reads fail its lowest-id slave (`ClientBase._read_addr`); an
 unreachable broker is marked (`read_failed`) and the next pull goes to the
 slave - or, for SQL92, the nearest filter server (one of that broker's own,
 else any live one of its cluster, the pull naming the broker: filter_route.py),
@@ -151,7 +151,7 @@ def read(env) -> Pulled:
 
 
 def fetch(client, addr: str, req: rq.PullMessage, timeout: float | None = None) -> Pulled:
-    """A blocking pull through `client.call_broker` (txn-checker, admin)."""
+    """A blocking pull through `client.call_broker` (a BrokerAccess: txn-checker, admin)."""
     return read(client.call_broker(addr, req, timeout=timeout, ok=ANSWERS))
 
 

@@ -81,8 +81,8 @@ class Requests:
             return
         p = self.producer
         hb = rq.HeartBeat(client_id=p.client_id, producers=[p.group])
-        brokers = p.all_broker_addrs()
-        transport = p.brokers.transport
+        brokers = p._all_broker_addrs()
+        transport = p._brokers.transport
         futs = [transport.call_future(addr, hb, timeout=timeout) for addr in brokers.values()]
         wait(futs, timeout)
         self._clusters.update(self._cluster_of_brokers())
@@ -106,7 +106,7 @@ class Requests:
 
     def _send(self, msg: Message, cid: str, timeout: float, avoid: str | None, attempt: int) -> None:
         p = self.producer
-        mq, addr = p.pick_queue(msg.topic, avoid)
+        mq, addr = p._pick_queue(msg.topic, avoid)
         system = {CORRELATION_ID: cid, REPLY_TO_CLIENT: p.client_id, TTL: str(int(timeout * 1000)),
                   CLUSTER: self._cluster(mq.broker, fetch=attempt == 0)}
 
@@ -114,14 +114,14 @@ class Requests:
             exc = f.exception()
             if exc is None:
                 return
-            if attempt < p.retries and isinstance(exc, Exception) and p.retryable(exc) and cid in self._waiting:
+            if attempt < p.retries and isinstance(exc, Exception) and p._retryable(exc) and cid in self._waiting:
                 try:
                     self._send(msg, cid, timeout, mq.broker, attempt + 1)
                     return
                 except Exception as again:
                     exc = again
             self._settle(cid, exc)
-        p.send_prepared(msg, mq, addr, system).add_done_callback(sent)
+        p._send_prepared(msg, mq, addr, system).add_done_callback(sent)
 
     def _cluster(self, broker: str, fetch: bool = True) -> str:
         cluster = self._clusters.get(broker)
@@ -129,13 +129,13 @@ class Requests:
             self._clusters.update(self._cluster_of_brokers())
             cluster = self._clusters.get(broker)
             # a broker new since ready(): heartbeat now, ahead of the request on the same connection
-            self.producer.send_heartbeats()
+            self.producer._send_heartbeats()
         if not cluster:
             raise ClientError(f"broker {broker!r} is in no cluster the name servers know: cannot name its reply topic")
         return cluster
 
     def _cluster_of_brokers(self) -> dict[str, str]:
-        brokers = self.producer.cluster_info().get("brokers", {})
+        brokers = self.producer._cluster_info().get("brokers", {})
         return {name: b.get("cluster") or "" for name, b in brokers.items()}
 
     # ---- the correlation table -----------------------------------------------------------
@@ -242,7 +242,7 @@ def reply_properties(request: MessageExt) -> tuple[str, dict[str, str]]:
 def reply_queue(producer: Any, request: MessageExt, topic: str) -> tuple[MessageQueue, str]:
     """Queue 0 of the reply topic on the broker that stored `request` (the requester sent there,
     so it is connected to it); ClientError if that broker is gone."""
-    return MessageQueue(topic, request.broker, 0), producer.broker_addr(request.broker, request.topic)
+    return MessageQueue(topic, request.broker, 0), producer._broker_addr(request.broker, request.topic)
 
 
 def send_reply(producer: Any, request: MessageExt, body: bytes,
@@ -251,7 +251,7 @@ def send_reply(producer: Any, request: MessageExt, body: bytes,
     topic, system = reply_properties(request)
     mq, addr = reply_queue(producer, request, topic)
     msg = Message(topic, body, properties=dict(properties or {}))
-    return producer.send_prepared(msg, mq, addr, system, RequestCode.SEND_REPLY_MESSAGE)
+    return producer._send_prepared(msg, mq, addr, system, RequestCode.SEND_REPLY_MESSAGE)
 
 
 class Requesting:
@@ -287,13 +287,13 @@ class Requesting:
         p._need_started()
         return send_reply(self, request, body, properties).result((timeout or p.send_timeout) + 1.0)
 
-    def heartbeat_payload(self) -> rq.HeartBeat | None:
+    def _heartbeat_payload(self) -> rq.HeartBeat | None:
         """A producer heartbeats its group (RocketMQ's producer heartbeat): the brokers list it as
         online, and push replies to its requests over that connection."""
         p: Any = self
         return rq.HeartBeat(client_id=p.client_id, producers=[p.group])
 
-    def heartbeat_brokers(self) -> dict[str, str]:
+    def _heartbeat_brokers(self) -> dict[str, str]:
         """The brokers this producer has routes to (no name-server call): it is online where it
         sends. A first request heartbeats every broker of the cluster (Requests.ready)."""
         p: Any = self
@@ -310,5 +310,5 @@ class Requesting:
         if self._requests is not None:
             self._requests.fail_all(f"{type(self).__name__} shut down before the reply came")
 
-    push_handlers: dict[int, Callable[[Any, str, Envelope], Any]] = {
+    _push_handlers: dict[int, Callable[[Any, str, Envelope], Any]] = {
         RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: _on_reply}

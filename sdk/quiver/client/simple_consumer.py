@@ -63,7 +63,7 @@ class SimpleConsumer(ClientBase):
         self.group = group
         self.await_duration_s = float(await_duration_s)
         self.subscriptions: dict[str, MessageSelector] = {}
-        self._popper = Popper(self, group, consume_from=consume_from, fifo=fifo,
+        self._popper = Popper(self._brokers, group, consume_from=consume_from, fifo=fifo,
                               max_reconsume_times=max_reconsume_times)
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:

@@ -79,10 +79,10 @@ class TransactionProducer(Producer):
                  heartbeat_interval_s: float = 30.0, **kw: Any) -> None:
         super().__init__(group, namesrv, **kw)
         self.checker = checker
-        self.heartbeat_interval_s = heartbeat_interval_s
+        self._heartbeat_interval_s = heartbeat_interval_s
         self.checks_answered = 0
 
-    def heartbeat_payload(self) -> rq.HeartBeat:
+    def _heartbeat_payload(self) -> rq.HeartBeat:
         """The producer group's heartbeat: brokers ask a live member of it about open transactions."""
         return rq.HeartBeat(client_id=self.client_id, producers=[self.group])
 
@@ -93,23 +93,23 @@ class TransactionProducer(Producer):
                             timeout: float | None = None) -> TransactionSendResult:
         """Half message -> execute(msg, arg) -> END_TRANSACTION. Returns the half's SendResult with
         transaction_id and local_state set."""
-        msg_id, props = self.half_properties(msg, execute, check_immunity_ms)
+        msg_id, props = self._half_properties(msg, execute, check_immunity_ms)
         t0 = time.monotonic()
         env, mq, addr = self._call_with_retry(msg.topic, [props], [msg.body], [msg.flag], RequestCode.SEND_MESSAGE,
                                               timeout, sys_flag=record.TX_PREPARED)
-        res, half = self.half_sent(env, mq, addr, msg_id, props, t0)
+        res, half = self._half_sent(env, mq, addr, msg_id, props, t0)
         state = TransactionState.ROLLBACK  # not safely stored: RocketMQ rolls back
         if res.status is SendStatus.SEND_OK:
             try:
-                state = execute(self.local_view(msg, msg_id), arg)
+                state = execute(self._local_view(msg, msg_id), arg)
             except Exception:
                 log.exception("local transaction %s failed: its state is UNKNOWN (the checker will ask)", msg_id)
                 state = TransactionState.UNKNOWN
-        return self.end_transaction(res, half, msg_id, state)
+        return self._end_transaction(res, half, msg_id, state)
 
     # the steps of send_in_transaction, shared with quiver.aio (which awaits execute)
 
-    def half_properties(self, msg: Message, execute: object, check_immunity_ms: int | None) -> tuple[str, str]:
+    def _half_properties(self, msg: Message, execute: object, check_immunity_ms: int | None) -> tuple[str, str]:
         """(msg id, properties) of the half message, after checking it can be one."""
         self._need_started()
         if isinstance(msg, (list, tuple)):
@@ -124,7 +124,7 @@ class TransactionProducer(Producer):
             half[CHECK_IMMUNITY] = max(1, round(check_immunity_ms / 1000))
         return msg_id, props + format_properties(half)
 
-    def half_sent(self, env: Envelope, mq: MessageQueue, addr: str, msg_id: str, props: str = "",
+    def _half_sent(self, env: Envelope, mq: MessageQueue, addr: str, msg_id: str, props: str = "",
                   started: float | None = None) -> tuple[TransactionSendResult, Half]:
         """The half's SendResult and (broker address, phys offset, queue offset) from its reply;
         traced as a Pub of a half message (`props`, `started`: its properties, monotonic send time)."""
@@ -138,11 +138,11 @@ class TransactionProducer(Producer):
         return res, (addr, phys, qoff)
 
     @staticmethod
-    def local_view(msg: Message, msg_id: str) -> Message:
+    def _local_view(msg: Message, msg_id: str) -> Message:
         """The copy `execute` receives: it carries the transaction id (`transaction_id(view)`)."""
         return dataclasses.replace(msg, properties={**msg.properties, UNIQ_KEY: msg_id, TRANSACTION_ID: msg_id})
 
-    def end_transaction(self, res: TransactionSendResult, half: Half, msg_id: str,
+    def _end_transaction(self, res: TransactionSendResult, half: Half, msg_id: str,
                         state: object) -> TransactionSendResult:
         """END_TRANSACTION with the local state (anything but a TransactionState counts as UNKNOWN)."""
         if not isinstance(state, TransactionState):
@@ -208,10 +208,10 @@ class TransactionProducer(Producer):
                     tracer.end_transaction(topic, addr, [(mid, answer)], from_check=True)
         return None
 
-    def heartbeat_brokers(self) -> dict[str, str]:
+    def _heartbeat_brokers(self) -> dict[str, str]:
         """Every broker of the cluster: any of them may hold its group's open transactions."""
-        return self.all_broker_addrs()
-    push_handlers = {**Producer.push_handlers, RequestCode.CHECK_TRANSACTION_STATE: _on_check}
+        return self._all_broker_addrs()
+    _push_handlers = {**Producer._push_handlers, RequestCode.CHECK_TRANSACTION_STATE: _on_check}
 
 
 def _check_message(addr: str, body: bytes, phys: int, qoff: int, txid: str, topic: str, qid: int, born: int,

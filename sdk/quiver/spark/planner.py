@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from quiver.client import filter_route
+from quiver.client.access import broker_access
 from quiver.client.admin import Admin
 from quiver.client.message import MessageSelector
 from quiver.client.range_reader import DataLossError, QueueRange
@@ -150,7 +151,7 @@ class Planner:
         """Every readable (topic, broker, queue id), routes refreshed (new queues and brokers show up)."""
         out: list[Queue] = []
         for topic in self.topics():
-            route = self.admin.route(topic, refresh=True)
+            route = broker_access(self.admin).route(topic, refresh=True)
             for mq in route.read_queues:
                 addr = route.addrs[mq.broker]
                 assert addr is not None   # Route reads only brokers with an address
@@ -159,7 +160,7 @@ class Planner:
                 self.filters[mq.broker] = tuple(a for tier in filter_route.candidates(route, addr) for a in tier)
                 out.append((mq.topic, mq.broker, mq.queue_id))
             if self.opts.sql is not None and topic not in self._checked_sql:
-                filter_route.check_subscription(self.admin, topic, MessageSelector.sql(self.opts.sql))
+                filter_route.check_subscription(broker_access(self.admin), topic, MessageSelector.sql(self.opts.sql))
                 self._checked_sql.add(topic)
         return out
 

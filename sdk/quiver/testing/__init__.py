@@ -24,7 +24,7 @@ service sees it); `count(code, addr)` says what was sent. Not simulated: the
 scheduler, txn-checker and filter (tests/e2e runs them), replication, socket limits.
 
 A client made by `cluster.client(...)` or passed to `attach()` gets the
-network's FakeTransport through its `transport_factory`; a service gets its
+network's FakeTransport through its `_transport_factory`; a service gets its
 router through `Service.use_socket`. No service package is imported until a
 cluster is made.
 """

@@ -48,7 +48,7 @@ Callback = Callable[[Any], Any]
 
 class _Attachable(Protocol):
     """A client attach() can give a network: a ClientBase, or a quiver.aio client."""
-    transport_factory: Any
+    _transport_factory: Any
 
 
 C = TypeVar("C", bound=_Attachable)
@@ -489,5 +489,5 @@ def attach(client: C, network: FakeNetwork) -> C:
     """Make `client` (any ClientBase, not yet started) use `network` from its next start()."""
     if getattr(client, "_started", False):
         raise ClientError(f"{type(client).__name__} is already started: attach it before start()")
-    client.transport_factory = network.transport
+    client._transport_factory = network.transport
     return client

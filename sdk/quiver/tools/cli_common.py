@@ -17,6 +17,8 @@ from datetime import datetime, timezone
 
 import click
 
+from quiver.client.access import broker_access
+
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_SERVER = 0, 1, 2, 3
 PIPE_WIDTH = 10_000   # piped output is never wrapped or cut: a script greps whole ids
 FORMATS = ("table", "json")
@@ -133,7 +135,7 @@ MSG_ID = MsgIdType()
 
 def check_brokers(admin, names) -> None:
     """Broker names the name servers do not know are a typo, not an outage: exit 2."""
-    known = admin.all_broker_addrs()
+    known = broker_access(admin).all_broker_addrs()
     unknown = sorted(set(n for n in names if n) - set(known))
     if unknown:
         finish(EXIT_USAGE, f"error: unknown broker {', '.join(unknown)} (known: {', '.join(sorted(known)) or 'none'})")

@@ -8,6 +8,7 @@ import time
 
 import click
 
+from quiver.client.access import broker_access
 from quiver.tools.cli_common import (EXIT_NOT_FOUND, EXIT_SERVER, MSG_ID, TOPIC, check_brokers, finish, ms_text,
                                      output_option, parse_props, parse_when, print_json, say, show)
 
@@ -249,9 +250,9 @@ def follow(admin, topic: str, start: str, tags: str | None):
             refreshed = time.monotonic()
         found = False
         for mq in sorted(next_off, key=lambda q: (q.broker, q.queue_id)):
-            addr = admin.broker_addr(mq.broker, topic)
-            pulled = queue_puller.fetch(admin, addr, queue_puller.request(topic, mq.queue_id, next_off[mq],
-                                                                          selector=tags))
+            access = broker_access(admin)
+            addr = access.broker_addr(mq.broker, topic)
+            pulled = queue_puller.fetch(access, addr, queue_puller.request(topic, mq.queue_id, next_off[mq], selector=tags))
             next_off[mq] = pulled.next
             if pulled.status is queue_puller.FOUND:
                 for m in pulled.messages(mq.broker, tags):

@@ -15,6 +15,7 @@ MAX_DEPTH = 8
 
 def targets(obj, state: dict | None) -> list[tuple[str, str, str]]:
     """(name, role, address) of each service to ask (`obj`: cli_common.Ctx)."""
+    from quiver.client.access import broker_access
     from quiver.client.admin import Admin
     from quiver.errors import QuiverError
     if state and state.get("services"):
@@ -22,7 +23,7 @@ def targets(obj, state: dict | None) -> list[tuple[str, str, str]]:
     admin = obj.client(Admin)
     addrs = [("namesrv", "namesrv", a) for a in admin.namesrvs]
     try:
-        addrs += [(n, "broker", a) for n, a in admin.all_broker_addrs().items()]
+        addrs += [(n, "broker", a) for n, a in broker_access(admin).all_broker_addrs().items()]
     except QuiverError as exc:  # the name servers are still asked (and shown DOWN)
         print(f"name server unreachable: {exc}", file=sys.stderr)
     finally:

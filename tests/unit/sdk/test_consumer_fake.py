@@ -107,7 +107,7 @@ def test_a_rebalance_listener_hears_of_queues_given_and_taken():
             with c.client(PullConsumer, "cg", consume_from="first", rebalance_listener=told_b) as b:
                 b.subscribe("Rb")
                 assert wait_until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 10)
-                a.rebalance()
+                a._rebalance_now()
                 assert wait_until(lambda: ("revoked", sorted(set(mqs) - set(a.assignment()))) in told_a.events)
                 assert told_b.events[0] == ("assigned", sorted(b.assignment()))
             assert wait_until(lambda: len(a.assignment()) == 4, 10)

@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver.client import filter_route
 from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.client.filter_route import FilterServers, NoFilterServerError, candidates, pull_address
@@ -122,7 +123,7 @@ class _Client(ClientBase):
         self._routes[route.topic] = (time.monotonic(), route)
         self.asked = 0
 
-    def route(self, topic, refresh=False):   # a name-server call: must not happen on the pull path
+    def _route(self, topic, refresh=False):   # a name-server call: must not happen on the pull path
         self.asked += 1
         return self._routes[topic][1]
 
@@ -130,7 +131,7 @@ class _Client(ClientBase):
 def test_a_sql_pull_of_a_filterless_brokers_queue_goes_to_a_cluster_filter_server_naming_the_broker():
     client = _Client(_route({"b": BB}, {}, [FX]))
     later = []
-    puller = QueuePuller(client, "G", ConsumerOptions(), lambda d, fn, *a: later.append(fn))
+    puller = QueuePuller(broker_access(client), "G", ConsumerOptions(), lambda d, fn, *a: later.append(fn))
     got = []
     q = types.SimpleNamespace(mq=_mqs("b")[1], addr=BB)
     puller.pull(q, 0, SQL, lambda pulled, retry_s: got.append(retry_s))

@@ -191,7 +191,7 @@ def _envelope(req):
 
 def _deaf(c):
     """A member the broker's reset notice does not reach (it was leaving, or not connected then)."""
-    c.push_handlers = {k: v for k, v in type(c).push_handlers.items() if k != RequestCode.RESET_CONSUMER_CLIENT_OFFSET}
+    c._push_handlers = {k: v for k, v in type(c)._push_handlers.items() if k != RequestCode.RESET_CONSUMER_CLIENT_OFFSET}
 
 
 def test_a_push_consumer_not_told_of_a_reset_is_moved_there_by_its_next_pull(two_queues):

@@ -5,6 +5,7 @@ import types
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver.client import queue_puller
 from quiver.wire import record
 from quiver.wire import requests as rq
@@ -122,7 +123,7 @@ class _Client(ClientBase):
         if route is not None:
             self._routes["T"] = (time.monotonic(), route)
 
-    def route(self, topic, refresh=False):
+    def _route(self, topic, refresh=False):
         self.refreshed.append(topic)
         return self._routes[topic][1]
 
@@ -136,7 +137,7 @@ def _route(slave=False, filters=()):
 
 def _puller(client, **opts):
     later = []
-    p = QueuePuller(client, "G", ConsumerOptions(**opts), lambda d, fn, *a: later.append((d, fn, a)))
+    p = QueuePuller(broker_access(client), "G", ConsumerOptions(**opts), lambda d, fn, *a: later.append((d, fn, a)))
     return p, later
 
 

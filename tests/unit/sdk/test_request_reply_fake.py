@@ -173,10 +173,10 @@ def test_a_plain_producer_is_online_on_the_brokers_it_sends_to():
     with stub_cluster(brokers=2) as c:
         c.admin().create_topic("Online", queues=1, brokers=["broker-a"])
         with c.client(Producer, "pg-online") as p:
-            assert p.heartbeat_brokers() == {}              # no route yet: no broker asked at start
+            assert p._heartbeat_brokers() == {}              # no route yet: no broker asked at start
             p.send(Message("Online", b"x"))
-            assert set(p.heartbeat_brokers()) == {"broker-a"}
-            p.send_heartbeats()                               # the 30 s loop's step (sent, not awaited)
+            assert set(p._heartbeat_brokers()) == {"broker-a"}
+            p._send_heartbeats()                               # the 30 s loop's step (sent, not awaited)
             registry = c.broker("broker-a").clients
             assert wait_until(lambda: p.client_id in registry.producers.get("pg-online", {}))
             assert "pg-online" not in c.broker("broker-b").clients.producers

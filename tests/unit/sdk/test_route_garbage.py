@@ -76,7 +76,7 @@ class _Fake(ClientBase):
         super().__init__("127.0.0.1:1")
         self.answers = answers
 
-    def call_namesrv(self, req, ext=None):
+    def _call_namesrv(self, req, ext=None):
         assert isinstance(req, rq.Schema), req  # typed requests only (issue 13)
         return self.answers[req.CODE]
 
@@ -90,12 +90,12 @@ def test_cluster_info_leaves_out_bad_addresses_and_logs_each_once(caplog):
             "live": {GOOD: {"broker_name": "a"}, "ghost": {"broker_name": "ghost"}}}
     client = _Fake({RequestCode.GET_BROKER_CLUSTER_INFO: {"cluster": info}})
     with caplog.at_level(logging.WARNING, logger="quiver.client.base"):
-        assert client.all_broker_addrs() == {"a": GOOD, "s": "127.0.0.1:2"}
-        assert client.broker_addr("s") == "127.0.0.1:2"
-        assert list(client.cluster_info()["live"]) == [GOOD]
-        assert client.slave_addrs(["s", "ghost"]) == ["127.0.0.1:2"]
+        assert client._all_broker_addrs() == {"a": GOOD, "s": "127.0.0.1:2"}
+        assert client._broker_addr("s") == "127.0.0.1:2"
+        assert list(client._cluster_info()["live"]) == [GOOD]
+        assert client._slave_addrs(["s", "ghost"]) == ["127.0.0.1:2"]
         with pytest.raises(ClientError, match="not registered"):
-            client.broker_addr("ghost")
+            client._broker_addr("ghost")
     warnings = [r.getMessage() for r in caplog.records]
     assert sum("'ghost'" in w for w in warnings) == 1 and sum("'x:y'" in w for w in warnings) == 1
     assert sum("junk" in w for w in warnings) == 1
@@ -105,9 +105,9 @@ def test_route_without_a_map_is_a_client_error():
     client = _Fake({RequestCode.GET_ROUTEINFO_BY_TOPIC: {"route": ["x"]},
                     RequestCode.GET_BROKER_CLUSTER_INFO: {"cluster": "x"}})
     with pytest.raises(ClientError, match="not a map"):
-        client.route("T")
+        client._route("T")
     with pytest.raises(ClientError, match="not a map"):
-        client.cluster_info()
+        client._cluster_info()
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 import orjson
 import pytest
 
+from quiver.client.access import broker_access
 from quiver import Message, Producer
 from quiver.wire import trace
 from quiver.client.trace_dispatcher import TraceDispatcher
@@ -103,7 +104,7 @@ def test_admin_trace_merges_every_broker_in_time_order():
 
         def routed():
             try:
-                return len(admin.route("RMQ_SYS_TRACE_TOPIC", refresh=True).addrs) == 2
+                return len(broker_access(admin).route("RMQ_SYS_TRACE_TOPIC", refresh=True).addrs) == 2
             except QuiverError:
                 return False
         assert wait_until(routed)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver.wire import protocol, record, replies, schema
 from quiver.wire import requests as rq
 from quiver.client.base import ClientBase, MessageQueue, Route
@@ -101,7 +102,7 @@ def _pulling(client, answers=None):
     """`client` started on a fake transport, with the pull engine a real start() gives it."""
     _started(client, answers)
     client._timer = _Timer()
-    client._puller = QueuePuller(client, client.group, client.options, client._timer.call_later)
+    client._puller = QueuePuller(broker_access(client), client.group, client.options, client._timer.call_later)
     return client
 
 
@@ -129,14 +130,14 @@ def _push_consumer():
                                   lambda: TransactionProducer("PG", namesrv=NS)])
 def test_heartbeats_are_typed_and_round_trip(make):
     client = make()
-    hb = client.heartbeat_payload()
+    hb = client._heartbeat_payload()
     assert isinstance(hb, rq.HeartBeat) and hb.client_id == client.client_id
-    assert client.heartbeat() == hb
+    assert client._heartbeat() == hb
     assert rq.HeartBeat.decode(hb.ext()) == hb
 
 
 def test_pull_consumer_heartbeat_names_its_subscriptions():
-    consumers = _pull_consumer().heartbeat().consumers
+    consumers = _pull_consumer()._heartbeat().consumers
     assert [(c.group, c.consume_type, c.consume_from) for c in consumers] == [("G", "PULL", "first")]
     assert {t: (s.type, s.expression) for t, s in consumers[0].subscriptions.items()} == {
         "T": ("TAG", "A || B"), "S": ("SQL92", "a > 1")}
@@ -144,48 +145,48 @@ def test_pull_consumer_heartbeat_names_its_subscriptions():
 
 def test_a_plain_producer_heartbeats_its_group():
     p = Producer("pg", namesrv=NS)
-    assert p.heartbeat() == rq.HeartBeat(client_id=p.client_id, producers=["pg"])
+    assert p._heartbeat() == rq.HeartBeat(client_id=p.client_id, producers=["pg"])
 
 
 class _DictHeartbeat(ClientBase):
     """A subclass that still answers the wire form (as services' clients may)."""
 
-    def heartbeat_payload(self):
+    def _heartbeat_payload(self):
         return {"consumers": [{"group": "SCHED", "subscriptions": {"T": {"type": "TAG", "expression": "*"}},
                                "model": "CLUSTERING", "type": "ignored by the schema"}]}
 
 
 def test_a_wire_form_payload_is_decoded_and_gets_this_clients_id():
     client = _DictHeartbeat(NS)
-    hb = client.heartbeat()
+    hb = client._heartbeat()
     assert isinstance(hb, rq.HeartBeat) and hb.client_id == client.client_id
     assert [c.group for c in hb.consumers] == ["SCHED"] and hb.consumers[0].subscriptions["T"].expression == "*"
 
 
 def test_a_typed_payload_with_another_id_is_sent_under_this_clients_id():
     class Other(ClientBase):
-        def heartbeat_payload(self):
+        def _heartbeat_payload(self):
             return rq.HeartBeat(client_id="someone-else", producers=["P"])
     client = Other(NS)
-    assert client.heartbeat() == rq.HeartBeat(client_id=client.client_id, producers=["P"])
+    assert client._heartbeat() == rq.HeartBeat(client_id=client.client_id, producers=["P"])
 
 
 def test_heartbeats_and_leaving_send_typed_requests():
     client = _started(_DictHeartbeat(NS))
-    client.heartbeat_brokers = lambda: {"a": ADDR}
-    client.send_heartbeats()
-    client.before_close()
+    client._heartbeat_brokers = lambda: {"a": ADDR}
+    client._send_heartbeats()
+    client._before_close()
     reqs = client.transport.requests()
-    assert reqs == [client.heartbeat(), rq.UnregisterClient(client_id=client.client_id, consumer_group="SCHED")]
+    assert reqs == [client._heartbeat(), rq.UnregisterClient(client_id=client.client_id, consumer_group="SCHED")]
 
 
 def test_a_bad_wire_form_payload_skips_the_heartbeat_instead_of_raising(caplog):
     class Bad(ClientBase):
-        def heartbeat_payload(self):
+        def _heartbeat_payload(self):
             return {"consumers": [{"group": ""}]}
     client = _started(Bad(NS))
-    client.send_heartbeats()
-    client.before_close()
+    client._send_heartbeats()
+    client._before_close()
     assert client.transport.sent == [] and "heartbeat skipped" in caplog.text
 
 
@@ -219,7 +220,7 @@ def test_cancel_scheduled_asks_typed_and_reads_typed_answers():
     p = _started(Producer("PG", namesrv=NS), {
         rq.GetConsumerList: rq.ConsumerListReply(ids=["scheduler|127.0.0.1:7000|x", "other|h:1|y"]),
         rq.ScheduleCancel: rq.ScheduleCancelReply(result="cancelled")})
-    p.all_broker_addrs = lambda: {"a": ADDR}
+    broker_access(p).all_broker_addrs = lambda: {"a": ADDR}
     assert p.cancel_scheduled("MSGID", "Orders") is True
     assert p.transport.requests() == [rq.GetConsumerList(group="SCHEDULE_CONSUMER"),
                                       rq.ScheduleCancel(msg_id="MSGID", topic="Orders")]
@@ -237,7 +238,7 @@ def test_cancel_scheduled_unknown_everywhere_looks_the_id_up():
         rq.GetConsumerList: rq.ConsumerListReply(ids=["scheduler|127.0.0.1:7000|x"]),
         rq.ScheduleCancel: rq.ScheduleCancelReply(result="unknown"),
         rq.QueryMessage: lambda req: _parked("Orders") if req.topic == TIMER_TOPIC else QueryNotFoundError("no")})
-    p.all_broker_addrs = lambda: {"a": ADDR}
+    broker_access(p).all_broker_addrs = lambda: {"a": ADDR}
     assert p.cancel_scheduled("MSGID", "Orders") is True  # still parked in the timer topic
     lookups = [r for r in p.transport.requests() if isinstance(r, rq.QueryMessage)]
     assert lookups == [rq.QueryMessage(topic=t, key="MSGID", max_msgs=1) for t in (SCHEDULE_TOPIC, TIMER_TOPIC)]
@@ -331,7 +332,8 @@ CALLERS = ["client/base", "client/consumer", "client/push_consumer", "client/pro
            "client/transaction_producer", "client/admin", "client/range_reader", "spark/planner", "client/filter_route",
            "client/consume_service", "client/queue_puller", "client/rebalance", "client/offset_store",
            "client/options"]
-SENDS = {"call_broker", "call_read", "call_namesrv", "call", "call_future", "send", "oneway"}
+SENDS = {"call_broker", "call_read", "call_namesrv", "_call_broker", "_call_read", "_call_namesrv", "call", "call_future",
+         "send", "oneway"}
 ALLOWED = {("client/admin", "id")}  # ha_status rows for people: a row's broker id, not a wire key
 
 

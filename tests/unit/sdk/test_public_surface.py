@@ -1,0 +1,83 @@
+"""Each client class shows users its API and nothing else: dir() without underscores is exactly the
+list below, so routing, broker calls and heartbeats (quiver.client.access.broker_access) cannot
+become public names by accident. A new public method is added here on purpose, with its docs."""
+
+import pytest
+
+import quiver
+from quiver import aio
+from quiver.client.access import BrokerAccess, broker_access
+
+LIFECYCLE = {"start", "shutdown", "on_connection"}
+SENDS = {"send", "send_async", "send_batch", "send_oneway", "send_orderly", "cancel_scheduled", "request", "reply"}
+PRODUCER = LIFECYCLE | SENDS | {"send_batch_async", "request_async", "requests", "tracer"}
+SUBSCRIBING = LIFECYCLE | {"subscribe", "unsubscribe"}
+PULL = SUBSCRIBING | {"assignment", "commit", "committed", "poll", "seek", "seek_to_begin", "seek_to_end",
+                      "seek_to_timestamp", "stats"}
+SIMPLE = SUBSCRIBING | {"ack", "change_invisible_duration", "receive"}
+ADMIN_CALLS = {
+    "acl_add_user", "acl_delete_user", "acl_grant", "acl_list", "acl_revoke", "backup", "broker_statuses",
+    "clean_expired", "clean_expired_all", "cluster_info", "compact_topic", "consumer_offset", "consumer_progress",
+    "consumer_stats", "create_topic", "delete_group", "delete_topic", "dlq_messages", "group_config", "group_list",
+    "ha_status", "max_offset", "message_at", "messages_between", "min_offset", "open_transactions", "ping",
+    "purge_topic", "query_by_key", "queues", "resend_dlq", "reset_offset", "scheduler_addrs", "scheduler_status",
+    "search_offset", "set_group_config", "shrink_topic", "status", "subscription_conflicts", "topic_configs",
+    "topic_list", "topic_route", "topic_status", "trace", "view_message"}
+ASYNC = {"group", "sync"}   # the wrapped sync client, for what quiver.aio does not wrap
+
+ALLOWED = {
+    "Producer": PRODUCER,
+    "TransactionProducer": PRODUCER | {"send_in_transaction"},
+    "PushConsumer": SUBSCRIBING | {"assignment", "register", "stats", "tracer"},
+    "PullConsumer": PULL | {"tracer"},
+    "SimpleConsumer": SIMPLE | {"tracer"},
+    "Admin": LIFECYCLE | ADMIN_CALLS | {"tracer"},
+    "AsyncProducer": LIFECYCLE | SENDS | ASYNC,
+    "AsyncTransactionProducer": LIFECYCLE | SENDS | ASYNC | {"send_in_transaction"},
+    "AsyncPushConsumer": LIFECYCLE | ASYNC | {"assignment", "deliveries", "register", "stats", "subscribe"},
+    "AsyncPullConsumer": PULL | ASYNC,
+    "AsyncSimpleConsumer": SIMPLE | ASYNC | {"messages"},
+    "AsyncAdmin": LIFECYCLE | ADMIN_CALLS | ASYNC - {"group"} | {"call"},
+}
+
+
+def _client(name):
+    return getattr(aio, name) if name.startswith("Async") else getattr(quiver, name)
+
+
+def public_names(cls):
+    return {n for n in dir(cls) if not n.startswith("_")}
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_a_client_class_shows_its_api_and_nothing_else(name):
+    shown = public_names(_client(name))
+    assert shown - ALLOWED[name] == set(), f"{name} shows internals as public names"
+    assert ALLOWED[name] - shown == set(), f"{name} lost public names"
+
+
+def test_the_check_sees_a_new_public_internal():
+    class Leaky(quiver.Producer):
+        def pick_broker(self) -> str:
+            return "broker-a"
+    assert public_names(Leaky) - ALLOWED["Producer"] == {"pick_broker"}
+
+
+def test_the_project_reaches_routes_and_broker_calls_through_broker_access():
+    from quiver.testing import stub_cluster
+    with stub_cluster() as c:
+        admin = c.client(quiver.Admin)
+        try:
+            admin.create_topic("Surface", queues=2)
+            access = broker_access(admin)
+            assert isinstance(access, BrokerAccess) and access.client_id == admin.client_id
+            assert [q.queue_id for q in access.route("Surface").write_queues] == [0, 1]
+            assert set(access.all_broker_addrs()) == {"broker-a"}
+            assert access.transport is admin.transport
+        finally:
+            admin.shutdown()
+
+
+def test_broker_access_of_an_async_client_is_its_sync_clients():
+    p = aio.AsyncProducer("pg", namesrv="127.0.0.1:1")
+    assert broker_access(p) is broker_access(p.sync)
