@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from quiver.client.access import broker_access
 from quiver.wire import requests as rq
 from quiver.errors import QueryNotFoundError, QuiverError
 from quiver.runtime.acl_sync import AclFollower
@@ -137,7 +138,7 @@ class App:
         addr = info.addr
         try:
             if unit.kind == LEVEL:
-                call = self.client.call_broker
+                call = broker_access(self.client).call_broker
                 try:
                     env = call(addr, rq.QueryConsumerOffset(group=self.config.group, topic=SCHEDULE_TOPIC,
                                                             queue_id=unit.queue_id))
@@ -145,7 +146,7 @@ class App:
                     env = call(addr, rq.GetMinOffset(topic=SCHEDULE_TOPIC, queue_id=unit.queue_id))
                 start = rq.OffsetReply.decode(env.ext).offset
             else:
-                start = plan_start(self.client, self.db, self.config.group, unit, addr)
+                start = plan_start(broker_access(self.client), self.db, self.config.group, unit, addr)
         except QuiverError as exc:
             log.warning("cannot start %s yet: %s", unit, exc)
             self.service.call_soon_threadsafe(self._retry_start, unit)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from quiver.wire import names
 from quiver.wire import requests as rq
+from quiver.client.access import broker_access
 from quiver.client.base import ClientBase
 from quiver.wire.codes import RequestCode
 from quiver.errors import QuiverError
@@ -34,10 +35,10 @@ class SchedulerClient(ClientBase):
         super().__init__(config.namesrv, request_timeout=3.0)
         self.group = config.group
         self.client_id = client_id(config.advertised, os.getpid(), time.monotonic_ns())
-        self.heartbeat_interval_s = config.heartbeat_interval_ms / 1000
+        self._heartbeat_interval_s = config.heartbeat_interval_ms / 1000
         self._on_changed = on_members_changed
 
-    def heartbeat_payload(self) -> rq.HeartBeat:
+    def _heartbeat_payload(self) -> rq.HeartBeat:
         """This instance as a member of --group, subscribed to every parked message (tag "*")."""
         subs = {t: rq.Subscription(type="TAG", expression="*") for t in (SCHEDULE_TOPIC, TIMER_TOPIC)}
         me = rq.ConsumerData(group=self.group, subscriptions=subs, model="CLUSTERING")
@@ -47,7 +48,7 @@ class SchedulerClient(ClientBase):
         self._on_changed()
         return None
 
-    push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _members_changed}
+    _push_handlers = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: _members_changed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +71,10 @@ class Membership:
         """(my units, broker info) from a fresh look at brokers and members."""
         c = self.client
         brokers = {}
-        for name, addr in c.all_broker_addrs().items():
+        access = broker_access(c)
+        for name, addr in access.all_broker_addrs().items():
             try:
-                init = rq.ScheduleInitReply.decode(c.call_broker(addr, rq.ScheduleInit()).ext)
+                init = rq.ScheduleInitReply.decode(access.call_broker(addr, rq.ScheduleInit()).ext)
             except QuiverError as exc:
                 log.warning("broker %s (%s) did not answer SCHEDULE_INIT: %s", name, addr, exc)
                 continue
@@ -80,7 +82,7 @@ class Membership:
         ids = {c.client_id}
         for name, info in brokers.items():
             try:
-                env = c.call_broker(info.addr, rq.GetConsumerList(group=c.group))
+                env = access.call_broker(info.addr, rq.GetConsumerList(group=c.group))
                 ids.update(rq.ConsumerListReply.decode(env.ext).ids)
             except QuiverError as exc:
                 log.warning("members of %s from %s: %s", c.group, name, exc)

@@ -378,7 +378,7 @@ def test_plan_start_reads_offsets_through_typed_requests(tmp_path):
 def test_heartbeat_is_a_typed_consumer_of_both_parked_topics():
     from quiver_scheduler.membership import SchedulerClient
     client = SchedulerClient(Config(namesrv="127.0.0.1:1"), lambda: None)
-    hb = client.heartbeat()                               # what ClientBase sends (and leaves on close)
+    hb = client._heartbeat()                              # what ClientBase sends (and leaves on close)
     assert hb == rq.HeartBeat.decode(hb.ext()) and hb.client_id == client.client_id
     (me,), = [hb.consumers]
     assert me.group == Config().group and me.model == "CLUSTERING"
