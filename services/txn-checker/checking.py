@@ -29,6 +29,7 @@ import os
 import time
 
 from quiver.client import queue_puller
+from quiver.client.access import broker_access
 from quiver.wire import requests as rq
 from quiver.client.base import ClientBase
 from quiver.wire.codes import ResponseCode
@@ -51,13 +52,13 @@ class CheckerClient(ClientBase):
     def __init__(self, namesrv, group: str, heartbeat_interval_s: float, advertised: str = ""):
         super().__init__(namesrv, 5.0)
         self.group = group
-        self.heartbeat_interval_s = heartbeat_interval_s
+        self._heartbeat_interval_s = heartbeat_interval_s
         if advertised:
             # peers find each other's health port in the id: a killed instance stays registered
             # with the brokers for a while, but stops answering PING at once
             self.client_id = f"txn@{advertised}#{os.getpid()}#{time.monotonic_ns()}"
 
-    def heartbeat_payload(self) -> rq.HeartBeat:
+    def _heartbeat_payload(self) -> rq.HeartBeat:
         """This instance as a member of the checker group, subscribed to the half topic (tag "*")."""
         me = rq.ConsumerData(group=self.group, subscriptions={HALF_TOPIC: rq.Subscription(type="TAG", expression="*")})
         return rq.HeartBeat(client_id=self.client_id, consumers=[me])
@@ -80,10 +81,10 @@ class _BrokerState:
 
 class Checker:
     def __init__(self, client: ClientBase, config, counters):
-        self.client = client
+        self.client = broker_access(client)   # routes, broker calls, transport
         self.config = config
         self.counters = counters
-        self.rebalancer = Rebalancer(client, config.group)
+        self.rebalancer = Rebalancer(self.client, config.group)
         self.brokers: dict[str, _BrokerState] = {}
         self.owned: dict[str, str] = {}
 

@@ -109,7 +109,7 @@ def test_peer_alive_reads_its_status_reply():
 
 def test_heartbeat_is_a_typed_consumer_of_the_half_topic():
     client = CheckerClient("127.0.0.1:1", "CG", 1.0, "h:1")
-    hb = client.heartbeat()                               # what ClientBase sends (and leaves on close)
+    hb = client._heartbeat()                              # what ClientBase sends (and leaves on close)
     assert hb == rq.HeartBeat.decode(hb.ext()) and hb.client_id == client.client_id
     (me,), = [hb.consumers]
     assert me.group == "CG" and hb.producers == []
