@@ -44,8 +44,9 @@ class App:
         self._stop = threading.Event()
 
     def _is_fifo(self, topic: str) -> bool:
+        from quiver.client.access import broker_access
         try:
-            return self.backends.own.client.route(topic).order
+            return broker_access(self.backends.own.client).route(topic).order
         except Exception:   # an unknown topic is not FIFO; the receive will say what is wrong
             return False
 

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 
+from quiver.client.access import broker_access
 from quiver.errors import QuiverError
 from quiver.runtime.acl import Acl
 from quiver.wire import requests as rq
@@ -30,7 +31,7 @@ class Grants:
     """`client`: the proxy's own started ClientBase; `keys`: {access key: (secret, Credentials)}."""
 
     def __init__(self, client, keys: dict, clock=time.monotonic):
-        self.client = client
+        self.client = broker_access(client)   # broker calls
         self.keys = keys
         self.acl: Acl | None = None
         self._clock = clock

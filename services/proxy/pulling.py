@@ -18,6 +18,7 @@ Does not own the POP RPCs (receiving.py) nor the message conversion (messages.py
 from rocketmq.grpc_protocol.definition_pb2 import Code, FilterType, QueryOffsetPolicy
 
 from quiver.client import queue_puller
+from quiver.client.access import broker_access
 from quiver.client.base import MessageQueue
 from quiver.client.filter_route import FilterServers, NoFilterServerError, candidates, should_fail_over
 from quiver.client.message import MessageSelector
@@ -98,7 +99,7 @@ class Pulling:
         selector = selector_of(req)
         poll_ms = poll_ms_of(req, self.config.max_long_polling_ms, time_left_s)
         sql = isinstance(selector, MessageSelector)
-        client = b.client
+        client = broker_access(b.client)
         via = self._filter_server(client, mq, selector) if sql else \
             client.read_addr(mq.topic, mq.broker) or client.broker_addr(mq.broker, mq.topic)
         request = queue_puller.request(mq.topic, mq.queue_id, offset, max_msgs=req.batch_size, group=group,
@@ -137,16 +138,17 @@ class Pulling:
         check_group_name(req.group.name)
         mq = self.queue(b, req.message_queue)
         offset = check_offset(req.offset)
-        b.client.call_broker(b.client.broker_addr(mq.broker, mq.topic),
-                             rq.UpdateConsumerOffset(group=req.group.name, topic=mq.topic, queue_id=mq.queue_id,
-                                                     offset=offset))
+        access = broker_access(b.client)
+        access.call_broker(access.broker_addr(mq.broker, mq.topic),
+                           rq.UpdateConsumerOffset(group=req.group.name, topic=mq.topic, queue_id=mq.queue_id,
+                                                   offset=offset))
 
     def get_offset(self, b, req) -> int:
         check_group_name(req.group.name)
         mq = self.queue(b, req.message_queue)
         try:
-            env = b.client.call_read(mq.topic, mq.broker, rq.QueryConsumerOffset(group=req.group.name, topic=mq.topic,
-                                                                                 queue_id=mq.queue_id))
+            env = broker_access(b.client).call_read(mq.topic, mq.broker, rq.QueryConsumerOffset(
+                group=req.group.name, topic=mq.topic, queue_id=mq.queue_id))
         except QueryNotFoundError:
             raise Refused(Code.OFFSET_NOT_FOUND, f"group {req.group.name!r} has committed no offset for "
                                                  f"{mq.topic}:{mq.broker}:{mq.queue_id}") from None
@@ -168,4 +170,4 @@ class Pulling:
             ask = rq.SearchOffsetByTimestamp(topic=mq.topic, queue_id=mq.queue_id, timestamp=ts)
         else:
             raise Refused(Code.BAD_REQUEST, f"query_offset_policy {policy} is not BEGINNING, END or TIMESTAMP")
-        return rq.OffsetReply.decode(b.client.call_read(mq.topic, mq.broker, ask).ext).offset
+        return rq.OffsetReply.decode(broker_access(b.client).call_read(mq.topic, mq.broker, ask).ext).offset

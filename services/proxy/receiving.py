@@ -18,6 +18,7 @@ from rocketmq.grpc_protocol.definition_pb2 import Code, FilterType
 from rocketmq.grpc_protocol.definition_pb2 import Status
 
 from quiver.client import queue_puller
+from quiver.client.access import broker_access
 from quiver.client.popping import Popper
 from quiver.errors import QuiverError
 from quiver.wire import requests as rq
@@ -73,7 +74,7 @@ class Receiving:
     """`client`: a started ClientBase (routes, broker calls); `config`: the proxy's Config."""
 
     def __init__(self, client, config):
-        self.client = client
+        self.client = broker_access(client)   # routes, broker calls, POP
         self.config = config
         self._poppers: dict[str, Popper] = {}
         self._lock = threading.Lock()

@@ -14,6 +14,7 @@ all of that broker's queues of the topic.
 from rocketmq.grpc_protocol.definition_pb2 import (AddressScheme, Code, Endpoints, MessageQueue, MessageType,
                                                    Permission)
 
+from quiver.client.access import broker_access
 from quiver.errors import QuiverError
 from quiver.wire.codes import ResponseCode
 from quiver.wire.names import topic_problem
@@ -46,7 +47,7 @@ class Routes:
     """`client`: a started ClientBase (routes from the name servers); `types`: --topic-message-types."""
 
     def __init__(self, client, types: dict[str, str]):
-        self.client = client
+        self.client = broker_access(client)   # routes
         self.types = {t: MessageType.Value(k) for t, k in types.items()}
 
     def route(self, topic: str):

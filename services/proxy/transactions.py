@@ -59,10 +59,10 @@ class TxProducer(TransactionProducer):
 
     def send_half(self, msg: Message) -> tuple[str, str]:
         """Send `msg` as a half message: (message id, transaction id)."""
-        msg_id, props = self.half_properties(msg, _never_called, None)
+        msg_id, props = self._half_properties(msg, _never_called, None)
         env, mq, addr = self._call_with_retry(msg.topic, [props], [msg.body], [msg.flag], RequestCode.SEND_MESSAGE,
                                               None, sys_flag=record.TX_PREPARED)
-        _res, (_addr, phys, qoff) = self.half_sent(env, mq, addr, msg_id, props, time.monotonic())
+        _res, (_addr, phys, qoff) = self._half_sent(env, mq, addr, msg_id, props, time.monotonic())
         return msg_id, encode_id(mq.broker, phys, qoff, msg_id)
 
     def end(self, topic: str, transaction_id: str, resolution: int, from_check: bool) -> None:
@@ -70,7 +70,7 @@ class TxProducer(TransactionProducer):
         state = _STATES.get(resolution)
         if state is None:
             raise Refused(Code.BAD_REQUEST, "resolution is COMMIT or ROLLBACK")
-        addr = self.broker_addr(broker, topic)
+        addr = self._broker_addr(broker, topic)
         self._end(addr, [(phys, qoff, state, msg_id)], from_check=from_check)
 
     def _on_check(self, addr, env):
@@ -79,7 +79,7 @@ class TxProducer(TransactionProducer):
         except FieldError as exc:
             log.warning("malformed CHECK_TRANSACTION_STATE from %s: %s", addr, exc)
             return None
-        names = {a: n for n, a in self.all_broker_addrs().items()}
+        names = {a: n for n, a in self._all_broker_addrs().items()}
         broker = names.get(addr)
         if broker is None:
             log.warning("CHECK_TRANSACTION_STATE from %s, which no name server routes: ignored", addr)
@@ -95,7 +95,7 @@ class TxProducer(TransactionProducer):
                 self.checks_forwarded += 1
         return None
 
-    push_handlers = {RequestCode.CHECK_TRANSACTION_STATE: _on_check}
+    _push_handlers = {RequestCode.CHECK_TRANSACTION_STATE: _on_check}
 
 
 def _never_called(_msg, _arg):  # half_properties wants the local transaction; the client runs it
