@@ -11,7 +11,7 @@ def send_test(admin, topic: str, body: bytes, keys: list[str], tags: str) -> str
     from quiver.client.message import Message
     from quiver.client.producer import Producer
     p = Producer(PRODUCER_GROUP, namesrv=";".join(admin.namesrvs), credentials=admin.credentials)
-    p.transport_factory = admin.transport_factory   # quiver.testing's network in unit tests
+    p._transport_factory = admin._transport_factory   # quiver.testing's network in unit tests
     with p:
         r = p.send(Message(topic, body, tags=tags or None, keys=keys or None))
     return f"msgId {r.msg_id} on {r.broker} queue {r.queue_id} at offset {r.queue_offset} ({r.status.name})"

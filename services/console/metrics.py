@@ -58,7 +58,7 @@ class CountingAdmin:
 
     def __getattr__(self, name):
         attr = getattr(self._admin, name)
-        if name.startswith("_") or not inspect.ismethod(attr):   # a class (transport_factory) passes as it is
+        if name.startswith("_") or not inspect.ismethod(attr):   # a class passes as it is
             return attr
         stats = self._stats
 

@@ -9,6 +9,7 @@ not one per queue). What the cluster refuses the user looking (auth on: her key 
 right) is left out, counted, not shown as an error: a topic or group she may not read is not
 listed. Not owned: HTML, input checks (inputs.py)."""
 
+from quiver.client.access import broker_access
 from quiver.wire.names import is_system_topic
 
 from .cluster_pages import attempt, denied
@@ -19,7 +20,7 @@ MAX_GROUPS = 64     # groups asked for their offsets on one page
 def broker_statuses(admin) -> tuple[dict[str, dict], str | None]:
     """broker name -> its master's STATUS (any user may read it), and what did not answer: a down
     broker leaves the others' groups and producers listed (Admin.group_list fails whole)."""
-    addrs, error = attempt(admin.all_broker_addrs)
+    addrs, error = attempt(broker_access(admin).all_broker_addrs)
     out, down = {}, []
     for name, addr in sorted((addrs or {}).items()):
         st, serror = attempt(admin.status, addr)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver import Message, Producer, PullConsumer, PushConsumer
 from quiver.testing import stub_cluster, wait_until
 
@@ -184,7 +185,7 @@ def test_dlq_page_lists_dead_letters_and_flashes_a_failed_resend(cluster):
 
 def test_down_broker_still_renders(cluster):
     admin = cluster.admin()
-    addr = admin.all_broker_addrs()["broker-b"]
+    addr = broker_access(admin).all_broker_addrs()["broker-b"]
     cluster.network.disconnect(addr)
     try:
         c = client(cluster, request_timeout_ms=200)
@@ -256,7 +257,7 @@ def test_groups_page_shows_producers_online(cluster):
     from quiver import TransactionProducer, TransactionState
     web = client(cluster)
     with cluster.client(TransactionProducer, "live-pg", checker=lambda m: TransactionState.COMMIT) as p:
-        p.send_heartbeats()   # now, not in 30 s
+        p._send_heartbeats()   # now, not in 30 s
         assert wait_until(lambda: 'data-producer-group="live-pg"' in web.get("/groups").text, timeout=15)
         cell = re.search(r'data-producer-group="live-pg">.*?class="clients">([^<]+)<', web.get("/groups").text, re.S)
         assert cell and p.client_id in cell[1]
