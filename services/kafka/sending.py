@@ -25,7 +25,7 @@ class QueueSender(Producer):
     def submit(self, mq: MessageQueue, msgs: list[Message], born_ts: int, wait: bool = True) -> "Sent | None":
         """Send `msgs` to `mq` without waiting; what `Sent.offset()` waits on (None when not waiting).
         Sends to one broker leave in call order, so a partition's batches are stored in order."""
-        route = self.route(mq.topic)
+        route = self._route(mq.topic)
         if mq not in route.write_queues:
             raise MessageIllegalError(f"{mq.topic}:{mq.broker}:{mq.queue_id} is not writable now")
         props = [self._encode(m)[1] for m in msgs]
