@@ -9,6 +9,7 @@ assignments and topic configs are not Kafka's to set here: replication is the br
 cleanup.policy=compact, which makes a compacted topic (`quiver topic create --compact`).
 """
 
+from quiver.client.access import broker_access
 from quiver.errors import QuiverError, TopicNotExistError
 from quiver.wire.names import topic_problem
 
@@ -31,12 +32,12 @@ class Topics:
 
     def _exists(self, topic: str) -> bool:
         try:
-            return bool(self.gw.admin.route(topic, refresh=True).read_queues)
+            return bool(broker_access(self.gw.admin).route(topic, refresh=True).read_queues)
         except TopicNotExistError:
             return False
 
     def _brokers(self) -> list[str]:
-        return sorted(self.gw.admin.all_broker_addrs())
+        return sorted(broker_access(self.gw.admin).all_broker_addrs())
 
     def create_topics(self, body) -> dict:
         out = []
