@@ -9,6 +9,7 @@ checked against the group's members (groups.py); generation -1 is a "simple" com
 consumer that assigns partitions itself, taken as Kafka takes it.
 """
 
+from quiver.client.access import broker_access
 from quiver.wire import requests as rq
 from quiver.wire.names import group_problem
 
@@ -65,7 +66,8 @@ class Offsets:
         if mq is None:
             return err
         try:
-            self.gw.admin.call_broker(self.gw.admin.broker_addr(mq.broker, topic), rq.UpdateConsumerOffset(
+            access = broker_access(self.gw.admin)
+            access.call_broker(access.broker_addr(mq.broker, topic), rq.UpdateConsumerOffset(
                 group=group, topic=topic, queue_id=mq.queue_id, offset=max(0, offset)))
         except Exception as exc:
             return error_of(exc)
