@@ -17,6 +17,7 @@ import threading
 import time
 
 from quiver.client import queue_puller
+from quiver.client.access import broker_access
 from quiver.client.admin import Admin
 from quiver.errors import MessageIllegalError, NoPermissionError, QuiverError, RequestTimeoutError, TopicNotExistError
 from quiver.wire import record
@@ -85,7 +86,7 @@ class Gateway:
 
     def partitions(self, topic: str, refresh: bool = False) -> list:
         """The topic's queues in partition order; TopicNotExistError."""
-        route = self.admin.route(topic, refresh=refresh)
+        route = broker_access(self.admin).route(topic, refresh=refresh)
         return sorted(route.read_queues, key=lambda q: (q.broker, q.queue_id))
 
     def queue(self, topic: str, partition: int):
@@ -209,7 +210,7 @@ class Gateway:
             for _ in range(8):   # a few pulls: large messages fill one before the tail is read
                 if offset >= hi:
                     break
-                pulled = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, 4 << 20))
+                pulled = queue_puller.fetch(broker_access(self.admin), *self._pull_request(topic, mq, offset, 4 << 20))
                 if pulled.status is queue_puller.OFFSET_ILLEGAL or pulled.next <= offset:
                     offset = pulled.next if pulled.next > offset else hi
                     continue
@@ -264,7 +265,8 @@ class Gateway:
         return total, responses
 
     def _pull_request(self, topic: str, mq, offset: int, max_bytes: int, suspend_ms: int = 0):
-        addr = self.admin.read_addr(topic, mq.broker) or self.admin.broker_addr(mq.broker, topic)
+        access = broker_access(self.admin)
+        addr = access.read_addr(topic, mq.broker) or access.broker_addr(mq.broker, topic)
         return addr, queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
                                           max_bytes=max(1024, max_bytes), suspend_ms=suspend_ms)
 
@@ -309,7 +311,8 @@ class Gateway:
                 pulled = None   # read ahead and found nothing: what was stored since is pulled now
         if pulled is None:
             try:
-                pulled, ready = queue_puller.fetch(self.admin, *self._pull_request(topic, mq, offset, max_bytes)), None
+                request = self._pull_request(topic, mq, offset, max_bytes)
+                pulled, ready = queue_puller.fetch(broker_access(self.admin), *request), None
             except Exception as exc:
                 return {**out, "error_code": error_of(exc)}
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
