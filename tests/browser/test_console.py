@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver import Message, Producer, PullConsumer, PushConsumer
 
 from conftest import TOKEN, copy_screenshot, wait
@@ -91,7 +92,7 @@ def test_tables_show_what_admin_returns(page, loaded):
         assert int(tr.locator("td.consumer-offset").inner_text()) == r["consumer_offset"]
 
     p = page.open("/cluster")
-    for name, addr in admin.all_broker_addrs().items():
+    for name, addr in broker_access(admin).all_broker_addrs().items():
         tr = p.locator(f'tr[data-broker="{name}"]')
         assert tr.locator(".up").count() == 1
         assert int(tr.locator("td.max-offset").inner_text()) == admin.status(addr)["store"]["max_phys_offset"]

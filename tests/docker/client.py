@@ -13,6 +13,7 @@ import time
 import traceback
 
 from quiver import Admin, Message, MessageSelector, Producer, PullConsumer, TransactionState
+from quiver.client.access import broker_access
 from quiver.client.transaction_producer import TransactionProducer
 from quiver.errors import QuiverError
 from quiver.wire import requests as rq
@@ -41,13 +42,13 @@ def checked(fn) -> dict:
 
 def brokers(_args) -> dict:
     with Admin(namesrv=NAMESRV) as admin:
-        return {"brokers": admin.all_broker_addrs()}
+        return {"brokers": broker_access(admin).all_broker_addrs()}
 
 
 def create(args) -> dict:
     with Admin(namesrv=NAMESRV) as admin:
         admin.create_topic(args["topic"], queues=args.get("queues", 4))
-        return {"brokers": sorted(admin.all_broker_addrs())}
+        return {"brokers": sorted(broker_access(admin).all_broker_addrs())}
 
 
 def send(args) -> dict:

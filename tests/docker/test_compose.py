@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver import Admin, Message, Producer, PullConsumer
 from quiver_broker.migrations import head_revision
 
@@ -183,7 +184,7 @@ def test_dev_profile_serves_a_client_on_the_host(project):
     try:
         with Admin(namesrv=namesrv) as admin:
             admin.create_topic("DevTopic", queues=2, brokers=["broker-dev"])
-            assert admin.all_broker_addrs()["broker-dev"] == f"127.0.0.1:{project.dev_broker_port}"
+            assert broker_access(admin).all_broker_addrs()["broker-dev"] == f"127.0.0.1:{project.dev_broker_port}"
         with Producer("dev-host", namesrv=namesrv) as p:
             sent = [p.send(Message("DevTopic", f"dev-{i}".encode())).msg_id for i in range(10)]
         got, deadline = set(), time.monotonic() + 20

@@ -84,7 +84,7 @@ def test_consumers_read_from_slave_while_master_is_down_and_return(ha_cluster):
     wait_for(lambda: "HaRead" in t.call(slave.addr, RequestCode.GET_ALL_TOPIC_CONFIG).ext["topics"], 10, "topic sync")
     got: list = []
     pc = PullConsumer("cg", namesrv=c.namesrv, consume_from="first", commit_interval_ms=1000, suspend_ms=2000)
-    pc.master_retry_s = 1.0
+    pc._master_retry_s = 1.0
     pc.subscribe("HaRead")
     pc.start()
     try:

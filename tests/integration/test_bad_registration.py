@@ -5,6 +5,7 @@ import time
 import pytest
 import zmq
 
+from quiver.client.access import broker_access
 from quiver import Admin, Message, Producer
 from quiver.wire import protocol
 from quiver.wire.codes import RequestCode, ResponseCode
@@ -96,7 +97,7 @@ def test_bad_registrations_are_refused_whole_and_leave_no_ghost(namesrv_socket):
     env = _ask(sock, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "GhostTopic"})
     assert env.code == ResponseCode.TOPIC_NOT_EXIST
     with Admin(namesrv=c.namesrv) as admin:
-        assert admin.all_broker_addrs() == {"broker-a": broker.addr}
+        assert broker_access(admin).all_broker_addrs() == {"broker-a": broker.addr}
 
 
 def test_scheduler_started_after_poisoning_still_delivers_level_1(namesrv_socket):

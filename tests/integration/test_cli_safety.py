@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver.client.admin import Admin
 from quiver.tools.local import free_port
 
@@ -167,7 +168,7 @@ def test_version_in_the_cli_status_and_metrics(make_cluster):
     assert out.returncode == 0 and out.stdout.strip() == f"quiver {sdk.__version__}" and sdk.__version__
     admin = Admin(namesrv=c.namesrv)
     try:
-        (addr,) = admin.all_broker_addrs().values()
+        (addr,) = broker_access(admin).all_broker_addrs().values()
         st = admin.status(addr)
     finally:
         admin.shutdown()

@@ -180,8 +180,8 @@ def test_progress_shows_owner_last_time_and_subscription_conflict(cluster, capsy
     b.register(fn)
     with a, b:
         _wait(lambda: len(got) >= 5, 10, "some consumption")
-        a.persist_offsets(sync=True)
-        b.persist_offsets(sync=True)
+        a._persist_offsets(sync=True)
+        b._persist_offsets(sync=True)
         conflicts = _wait(lambda: admin.subscription_conflicts("prog"), 5, "conflict")
         assert set(conflicts["Prog"]) == {"TAG:A", "TAG:B"}
         rows = _wait(lambda: [r for r in admin.consumer_progress("prog", ["Prog"])

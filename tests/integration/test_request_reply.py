@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from quiver.client.access import broker_access
 from quiver import Admin, Message, Producer
 from quiver.aio import AsyncProducer
 from quiver.wire.properties import CORRELATION_ID
@@ -61,7 +62,8 @@ def test_fifty_sync_and_fifty_asyncio_requests_each_get_their_reply(make_cluster
     ns = cluster.namesrv
     Admin(namesrv=ns).create_topic("RrAsk", queues=2)
     with Producer("rr-probe", namesrv=ns) as probe:
-        wait_for(lambda: len(probe.route("RrAsk", refresh=True).write_queues) == 4, 20, "the route on both brokers")
+        routed = broker_access(probe).route
+        wait_for(lambda: len(routed("RrAsk", refresh=True).write_queues) == 4, 20, "the route on both brokers")
     proc = subprocess.Popen([sys.executable, "-c", REPLIER, ns], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
     try:

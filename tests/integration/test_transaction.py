@@ -62,7 +62,7 @@ def test_commit_rollback_unknown_then_checks(make_cluster):
         assert r_commit.transaction_id == r_commit.msg_id and r_commit.local_state is TransactionState.COMMIT
         assert r_exc.local_state is TransactionState.UNKNOWN and r_rb.local_state is TransactionState.ROLLBACK
         # a duplicate END_TRANSACTION for a committed half changes nothing
-        tp._end(tp.route("Tx").addrs[r_commit.broker],
+        tp._end(tp._route("Tx").addrs[r_commit.broker],
                 [[r_commit.commit_log_offset, r_commit.queue_offset, 8, r_commit.transaction_id]], from_check=True)
         assert wait_no_open(admin), admin.open_transactions()
         assert tp.checks_answered >= 3
@@ -89,7 +89,7 @@ def test_delayed_and_batched_transactional_messages_refused(cluster):
                                   [0, 0], [b"x", b"y"])
         req = dataclasses.replace(req, sys_flag=record.TX_PREPARED)
         with pytest.raises(MessageIllegalError, match="batched"):
-            tp.call_broker(addr, RequestCode.SEND_BATCH_MESSAGE, req.ext(), frames)
+            tp._call_broker(addr, RequestCode.SEND_BATCH_MESSAGE, req.ext(), frames)
 
 
 def test_max_checks_discards_to_check_max_topic(make_cluster):
@@ -104,7 +104,7 @@ def test_max_checks_discards_to_check_max_topic(make_cluster):
         assert gone[0].properties["TRANSACTION_CHECK_TIMES"] == "2"
         assert tp.checks_answered == 2
         # too late now: a commit for a discarded transaction is ignored
-        tp._end(tp.route("Tx").addrs[r.broker], [[r.commit_log_offset, r.queue_offset, 8, r.transaction_id]], True)
+        tp._end(tp._route("Tx").addrs[r.broker], [[r.commit_log_offset, r.queue_offset, 8, r.transaction_id]], True)
     time.sleep(0.3)
     assert drain(c.namesrv, "Tx", lambda g: False, timeout=1.0) == []
 

@@ -138,7 +138,7 @@ def send_acked(namesrv: str, topic: str, count: int, tag: str) -> dict[str, tupl
     acked = {}
     deadline = time.monotonic() + 30
     with Producer(f"fo-{tag}", namesrv=namesrv, send_timeout=3.0, retries=3) as p:
-        p.route_refresh_s = 0.5
+        p._route_refresh_s = 0.5
         for i in range(count):
             body = f"{tag}-{i}-".encode() + bytes([i % 251]) * (i % 200)
             while time.monotonic() < deadline:
@@ -170,7 +170,7 @@ class Load:
 
     def _run(self, worker: int) -> None:
         p = Producer(f"fo-pg{worker}", namesrv=self.namesrv, send_timeout=1.0, retries=3, auto_batch=False)
-        p.route_refresh_s = 0.5
+        p._route_refresh_s = 0.5
         p.start()
         i = 0
         try:
@@ -208,7 +208,7 @@ class Reader:
 
     def __init__(self, namesrv: str, topic: str, group: str = "fo-reader", **options):
         self.c = PullConsumer(group, namesrv=namesrv, consume_from="first", **options)
-        self.c.route_refresh_s = 0.5
+        self.c._route_refresh_s = 0.5
         self.c.subscribe(topic)
         self.seen: collections.Counter = collections.Counter()
         self.got: list[tuple[str, int, bytes]] = []

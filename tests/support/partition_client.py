@@ -42,7 +42,7 @@ def produce(a, stop: threading.Event) -> None:
     out = Out(a.out)
     p = Producer(f"pp-{a.name}", namesrv=a.namesrv, credentials=a.creds, send_timeout=1.0, retries=0,
                  auto_batch=False)
-    p.route_refresh_s = 0.5
+    p._route_refresh_s = 0.5
     p.start()
     n = 0
     try:
