@@ -255,11 +255,13 @@ def test_tiered_store_on_s3(make_cluster, s3):
     broker.start()
     wait_healthy([broker])
     from quiver.client import queue_puller
+    from quiver.client.access import broker_access
     from quiver.errors import QuiverError
     qid = sent[0].queue_id
-    addr = admin.broker_addr(broker_name(cluster), TOPIC)
+    access = broker_access(admin)
+    addr = access.broker_addr(broker_name(cluster), TOPIC)
     with pytest.raises(QuiverError) as err:
-        pulled = queue_puller.fetch(admin, addr, queue_puller.request(TOPIC, qid, 0, max_msgs=32))
+        pulled = queue_puller.fetch(access, addr, queue_puller.request(TOPIC, qid, 0, max_msgs=32))
         raise AssertionError(f"served: {pulled.status}")
     assert "checksum" in err.value.remark
     assert status_of(cluster, broker)["store"]["tiered"]["damaged_chunks"] >= 1
