@@ -22,6 +22,7 @@ import threading
 import time
 
 from quiver import Admin, Message, Producer, TransactionProducer, TransactionState
+from quiver.client.access import broker_access
 from quiver.wire import requests as rq
 from quiver.tools.local import LocalCluster, wait_healthy
 
@@ -83,7 +84,7 @@ def checks(cluster: LocalCluster, n: int, threads: int) -> dict:
             time.sleep(0.01)
         elapsed = time.monotonic() - (t0 or t_start)
         done_in_window = done - first
-        left = rq.TransactionListReply.decode(admin.call_broker(broker, rq.TransactionListOpen(limit=1)).ext).count
+        left = rq.TransactionListReply.decode(broker_access(admin).call_broker(broker, rq.TransactionListOpen(limit=1)).ext).count
     admin.shutdown()
     return {"check_halves": n, "resolved": done, "still_open": left, "check_seconds": round(elapsed, 2),
             "check_seconds_incl_startup": round(time.monotonic() - t_start, 2),
