@@ -150,6 +150,8 @@ def analyse(points: dict, procs: dict | None = None, slow_share: float = 0.01) -
     hops.update({name: sorted(pt[b] - pt[a] for pt in matched) for name, a, b in PULL_HOPS if pulled})
     stats = {name: base.percentiles(vals) for name, vals in hops.items()}
     out = {"count": len(points), "pulls_matched": len(matched), "hops": stats, "slowest": {}}
+    if pulled:
+        out["pull_waiting"] = _pull_waiting(matched)
     for key, (total, parts) in SPLITS.items():
         by = sorted(points.items(), key=lambda kv: _hop(kv[1], total), reverse=True)
         slow = by[:max(1, int(len(by) * slow_share))]
@@ -175,6 +177,17 @@ def analyse(points: dict, procs: dict | None = None, slow_share: float = 0.01) -
                 out["slowest"][key][what] = sum(
                     1 for _, pt in slow if any(s0 < pt[_end(total)] and s0 + d > pt["send"] for s0, d in spans))
     return out
+
+
+def _pull_waiting(matched: list[dict]) -> dict:
+    """Every message by whether its queue's pull was at the broker when it was stored, on exact
+    clocks: sent before send() was called (waiting), or after send() returned (not); each
+    group's count and delivery to the consumer's IO thread (send -> pull answered), p50/p99."""
+    groups: dict[str, list[float]] = {"waiting": [], "not_waiting": [], "unclear": []}
+    for pt in matched:
+        g = "waiting" if pt["pull_sent"] < pt["send"] else "not_waiting" if pt["pull_sent"] > pt["replied"] else "unclear"
+        groups[g].append(pt["pull_answered"] - pt["send"])
+    return {g: base.percentiles(sorted(v)) for g, v in groups.items()}
 
 
 def _hop(pt: dict, name: str) -> float:
@@ -225,6 +238,11 @@ def report(doc: dict) -> str:
         gcs = probe["gc_over_0_5ms"]
         lines += ["", f"Broker GC collections of 0.5 ms CPU or more: {len(gcs)} "
                   f"({', '.join(f'gen{g} {ms} ms' for g, ms in gcs[:12])}).", ""]
+    if pw := a.get("pull_waiting"):
+        lines += ["| its queue's pull, when the message was stored | messages | send -> pull answered p50 (µs) | p99 (µs) |",
+                  "|---|---:|---:|---:|"]
+        lines += [f"| {g.replace('_', ' ')} | {v['count']:,} | {v['p50_us'] or 0:,.0f} | {v['p99_us'] or 0:,.0f} |"
+                  for g, v in pw.items()] + [""]
     if floor:
         sync, e2e = a["hops"]["sync send: send -> replied"], a["hops"]["e2e: send -> consumed"]
         lines += ["| floor, bare pyzmq, same run | p50 (µs) | p99 (µs) | sync send / it | e2e / it |",

@@ -184,3 +184,8 @@ def test_bench_hops_timeline(tmp_path):
     assert 0 <= a["slowest"]["e2e"]["pull_sent_after_stored"] <= 2
     assert "| sync send: send -> replied |" in proc.stdout and "## The slowest 2 by e2e" in proc.stdout
     assert "- consumer process: " in proc.stdout and "involuntary context switches" in proc.stdout
+    assert sum(v["count"] for v in a["pull_waiting"].values()) == a["pulls_matched"]
+    from bench.hops_held import rounds   # a held pull's wake: answered with the put's reply, 3 rounds
+    held = rounds(3)
+    assert [len(v) for v in held.values()] == [3, 3, 3], held
+    assert min(held["send() round trip"]) > 0 and min(held["pull answered, after send() was called"]) > 0, held
