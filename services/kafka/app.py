@@ -78,6 +78,7 @@ class App:
         adv = advertised_addr(f"{host}:{self.port}", self.config.advertise)
         adv_host, adv_port = adv.rsplit(":", 1)
         self.service.bind()
+        protocol.preload()
         own = read_credentials(self.config.key_file) if self.config.key_file else None
         self.gateway = self._new_gateway(adv_host, int(adv_port), own)
         self.service.every("kafka-group-expiry", GROUP_EXPIRY_S, self.groups.expire)

@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import time
 
 from quiver.client import queue_puller
+from quiver.wire.codes import ResponseCode
 
 from . import mapping
 from .protocol import NONE
@@ -74,7 +75,7 @@ def _answer(fut, p, part: dict, max_bytes: int) -> int:
 
 
 def _keep(gw, fut, topic: str, p) -> None:
-    """A held pull answered after its Fetch: kept as the read-ahead of its offset."""
-    if fut.exception() is None:
+    """A held pull answered with records after its Fetch: kept as the read-ahead of its offset."""
+    if fut.exception() is None and fut.result().code == ResponseCode.SUCCESS:
         size = p.partition_max_bytes
         gw.ahead.put(topic, p.partition, p.fetch_offset, fut, lambda f: gw._read_ahead(f, p.fetch_offset, size))

@@ -187,6 +187,9 @@ def test_a_fetch_finding_nothing_is_held_at_the_broker_and_answered_when_a_put_l
 
 def test_a_fetch_held_until_max_wait_answers_empty_records():
     g = _gateway({"T": [MessageQueue("T", "a", 0)]})
-    _HeldPulls(g)
+    broker = _HeldPulls(g)
     out = g.fetch(_fetch_body([0], 0.2))
     assert out["responses"][0]["partitions"][0]["records"] == b""
+    [(req, fut)] = broker.held   # its suspend time runs out at the broker: nothing found, nothing kept
+    fut.set_result(broker._env(req))
+    assert g.ahead.take("T", 0, 0) is None
