@@ -4,8 +4,9 @@
 
 `python -m bench.broker_probe <quiver_broker arguments>` runs the broker with Service._guard
 (every timer, `every` step and cross-thread call) and Service._drain (a pass over the socket)
-wrapped: per task name its count, how many took 1 ms of CPU or more and the longest, and
-every collection of the cyclic GC of 0.5 ms or more (generation, CPU ms). Thread CPU time, not
+wrapped: per task name its count, how many took 1 ms of CPU or more and the longest; the
+cyclic GC's collections per generation, before and after start-up objects are frozen, and
+each one of 0.5 ms or more while serving (generation, CPU ms). Thread CPU time, not
 wall time: on a loaded machine a task preempted for 50 ms did not hold the GIL for them. The
 figures go to the JSON file named by $QUIVER_PROBE_OUT when the broker exits.
 `probing(out)` makes quiver.tools.local start brokers this way (bench.hops uses it).
@@ -29,7 +30,8 @@ class Probe:
         self.count = collections.Counter()
         self.slow = collections.Counter()
         self.worst: dict[str, float] = collections.defaultdict(float)
-        self.gc: list[tuple[int, float]] = []
+        self.gc: list[tuple[int, float]] = []       # serving: (generation, CPU ms) of the slow ones
+        self.gc_count: collections.Counter = collections.Counter()
         self._gc_t0 = 0.0
 
     def timed(self, name: str, fn, *args):
@@ -44,15 +46,19 @@ class Probe:
                 self.slow[name] += 1
 
     def on_gc(self, phase: str, info: dict) -> None:
+        """Collections once serving (start-up objects frozen) are counted apart from start-up's."""
         if phase == "start":
             self._gc_t0 = time.thread_time()
-        elif (d := time.thread_time() - self._gc_t0) >= GC_SLOW_S:
+            return
+        d, when = time.thread_time() - self._gc_t0, "serving" if gc.get_freeze_count() else "starting"
+        self.gc_count[f"{when} gen{info['generation']}"] += 1
+        if d >= GC_SLOW_S and when == "serving":
             self.gc.append((info["generation"], round(d * 1e3, 2)))
 
     def doc(self) -> dict:
         return {"tasks": {k: {"count": n, "over_1ms": self.slow[k], "max_ms": round(self.worst[k] * 1e3, 3)}
                           for k, n in self.count.most_common()},
-                "gc_over_0_5ms": self.gc}
+                "gc_over_0_5ms": self.gc, "gc_collections": dict(self.gc_count)}
 
 
 def task_name(fn) -> str:

@@ -235,9 +235,10 @@ def report(doc: dict) -> str:
     if probe := doc.get("broker_probe"):
         lines += ["| broker service thread, thread CPU | count | 1 ms or more | longest (ms) |", "|---|---:|---:|---:|"]
         lines += [f"| {k} | {t['count']:,} | {t['over_1ms']:,} | {t['max_ms']:.2f} |" for k, t in probe["tasks"].items()]
-        gcs = probe["gc_over_0_5ms"]
-        lines += ["", f"Broker GC collections of 0.5 ms CPU or more: {len(gcs)} "
-                  f"({', '.join(f'gen{g} {ms} ms' for g, ms in gcs[:12])}).", ""]
+        gcs, counts = probe["gc_over_0_5ms"], probe["gc_collections"]
+        lines += ["", "Broker GC collections: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+                  + f"; while serving, {len(gcs)} of 0.5 ms CPU or more"
+                  + (f" ({', '.join(f'gen{g} {ms} ms' for g, ms in gcs[:12])})." if gcs else "."), ""]
     if pw := a.get("pull_waiting"):
         lines += ["| its queue's pull, when the message was stored | messages | send -> pull answered p50 (µs) | p99 (µs) |",
                   "|---|---:|---:|---:|"]

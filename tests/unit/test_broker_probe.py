@@ -39,6 +39,7 @@ def test_tasks_counted_and_the_slow_ones_told_apart():
     assert doc["_busy"]["count"] == 2 and doc["_busy"]["over_1ms"] == 1 and doc["_busy"]["max_ms"] >= 3.0
     assert doc["socket drain"] == {"count": 1, "over_1ms": 0, "max_ms": doc["socket drain"]["max_ms"]}
     assert doc["socket drain"]["max_ms"] < 1.0
+    assert set(probe.doc()["gc_collections"]) <= {f"{w} gen{g}" for w in ("starting", "serving") for g in range(3)}
 
 
 def test_every_step_named_by_its_name():
