@@ -185,7 +185,8 @@ def _pull_waiting(matched: list[dict]) -> dict:
     group's count and delivery to the consumer's IO thread (send -> pull answered), p50/p99."""
     groups: dict[str, list[float]] = {"waiting": [], "not_waiting": [], "unclear": []}
     for pt in matched:
-        g = "waiting" if pt["pull_sent"] < pt["send"] else "not_waiting" if pt["pull_sent"] > pt["replied"] else "unclear"
+        g = ("waiting" if pt["pull_sent"] < pt["send"] else
+             "not_waiting" if pt["pull_sent"] > pt["replied"] else "unclear")
         groups[g].append(pt["pull_answered"] - pt["send"])
     return {g: base.percentiles(sorted(v)) for g, v in groups.items()}
 
@@ -234,13 +235,15 @@ def report(doc: dict) -> str:
     lines.append("")
     if probe := doc.get("broker_probe"):
         lines += ["| broker service thread, thread CPU | count | 1 ms or more | longest (ms) |", "|---|---:|---:|---:|"]
-        lines += [f"| {k} | {t['count']:,} | {t['over_1ms']:,} | {t['max_ms']:.2f} |" for k, t in probe["tasks"].items()]
+        lines += [f"| {k} | {t['count']:,} | {t['over_1ms']:,} | {t['max_ms']:.2f} |"
+                  for k, t in probe["tasks"].items()]
         gcs, counts = probe["gc_over_0_5ms"], probe["gc_collections"]
         lines += ["", "Broker GC collections: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
                   + f"; while serving, {len(gcs)} of 0.5 ms CPU or more"
                   + (f" ({', '.join(f'gen{g} {ms} ms' for g, ms in gcs[:12])})." if gcs else "."), ""]
     if pw := a.get("pull_waiting"):
-        lines += ["| its queue's pull, when the message was stored | messages | send -> pull answered p50 (µs) | p99 (µs) |",
+        lines += ["| its queue's pull, when the message was stored | messages | send -> pull answered p50 (µs) "
+                  "| p99 (µs) |",
                   "|---|---:|---:|---:|"]
         lines += [f"| {g.replace('_', ' ')} | {v['count']:,} | {v['p50_us'] or 0:,.0f} | {v['p99_us'] or 0:,.0f} |"
                   for g, v in pw.items()] + [""]
