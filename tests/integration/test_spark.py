@@ -346,12 +346,12 @@ def test_batch_read_with_auth_on(spark, tmp_path):
 def test_batch_read_of_a_topic_whose_early_segments_are_only_in_the_tiered_store(spark, tmp_path):
     """A broker with a file:// tiered store has dropped its first segments from disk: a batch read
     from offset 0 gets every message, the old ones served from the store, byte for byte."""
-    c = _cluster(tmp_path / "tier", 1, "--tiered-store", f"file://{tmp_path}/store", "--segment-bytes", "65536",
+    c = _cluster(tmp_path / "tier", 1, "--tiered-store", f"file://{tmp_path}/store", "--segment-bytes", "32768",
                  "--local-retention-bytes", "0", "--clean-interval-ms", "300", "--flush-interval-ms", "100")
     try:
         with Admin(namesrv=c.namesrv) as admin:
             admin.create_topic("SparkTiered", queues=2)
-            msgs = [Message("SparkTiered", b"t%d:" % i + bytes([i % 256]) * (i % 9)) for i in range(3000)]
+            msgs = [Message("SparkTiered", b"t%d:" % i + bytes([i % 256]) * (i % 9)) for i in range(1500)]
             sent = {(r.queue_id, r.queue_offset): m.body for r, m in zip(_send(c.namesrv, msgs), msgs)}
             wait_for(lambda: all(r["min_offset"] == 0 < r["local_min_offset"]
                                  for r in admin.topic_status("SparkTiered")), 60, "the first segments only remote")
