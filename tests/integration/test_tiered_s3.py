@@ -239,32 +239,31 @@ def test_tiered_store_on_s3(make_cluster, s3):
     assert {m.body for m in found} == {body(i)}
     assert ping_s < 1.0, f"a PING took {ping_s:.2f} s while a lookup waited for the store"
 
+    # an object corrupted in the store: reported, never served. The segment of message N/2: read by
+    # a lookup above, then pushed out of the cache (4 segments) by the many lookups after it
+    victim = got[(sent[N // 2].queue_id, sent[N // 2].queue_offset)]
+    key = f"brokers/a/commitlog/{victim.commit_log_offset // SEGMENT * SEGMENT:020d}"
+    data = bytearray(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    data[2000] ^= 0x5A
+    client.put_object(Bucket=BUCKET, Key=key, Body=bytes(data))
+    from quiver.client import queue_puller
+    from quiver.client.access import broker_access
+    from quiver.errors import QuiverError
+    access = broker_access(admin)
+    addr = access.broker_addr(broker_name(cluster), TOPIC)
+    with pytest.raises(QuiverError) as err:
+        pulled = queue_puller.fetch(access, addr, queue_puller.request(TOPIC, victim.queue_id, victim.queue_offset,
+                                                                       max_msgs=32))
+        raise AssertionError(f"served: {pulled.status}")
+    assert "checksum" in err.value.remark
+    assert status_of(cluster, broker)["store"]["tiered"]["damaged_chunks"] >= 1
+
     # the Kafka gateway fetches a remote-only offset (a pull, served from the store)
     bootstrap = f"127.0.0.1:{free_port()}"
     cluster.add_service("kafka", "quiver_kafka", "--kafka-listen", bootstrap, data=False)
     cluster.wait()
     first = kafka_first(bootstrap, 0)
     assert first.offset() == 0 and first.value() == got[(0, 0)].body
-
-    # an object corrupted in the store: reported, never served
-    key = "brokers/a/commitlog/00000000000000000000"
-    data = bytearray(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-    data[2000] ^= 0x5A
-    client.put_object(Bucket=BUCKET, Key=key, Body=bytes(data))
-    broker.kill()   # a fresh start: nothing of that object in the broker's cache
-    broker.start()
-    wait_healthy([broker])
-    from quiver.client import queue_puller
-    from quiver.client.access import broker_access
-    from quiver.errors import QuiverError
-    qid = sent[0].queue_id
-    access = broker_access(admin)
-    addr = access.broker_addr(broker_name(cluster), TOPIC)
-    with pytest.raises(QuiverError) as err:
-        pulled = queue_puller.fetch(access, addr, queue_puller.request(TOPIC, qid, 0, max_msgs=32))
-        raise AssertionError(f"served: {pulled.status}")
-    assert "checksum" in err.value.remark
-    assert status_of(cluster, broker)["store"]["tiered"]["damaged_chunks"] >= 1
     admin.shutdown()
 
 
