@@ -10,7 +10,7 @@ BUSY_RATIO) is timed by the wall clock: read every record of the sealed range tw
 and fsync the compacted log. Prints MB/s of input and the time; writes
 bench/results/compaction-<date>.json. The temp dir is removed at the end.
 
-With --puts S: puts of 1 KiB batches of 64 on the calling thread (the broker's service
+With --puts S: puts of batches of 64 (--put-body bytes each) on the calling thread (the broker's service
 thread) for S seconds alone, then for as long as a pass runs (rate limited by --rate-mb, as a
 broker runs it: in a child process, or with --in-thread on the compaction thread itself), then
 alone again for as long as the pass ran (each window from no dirty pages): the rate during the
@@ -36,7 +36,7 @@ def put_rates(s, a, batch: int) -> dict:
     """Messages/s put alone for a.puts seconds, then while a pass runs on the compaction thread."""
     import threading
     props = [format_properties({"KEYS": f"key-{j % a.keys}"}) for j in range(batch)]
-    bodies = [b"v" * a.body] * batch
+    bodies = [b"v" * (a.put_body or a.body)] * batch
 
     def run(until) -> float:
         n, t0 = 0, time.monotonic()
@@ -73,6 +73,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--rate-mb", type=float, default=0, help="the pass's rate limit in MB/s (0: none)")
     ap.add_argument("--dir", default=None, help="where the temp store goes (default: the system temp dir)")
     ap.add_argument("--puts", type=float, default=0, help="seconds of puts alone, then puts during a pass")
+    ap.add_argument("--put-body", type=int, default=0, help="with --puts: their body bytes (default: --body)")
+    ap.add_argument("--nice", type=int, default=10, help="the child process's os.nice increment")
     ap.add_argument("--in-thread", action="store_true", help="with --puts: the pass on the compaction thread, "
                     "not in a child process")
     a = ap.parse_args(argv)
@@ -82,6 +84,7 @@ def main(argv=None) -> dict:
                          compaction_bytes_per_s=int(a.rate_mb * 1e6))
         s.compaction.is_compacted = lambda topic: True
         s.compaction.in_child = not a.in_thread
+        s.compaction.child_nice = a.nice
         s.open()
         n = a.mb * 1_000_000 // (a.body + 150)
         batch = 64
@@ -101,7 +104,8 @@ def main(argv=None) -> dict:
             out = {"pass_s": round(time.monotonic() - t0, 2), "records_read": res.read, "kept": res.kept}
         out.update({"mb": a.mb, "keys": a.keys, "body": a.body, "messages": n, "input_bytes": in_bytes,
                     "mb_per_s": round(in_bytes / 1e6 / out["pass_s"], 1), "fill_s": round(fill_s, 1),
-                    "rate_limit_mb_s": a.rate_mb, "pass_in": "thread" if a.in_thread or not a.puts else "child"})
+                    "rate_limit_mb_s": a.rate_mb,
+                    "pass_in": "thread" if a.in_thread or not a.puts else f"child nice {a.nice}"})
         s.close()
     finally:
         shutil.rmtree(d, ignore_errors=True)

@@ -1,19 +1,17 @@
 """Compaction of compacted topics: keep the latest record of every key, per queue.
 
-Owns which records a pass keeps, the pass itself (on a worker thread, its I/O
-rate-limited), installing its result, and the hold it puts on CommitLog
-retention. Does not own the file format (compacted_log.py) nor which topics are
-compacted (the topic table's sysflag; `is_compacted` is given by the app).
+Owns when a pass runs (a worker thread: periodic passes and `quiver topic compact`), the
+range it covers, installing its result, and the hold it puts on CommitLog retention. Does
+not own which records a pass keeps (compaction_pass.py), running one in a child process
+(compaction_child.py), the file format (compacted_log.py) nor which topics are compacted
+(the topic table's sysflag; `is_compacted` is given by the app).
 
-A pass over one queue reads its compacted log (everything below the old
-watermark) and the queue's ConsumeQueue entries from there up to the first
-entry in the active CommitLog segment (never the active range, nor anything not
-yet visible to consumers). The key of a record is its KEYS property; per key
-only the record with the highest queue offset is kept. A record with an empty
-body (or the Kafka gateway's null value) is a tombstone: kept until its store time + delete_retention_ms, then
-dropped with its key. A record without KEYS has nothing to be replaced by and
-is kept. The result is written as a new compacted log (atomic replacement) and
-installed on the main thread.
+A pass over one queue reads its compacted log (everything below the old watermark) and the
+queue's ConsumeQueue entries from there up to the first entry in the active CommitLog
+segment (never the active range, nor anything not yet visible to consumers or not flushed).
+The worker runs it in a child process (it would share the GIL with the service thread);
+`compact_queue` called directly runs it on the calling thread. The result, a new compacted
+log (atomic replacement), is installed on the main thread.
 
 Retention: the CommitLog may drop a segment only once every compacted queue's
 compaction covers it (`retention_bound`): the compacted log is then the source
@@ -67,6 +65,7 @@ class Compactor:
         self.busy_ratio = BUSY_RATIO
         self.in_child = True   # the worker's passes run in a child process (compaction_child)
         self._child = None     # the last one started (close stops it)
+        self.child_nice = compaction_child.NICE
         self.clock = clock
         self.logs: dict[tuple[str, int], CompactedLog] = {}
         self.is_compacted: Callable[[str], bool] = lambda topic: False
@@ -174,7 +173,7 @@ class Compactor:
         now_ms = self.clock() * 1000
         if child:
             spec, fds = compaction_child.spec_of(cl, cq, old, start, w_new, directory, now_ms,
-                                                 self.delete_retention_ms, self.bytes_per_s)
+                                                 self.delete_retention_ms, self.bytes_per_s, self.child_nice)
             res.read, res.kept, due = compaction_child.run(spec, fds, started=self._started)
             new = compacted_log.load(directory)
             if new is None or new.watermark != w_new:

@@ -28,7 +28,7 @@ from . import compacted_log, compaction_pass
 from .compacted_log import CompactedLog
 from .consume_queue import ENTRY_SIZE
 
-NICE = 10   # the child's priority below the broker's threads
+NICE = 10   # the child's priority below the broker's threads (os.nice increment)
 PR_SET_PDEATHSIG = 1
 
 
@@ -69,7 +69,7 @@ class _Seg:
 
 
 def spec_of(cl, cq, old: CompactedLog | None, start: int, end: int, directory: str, now_ms: float,
-            delete_retention_ms: int, bytes_per_s: int) -> tuple[dict, list[int]]:
+            delete_retention_ms: int, bytes_per_s: int, nice: int = NICE) -> tuple[dict, list[int]]:
     """(the child's spec, the descriptors it inherits) for a pass over `cq`'s [start, end)."""
     first = cq.entry(start) if start < end else None
     last = cq.entry(end - 1) if start < end else None
@@ -81,7 +81,7 @@ def spec_of(cl, cq, old: CompactedLog | None, start: int, end: int, directory: s
     spec = {"parent": os.getpid(), "segments": segs, "topic": cq.topic, "queue_id": cq.queue_id, "queue": files,
             "old": [old.path, old.fd] if old is not None else None, "start": start, "end": end,
             "directory": directory, "now_ms": now_ms, "delete_retention_ms": delete_retention_ms,
-            "bytes_per_s": bytes_per_s}
+            "bytes_per_s": bytes_per_s, "nice": nice}
     fds = [s[1] for s in segs] + [f[1] for f in files] + ([old.fd] if old is not None else [])
     return spec, fds
 
@@ -113,7 +113,7 @@ def _die_with_parent(parent: int) -> None:
 def main() -> None:
     spec = json.load(sys.stdin)
     _die_with_parent(spec["parent"])
-    os.nice(NICE)
+    os.nice(spec["nice"])
     old = compacted_log.opened(*spec["old"]) if spec["old"] else None
     cl = _Files(spec["segments"])
     cq = _Queue(spec["queue"], spec["topic"], spec["queue_id"])
