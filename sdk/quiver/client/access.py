@@ -21,7 +21,7 @@ class BrokerAccess:
     `read_addr`, `read_failed`), heartbeats (`heartbeat`, `send_heartbeats`), its `transport`
     (once started), `client_id` and `request_timeout`."""
 
-    __slots__ = ("_client", "client_id", *_BOUND)
+    __slots__ = ("_client", *_BOUND)
     # the client's methods of these names (ClientBase's, underscored there), bound
     route: Any
     cached_route: Any
@@ -38,10 +38,14 @@ class BrokerAccess:
     heartbeat: Any
 
     def __init__(self, client: Any) -> None:
-        self._client = client   # for its transport (start() builds it) and request timeout
-        self.client_id: str = client.client_id
+        self._client = client   # for its id, transport (start() builds it) and request timeout
         for name in _BOUND:
             setattr(self, name, getattr(client, "_" + name))
+
+    @property
+    def client_id(self) -> str:
+        """The client's id (a service's client may set its own after construction)."""
+        return str(self._client.client_id)
 
     @property
     def transport(self) -> Any:

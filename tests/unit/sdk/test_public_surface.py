@@ -81,3 +81,13 @@ def test_the_project_reaches_routes_and_broker_calls_through_broker_access():
 def test_broker_access_of_an_async_client_is_its_sync_clients():
     p = aio.AsyncProducer("pg", namesrv="127.0.0.1:1")
     assert broker_access(p) is broker_access(p.sync)
+
+
+def test_broker_access_names_the_clients_id_of_now():
+    from quiver.client.base import ClientBase
+
+    class Named(ClientBase):   # as the services' clients do: an id of their own, set after the base's
+        def __init__(self) -> None:
+            super().__init__("127.0.0.1:1")
+            self.client_id = "txn@h:1#1#2"
+    assert broker_access(Named()).client_id == "txn@h:1#1#2"
