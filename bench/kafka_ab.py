@@ -11,6 +11,8 @@ and for librdkafka its 100 ms wait before the offset query of a group with no co
 are in it) and from the first message on ("after_first": the reading alone, the ratio to judge
 the gateway by), with the CPU per message of the broker, the gateway and the consumer (robust to
 what else loads the machine).
+Produce: each round the SDK's pipelined send_async and confluent-kafka's pipelined produce
+(acks=all, linger 5 ms) through the gateway, n x 1 KiB each to a fresh topic, alternating order.
 e2e: each round the SDK's and the gateway's e2e at the same rate, in alternating order, paced by
 the same schedule (base.paced_runs): the SDK one sync send at a time, librdkafka a produce() at
 each due time with its default linger.ms 5 (at linger.ms 0 every message is a Produce request of
@@ -66,6 +68,26 @@ def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, 
         c.close()
 
 
+def sdk_produce(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, dict]:
+    """msg/s of the SDK's pipelined send_async (the quiver-async column's produce) and the CPU per message."""
+    return _produce_timed(system, lambda topic, k: sdk.produce(topic, k, 1024), n)
+
+
+def kafka_produce(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, dict]:
+    """The same of confluent-kafka's pipelined produce through the gateway (the kafka-gateway column's)."""
+    return _produce_timed(system, lambda topic, k: system.client.produce(topic, k, 1024), n)
+
+
+def _produce_timed(system: KafkaGateway, produce, n: int) -> tuple[float, dict]:
+    topic = system.new_topic()
+    produce(topic, 10)   # routes and metadata outside the timing
+    with CpuMeter(system, "producer") as cpu:
+        t0 = time.perf_counter()
+        if produce(topic, n) != n:
+            raise RuntimeError("produce not fully acked")
+        return n / (time.perf_counter() - t0), cpu.per_msg(n)
+
+
 def _cpu_s(pid: int) -> float:
     """CPU seconds (user + system) a process has used so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -77,15 +99,16 @@ class CpuMeter:
     """CPU microseconds per message of the broker, the gateway and this process (the consumer) over
     one run: what the reading costs whatever else the machine runs meanwhile."""
 
-    def __init__(self, system: KafkaGateway):
+    def __init__(self, system: KafkaGateway, client: str = "consumer"):
         self.pids = {s.role: s.proc.pid for s in system.cluster.services if s.role in ("broker", "kafka")}
+        self.client = client   # what this process is in the run
 
     def __enter__(self):
-        self.start = {**{r: _cpu_s(p) for r, p in self.pids.items()}, "consumer": time.process_time()}
+        self.start = {**{r: _cpu_s(p) for r, p in self.pids.items()}, self.client: time.process_time()}
         return self
 
     def per_msg(self, n: int) -> dict:
-        now = {**{r: _cpu_s(p) for r, p in self.pids.items()}, "consumer": time.process_time()}
+        now = {**{r: _cpu_s(p) for r, p in self.pids.items()}, self.client: time.process_time()}
         return {f"cpu_us_{r}": round((now[r] - self.start[r]) / n * 1e6, 1) for r in now}
 
     def __exit__(self, *exc):
@@ -123,6 +146,7 @@ def main(argv=None) -> int:
     steady: dict[str, list[float]] = {"sdk": [], "kafka": []}
     cpus: dict[str, list[float]] = {"sdk": [], "kafka": []}   # CPU us a message, all processes
     e2e: dict[str, list[float]] = {"sdk": [], "kafka": []}
+    produced: dict[str, list[float]] = {"sdk": [], "kafka": []}
     with KafkaGateway() as system:
         sdk = SdkClient({"namesrv": system.cluster.namesrv})
         try:
@@ -136,6 +160,11 @@ def main(argv=None) -> int:
                     cpus[who].append(sum(cpu.values()))
                     print(json.dumps({"round": r, "consume": who, "msgs_s": round(rate),
                                       "after_first_msgs_s": round(after_first), **cpu}), flush=True)
+            for r in range(args.rounds):
+                for who in (("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")):
+                    rate, cpu = (sdk_produce if who == "sdk" else kafka_produce)(system, sdk, args.n)
+                    produced[who].append(rate)
+                    print(json.dumps({"round": r, "produce": who, "msgs_s": round(rate), **cpu}), flush=True)
             for r in range(0 if args.no_e2e else args.rounds):
                 for who in (("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")):
                     out = (sdk_e2e(system, sdk, args.rate, args.seconds) if who == "sdk"
@@ -151,7 +180,10 @@ def main(argv=None) -> int:
                "after_first_sdk_msgs_s": round(med_steady["sdk"]), "after_first_kafka_msgs_s": round(med_steady["kafka"]),
                "after_first_ratio": round(med_steady["kafka"] / med_steady["sdk"], 2),
                "cpu_us_sdk": round(statistics.median(cpus["sdk"]), 1),
-               "cpu_us_kafka": round(statistics.median(cpus["kafka"]), 1)}
+               "cpu_us_kafka": round(statistics.median(cpus["kafka"]), 1),
+               "produce_sdk_msgs_s": round(statistics.median(produced["sdk"])),
+               "produce_kafka_msgs_s": round(statistics.median(produced["kafka"])),
+               "produce_ratio": round(statistics.median(produced["kafka"]) / statistics.median(produced["sdk"]), 2)}
     if not args.no_e2e:
         p99 = {k: statistics.median(v) for k, v in e2e.items()}
         summary.update(e2e_p99_sdk_us=round(p99["sdk"]), e2e_p99_kafka_us=round(p99["kafka"]),
