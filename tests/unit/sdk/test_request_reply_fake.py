@@ -53,14 +53,16 @@ def test_each_request_gets_its_own_reply(cluster):
             futs = {i: p.request_async(Message("Ask", b"req-%d" % i), timeout=10) for i in range(20)}
             for i, f in futs.items():
                 assert f.result(15).body == (b"req-%d" % i)[::-1]
-            assert p.requests.replies == 21 and p.requests.late_replies == 0
+            # delivery is at least once: a request seen twice is answered twice, the second late
+            assert wait_until(lambda: p.requests.late_replies == len(seen) - 21, 10)
+            assert p.requests.replies == 21
         req = seen[0]
         assert req.properties[REPLY_TO_CLIENT] == p.client_id and req.properties[CLUSTER] == "DefaultCluster"
         assert req.properties[TTL] == "10000" and len(req.properties[CORRELATION_ID]) == 32
         assert one.properties[CORRELATION_ID] == req.properties[CORRELATION_ID]
-        assert len({m.properties[CORRELATION_ID] for m in seen}) == len(seen)
+        assert len({m.properties[CORRELATION_ID] for m in seen}) == 21
         pushed = sum(b.service.counters["replies_pushed"] for b in cluster.brokers.values())
-        assert pushed == 21
+        assert pushed == len(seen)
     finally:
         consumer.shutdown()
         replier.shutdown()
