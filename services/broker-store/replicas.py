@@ -197,6 +197,8 @@ class Replicas:
     def _answered(self, addr: str, sent: float, result) -> None:
         if isinstance(result, Exception) or result.code != ResponseCode.SUCCESS:
             return  # a follower, or down: the leader answers
+        if self.resigned:
+            return  # the leader answers a resigned broker's heartbeat with no assignment
         try:
             a = rq.ControllerAssignment.decode(result.ext)
         except QuiverError as exc:

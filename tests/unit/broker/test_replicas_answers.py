@@ -68,3 +68,10 @@ def test_async_acks_are_answered_only_within_the_lease(tmp_path):
     r.wait_for_slave(200, late, {})
     assert ok.replies == [ResponseCode.SUCCESS]
     assert late.replies == [ResponseCode.FLUSH_SLAVE_TIMEOUT]
+
+
+def test_a_resigned_broker_takes_the_leaders_empty_answer_quietly(tmp_path, caplog):
+    r = _replicas(tmp_path)
+    r.resigned = True
+    r._answered("127.0.0.1:9876", time.monotonic(), SimpleNamespace(code=ResponseCode.SUCCESS, ext={}))
+    assert not [m for m in caplog.messages if "ignored" in m], caplog.messages
