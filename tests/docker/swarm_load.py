@@ -6,7 +6,8 @@ One producer sends unique bodies with SYNC flush, one at a time, each retried un
 one consumer group reads the topic all along. IO_DIR/progress.json says how far it got (every
 second); once IO_DIR/stop exists the producer stops, the group reads until it has every
 acknowledged body (at most 90 s more), and IO_DIR/result.json says what happened: the bodies
-acknowledged, every delivery by body and position, the sends retried, the longest pause.
+acknowledged (and when, seconds after the start), every delivery by body and position, the sends
+retried, the longest pauses.
 """
 
 import collections
@@ -125,6 +126,7 @@ def main(ns: str, creds: str, topic: str, io: str) -> None:
     threads[1].join(30)
     out = {"acked": [b for b, _ in load.acked], "retried": sorted(load.retried), "failed": load.failed,
            "deliveries": load.deliveries, "errors": dict(load.errors), "pauses": load.pauses(t0), "group": load.group_log,
+           "acked_s": [round(t - t0, 2) for _, t in load.acked],
            "load_s": time.monotonic() - t0}
     with open(os.path.join(io, "result.json"), "w") as f:
         json.dump(out, f)

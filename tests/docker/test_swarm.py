@@ -1,6 +1,7 @@
 """deploy/swarm/stack.yaml on a real single-node swarm: deploy from the locally built image, scale
 the broker group to 3, SDK traffic, and the secrets only where they belong; then, on the same
-stack, a rolling update of the brokers to a second image under SYNC load, and a rollback.
+stack, a rolling update of the brokers, then of the name servers, to a second image under SYNC
+load, and a rollback of the brokers.
 
 The swarm is initialised here only when the engine is in none (and left again at the end); the
 stack, its secrets (prefixed with the stack's name), volumes and network are removed whatever
@@ -248,12 +249,18 @@ def _load_result(io: pathlib.Path, container: str) -> dict:
     return json.loads((io / "result.json").read_text())
 
 
+def _pauses(times: list[float], lo: float, hi: float, n: int = 3) -> list[list[float]]:
+    """The n longest gaps between acknowledgements that overlap [lo, hi]: [start, length]."""
+    gaps = sorted(((b - a, a) for a, b in zip(times, times[1:]) if b >= lo and a <= hi), reverse=True)[:n]
+    return [[a, round(g, 2)] for g, a in gaps]
+
+
 @pytest.mark.timeout(600)
 def test_rolling_update_under_sync_load_then_rollback(stack, tmp_path):
-    """docker service update --image of the brokers, one member at a time, while a producer sends
-    SYNC and a consumer group reads: nothing acknowledged lost, duplicates counted (a body stored
-    twice only when its send was retried), the longest pause printed; then docker service rollback
-    back to the first image."""
+    """docker service update --image of the brokers, one member at a time, then of the name servers
+    (with their controllers), while a producer sends SYNC and a consumer group reads: nothing
+    acknowledged lost, duplicates counted (a body stored twice only when its send was retried), the
+    longest pauses printed; then docker service rollback of the brokers to the first image."""
     run("docker", "service", "scale", "-d", f"{stack.name}_broker=3")
     stack.wait_converged({"namesrv": 3, "broker": 3})
     first, nxt = _image_id(IMAGE), _image_id(stack.build_next_image())
@@ -276,6 +283,12 @@ def test_rolling_update_under_sync_load_then_rollback(stack, tmp_path):
         took = stack.wait_images("broker", nxt, 3)
         # swarm still watches the last member (update_config.monitor): not rolled back nor paused
         assert stack.update_state("broker") in ("updating", "completed")
+        # then the name servers and their controllers (Raft), one at a time, under the same load
+        ns_began = json.loads(progress.read_text())["s"]
+        run("docker", "service", "update", "-d", "--image", stack.images[-1], f"{stack.name}_namesrv")
+        ns_took = stack.wait_images("namesrv", nxt, 3)
+        assert stack.update_state("namesrv") in ("updating", "completed")
+        ns_ended = json.loads(progress.read_text())["s"]
         got = _load_result(io, load)
     finally:
         run("docker", "rm", "-f", load, check=False)
@@ -289,6 +302,9 @@ def test_rolling_update_under_sync_load_then_rollback(stack, tmp_path):
           f"{len(lost)} lost, {len(retried)} sends retried, {len(stored_twice)} stored twice, "
           f"{redelivered} delivered again, longest producer pauses [at s, s] {got['pauses']}, "
           f"errors {got['errors']}\nswarm: the group's master and in-sync set [at s, master, set]: {got['group']}")
+    ns_acked = [t for t in got["acked_s"] if ns_began <= t <= ns_ended]
+    print(f"swarm: then a rolling update of 3 name servers (seconds {ns_began} to {ns_ended}) in {ns_took:.0f} s: "
+          f"{len(ns_acked)} acked meanwhile, longest pauses in it [at s, s] {_pauses(got['acked_s'], ns_began, ns_ended)}")
     assert not got["failed"], f"sends never acknowledged: {got['failed'][:10]}"
     assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages never consumed: {lost[:10]}"
     assert stored_twice <= retried, f"stored twice though sent once: {sorted(stored_twice - retried)[:10]}"
