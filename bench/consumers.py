@@ -86,15 +86,15 @@ def rebalance_latency(namesrv: str, cycles: int) -> list[float]:
 
     a = member()
     wait_owned([a])
-    a.rebalance_latencies_ms.clear()
+    a._rebalance_latencies_ms.clear()
     lat = []
     for _ in range(cycles):
         b = member()
         wait_owned([a, b])
         b.shutdown()
         wait_owned([a])
-        lat.extend(b.rebalance_latencies_ms)
-    lat.extend(a.rebalance_latencies_ms)
+        lat.extend(b._rebalance_latencies_ms)
+    lat.extend(a._rebalance_latencies_ms)
     a.shutdown()
     return sorted(lat)
 

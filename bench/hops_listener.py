@@ -67,7 +67,7 @@ class Stalls:
 def watch_pulls(client, pulls: list) -> None:
     """Note [queue id, sent, answered] (time.time()) of every pull the client's IO thread sends:
     the instance's transport.send wrapped, nothing in Quiver changed."""
-    transport = client.transport
+    transport = broker_access(client).transport
     send = transport.send
 
     def timed(addr, code, ext, bodies, callback, timeout=3.0):
@@ -88,6 +88,7 @@ def switches() -> dict:
     return {"voluntary": r.ru_nvcsw, "involuntary": r.ru_nivcsw}
 
 from quiver import ConsumeResult, PullConsumer, PushConsumer
+from quiver.client.access import broker_access
 from quiver.wire.codes import RequestCode
 
 

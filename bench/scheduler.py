@@ -21,6 +21,7 @@ import threading
 import time
 
 from quiver import Admin, Message, Producer, PullConsumer
+from quiver.client.access import broker_access
 from quiver.tools.local import LocalCluster
 from quiver.wire import requests as rq
 
@@ -87,7 +88,7 @@ def _probe(namesrv: str, sched_addr: str, topic: str, stop: threading.Event, out
             t0 = time.perf_counter()
             r = p.send(Message(topic, b"probe", deliver_at=int(time.time() * 1000) + 3_600_000))
             t1 = time.perf_counter()
-            p.transport.call_future(sched_addr, rq.ScheduleCancel(msg_id=r.msg_id, topic=topic)).result(5)
+            broker_access(p).transport.call_future(sched_addr, rq.ScheduleCancel(msg_id=r.msg_id, topic=topic)).result(5)
             sends.append(t1 - t0)
             cancels.append(time.perf_counter() - t1)
 

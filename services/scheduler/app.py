@@ -77,7 +77,7 @@ class App:
         runs on this thread."""
         soon = self.service.call_soon_threadsafe
         try:
-            self.client.transport.send(addr, req, None, bodies, lambda r: soon(callback, r), timeout)
+            broker_access(self.client).transport.send(addr, req, None, bodies, lambda r: soon(callback, r), timeout)
         except QuiverError as exc:
             soon(callback, exc)
 
@@ -248,7 +248,8 @@ class App:
         self.timers.stop_all()
         self.owned.clear()
         deadline = time.monotonic() + 1.0
-        while self.client.transport is not None and self.client.transport._pending and time.monotonic() < deadline:
+        t = broker_access(self.client).transport
+        while t is not None and t._pending and time.monotonic() < deadline:
             self.service._run_inbox()
             time.sleep(0.01)
         self.control.shutdown(wait=False, cancel_futures=True)

@@ -102,7 +102,7 @@ class Membership:
             if cid == me or addr is None or names.addr_problem(addr):  # no scheduler can be reached there
                 continue
             try:
-                futs[cid] = self.client.transport.call_future(addr, rq.Ping(), timeout=self.ping_timeout_s)
+                futs[cid] = broker_access(self.client).transport.call_future(addr, rq.Ping(), timeout=self.ping_timeout_s)
             except QuiverError as exc:  # shutting down
                 log.debug("member %s not pinged: %s", cid, exc)
                 futs[cid] = None

@@ -28,7 +28,7 @@ def test_every_message_once_across_queues_and_committed(cluster):
     with c:
         c.start()
         _wait(lambda: len(seen) >= len(sent), 20, "every message")
-        io_thread = c.transport._thread.name
+        io_thread = c._transport._thread.name
     assert sorted(seen) == sorted(sent)                       # none lost, none twice
     assert threads == {io_thread}
     # committed on shutdown: the group resumes past everything

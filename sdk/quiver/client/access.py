@@ -50,7 +50,7 @@ class BrokerAccess:
     @property
     def transport(self) -> Any:
         """The client's transport (None before start())."""
-        return self._client.transport
+        return self._client._transport
 
     @property
     def request_timeout(self) -> float:

@@ -157,7 +157,7 @@ class ClientBase:
             raise ClientError("no name server given: pass namesrv='host:port;host:port'")
         self.request_timeout = request_timeout
         self.client_id = f"{socket.gethostname()}@{os.getpid()}#{time.monotonic_ns()}"
-        self.transport: Transport | None = None
+        self._transport: Transport | None = None
         self._routes: dict[str, tuple[float, Route]] = {}
         self._avoid: dict[str, float] = {}
         self._read_down: dict[str, float] = {}
@@ -166,8 +166,8 @@ class ClientBase:
         self._lock = threading.Lock()
         self._started = False
         # traced clients (trace=True): what start() builds the ClientTrace (`tracer`) with
-        self.tracer_factory = tracer_factory
-        self.traced = tracer_factory is not None
+        self._tracer_factory = tracer_factory
+        self._traced = tracer_factory is not None
         self._brokers = BrokerAccess(self)   # what helpers of this client may use (access.py)
         self._connection_listener: Callable[[str, str], object] | None = None
 
@@ -181,13 +181,13 @@ class ClientBase:
         """Open the transport (its IO thread) and start heartbeating if this client sends any;
         returns the client. Calling it again does nothing."""
         if not self._started:
-            self.transport = self._transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
+            self._transport = self._transport_factory(type(self).__name__, on_push=self._on_push, identity_prefix=self.client_id,
                                                     credentials=self.credentials)
             if self._connection_listener is not None:
-                self.transport.connection_listener = self._connection_listener
+                self._transport.connection_listener = self._connection_listener
             self._started = True
-            if self.tracer_factory is not None and self.tracer is None:
-                self.tracer = self.tracer_factory(self)
+            if self._tracer_factory is not None and self.tracer is None:
+                self.tracer = self._tracer_factory(self)
             self._hb_stop = threading.Event()
             if self._heartbeat_payload() is not None:
                 self._send_heartbeats()
@@ -200,8 +200,8 @@ class ClientBase:
         or "refused" (the peer does not accept this client's key). It runs on a worker thread of
         the client (never its IO thread); what it raises is logged. None: no more calls."""
         self._connection_listener = fn
-        if self.transport is not None:
-            self.transport.connection_listener = fn
+        if self._transport is not None:
+            self._transport.connection_listener = fn
 
     def shutdown(self) -> None:
         """Leave the groups this client heartbeats, send what the trace queue holds (bounded) and
@@ -302,9 +302,9 @@ class ClientBase:
 
     def _io(self) -> Transport:
         """The transport start() built (ClientError before that), typed for the callers."""
-        if self.transport is None:
+        if self._transport is None:
             raise ClientError(f"{type(self).__name__} is not started: call start() first")
-        return self.transport
+        return self._transport
 
     # ---- name server ---------------------------------------------------------------
 

@@ -162,7 +162,7 @@ class PullConsumer(ClientBase):
         self._timer = DelayedCalls(f"pull-consumer-{self.group}")
         self._puller = QueuePuller(self._brokers, self.group, self.options, self._timer.call_later, self._bad)
         # quiver.testing's fake network has no sockets to hold pulls on: there the IO thread holds them
-        if self.options.direct_poll and isinstance(self.transport, Transport):
+        if self.options.direct_poll and isinstance(self._transport, Transport):
             self._direct = DirectPolls(credentials_from(self.credentials))
             self._poller = DirectPoller(self._direct, self._pulled_buf, self._puller, self.options.suspend_ms,
                                         selector=self.subscriptions.get, started=lambda: self._started,

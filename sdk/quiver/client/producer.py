@@ -152,7 +152,7 @@ class Producer(Requesting, ClientBase):
             parts[k] = v
         if system:
             parts.update(system)
-        if self.traced:  # services add their events only for messages marked so
+        if self._traced:  # services add their events only for messages marked so
             parts[TRACE_ON] = "true"
         props = format_properties(parts)
         if len(props) > 8000:

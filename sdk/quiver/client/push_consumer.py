@@ -121,14 +121,14 @@ class PushConsumer(ClientBase):
                                         opts.rebalance_interval_ms / 1000, self._topics, self._pqs, self._add,
                                         self._drop, changed=self._send_heartbeats,  # brokers learn the owners
                                         listener=opts.rebalance_listener)
-        self.offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self._client_host}@{opts.instance_name}", group)
+        self._offsets = (LocalFileOffsetStore(opts.offset_dir, f"{self._client_host}@{opts.instance_name}", group)
                         if opts.broadcast else RemoteOffsetStore(self._brokers, group))
         self._running = False
         self._state_lock = threading.RLock()   # queue state and offsets vs an offset reset (see above)
         self._bad = BadRecords(opts.on_bad_record)
         self._resets = 0
         self._drop_threads: list[threading.Thread] = []
-        self.rebalance_latencies_ms: list[float] = []  # notification -> new owner's first pull
+        self._rebalance_latencies_ms: list[float] = []  # notification -> new owner's first pull
 
     _client_host = socket.gethostname()
 
@@ -315,7 +315,7 @@ class PushConsumer(ClientBase):
                 raise ClientError(f"broker {mq.broker!r} of topic {mq.topic!r} has no address")
             if self._orderly and not self.broadcast and not self._locks.lock(addr, [mq]):
                 return False
-            off = self.offsets.read(mq, addr)
+            off = self._offsets.read(mq, addr)
             if off is None:
                 off = start_offset(self._brokers, mq, addr, self.options.consume_from)
         except (QuiverError, KeyError) as exc:
@@ -324,7 +324,7 @@ class PushConsumer(ClientBase):
         pq = ProcessQueue(mq, addr, off)
         pq.locked, pq.lock_ts = True, time.monotonic()
         pq.rebalance_t0 = notified_at
-        self.offsets.update(mq, off, increase_only=False)
+        self._offsets.update(mq, off, increase_only=False)
         self._pqs[mq] = pq
         self._pull(pq)
         return True
@@ -342,26 +342,26 @@ class PushConsumer(ClientBase):
             self._drop_threads = [x for x in self._drop_threads if x.is_alive()] + [t]
             t.start()
             return
-        self.offsets.update(mq, pq.commit_offset())
+        self._offsets.update(mq, pq.commit_offset())
         self._persist_one(pq)
-        self.offsets.remove(mq)
+        self._offsets.remove(mq)
 
     def _finish_orderly_drop(self, pq: ProcessQueue) -> None:
         with pq.consume_lock:
-            self.offsets.update(pq.mq, pq.commit_offset())
+            self._offsets.update(pq.mq, pq.commit_offset())
             self._persist_one(pq)
-            self.offsets.remove(pq.mq)
+            self._offsets.remove(pq.mq)
             self._locks.unlock(pq.addr, [pq.mq])
 
     def _consumed(self, pq: ProcessQueue, offset: int) -> None:
         """The queue's commit offset moved to `offset` (unless the queue was released or reset)."""
         with self._state_lock:
             if not pq.dropped:
-                self.offsets.update(pq.mq, offset)
+                self._offsets.update(pq.mq, offset)
 
     def _persist_one(self, pq: ProcessQueue) -> None:
         try:
-            self.offsets.persist(pq.mq, pq.addr, sync=True)
+            self._offsets.persist(pq.mq, pq.addr, sync=True)
         except QuiverError as exc:
             log.warning("offset of dropped %s not stored: %s", pq.mq, exc)
 
@@ -375,7 +375,7 @@ class PushConsumer(ClientBase):
         with self._state_lock:
             pqs = list(self._pqs.values())
             for pq in pqs:
-                self.offsets.update(pq.mq, pq.commit_offset())
+                self._offsets.update(pq.mq, pq.commit_offset())
             if not sync:
                 self._persist_all({pq.mq: pq.addr for pq in pqs}, sync)
         if sync:
@@ -383,7 +383,7 @@ class PushConsumer(ClientBase):
 
     def _persist_all(self, addrs: dict[MessageQueue, str], sync: bool) -> None:
         try:
-            self.offsets.persist_all(addrs, sync=sync)
+            self._offsets.persist_all(addrs, sync=sync)
         except (QuiverError, OSError) as exc:
             log.warning("persisting offsets failed: %s", exc)
 
@@ -407,9 +407,9 @@ class PushConsumer(ClientBase):
             old.dropped = True
             pq = self._pqs[mq] = ProcessQueue(mq, old.addr, offset)
             pq.locked, pq.lock_ts = old.locked, old.lock_ts
-            self.offsets.update(mq, offset, increase_only=False)
+            self._offsets.update(mq, offset, increase_only=False)
             try:
-                self.offsets.persist(mq, pq.addr)
+                self._offsets.persist(mq, pq.addr)
             except (QuiverError, OSError) as exc:
                 log.warning("commit of the new offset of %s failed: %s", mq, exc)
         log.info("%s now consumed from offset %d (%d cached message(s) dropped)", mq, offset, len(old.msgs))
@@ -427,13 +427,13 @@ class PushConsumer(ClientBase):
             self._timer.call_later(0.05, self._pull, pq)  # flow control
             return
         if pq.rebalance_t0 is not None:
-            self.rebalance_latencies_ms.append((time.monotonic() - pq.rebalance_t0) * 1000)
+            self._rebalance_latencies_ms.append((time.monotonic() - pq.rebalance_t0) * 1000)
             pq.rebalance_t0 = None
         try:
             with self._state_lock:   # the piggy-backed commit is queued before a reset's, or is the reset's
                 if pq.dropped:
                     return
-                commit = None if self.broadcast else self.offsets.get(pq.mq) or None  # 0: nothing to commit
+                commit = None if self.broadcast else self._offsets.get(pq.mq) or None  # 0: nothing to commit
                 offset = pq.next_offset
                 single = offset < pq.narrow_until
                 self._puller.pull(pq, offset, self.subscriptions.get(pq.mq.topic),
@@ -470,7 +470,7 @@ class PushConsumer(ClientBase):
                 pq.add(msgs, got.next)  # cached before the position moves: the commit offset never skips them
                 pq.narrow_until = max(pq.narrow_until, got.narrow_until)
                 if not msgs and not pq.msgs:
-                    self.offsets.update(pq.mq, got.next)
+                    self._offsets.update(pq.mq, got.next)
             if msgs:   # outside the lock: an inline listener must not hold up commits and resets
                 self._consume.dispatch(pq, msgs)
             return True
@@ -493,7 +493,7 @@ class PushConsumer(ClientBase):
             if moved:
                 pq.narrow_until = 0
             if not cached:  # nothing cached: the position itself is consumed
-                self.offsets.update(pq.mq, nxt, increase_only=not moved)
+                self._offsets.update(pq.mq, nxt, increase_only=not moved)
         return True
 
     def _as_delivered(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:

@@ -166,7 +166,7 @@ class Planner:
 
     def ask(self, queues: Iterable[Queue], kind: type[rq.Schema], **fields: int) -> dict[Queue, int]:
         """One offset request per queue (`kind`: its schema), all in flight at once: {(topic, broker, qid): offset}."""
-        t, timeout = self.admin.transport, self.admin.request_timeout
+        t, timeout = broker_access(self.admin).transport, self.admin.request_timeout
         if t is None:
             raise ClientError("the planner's Admin is not started")
         futs = {q: t.call_future(self.addrs[q[1]], kind(topic=q[0], queue_id=q[2], **fields), timeout=timeout)

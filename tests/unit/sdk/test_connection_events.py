@@ -32,7 +32,7 @@ def test_a_client_hears_connected_disconnected_and_connected_again():
     p.on_connection(heard)                   # before start: kept for the transport start() builds
     p.start()
     try:
-        p.transport.call_future(addr, RequestCode.PING, timeout=0.5)   # opens the connection
+        p._transport.call_future(addr, RequestCode.PING, timeout=0.5)   # opens the connection
         wait_for(lambda: [e[:2] for e in events] == [(addr, "connected")], 10, "connected")
         server.close(0)
         wait_for(lambda: [e[:2] for e in events][-1:] == [(addr, "disconnected")], 10, "disconnected")
@@ -42,7 +42,7 @@ def test_a_client_hears_connected_disconnected_and_connected_again():
         assert all("-io" not in name for _, _, name in events)   # never on the IO thread
         p.on_connection(None)
         server.close(0)
-        wait_for(lambda: p.transport._up == set(), 10, "the drop seen")
+        wait_for(lambda: p._transport._up == set(), 10, "the drop seen")
         assert len(events) == 3              # nobody told after None
     finally:
         p.shutdown()
@@ -60,7 +60,7 @@ def test_a_listener_that_raises_is_logged_and_the_next_change_still_told():
     p = Producer("pg-conn2", namesrv=addr).start()
     p.on_connection(bad)                     # after start: the running transport takes it
     try:
-        p.transport.call_future(addr, RequestCode.PING, timeout=0.5)
+        p._transport.call_future(addr, RequestCode.PING, timeout=0.5)
         wait_for(lambda: told == ["connected"], 10, "connected")
         server.close(0)
         wait_for(lambda: told == ["connected", "disconnected"], 10, "disconnected")
@@ -83,7 +83,7 @@ def test_an_async_client_hears_on_its_loop_and_may_be_a_coroutine():
             await heard.put((peer, state))
         async with AsyncProducer("pg-conn3", namesrv=addr) as p:
             p.on_connection(on_change)
-            p.sync.transport.call_future(addr, RequestCode.PING, timeout=0.5)
+            p.sync._transport.call_future(addr, RequestCode.PING, timeout=0.5)
             first = await asyncio.wait_for(heard.get(), 10)
             server.close(0)
             second = await asyncio.wait_for(heard.get(), 10)

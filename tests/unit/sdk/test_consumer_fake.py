@@ -229,7 +229,7 @@ def test_inline_listener_runs_on_the_io_thread_and_loses_nothing(one):
         _send(one, "Q1", [s.encode() for s in _nums(50)])
         assert wait_until(lambda: len(seen) >= 50)
     assert seen == _nums(50)                                        # one queue: in order, once each
-    assert threads == {c.transport._thread.name}                    # no hand-off to the consume pool
+    assert threads == {c._transport._thread.name}                    # no hand-off to the consume pool
     assert one.broker().metadata.get_offset("inline-cg", "Q1", 0) == 50
 
 

@@ -119,7 +119,7 @@ class _Transport:
 class _Client(ClientBase):
     def __init__(self, route):
         super().__init__("127.0.0.1:1")
-        self.transport = _Transport()
+        self._transport = _Transport()
         self._routes[route.topic] = (time.monotonic(), route)
         self.asked = 0
 
@@ -135,10 +135,10 @@ def test_a_sql_pull_of_a_filterless_brokers_queue_goes_to_a_cluster_filter_serve
     got = []
     q = types.SimpleNamespace(mq=_mqs("b")[1], addr=BB)
     puller.pull(q, 0, SQL, lambda pulled, retry_s: got.append(retry_s))
-    (addr, req), = client.transport.sent
+    (addr, req), = client._transport.sent
     assert addr == FX and req.broker_addr == BB and req.expression_type == "SQL92"
     assert client.asked == 0 and later == []              # the cached route only, nothing scheduled
-    client.transport.callbacks[0](RequestTimeoutError("gone"))
+    client._transport.callbacks[0](RequestTimeoutError("gone"))
     assert got == [0.0] and puller.filters.avoided() == {FX}
     puller.pull(q, 0, SQL, lambda pulled, retry_s: got.append(retry_s))
     assert got == [0.0, 1.0] and len(later) == 1          # none left: wait, a route refresh on the timer

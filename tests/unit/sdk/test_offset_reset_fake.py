@@ -113,7 +113,7 @@ def test_a_reset_while_messages_are_cached_and_being_consumed_is_not_undone(two_
     c, gate, seen = _stuck_consumer(cl, "stuck")
     with c:
         assert wait_until(lambda: c._pqs.get(MQ0) is not None and len(c._pqs[MQ0].msgs) == 40)
-        c.offsets.update(MQ0, 30)   # as if 30 had been consumed: the commits under way carry it
+        c._offsets.update(MQ0, 30)   # as if 30 had been consumed: the commits under way carry it
         assert wait_until(lambda: _offsets(cl, "stuck")[0] == 30)
         done = cl.admin().reset_offset("stuck", "T", 0)
         assert done.online
@@ -203,7 +203,7 @@ def test_a_push_consumer_not_told_of_a_reset_is_moved_there_by_its_next_pull(two
     with c:
         assert wait_until(lambda: c._pqs.get(MQ0) is not None and len(c._pqs[MQ0].msgs) == 40)
         old = c._pqs[MQ0]
-        c.offsets.update(MQ0, 30)
+        c._offsets.update(MQ0, 30)
         assert wait_until(lambda: _offsets(cl, "deaf")[0] == 30)
         assert cl.admin().reset_offset("deaf", "T", 0).online
         time.sleep(0.1)             # its commits of 30 meanwhile do not count

@@ -1,6 +1,7 @@
 """Each client class shows users its API and nothing else: dir() without underscores is exactly the
 list below, so routing, broker calls and heartbeats (quiver.client.access.broker_access) cannot
-become public names by accident. A new public method is added here on purpose, with its docs."""
+become public names by accident; an instance adds only the settings it was built with (not its
+transport, tracer factory or offset store). A new public name is added here on purpose, with its docs."""
 
 import pytest
 
@@ -41,6 +42,21 @@ ALLOWED = {
 }
 
 
+# what an instance adds: the settings it was built with (the class's names above are its API)
+CLIENT = {"client_id", "credentials", "namesrvs", "request_timeout"}
+SENDER = CLIENT | {"auto_batch", "batch_in_flight", "batch_max_bytes", "batch_max_messages", "group",
+                   "max_message_bytes", "metrics", "retries", "send_timeout"}
+SUBSCRIBER = CLIENT | {"group", "subscriptions"}
+SETTINGS = {
+    "Producer": SENDER,
+    "TransactionProducer": SENDER | {"checker", "checks_answered"},
+    "PushConsumer": SUBSCRIBER | {"broadcast", "metrics", "options", "retry_topic"},
+    "PullConsumer": SUBSCRIBER | {"options"},
+    "SimpleConsumer": SUBSCRIBER | {"await_duration_s"},
+    "Admin": CLIENT,
+}
+
+
 def _client(name):
     return getattr(aio, name) if name.startswith("Async") else getattr(quiver, name)
 
@@ -54,6 +70,21 @@ def test_a_client_class_shows_its_api_and_nothing_else(name):
     shown = public_names(_client(name))
     assert shown - ALLOWED[name] == set(), f"{name} shows internals as public names"
     assert ALLOWED[name] - shown == set(), f"{name} lost public names"
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_a_client_instance_shows_its_api_and_its_settings_and_nothing_else(name):
+    cls = _client(name)
+    client = cls(namesrv="127.0.0.1:1") if name.endswith("Admin") else cls("g", namesrv="127.0.0.1:1")
+    shown, allowed = public_names(client), ALLOWED[name] | SETTINGS.get(name, set())
+    assert shown - allowed == set(), f"a {name} shows internals as public names"
+    assert allowed - shown == set(), f"a {name} lost public names"
+
+
+def test_the_instance_check_sees_a_new_public_internal():
+    p = quiver.Producer("g", namesrv="127.0.0.1:1")
+    p.pending = []
+    assert public_names(p) - ALLOWED["Producer"] - SETTINGS["Producer"] == {"pending"}
 
 
 def test_the_check_sees_a_new_public_internal():
@@ -73,7 +104,7 @@ def test_the_project_reaches_routes_and_broker_calls_through_broker_access():
             assert isinstance(access, BrokerAccess) and access.client_id == admin.client_id
             assert [q.queue_id for q in access.route("Surface").write_queues] == [0, 1]
             assert set(access.all_broker_addrs()) == {"broker-a"}
-            assert access.transport is admin.transport
+            assert access.transport is admin._transport
         finally:
             admin.shutdown()
 

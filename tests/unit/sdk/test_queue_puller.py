@@ -118,7 +118,7 @@ class _Transport:
 class _Client(ClientBase):
     def __init__(self, route=None):
         super().__init__("127.0.0.1:1")
-        self.transport = _Transport()
+        self._transport = _Transport()
         self.refreshed = []
         if route is not None:
             self._routes["T"] = (time.monotonic(), route)
@@ -155,11 +155,11 @@ def test_a_tag_pull_goes_to_the_broker_and_answers_once():
     c = _Client(_route())
     p, _ = _puller(c, pull_batch_size=16, suspend_ms=1000)
     got = _pull(p, _queue(), MessageSelector.tags("A"), commit_offset=3)
-    (addr, req, timeout), = c.transport.sent
+    (addr, req, timeout), = c._transport.sent
     assert addr == MASTER and timeout == 1 + queue_puller.REPLY_GRACE_S
     assert req == rq.PullMessage(topic="T", queue_id=0, offset=5, group="G", max_msgs=16, suspend_ms=1000,
                                  expression="A", commit_offset=3)
-    c.transport.callbacks[0](_reply(bodies=[_records("A")], next=6))
+    c._transport.callbacks[0](_reply(bodies=[_records("A")], next=6))
     (pulled, retry_s), = got
     assert pulled.status is PullStatus.FOUND and pulled.next == 6 and retry_s == 0
 
@@ -169,23 +169,23 @@ def test_an_unreachable_master_sends_the_next_pull_to_its_slave_and_back():
     p, _ = _puller(c)
     q = _queue()
     got = _pull(p, q)
-    c.transport.callbacks[0](ClientError("connection lost"))
+    c._transport.callbacks[0](ClientError("connection lost"))
     assert got == [(None, queue_puller.READ_FAILED_RETRY_S)]
     _pull(p, q)
-    assert c.transport.sent[-1][0] == SLAVE and q.addr == SLAVE    # reads (and commits) follow
+    assert c._transport.sent[-1][0] == SLAVE and q.addr == SLAVE    # reads (and commits) follow
     c._read_down.clear()                                            # the master is back
     _pull(p, q)
-    assert c.transport.sent[-1][0] == MASTER and q.addr == MASTER
+    assert c._transport.sent[-1][0] == MASTER and q.addr == MASTER
 
 
 def test_a_refused_pull_waits_the_error_delay():
     c = _Client(_route())
     p, _ = _puller(c, pull_delay_on_error_ms=2500)
     got = _pull(p, _queue())
-    c.transport.callbacks[0](Envelope(ResponseCode.SYSTEM_BUSY, 1, {}, [], "busy"))
+    c._transport.callbacks[0](Envelope(ResponseCode.SYSTEM_BUSY, 1, {}, [], "busy"))
     assert got == [(None, 2.5)]
     got = _pull(p, _queue())
-    c.transport.callbacks[1](Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""))   # garbled
+    c._transport.callbacks[1](Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""))   # garbled
     assert got == [(None, 2.5)]
 
 
@@ -194,12 +194,12 @@ def test_a_sql_pull_goes_through_a_filter_server_and_fails_over():
     p, _ = _puller(c)
     sel = MessageSelector.sql("a > 1")
     got = _pull(p, _queue(), sel)
-    first, req, _ = c.transport.sent[0]
+    first, req, _ = c._transport.sent[0]
     assert first in FILTERS and req.expression_type == "SQL92" and req.broker_addr == MASTER
-    c.transport.callbacks[0](RequestTimeoutError("gone"))
+    c._transport.callbacks[0](RequestTimeoutError("gone"))
     assert got == [(None, 0.0)]                                      # at once, elsewhere
     _pull(p, _queue(), sel)
-    assert c.transport.sent[1][0] == next(a for a in FILTERS if a != first)
+    assert c._transport.sent[1][0] == next(a for a in FILTERS if a != first)
 
 
 def test_a_sql_pull_without_a_filter_server_refreshes_the_route_and_waits():
@@ -208,7 +208,7 @@ def test_a_sql_pull_without_a_filter_server_refreshes_the_route_and_waits():
     q = _queue()
     assert _pull(p, q, MessageSelector.sql("a > 1")) == [(None, queue_puller.NO_FILTER_RETRY_S)]
     _pull(p, q, MessageSelector.sql("a > 1"))
-    assert c.transport.sent == [] and len(later) == 1               # one refresh per topic at a time
+    assert c._transport.sent == [] and len(later) == 1               # one refresh per topic at a time
     delay, fn, args = later[0]
     fn(*args)
     assert c.refreshed == ["T"]
@@ -218,6 +218,6 @@ def test_a_sql_pull_without_a_filter_server_refreshes_the_route_and_waits():
 
 def test_a_shut_down_transport_is_a_failed_pull():
     c = _Client(_route())
-    c.transport.fail = ClientError("transport is shut down")
+    c._transport.fail = ClientError("transport is shut down")
     p, _ = _puller(c)
     assert _pull(p, _queue()) == [(None, 1.0)]

@@ -266,7 +266,7 @@ def test_a_producer_builds_its_properties_string_with_format_properties():
     from quiver.client.message import Message, UniqueIdMaker
     from quiver.client.producer import Producer
     p = Producer.__new__(Producer)   # _encode needs no connection
-    p._valid_topics, p.max_message_bytes, p.traced, p._ids = set(), 1 << 20, True, UniqueIdMaker()
+    p._valid_topics, p.max_message_bytes, p._traced, p._ids = set(), 1 << 20, True, UniqueIdMaker()
     msg_id, props = p._encode(Message("T", b"x", tags="t", keys=["a", "b"], delay_level=2, properties={"k": "v"}))
     assert props == format_properties({"UNIQ_KEY": msg_id, "TAGS": "t", "KEYS": "a b", "DELAY": 2, "k": "v",
                                               "TRACE_ON": "true"})

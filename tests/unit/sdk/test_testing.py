@@ -48,17 +48,17 @@ def test_stub_cluster_registers_its_brokers_and_cleans_up():
 
 def test_clients_built_by_the_cluster_use_the_fake_and_others_the_real_transport(stub):
     admin = stub.admin()
-    assert isinstance(admin.transport, FakeTransport)
+    assert isinstance(admin._transport, FakeTransport)
     admin.create_topic("Seam", queues=2)
     assert {q["broker_name"] for q in admin.topic_route("Seam")["queues"]} == {"broker-a", "broker-b"}
     plain = Producer("pg", namesrv=stub.namesrv).start()  # not attached: a real client
     try:
-        assert isinstance(plain.transport, Transport)
+        assert isinstance(plain._transport, Transport)
     finally:
         plain.shutdown()
     p = stub.attach(Producer("pg", namesrv=stub.namesrv))
     with p:
-        assert isinstance(p.transport, FakeTransport)
+        assert isinstance(p._transport, FakeTransport)
         assert p.send(Message("Seam", b"x")).msg_id
     admin.shutdown()
 

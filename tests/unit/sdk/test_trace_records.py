@@ -132,7 +132,7 @@ def test_traced_producer_in_a_stub_cluster_and_env_switch(monkeypatch):
     monkeypatch.setenv("QUIVER_TRACE", "1")
     with stub_cluster() as cluster:
         with cluster.client(Producer, "shop") as p:   # trace=None: QUIVER_TRACE decides
-            assert p.traced
+            assert p._traced
             r = p.send(Message("Orders", b"o", tags="t", keys=["k1", "k2"]))
             batch = p.send_batch([Message("Orders", b"a"), Message("Orders", b"b")])
         admin = cluster.admin()
@@ -140,7 +140,7 @@ def test_traced_producer_in_a_stub_cluster_and_env_switch(monkeypatch):
         assert [(x["type"], x["keys"], x["tags"], x["group"]) for x in rows] == [("Pub", "k1 k2", "t", "shop")]
         assert admin.trace(batch[1].msg_id)[0]["queue_offset"] == batch[1].queue_offset
         monkeypatch.setenv("QUIVER_TRACE", "0")
-        assert not cluster.client(Producer, "quiet").traced
+        assert not cluster.client(Producer, "quiet")._traced
 
 
 def test_rows_are_json_ready():

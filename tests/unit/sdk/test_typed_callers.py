@@ -82,7 +82,7 @@ class FakeTransport:
 
 
 def _started(client, answers=None):
-    client.transport = FakeTransport(answers)
+    client._transport = FakeTransport(answers)
     client._started = True
     client._hb_stop = threading.Event()
     return client
@@ -176,7 +176,7 @@ def test_heartbeats_and_leaving_send_typed_requests():
     client._heartbeat_brokers = lambda: {"a": ADDR}
     client._send_heartbeats()
     client._before_close()
-    reqs = client.transport.requests()
+    reqs = client._transport.requests()
     assert reqs == [client._heartbeat(), rq.UnregisterClient(client_id=client.client_id, consumer_group="SCHED")]
 
 
@@ -187,7 +187,7 @@ def test_a_bad_wire_form_payload_skips_the_heartbeat_instead_of_raising(caplog):
     client = _started(Bad(NS))
     client._send_heartbeats()
     client._before_close()
-    assert client.transport.sent == [] and "heartbeat skipped" in caplog.text
+    assert client._transport.sent == [] and "heartbeat skipped" in caplog.text
 
 
 # ---- producer -----------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def test_cancel_scheduled_asks_typed_and_reads_typed_answers():
         rq.ScheduleCancel: rq.ScheduleCancelReply(result="cancelled")})
     broker_access(p).all_broker_addrs = lambda: {"a": ADDR}
     assert p.cancel_scheduled("MSGID", "Orders") is True
-    assert p.transport.requests() == [rq.GetConsumerList(group="SCHEDULE_CONSUMER"),
+    assert p._transport.requests() == [rq.GetConsumerList(group="SCHEDULE_CONSUMER"),
                                       rq.ScheduleCancel(msg_id="MSGID", topic="Orders")]
 
 
@@ -240,7 +240,7 @@ def test_cancel_scheduled_unknown_everywhere_looks_the_id_up():
         rq.QueryMessage: lambda req: _parked("Orders") if req.topic == TIMER_TOPIC else QueryNotFoundError("no")})
     broker_access(p).all_broker_addrs = lambda: {"a": ADDR}
     assert p.cancel_scheduled("MSGID", "Orders") is True  # still parked in the timer topic
-    lookups = [r for r in p.transport.requests() if isinstance(r, rq.QueryMessage)]
+    lookups = [r for r in p._transport.requests() if isinstance(r, rq.QueryMessage)]
     assert lookups == [rq.QueryMessage(topic=t, key="MSGID", max_msgs=1) for t in (SCHEDULE_TOPIC, TIMER_TOPIC)]
     with pytest.raises(QueryNotFoundError):
         p.cancel_scheduled("MSGID", "Other")  # parked, but for another topic: not this caller's to cancel
@@ -255,13 +255,13 @@ def test_pull_consumer_pulls_with_a_typed_request_and_moves_by_the_pull_reply():
     st = QueueState(MQ, ADDR, 5)
     c._queues[MQ] = st
     c._pull(st)
-    (how, addr, req, ext, _), = c.transport.sent
+    (how, addr, req, ext, _), = c._transport.sent
     assert how == "send" and addr == ADDR and ext is None
     assert req == rq.PullMessage(group="G", topic="T", queue_id=0, offset=5, max_msgs=32, suspend_ms=15_000,
                                  expression="A || B")
     reply = protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, rq.PullReply(next=9).ext(), [], "")
     c._started = False  # no follow-up pull
-    c.transport.callbacks[-1](reply)
+    c._transport.callbacks[-1](reply)
     assert st.next == 9 and st.consumed == 9 and not st.in_flight
 
 
@@ -270,7 +270,7 @@ def test_a_garbled_pull_reply_moves_nothing_and_asks_again_later():
     st = QueueState(MQ, ADDR, 5)
     c._queues[MQ] = st
     c._pull(st)
-    c.transport.callbacks[-1](protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""))
+    c._transport.callbacks[-1](protocol.Envelope(ResponseCode.PULL_NOT_FOUND, 1, {}, [], ""))
     assert st.next == 5 and st.consumed == 5 and not st.in_flight
     assert c._timer.calls == [(1.0, c._pull, (st,))]   # pull_delay_on_error_ms
 
@@ -282,13 +282,13 @@ def test_pull_consumer_offsets_are_typed_both_ways():
     assert c._take(MQ)
     st = c._queues[MQ]
     assert st.next == 42 and st.addr == ADDR
-    assert c.transport.requests()[:3] == [rq.QueryConsumerOffset(group="G", topic="T", queue_id=0),
+    assert c._transport.requests()[:3] == [rq.QueryConsumerOffset(group="G", topic="T", queue_id=0),
                                           rq.GetMinOffset(topic="T", queue_id=0),
                                           rq.PullMessage(group="G", topic="T", queue_id=0, offset=42, max_msgs=32,
                                                          suspend_ms=15_000, expression="A || B")]
     st.consumed = 50
     c.commit()
-    assert c.transport.requests()[-1] == rq.UpdateConsumerOffset(group="G", topic="T", queue_id=0, offset=50)
+    assert c._transport.requests()[-1] == rq.UpdateConsumerOffset(group="G", topic="T", queue_id=0, offset=50)
     assert st.committed == 50
 
 
@@ -309,20 +309,20 @@ def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_ret
     c._running = True
     pq = ProcessQueue(MessageQueue(c.retry_topic, "a", 0), ADDR, 0)
     c._pqs[pq.mq] = pq
-    c.offsets.update(pq.mq, 3)
+    c._offsets.update(pq.mq, 3)
     dispatched = []
     c._consume = SimpleNamespace(dispatch=lambda pq, msgs: dispatched.extend(msgs))
     c._pull(pq)
-    assert c.transport.requests() == [rq.PullMessage(group="G", topic="%RETRY%G", queue_id=0, offset=0,
+    assert c._transport.requests() == [rq.PullMessage(group="G", topic="%RETRY%G", queue_id=0, offset=0,
                                                      commit_offset=3, max_msgs=32, suspend_ms=15_000)]
     host = b"\x7f\0\0\x01\0\0\0\0"
     body = record.encode(b"again", topic=b"%RETRY%G",
                          props=format_properties({"RETRY_TOPIC": "Orders", "RECONSUME_TIME": "2"}).encode(),
                          phys_offset=100, born_ts=1, born_host=host, store_ts=2, store_host=host, reconsume=1)
-    c.transport.callbacks[-1](protocol.Envelope(ResponseCode.SUCCESS, 1, rq.PullReply(next=1).ext(), [body], ""))
+    c._transport.callbacks[-1](protocol.Envelope(ResponseCode.SUCCESS, 1, rq.PullReply(next=1).ext(), [body], ""))
     assert [(m.topic, m.reconsume_times, m.body) for m in dispatched] == [("Orders", 2, b"again")]
     assert pq.next_offset == 1 and list(pq.msgs) == [0]
-    assert c.transport.requests()[-1].offset == 1   # the next pull starts past the batch
+    assert c._transport.requests()[-1].offset == 1   # the next pull starts past the batch
 
 
 # ---- nothing spells a wire key ------------------------------------------------------------------
