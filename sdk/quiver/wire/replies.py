@@ -362,10 +362,10 @@ class ScheduleCancelReply(Schema):
 
 # ---- replies of the controller (automatic failover) ----
 
-@reply_to(RC.CONTROLLER_HEARTBEAT)
+@reply_to(RC.CONTROLLER_HEARTBEAT, RC.CONTROLLER_ALTER_SYNC_STATE_SET)
 @schema
 class ControllerAssignment(Schema):
-    """CONTROLLER_HEARTBEAT from the controller leader: what the broker is now. `broker_id` is the
+    """CONTROLLER_HEARTBEAT (and a SyncStateSet change) from the controller leader: what the broker is now. `broker_id` is the
     id it registers with the name servers as a slave (a master registers as 0); `lease_ms` is how
     long after sending a heartbeat a master may keep acknowledging writes without a newer answer."""
     role: str = wire("role", OneOf("master", "slave", "none"))

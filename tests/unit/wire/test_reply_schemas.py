@@ -72,6 +72,12 @@ def test_a_reply_not_built_by_its_schema_is_refused(toy):
     assert rq.PingReply.decode(env.ext).service == "toy"
 
 
+def test_a_sync_state_set_change_is_answered_with_the_assignment():
+    # the master reads the controller's answer to its SyncStateSet change as a ControllerAssignment
+    a = rq.ControllerAssignment(role="master", epoch=2, master_addr=ADDR, sync_state_set=[ADDR], term=3)
+    assert rq.ControllerAssignment.decode(reply_ext(RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, a)) == a
+
+
 def _reply_calls(tree):
     """(line, ext node) of every `x.reply(code, remark, ext, ...)`, `protocol.reply(code, id, remark, ext)`
     and `post(x.reply, code, remark, ext)` call."""
