@@ -104,7 +104,7 @@ def test_transaction_commit_rollback_and_check_back(e2e, admin):
         got += c.poll(0.5)
     assert sorted(m.body for m in got) == [b"debit-1", b"debit-2"]
     assert committed.local_state is TransactionState.COMMIT and unknown.local_state is TransactionState.UNKNOWN
-    assert tp.checks_answered >= 1
+    assert tp._checks_answered >= 1
     _wait(lambda: not admin.open_transactions().get("e2e-tx"), 10, "no open transaction left")
 
 

@@ -102,7 +102,7 @@ def test_txn_checker_kill9_mid_check_resumes_exactly_once(make_cluster):
         time.sleep(0.8)
         checker_svc.args += ["--check-batch", "10", "--pull-batch", "10"]  # many small steps to die between
         checker_svc.start()
-        _wait(lambda: tp.checks_answered >= 10, 20, "first check answers")
+        _wait(lambda: tp._checks_answered >= 10, 20, "first check answers")
         checker_svc.kill()
         checker_svc.start()
         wait_healthy([checker_svc])

@@ -27,7 +27,7 @@ def test_checkback_commits_and_rolls_back_for_a_normal_user(tmp_path):
             for body in later:
                 r = tp.send_in_transaction(Message("TxAuth", body), lambda m, a: TransactionState.UNKNOWN)
                 assert r.local_state is TransactionState.UNKNOWN
-            wait_for(lambda: tp.checks_answered >= 2, 30, "the producer's checker to answer both checks")
+            wait_for(lambda: tp._checks_answered >= 2, 30, "the producer's checker to answer both checks")
             wait_for(lambda: not any(admin.open_transactions().values()), 30, "both halves to be ended")
         got = []
         with PullConsumer("sam-cg", c.namesrv, credentials=sam, consume_from="first") as pc:

@@ -157,7 +157,7 @@ def _transaction_resolved_by_a_check(namesrv: str, ports) -> dict:
         def settled():
             broker, txn = scrape(ports["broker"]), scrape(ports["txn"])
             checks = (value(broker, "quiver_transaction_checks_total"),
-                      value(txn, "quiver_transaction_check_results_total", result="checked"), tp.checks_answered)
+                      value(txn, "quiver_transaction_check_results_total", result="checked"), tp._checks_answered)
             done = value(broker, "quiver_transaction_commit_total") == 1 and checks[0] >= 1 and len(set(checks)) == 1
             return (broker, txn) if done else None
         broker, txn = wait_for(settled, "the check that committed the transaction", timeout=20)

@@ -193,7 +193,7 @@ def test_transactions_go_on_after_poison(make_cluster):
             got = drain(pc, 1, 15.0)
         finally:
             pc.shutdown()
-        assert [m.msg_id for m in got] == [r.transaction_id] and tp.checks_answered >= 1
+        assert [m.msg_id for m in got] == [r.transaction_id] and tp._checks_answered >= 1
     checks = admin.status(next(s for s in c.services if s.role == "txn-checker").addr)["checks"]
     assert checks.get("bad_system_properties", 0) == 0 and checks.get("failed_rounds", 0) == 0 and checks["rounds"] >= 1
     admin.shutdown()

@@ -65,7 +65,7 @@ def test_commit_rollback_unknown_then_checks(make_cluster):
         tp._end(tp._route("Tx").addrs[r_commit.broker],
                 [[r_commit.commit_log_offset, r_commit.queue_offset, 8, r_commit.transaction_id]], from_check=True)
         assert wait_no_open(admin), admin.open_transactions()
-        assert tp.checks_answered >= 3
+        assert tp._checks_answered >= 3
     want = {b"commit", b"unknown-commit", b"raises-commit"}
     got = drain(c.namesrv, "Tx", lambda g: {m.body for m in g} >= want, timeout=10)
     time.sleep(0.5)
@@ -102,7 +102,7 @@ def test_max_checks_discards_to_check_max_topic(make_cluster):
         gone = drain(c.namesrv, CHECK_MAX_TOPIC, lambda g: len(g) >= 1, timeout=15, group="ops")
         assert [m.msg_id for m in gone] == [r.transaction_id]
         assert gone[0].properties["TRANSACTION_CHECK_TIMES"] == "2"
-        assert tp.checks_answered == 2
+        assert tp._checks_answered == 2
         # too late now: a commit for a discarded transaction is ignored
         tp._end(tp._route("Tx").addrs[r.broker], [[r.commit_log_offset, r.queue_offset, 8, r.transaction_id]], True)
     time.sleep(0.3)
@@ -126,5 +126,5 @@ def test_no_live_producer_is_not_counted_and_immunity_honoured(make_cluster):
     with TransactionProducer("lonely", namesrv=c.namesrv, checker=lambda m: TransactionState.COMMIT) as tp2:
         got = drain(c.namesrv, "Tx", lambda g: len(g) >= 1, timeout=10)
         assert [m.body for m in got] == [b"orphan"]  # the immune one is not asked about yet
-        assert tp2.checks_answered == 1
+        assert tp2._checks_answered == 1
     admin.shutdown()

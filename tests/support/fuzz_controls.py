@@ -152,7 +152,7 @@ def txn_control(ns: str, checker_addr: str | None = None, topic: str = "FuzzTx",
         t0 = time.monotonic()
         r = tp.send_in_transaction(Message(topic, body, keys=[tag]), lambda m, a: TransactionState.UNKNOWN)
         got = read_topic(ns, topic, lambda g: any(m.body == body for m in g), timeout=timeout)
-        checks = tp.checks_answered
+        checks = tp._checks_answered
     delivered = any(m.body == body for m in got)
     detail = f"half {r.transaction_id}: checks answered {checks}, " + (
         f"committed and delivered in {time.monotonic() - t0:.1f} s" if delivered else f"not delivered in {timeout} s")

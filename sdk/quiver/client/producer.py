@@ -107,12 +107,12 @@ class Producer(Requesting, ClientBase):
         self.metrics = metrics
         self.send_timeout = send_timeout
         self.retries = retries
-        self.auto_batch = auto_batch
-        self.batch_max_messages = batch_max_messages
-        self.batch_max_bytes = batch_max_bytes
+        self._auto_batch = auto_batch
+        self._batch_max_messages = batch_max_messages
+        self._batch_max_bytes = batch_max_bytes
         if not isinstance(batch_in_flight, int) or batch_in_flight < 1:
             raise ValueError(f"batch_in_flight must be an int >= 1, got {batch_in_flight!r}")
-        self.batch_in_flight = batch_in_flight
+        self._batch_in_flight = batch_in_flight
         self.max_message_bytes = max_message_bytes
         self._ids = UniqueIdMaker()
         self._rr = itertools.count()
@@ -461,7 +461,7 @@ class Producer(Requesting, ClientBase):
         except QuiverError as exc:
             item[4].set_exception(exc)
             return
-        if not self.auto_batch or _SCHEDULED_AT in item[1] or _TIMER_AT in item[1]:
+        if not self._auto_batch or _SCHEDULED_AT in item[1] or _TIMER_AT in item[1]:
             self._dispatch(mq, addr, [item])  # a delayed message travels alone: batches carry no delay
             return
         b = self._batchers.get(mq)
@@ -469,7 +469,7 @@ class Producer(Requesting, ClientBase):
             with self._batchers_lock:
                 b = self._batchers.setdefault(mq, _Batcher())
         with b.lock:
-            if b.in_flight >= self.batch_in_flight:
+            if b.in_flight >= self._batch_in_flight:
                 b.items.append(item)
                 return
             b.in_flight += 1
@@ -497,7 +497,7 @@ class Producer(Requesting, ClientBase):
             take: list[_Item] = []
             size, n = 0, 0
             for item in b.items:
-                if n >= self.batch_max_messages or (n and size + len(item[2]) > self.batch_max_bytes):
+                if n >= self._batch_max_messages or (n and size + len(item[2]) > self._batch_max_bytes):
                     break
                 take.append(item)
                 size += len(item[2])

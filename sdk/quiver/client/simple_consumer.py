@@ -61,7 +61,7 @@ class SimpleConsumer(ClientBase):
                 or not 0 <= await_duration_s <= 3600:
             raise ValueError(f"await_duration_s is 0..3600 seconds, not {await_duration_s!r}")
         self.group = group
-        self.await_duration_s = float(await_duration_s)
+        self._await_duration_s = float(await_duration_s)
         self.subscriptions: dict[str, MessageSelector] = {}
         self._popper = Popper(self._brokers, group, consume_from=consume_from, fifo=fifo,
                               max_reconsume_times=max_reconsume_times)
@@ -93,7 +93,7 @@ class SimpleConsumer(ClientBase):
         if not self.subscriptions:
             raise ClientError("no subscription: call subscribe(topic, expression) before receive()")
         ms = invisible_ms(invisible_duration_s)
-        wait = self.await_duration_s if wait_s is None else max(0.0, float(wait_s))
+        wait = self._await_duration_s if wait_s is None else max(0.0, float(wait_s))
         return self._popper.receive(self.subscriptions, max_messages, ms, wait)
 
     def ack(self, msg: MessageExt) -> None:

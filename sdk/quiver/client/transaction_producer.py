@@ -80,7 +80,7 @@ class TransactionProducer(Producer):
         super().__init__(group, namesrv, **kw)
         self.checker = checker
         self._heartbeat_interval_s = heartbeat_interval_s
-        self.checks_answered = 0
+        self._checks_answered = 0
 
     def _heartbeat_payload(self) -> rq.HeartBeat:
         """The producer group's heartbeat: brokers ask a live member of it about open transactions."""
@@ -199,7 +199,7 @@ class TransactionProducer(Producer):
                     state = TransactionState.UNKNOWN
             answers.append((phys, qoff, _WIRE[state.value], txid))
             traced.append((msg.topic, msg.msg_id, state.value))
-        self.checks_answered += len(answers)
+        self._checks_answered += len(answers)
         if answers and self._started:
             self._end(addr, answers, from_check=True)
             tracer = self.tracer

@@ -44,15 +44,14 @@ ALLOWED = {
 
 # what an instance adds: the settings it was built with (the class's names above are its API)
 CLIENT = {"client_id", "credentials", "namesrvs", "request_timeout"}
-SENDER = CLIENT | {"auto_batch", "batch_in_flight", "batch_max_bytes", "batch_max_messages", "group",
-                   "max_message_bytes", "metrics", "retries", "send_timeout"}
+SENDER = CLIENT | {"group", "max_message_bytes", "metrics", "retries", "send_timeout"}
 SUBSCRIBER = CLIENT | {"group", "subscriptions"}
 SETTINGS = {
     "Producer": SENDER,
-    "TransactionProducer": SENDER | {"checker", "checks_answered"},
+    "TransactionProducer": SENDER | {"checker"},
     "PushConsumer": SUBSCRIBER | {"broadcast", "metrics", "options", "retry_topic"},
     "PullConsumer": SUBSCRIBER | {"options"},
-    "SimpleConsumer": SUBSCRIBER | {"await_duration_s"},
+    "SimpleConsumer": SUBSCRIBER,
     "Admin": CLIENT,
 }
 
