@@ -103,7 +103,7 @@ class AsyncPushConsumer(AsyncClient[PushConsumer]):
 
     async def __aenter__(self) -> AsyncPushConsumer:
         # as PushConsumer's `with`: starts only once subscribed and registered
-        if self._listener is not None and self._sync.subscriptions:
+        if self._listener is not None and self._sync._subscriptions:
             return await self.start()
         return self
 

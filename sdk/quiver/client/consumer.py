@@ -95,7 +95,7 @@ class PullConsumer(ClientBase):
             raise ValueError("PullConsumer does not broadcast: use PushConsumer(broadcast=True)")
         self.group = group
         self._heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
-        self.subscriptions: dict[str, MessageSelector] = {}
+        self._subscriptions: dict[str, MessageSelector] = {}
         self._pulled_buf = PullBuffer(opts.cached_msgs_per_queue)
         self._queues = self._pulled_buf.queues
         self._cond = self._pulled_buf.cond
@@ -105,7 +105,7 @@ class PullConsumer(ClientBase):
         self._resets = 0
         self._rebalancer = Rebalancer(self._brokers, group, opts.allocate)   # .missing: subscribed topics not there yet
         self._rebalance = RebalanceLoop(self._rebalancer, opts.rebalance_interval_ms / 1000,
-                                        lambda: list(self.subscriptions), self._queues, self._take, self._drop,
+                                        lambda: list(self._subscriptions), self._queues, self._take, self._drop,
                                         listener=opts.rebalance_listener)
 
     def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
@@ -115,7 +115,7 @@ class PullConsumer(ClientBase):
         sel = filter_route.as_selector(expression)
         if self._started:
             filter_route.check_subscription(self._brokers, topic, sel, self.group)
-        self.subscriptions[topic] = sel
+        self._subscriptions[topic] = sel
         if self._started:
             self._resubscribed()
 
@@ -127,7 +127,7 @@ class PullConsumer(ClientBase):
             self._resubscribed()
 
     def _forget(self, topic: str) -> bool:
-        if self.subscriptions.pop(topic, None) is None:
+        if self._subscriptions.pop(topic, None) is None:
             return False
         self._pulled_buf.forget(topic)
         return True
@@ -143,7 +143,7 @@ class PullConsumer(ClientBase):
             if not self._forget(topic):
                 return
         else:
-            self.subscriptions[topic] = filter_route.as_selector(expression)   # SQL92: checked by its pulls
+            self._subscriptions[topic] = filter_route.as_selector(expression)   # SQL92: checked by its pulls
         threading.Thread(target=self._resubscribed, name="pull-consumer-subscribe", daemon=True).start()
 
     def start(self) -> Self:
@@ -153,7 +153,7 @@ class PullConsumer(ClientBase):
             return self
         super().start()
         try:
-            for topic, sel in self.subscriptions.items():
+            for topic, sel in self._subscriptions.items():
                 filter_route.check_subscription(self._brokers, topic, sel, self.group)
         except QuiverError:
             super().shutdown()
@@ -165,7 +165,7 @@ class PullConsumer(ClientBase):
         if self.options.direct_poll and isinstance(self._transport, Transport):
             self._direct = DirectPolls(credentials_from(self.credentials))
             self._poller = DirectPoller(self._direct, self._pulled_buf, self._puller, self.options.suspend_ms,
-                                        selector=self.subscriptions.get, started=lambda: self._started,
+                                        selector=self._subscriptions.get, started=lambda: self._started,
                                         pulled=self._pulled, pull=self._pull, call_later=self._timer.call_later)
         self._rebalance.start("pull-consumer-rebalance")
         if self.options.auto_commit:
@@ -186,7 +186,7 @@ class PullConsumer(ClientBase):
 
     def _heartbeat_payload(self) -> rq.HeartBeat:
         """The group's heartbeat: its subscriptions, what brokers rebalance and filter by."""
-        me = rq.ConsumerData(group=self.group, subscriptions=filter_route.wire_subscriptions(self.subscriptions),
+        me = rq.ConsumerData(group=self.group, subscriptions=filter_route.wire_subscriptions(self._subscriptions),
                              consume_type="PULL", model="CLUSTERING", consume_from=str(self.options.consume_from))
         return rq.HeartBeat(client_id=self.client_id, consumers=[me])
 
@@ -321,7 +321,7 @@ class PullConsumer(ClientBase):
             return
         _, gen, offset, single = claim
         try:   # direct_poll: the IO thread only fetches what is stored, poll() holds the waiting pulls
-            self._puller.pull(st, offset, self.subscriptions.get(st.mq.topic),
+            self._puller.pull(st, offset, self._subscriptions.get(st.mq.topic),
                               lambda pulled, retry_s: self._pulled(st, gen, offset, single, pulled, retry_s),
                               single=single, suspend_ms=0 if self._direct is not None else None)
         except Exception:
@@ -350,7 +350,7 @@ class PullConsumer(ClientBase):
     def _apply(self, st: QueueState, gen: int, offset: int, single: bool, pulled: Pulled) -> bool:
         """Move the queue by a pull's answer; False when a seek, reset or drop superseded it."""
         if pulled.status is FOUND:
-            got = self._puller.decode(st, pulled, self.subscriptions.get(st.mq.topic), offset, single)
+            got = self._puller.decode(st, pulled, self._subscriptions.get(st.mq.topic), offset, single)
             buffered = self._pulled_buf.found(st, gen, got)
             if buffered and self._direct is not None:
                 self._direct.wake()
@@ -400,8 +400,8 @@ class PullConsumer(ClientBase):
     def _missing_topics(self, every: bool = False) -> list[str]:
         """Subscribed topics known not to exist (all of them, or none, with `every`); the
         rebalance loop looks for them every second."""
-        missing = sorted(t for t in list(self._rebalancer.missing) if t in self.subscriptions)
-        if every and len(missing) < len(self.subscriptions):
+        missing = sorted(t for t in list(self._rebalancer.missing) if t in self._subscriptions)
+        if every and len(missing) < len(self._subscriptions):
             return []
         return missing
 

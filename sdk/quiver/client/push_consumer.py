@@ -111,8 +111,8 @@ class PushConsumer(ClientBase):
         self.group = group
         self.broadcast = opts.broadcast
         self._heartbeat_interval_s = opts.heartbeat_interval_ms / 1000
-        self.retry_topic = f"{RETRY_PREFIX}{group}"
-        self.subscriptions: dict[str, MessageSelector] = {}
+        self._retry_topic = f"{RETRY_PREFIX}{group}"
+        self._subscriptions: dict[str, MessageSelector] = {}
         self._listener: Listener | None = None
         self._orderly = False
         self._pqs: dict[MessageQueue, ProcessQueue] = {}
@@ -142,7 +142,7 @@ class PushConsumer(ClientBase):
         if self._running:
             self._check_topic(topic)
             filter_route.check_subscription(self._brokers, topic, sel, self.group)  # SQL92: raises SubscriptionParseError
-        self.subscriptions[topic] = sel
+        self._subscriptions[topic] = sel
         if self._running:
             self._send_heartbeats()
             self._rebalance.wake()
@@ -151,7 +151,7 @@ class PushConsumer(ClientBase):
         """Stop consuming `topic`: its queues are given up (each commits its offset first) and
         the group rebalances at once. Allowed before start() and while running; an unknown
         topic is ignored."""
-        if self.subscriptions.pop(topic, None) is not None and self._running:
+        if self._subscriptions.pop(topic, None) is not None and self._running:
             self._send_heartbeats()
             self._rebalance.wake()
 
@@ -177,7 +177,7 @@ class PushConsumer(ClientBase):
             return self
         if self._listener is None:
             raise ClientError("no listener: call register(fn) before start()")
-        if not self.subscriptions:
+        if not self._subscriptions:
             raise ClientError("no subscription: call subscribe(topic, expression) before start()")
         opts = self.options
         self._timer = DelayedCalls(f"push-consumer-{self.group}")
@@ -191,9 +191,9 @@ class PushConsumer(ClientBase):
         if opts.pop:   # POP mode (pop_push.py): no queues owned, no offsets, no retry topic
             popper = Popper(self._brokers, self.group, consume_from="first" if opts.consume_from == "first" else "last",
                             fifo=self._orderly, max_reconsume_times=opts.max_reconsume_times)
-            self._pop_loop = PopPushLoop(popper, self._consume, lambda: self.subscriptions, opts, self.request_timeout)
+            self._pop_loop = PopPushLoop(popper, self._consume, lambda: self._subscriptions, opts, self.request_timeout)
         try:  # SQL92 subscriptions are compiled by a filter server before any message flows
-            for topic, sel in list(self.subscriptions.items()):
+            for topic, sel in list(self._subscriptions.items()):
                 self._check_topic(topic)
                 filter_route.check_subscription(self._brokers, topic, sel, self.group)
         except QuiverError:
@@ -213,18 +213,18 @@ class PushConsumer(ClientBase):
 
     def __enter__(self) -> Self:
         # `with PushConsumer(...) as c: c.subscribe(...); c.register(fn); c.start()` works too
-        if self._listener is not None and self.subscriptions:
+        if self._listener is not None and self._subscriptions:
             return self.start()
         return self
 
     def assignment(self, include_retry: bool = False) -> list[MessageQueue]:
         """The queues this consumer owns now (with `include_retry`, its %RETRY% queue too)."""
-        return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self.retry_topic)
+        return sorted(mq for mq in list(self._pqs) if include_retry or mq.topic != self._retry_topic)
 
     def stats(self) -> dict[str, Any]:
         """Counters: records skipped as undecodable, offset resets applied; and the subscribed
         topics that do not exist yet (waited for, logged once: `wait_for_topic`)."""
-        missing = sorted(t for t in list(self._rebalance.rebalancer.missing) if t in self.subscriptions)
+        missing = sorted(t for t in list(self._rebalance.rebalancer.missing) if t in self._subscriptions)
         return {"undecodable_records": self._bad.count, "offset_resets": self._resets, "missing_topics": missing}
 
     def shutdown(self) -> None:
@@ -252,16 +252,16 @@ class PushConsumer(ClientBase):
     # ---- heartbeats, notifications, shutdown words ---------------------------------------------
 
     def _topics(self) -> list[str]:
-        topics = list(self.subscriptions)
+        topics = list(self._subscriptions)
         if not self.broadcast:
-            topics.append(self.retry_topic)
+            topics.append(self._retry_topic)
         return topics
 
     def _heartbeat_payload(self) -> rq.HeartBeat:
         """The group's heartbeat: its subscriptions (the retry topic's too) and owned queues."""
-        subs = filter_route.wire_subscriptions(self.subscriptions)
+        subs = filter_route.wire_subscriptions(self._subscriptions)
         if not self.broadcast:
-            subs[self.retry_topic] = rq.Subscription(type="TAG", expression="*")
+            subs[self._retry_topic] = rq.Subscription(type="TAG", expression="*")
         me = rq.ConsumerData(group=self.group, subscriptions=subs, consume_type="PUSH",
                              model="BROADCASTING" if self.broadcast else "CLUSTERING",
                              consume_from=str(self.options.consume_from), orderly=self._orderly,
@@ -282,7 +282,7 @@ class PushConsumer(ClientBase):
     def _ensure_retry_topic(self) -> None:
         """The group's retry topic (1 queue) on every broker, as RocketMQ creates it on heartbeat."""
         try:
-            self._route(self.retry_topic, refresh=True)
+            self._route(self._retry_topic, refresh=True)
             return
         except TopicNotExistError:
             pass
@@ -291,13 +291,13 @@ class PushConsumer(ClientBase):
             return
         for name, addr in self._all_broker_addrs().items():
             try:
-                self._call_broker(addr, rq.CreateTopic(topic=self.retry_topic, read=1, write=1))
+                self._call_broker(addr, rq.CreateTopic(topic=self._retry_topic, read=1, write=1))
             except QuiverError as exc:
-                log.warning("creating %s on %s failed: %s", self.retry_topic, name, exc)
+                log.warning("creating %s on %s failed: %s", self._retry_topic, name, exc)
         deadline = time.monotonic() + 3.0
         while time.monotonic() < deadline:
             try:
-                self._route(self.retry_topic, refresh=True)
+                self._route(self._retry_topic, refresh=True)
                 return
             except QuiverError:
                 time.sleep(0.05)
@@ -436,7 +436,7 @@ class PushConsumer(ClientBase):
                 commit = None if self.broadcast else self._offsets.get(pq.mq) or None  # 0: nothing to commit
                 offset = pq.next_offset
                 single = offset < pq.narrow_until
-                self._puller.pull(pq, offset, self.subscriptions.get(pq.mq.topic),
+                self._puller.pull(pq, offset, self._subscriptions.get(pq.mq.topic),
                                   lambda pulled, retry_s: self._pulled(pq, offset, single, pulled, retry_s),
                                   commit, single=single)
         except Exception:
@@ -462,7 +462,7 @@ class PushConsumer(ClientBase):
         """Cache and dispatch what a pull found, or move the queue's position; False when the
         queue is being replaced (its new ProcessQueue pulls)."""
         if pulled.status is FOUND:
-            got = self._puller.decode(pq, pulled, self.subscriptions.get(pq.mq.topic), offset, single)
+            got = self._puller.decode(pq, pulled, self._subscriptions.get(pq.mq.topic), offset, single)
             msgs = self._as_delivered(pq, got.msgs)
             with self._state_lock:
                 if pq.dropped:
@@ -497,7 +497,7 @@ class PushConsumer(ClientBase):
         return True
 
     def _as_delivered(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
-        if pq.mq.topic == self.retry_topic:   # back under their own topic, with their delivery count
+        if pq.mq.topic == self._retry_topic:   # back under their own topic, with their delivery count
             for m in msgs:
                 m.topic = m.properties.get(RETRY_TOPIC) or m.topic
                 rt = m.properties.get(RECONSUME_TIME)

@@ -62,7 +62,7 @@ class SimpleConsumer(ClientBase):
             raise ValueError(f"await_duration_s is 0..3600 seconds, not {await_duration_s!r}")
         self.group = group
         self._await_duration_s = float(await_duration_s)
-        self.subscriptions: dict[str, MessageSelector] = {}
+        self._subscriptions: dict[str, MessageSelector] = {}
         self._popper = Popper(self._brokers, group, consume_from=consume_from, fifo=fifo,
                               max_reconsume_times=max_reconsume_times)
 
@@ -72,11 +72,11 @@ class SimpleConsumer(ClientBase):
         sel = filter_route.as_selector(expression)
         if sel.type != "TAG":
             raise ClientError("POP consumption filters by tag only: subscribe with a tag expression")
-        self.subscriptions[topic] = sel
+        self._subscriptions[topic] = sel
 
     def unsubscribe(self, topic: str) -> None:
         """Stop receiving `topic` (nothing happens if it was not subscribed)."""
-        self.subscriptions.pop(topic, None)
+        self._subscriptions.pop(topic, None)
 
     def receive(self, max_messages: int = 16, invisible_duration_s: float = 60.0,
                 wait_s: float | None = None) -> list[MessageExt]:
@@ -90,11 +90,11 @@ class SimpleConsumer(ClientBase):
         self._need_started()
         if isinstance(max_messages, bool) or not isinstance(max_messages, int) or not 1 <= max_messages <= 1024:
             raise ValueError(f"max_messages is 1..1024, not {max_messages!r}")
-        if not self.subscriptions:
+        if not self._subscriptions:
             raise ClientError("no subscription: call subscribe(topic, expression) before receive()")
         ms = invisible_ms(invisible_duration_s)
         wait = self._await_duration_s if wait_s is None else max(0.0, float(wait_s))
-        return self._popper.receive(self.subscriptions, max_messages, ms, wait)
+        return self._popper.receive(self._subscriptions, max_messages, ms, wait)
 
     def ack(self, msg: MessageExt) -> None:
         """Done with `msg`: it is never delivered to the group again. Raises

@@ -45,11 +45,11 @@ ALLOWED = {
 # what an instance adds: the settings it was built with (the class's names above are its API)
 CLIENT = {"client_id", "credentials", "namesrvs", "request_timeout"}
 SENDER = CLIENT | {"group", "max_message_bytes", "metrics", "retries", "send_timeout"}
-SUBSCRIBER = CLIENT | {"group", "subscriptions"}
+SUBSCRIBER = CLIENT | {"group"}
 SETTINGS = {
     "Producer": SENDER,
     "TransactionProducer": SENDER | {"checker"},
-    "PushConsumer": SUBSCRIBER | {"broadcast", "metrics", "options", "retry_topic"},
+    "PushConsumer": SUBSCRIBER | {"broadcast", "metrics", "options"},
     "PullConsumer": SUBSCRIBER | {"options"},
     "SimpleConsumer": SUBSCRIBER,
     "Admin": CLIENT,

@@ -116,13 +116,13 @@ def _route(topic="T"):
 
 def _pull_consumer():
     c = PullConsumer("G", namesrv=NS, consume_from="first")
-    c.subscriptions = {"T": MessageSelector.tags("A || B"), "S": MessageSelector.sql("a > 1")}
+    c._subscriptions = {"T": MessageSelector.tags("A || B"), "S": MessageSelector.sql("a > 1")}
     return c
 
 
 def _push_consumer():
     c = PushConsumer("G", namesrv=NS)
-    c.subscriptions = {"T": MessageSelector.tags("*")}
+    c._subscriptions = {"T": MessageSelector.tags("*")}
     return c
 
 
@@ -307,7 +307,7 @@ def test_consumer_ids_notifications_are_decoded():
 def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_retried_messages():
     c = _pulling(_push_consumer())
     c._running = True
-    pq = ProcessQueue(MessageQueue(c.retry_topic, "a", 0), ADDR, 0)
+    pq = ProcessQueue(MessageQueue(c._retry_topic, "a", 0), ADDR, 0)
     c._pqs[pq.mq] = pq
     c._offsets.update(pq.mq, 3)
     dispatched = []
