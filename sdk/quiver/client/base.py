@@ -312,14 +312,19 @@ class ClientBase:
         """The reply's ext from the first name server that answers; `code` is a typed request
         (quiver.wire.requests), or a bare code with `ext`."""
         last: Exception | None = None
+        missing: TopicNotExistError | None = None
         for addr in self.namesrvs:
             try:
                 reply: dict[str, Any] = self._io().call(addr, code, ext, timeout=self.request_timeout).ext
                 return reply
-            except (TopicNotExistError, NoPermissionError):  # every name server would say the same
+            except NoPermissionError:  # every name server checks the same grants
                 raise
+            except TopicNotExistError as exc:  # one restarted moments ago knows no route until brokers register
+                missing = exc
             except QuiverError as exc:
                 last = exc
+        if missing is not None:
+            raise missing
         raise ClientError(f"no name server answered ({'; '.join(self.namesrvs)}): {last}")
 
     def _cached_route(self, topic: str) -> Route | None:

@@ -31,3 +31,29 @@ def test_a_route_without_a_master_is_asked_for_again_within_seconds():
                     return None
             got = wait_until(picked, timeout=5.0)
             assert got and got[1] == "127.0.0.1:10911", got
+
+
+class _Replies:
+    """Name servers by address: a route ext, or the error that address raises."""
+
+    def __init__(self, by_addr):
+        self.by_addr, self.asked = by_addr, []
+
+    def call(self, addr, code, ext, timeout):
+        self.asked.append(addr)
+        got = self.by_addr[addr]
+        if isinstance(got, Exception):
+            raise got
+        return type("Reply", (), {"ext": got})()
+
+
+def test_a_name_server_without_the_route_yet_is_not_the_last_word():
+    # a name server restarted moments ago knows no topic until the brokers register again
+    p = Producer("pg", namesrv="127.0.0.1:1;127.0.0.1:2")
+    replies = _Replies({"127.0.0.1:1": TopicNotExistError("no route"), "127.0.0.1:2": {"route": "known"}})
+    p._io = lambda: replies
+    assert p._call_namesrv(rq.GetRouteInfo(topic="T")) == {"route": "known"}
+    replies.by_addr["127.0.0.1:2"] = TopicNotExistError("no route")
+    with pytest.raises(TopicNotExistError):   # every name server answered: the topic does not exist
+        p._call_namesrv(rq.GetRouteInfo(topic="T"))
+    assert replies.asked == ["127.0.0.1:1", "127.0.0.1:2"] * 2
