@@ -108,7 +108,7 @@ def test_partition(cluster, cut, fenced):
     run(cluster, cut, fenced)
 
 
-FLAP_S = 60.0
+FLAP_S = 40.0
 
 
 @pytest.mark.parametrize("cluster", ["sync", "async"], indirect=True)
