@@ -20,10 +20,22 @@ from quiver.wire.curve import read_credentials
 from quiver.wire.transport import Transport
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and not handed out before by this process: two services given the
+    same port before either binds it collide (a slave once dialled another broker as its master's
+    HA port)."""
+    if len(_handed_out) > 16_000:   # most of the ephemeral range: start over rather than loop
+        _handed_out.clear()
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 @dataclass

@@ -31,3 +31,9 @@ def test_planned_ports_are_the_ones_start_binds():
     assert planned["namesrv-0"] == 9876 and planned["namesrv-0 QUIVER_METRICS_LISTEN"] == 9301
     assert planned["broker-store-0"] == 10911 and planned["broker-store-1"] == 11911      # + 1000 per replica
     assert planned["broker-store-1 QUIVER_METRICS_LISTEN"] == 10302
+
+
+def test_free_port_never_hands_out_the_same_port_twice():
+    # the kernel may offer a port again before the service given it has bound it
+    ports = [free_port() for _ in range(2000)]
+    assert len(set(ports)) == len(ports)
