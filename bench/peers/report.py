@@ -76,6 +76,12 @@ TARGETS = [   # the performance issue's goals, then auth's and trace's
      "<=", 1.6),
     ("e2e p50 at 2k msg/s <= 2.5x the bare pyzmq round trip (floor)", "quiver-async", "e2e_p50_us", "floor",
      "sync_p50_us", "<=", 2.5),
+    ("Kafka gateway: produce >= 0.7x Quiver's SDK", "kafka-gateway", "produce_msgs_s", "quiver-async",
+     "produce_msgs_s", ">=", 0.7),
+    ("Kafka gateway: consume >= 0.7x Quiver's SDK", "kafka-gateway", "consume_msgs_s", "quiver-async",
+     "consume_msgs_s", ">=", 0.7),
+    ("Kafka gateway: e2e p99 at 2k msg/s <= 1.5x Quiver's SDK", "kafka-gateway", "e2e_p99_us", "quiver-async",
+     "e2e_p99_us", "<=", 1.5),
 ]
 # (label, metric, the floor's metric): each system's latency over bare pyzmq's of the same run
 FLOOR_ROWS = [
