@@ -446,41 +446,51 @@ class PushConsumer(ClientBase):
     def _pulled(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled | None, retry_s: float) -> None:
         if pq.dropped or not self._running:
             return
+        msgs = None
         if pulled is not None:
             try:
-                if not self._apply(pq, offset, single, pulled):
+                msgs = self._apply(pq, offset, single, pulled)
+                if msgs is None:
                     return
             except Exception:   # the queue must not stop: what went wrong is logged, the pull repeated
                 log.exception("answer to the pull of %s from offset %d not taken: pulling again", pq.mq, offset)
                 pulled, retry_s = None, self._puller.error_delay_s
         if pulled is None:
             self._timer.call_later(retry_s, self._pull, pq)
-        else:
-            self._pull(pq)
+            return
+        # the next pull leaves before this batch is handed over: it waits at the broker while the
+        # listener runs (inline, or while a consume thread wakes), so what is stored meanwhile is
+        # answered at once instead of waiting for the pull. The batch is cached already: the
+        # flow control counts it and the pull starts past it.
+        self._pull(pq)
+        if msgs:   # outside the state lock: an inline listener must not hold up commits and resets
+            try:
+                self._consume.dispatch(pq, msgs)
+            except Exception:   # cached and uncommitted: a rebalance or restart delivers them again
+                log.exception("handing %d message(s) of %s to the listener failed", len(msgs), pq.mq)
 
-    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled) -> bool:
-        """Cache and dispatch what a pull found, or move the queue's position; False when the
-        queue is being replaced (its new ProcessQueue pulls)."""
+    def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled) -> list[MessageExt] | None:
+        """Cache what a pull found, or move the queue's position: the messages to hand to the
+        listener (none for an answer without any), None when the queue is being replaced (its
+        new ProcessQueue pulls)."""
         if pulled.status is FOUND:
             got = self._puller.decode(pq, pulled, self._subscriptions.get(pq.mq.topic), offset, single)
             msgs = self._as_delivered(pq, got.msgs)
             with self._state_lock:
                 if pq.dropped:
-                    return False
+                    return None
                 pq.add(msgs, got.next)  # cached before the position moves: the commit offset never skips them
                 pq.narrow_until = max(pq.narrow_until, got.narrow_until)
                 if not msgs and not pq.msgs:
                     self._offsets.update(pq.mq, got.next)
-            if msgs:   # outside the lock: an inline listener must not hold up commits and resets
-                self._consume.dispatch(pq, msgs)
-            return True
+            return msgs
         nxt = pulled.next
         moved = pulled.status is OFFSET_ILLEGAL
         if moved:
             log.info("offset of %s moved from %d to %d", pq.mq, offset, nxt)
         with self._state_lock:
             if pq.dropped:
-                return False
+                return None
             with pq.lock:
                 cached = bool(pq.msgs)
                 if not (moved and cached):
@@ -489,12 +499,12 @@ class PushConsumer(ClientBase):
                 # what is cached lies elsewhere (the group's offset was reset before this consumer
                 # was told): a new ProcessQueue there, off the IO thread (orderly waits for its batch)
                 self._timer.call_later(0, self._replace, pq, nxt)
-                return False
+                return None
             if moved:
                 pq.narrow_until = 0
             if not cached:  # nothing cached: the position itself is consumed
                 self._offsets.update(pq.mq, nxt, increase_only=not moved)
-        return True
+        return []
 
     def _as_delivered(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         if pq.mq.topic == self._retry_topic:   # back under their own topic, with their delivery count

@@ -85,6 +85,8 @@ class Transport:
         # fn(peer, state): "connected", "disconnected" or "refused" (a failed handshake: the key is
         # not known there); called on the push pool, never on the IO thread
         self.connection_listener: "Callable[[str, str], object] | None" = None
+        self._io_ident: int | None = None   # the IO thread's, once it runs
+        self._backlog: collections.deque = collections.deque()
         self._thread = threading.Thread(target=self._run, name=f"{name}-io", daemon=True)
         self._thread.start()
 
@@ -99,7 +101,14 @@ class Transport:
         code, ext = _wire(code, ext)
         req_id = next(_ids)
         self._pending[req_id] = (callback, time.monotonic() + timeout, addr)
-        self._queue.append((addr, protocol.request(code, req_id, ext, bodies), req_id))
+        frames = protocol.request(code, req_id, ext, bodies)
+        if threading.get_ident() == self._io_ident:
+            # a callback's request (a consumer's next pull): out now, or at this turn's flush when
+            # something queued earlier must leave first; no wake-up either way
+            if self._queue or self._backlog or not self._send_now(addr, frames):
+                self._queue.append((addr, frames, req_id))
+            return req_id
+        self._queue.append((addr, frames, req_id))
         if not self._wake():
             self._pending.pop(req_id, None)
             raise ClientError("transport is shut down")
@@ -229,7 +238,7 @@ class Transport:
         self._monitors: dict = {}
         self._poller.register(self._wake_fd, zmq.POLLIN)
         next_scan = time.monotonic() + 0.05
-        self._backlog = collections.deque()
+        self._io_ident = threading.get_ident()
         try:
             while not self._stopped.is_set():
                 try:
@@ -348,6 +357,18 @@ class Transport:
         while q:
             addr, frames, req_id = q.popleft()
             self._send(addr, frames, req_id, None)
+
+    def _send_now(self, addr: str, frames) -> bool:
+        """Send on the IO thread without queueing; False (nothing sent) when the peer is not
+        plainly up: the flush then sends it, backs it off or fails it with its reason."""
+        sock = self._peers.get(addr)
+        if sock is None or addr in self._down or addr in self._refused:
+            return False
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+        except Exception:   # zmq.Again (no connection yet) or worse: the flush decides
+            return False
+        return True
 
     def _send(self, addr, frames, req_id, since) -> None:
         try:
