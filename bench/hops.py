@@ -121,10 +121,25 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
             points[i] = {"send": sent[i][0], "replied": sent[i][1], "consumed": t,
                          "born": born_ms / 1000 + MID_MS, "stored": store_ms / 1000 + MID_MS, "queue": qid}
     _match_pulls(points, out["pulls"])
+    gaps = pull_gaps(out["pulls"])
     procs = {"producer": {"gc": gc_producer, "stalls": stalls_producer,
                           "rusage": {k: after[k] - before[k] for k in after}},
              "consumer": {"gc": out["gc"], "stalls": out["stalls"], "rusage": out["rusage"]}}
-    return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent), "procs": procs}
+    return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent), "procs": procs,
+            "pull_gaps": gaps}
+
+
+def pull_gaps(pulls: list) -> dict | None:
+    """Per queue, each pull's answer -> that queue's next pull sent (the time no pull of the
+    queue is at the broker, less the trip there): p50/p99/p99.9 (µs), and how many were 1 ms or more."""
+    by_queue: dict[int, list] = {}
+    for qid, sent, answered in sorted(pulls, key=lambda p: p[1]):
+        by_queue.setdefault(qid, []).append((sent, answered))
+    gaps = sorted(nxt[0] - cur[1] for seq in by_queue.values() for cur, nxt in zip(seq, seq[1:]))
+    if not gaps:
+        return None
+    return {**base.percentiles(gaps), "over_1ms": sum(1 for g in gaps if g >= 0.001),
+            "negative": sum(1 for g in gaps if g < 0)}   # negative: the next pull left before this answer came
 
 
 def _match_pulls(points: dict, pulls: list) -> None:
@@ -247,6 +262,10 @@ def report(doc: dict) -> str:
                   "|---|---:|---:|---:|"]
         lines += [f"| {g.replace('_', ' ')} | {v['count']:,} | {v['p50_us'] or 0:,.0f} | {v['p99_us'] or 0:,.0f} |"
                   for g, v in pw.items()] + [""]
+    if gap := doc.get("pull_gaps"):
+        lines += [f"A queue's pull answered -> its next pull sent: p50 {gap['p50_us']:,.0f} µs, p99 "
+                  f"{gap['p99_us']:,.0f}, p99.9 {gap['p999_us']:,.0f}; {gap['over_1ms']:,} of {gap['count']:,} "
+                  f"gaps 1 ms or more, {gap['negative']:,} pulls sent before the previous one's answer.", ""]
     if floor:
         sync, e2e = a["hops"]["sync send: send -> replied"], a["hops"]["e2e: send -> consumed"]
         lines += ["| floor, bare pyzmq, same run | p50 (µs) | p99 (µs) | sync send / it | e2e / it |",
@@ -307,7 +326,8 @@ def main(argv=None) -> int:
     if not raw["points"]:
         return 1
     doc = {"meta": meta, "rate_done": raw["rate_done"], "threads": raw["threads"], "floor": floor,
-           "procs": raw["procs"], "analysis": analyse(raw["points"], raw["procs"]), "broker_probe": probe}
+           "procs": raw["procs"], "analysis": analyse(raw["points"], raw["procs"]), "broker_probe": probe,
+           "pull_gaps": raw["pull_gaps"]}
     print(report(doc))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"hops-{now.strftime('%Y-%m-%d-%H%M%S')}.json")
