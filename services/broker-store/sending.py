@@ -16,13 +16,15 @@ import logging
 import struct
 import time
 
-from quiver.wire import record
+from quiver.runtime.service import Direct
+from quiver.wire import protocol, record
 from quiver.wire.codes import RequestCode, ResponseCode
-from quiver.errors import InvalidParameterError, MessageIllegalError, ServiceNotAvailableError
+from quiver.errors import InvalidParameterError, MessageIllegalError, ProtocolError, ServiceNotAvailableError
 from quiver.wire.names import NOT_ALLOWED_SEND, SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
 from quiver.wire.requests import SendMessage
 from quiver.wire.replies import SendReply
-from quiver.wire.properties import DELAY, KEYS, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put
+from quiver.wire.properties import (DELAY, KEYS, REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, check_client_put, check_put,
+                                   mentions)
 from quiver.wire.property_string import NAME_SEP, PROP_SEP, format_properties, get_property as get_props_value
 
 from .status_codes import check_stored
@@ -55,6 +57,20 @@ def born_host(addr: str | None) -> bytes:
         return _LOOPBACK_HOST
 
 
+class _Answer:
+    """The reply side of a Request for `Sender.direct`: what `put` calls on it."""
+    __slots__ = ("service", "identity", "env", "received", "answered")
+
+    def __init__(self, service, identity: bytes, env, received: float):
+        self.service, self.identity, self.env, self.received, self.answered = service, identity, env, received, False
+
+    def reply(self, code, remark: str, ext) -> None:   # SUCCESS with a SendReply.Wire: the only call put makes
+        service, env = self.service, self.env
+        self.answered = True
+        service.request_stats.replied(env.code, code, self.received)
+        service.send_frames(self.identity, protocol.reply(code, env.id, remark, ext))
+
+
 class Sender:
     """SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE; `park` and `put` also serve retry.py.
 
@@ -77,8 +93,8 @@ class Sender:
         self.max_bytes = config.max_message_bytes
 
     def handlers(self) -> dict:
-        return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_MESSAGE_V2: self.send,
-                RequestCode.SEND_BATCH_MESSAGE: self.send_batch}
+        one, batch = Direct(self.send, self.direct), Direct(self.send_batch, self.direct)
+        return {RequestCode.SEND_MESSAGE: one, RequestCode.SEND_MESSAGE_V2: one, RequestCode.SEND_BATCH_MESSAGE: batch}
 
     # ---- request -------------------------------------------------------------
 
@@ -111,6 +127,39 @@ class Sender:
                                                 get_props_value(props[0], TIMER_DELIVER_MS))
             props = [parked]  # park returns one properties string
         return self.put(req, topic, queue_id, bodies, props, flags, sys_flag, a)
+
+    def direct(self, service, identity: bytes, env) -> bool:
+        """A plain send answered in one step, the `handle` path's steps inlined: False, before
+        anything is stored or counted, for whatever is not plain (a malformed or refused request,
+        a system, trace or unknown topic, a half message, properties with system meaning, an empty
+        or oversized body, SYNC flush, a SYNC_MASTER's wait); `handle` then answers it."""
+        received = time.monotonic()
+        if self.commit.sync or self.wait_for_slave is not None:
+            return False
+        try:
+            a = SendMessage.decode(env.ext)
+            bodies = a.bodies(env.bodies)
+        except ProtocolError:
+            return False
+        topic, queue_id, sys_flag = a.topic, a.queue_id, a.sys_flag
+        conf = self.topics.rows.get(topic)
+        if (conf is None or topic in NOT_ALLOWED_SEND or topic == TRACE_TOPIC or sys_flag & record.TX_MASK
+                or queue_id >= conf["write"] or not conf["perm"] & 2):
+            return False
+        n = len(bodies)
+        if n != 1 and (n == 0 or env.code != RequestCode.SEND_BATCH_MESSAGE):
+            return False
+        lens = list(map(len, bodies))
+        flags, props = a.metas
+        joined = PROP_SEP.join(props)
+        if min(lens) == 0 or sum(lens) > self.max_bytes or mentions(joined):
+            return False
+        try:
+            check_client_put(joined)
+        except MessageIllegalError:
+            return False
+        self.put(_Answer(service, identity, env, received), topic, queue_id, bodies, props, flags, sys_flag, a)
+        return True
 
     def _check_messages(self, bodies, props, batch: bool, topic: str) -> None:
         # list-wise checks (C-level map/min/max): this runs for every message of every batch

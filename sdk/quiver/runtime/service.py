@@ -87,6 +87,20 @@ class Request:
         self.service.send_frames(self.identity, protocol.reply(code, self.env.id, remark, ext, bodies))
 
 
+class Direct:
+    """A handler (called with the Request, the reference) with a one-step form for the plain case:
+    `direct(service, identity, envelope)` answers the request itself and returns True, or returns
+    False before it has stored or counted anything, and the handler runs. Only with auth off: the
+    ACL check is the handler path's."""
+    __slots__ = ("handler", "direct")
+
+    def __init__(self, handler, direct):
+        self.handler, self.direct = handler, direct
+
+    def __call__(self, req: "Request"):
+        return self.handler(req)
+
+
 def reply_ext(request_code: int, ext: Schema | dict) -> dict:
     """The wire form of a reply's ext; TypeError unless it is built by a schema tied to the code."""
     tied = REPLIES.get(request_code, ())
@@ -335,15 +349,21 @@ class Service:
             self.counters["replies_in"] += 1
             self.on_client_reply(identity, env)
             return
-        req = Request(self, identity, env, None, user_id, source)
         handler = self.handlers.get(env.code)
         if handler is None:
             self.counters["unsupported"] += 1
-            req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                      f"request code {env.code} is not supported by {self.name}")
+            Request(self, identity, env).reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                               f"request code {env.code} is not supported by {self.name}")
             return
         self.counters["requests"] += 1
-        self._run(req, handler, recheck=True)
+        if type(handler) is Direct and self.security is None:
+            try:
+                if handler.direct(self, identity, env):
+                    return
+            except Exception as exc:   # refused or failed once it stored: answered like _run answers
+                self._failed(Request(self, identity, env), exc)
+                return
+        self._run(Request(self, identity, env, None, user_id, source), handler, recheck=True)
 
     def _run(self, req: Request, handler, recheck: bool) -> None:
         """Decode, authorize and handle one request: no input ends the loop (module docstring)."""
@@ -362,21 +382,24 @@ class Service:
                     req.reply(ResponseCode.NO_PERMISSION, denied)
                     return
             out = handler(req)
-        except ProtocolError as exc:
-            self.counters["bad_requests"] += 1
-            req.reply(exc.code, exc.remark)
-            return
-        except QuiverError as exc:
-            req.reply(exc.code, exc.remark)
-            return
         except Exception as exc:
-            log.exception("%s: handler for code %s failed", self.name, env.code)
-            req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            self._failed(req, exc)
             return
         if out is not None and not req.answered:
             req.answered = True
             self.request_stats.replied(env.code, ResponseCode.SUCCESS, req.received)  # a handler may return frames
             self.send_frames(req.identity, out)
+
+    def _failed(self, req: Request, exc: Exception) -> None:
+        """Answer a request whose decode or handler raised (called in the except block)."""
+        if isinstance(exc, ProtocolError):
+            self.counters["bad_requests"] += 1
+            req.reply(exc.code, exc.remark)
+        elif isinstance(exc, QuiverError):
+            req.reply(exc.code, exc.remark)
+        else:
+            log.exception("%s: handler for code %s failed", self.name, req.env.code)
+            req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
     def _held_for_acl(self, req: Request, handler) -> bool:
         """A follower's ACL may lack a grant made a moment ago: hold the refused request for one
