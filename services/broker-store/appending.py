@@ -81,10 +81,7 @@ def put_fitting(store: MessageStore, cq: ConsumeQueue, head: record.RunHead, bod
     qf.size += len(sizes) * ENTRY_SIZE
     cq.dirty = True
     if keyed:   # an OSError here (no disk for the index) rolls back the records and entries above
-        index = store.index
-        index.reserve(len(keyed))
-        index.put_many(keyed, head.store_ts)
-        index.sync_header()
+        store.index.put_keys(keyed, head.store_ts)
     return phys_offsets, sizes, head.phys + n
 
 

@@ -289,6 +289,18 @@ class IndexService:
         if self.files:
             self.files[-1].sync_header()
 
+    def put_keys(self, items: list[tuple[int, int]], ts: int) -> None:
+        """reserve, put_many and sync_header of one put's keys; when the current file has room
+        for them all (nearly every put) in one step: its put_many reserves before it writes."""
+        f = self.files[-1] if self.files else None
+        if f is None or f.count + len(items) > f.max_entries:
+            self.reserve(len(items))
+            self.put_many(items, ts)
+            self.sync_header()
+            return
+        f.put_many(items, ts)
+        f.sync_header()
+
     def query(self, h: int, begin_ms: int, end_ms: int):
         """Candidate offsets, newest file first (duplicates possible after a rebuild)."""
         for f in reversed(self.files):
