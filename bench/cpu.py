@@ -12,7 +12,9 @@ broker  A real broker App (ASYNC flush, a MessageStore in a temp dir) with its s
         replaced by a sink; each request is the frames the SDK sends (built once, up
         front) handed to `Service.handle`, the entry the ROUTER loop calls: decode,
         schema, checks, append, reply frames. `send` is one 1 KiB SEND_MESSAGE;
-        `pull` a PULL_MESSAGE of 32 messages (µs per request; per message in the json).
+        `pull` a PULL_MESSAGE of 32 messages (µs per request; per message in the json);
+        `ack` one ACK_MESSAGE of one receipt handle, what SimpleConsumer.ack sends per
+        message (of messages POP_MESSAGE delivered, untimed).
 client  The SDK's own work: `build send` is Producer.send's request up to its frames
         (message checks, properties, schema, header), `send reply` the decode of a
         SEND_MESSAGE reply into a SendResult, `pull reply` the decode of a 32-message
@@ -109,11 +111,28 @@ def bench_broker(n: int, producer) -> dict:
             reply = sink.last
             if protocol.decode(reply[1:]).code != ResponseCode.SUCCESS:
                 raise RuntimeError("pull did not succeed")
+            acks = ack_frames(handle, sink, n)
+            ack_us = _timed(lambda i: handle(acks[i]), len(acks))
+            if protocol.decode(sink.last[1:]).code != ResponseCode.SUCCESS:
+                raise RuntimeError("ack did not succeed")
         finally:
             app.transport.close()
             app.store.close()
             app.metadata.close()
-    return {"send": send_us, "pull": pull_us, "_pull_reply": reply[1:]}
+    return {"send": send_us, "pull": pull_us, "ack": ack_us, "_pull_reply": reply[1:]}
+
+
+def ack_frames(handle, sink, n: int) -> list:
+    """ACK_MESSAGE requests, one receipt handle each as SimpleConsumer.ack sends them, for n
+    messages popped (untimed) by POP_MESSAGEs of PULL_BATCH."""
+    out = []
+    for k in range(n // PULL_BATCH):
+        handle([IDENTITY, *protocol.request(rq.PopMessage(group="g", topic=TOPIC, max_msgs=PULL_BATCH,
+                                                           consume_from="first"), 2 * 10 ** 6 + k)])
+        for h in rq.PopReply.decode(protocol.decode(sink.last[1:]).ext).handles:
+            out.append([IDENTITY, *protocol.request(rq.AckMessage(group="g", topic=TOPIC, handles=[h]),
+                                                    3 * 10 ** 6 + len(out))])
+    return out
 
 
 def bench_client(n: int, producer, pulled: list) -> dict:
@@ -148,7 +167,7 @@ def run_once(n: int, only: str) -> dict:
     out = {}
     b = bench_broker(n, producer)
     if only in ("all", "broker"):
-        out.update({"broker send": b["send"], "broker pull": b["pull"]})
+        out.update({"broker send": b["send"], "broker pull": b["pull"], "broker ack": b["ack"]})
     if only in ("all", "client"):
         out.update({f"client {k}": v for k, v in bench_client(n, producer, b["_pull_reply"]).items()})
     return out

@@ -16,8 +16,8 @@ import logging
 import struct
 import time
 
-from quiver.runtime.service import Direct
-from quiver.wire import protocol, record
+from quiver.runtime.service import Answer, Direct
+from quiver.wire import record
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import InvalidParameterError, MessageIllegalError, ProtocolError, ServiceNotAvailableError
 from quiver.wire.names import NOT_ALLOWED_SEND, SCHEDULE_TOPIC, TIMER_TOPIC, TRACE_TOPIC, check_topic
@@ -55,20 +55,6 @@ def born_host(addr: str | None) -> bytes:
         return ip + struct.pack(">i", int(port))
     except (ValueError, struct.error):
         return _LOOPBACK_HOST
-
-
-class _Answer:
-    """The reply side of a Request for `Sender.direct`: what `put` calls on it."""
-    __slots__ = ("service", "identity", "env", "received", "answered")
-
-    def __init__(self, service, identity: bytes, env, received: float):
-        self.service, self.identity, self.env, self.received, self.answered = service, identity, env, received, False
-
-    def reply(self, code, remark: str, ext) -> None:   # SUCCESS with a SendReply.Wire: the only call put makes
-        service, env = self.service, self.env
-        self.answered = True
-        service.request_stats.replied(env.code, code, self.received)
-        service.send_frames(self.identity, protocol.reply(code, env.id, remark, ext))
 
 
 class Sender:
@@ -133,7 +119,6 @@ class Sender:
         anything is stored or counted, for whatever is not plain (a malformed or refused request,
         a system, trace or unknown topic, a half message, properties with system meaning, an empty
         or oversized body, SYNC flush, a SYNC_MASTER's wait); `handle` then answers it."""
-        received = time.monotonic()
         if self.commit.sync or self.wait_for_slave is not None:
             return False
         try:
@@ -158,7 +143,7 @@ class Sender:
             check_client_put(joined)
         except MessageIllegalError:
             return False
-        self.put(_Answer(service, identity, env, received), topic, queue_id, bodies, props, flags, sys_flag, a)
+        self.put(Answer(service, identity, env, a), topic, queue_id, bodies, props, flags, sys_flag, a)
         return True
 
     def _check_messages(self, bodies, props, batch: bool, topic: str) -> None:

@@ -41,17 +41,37 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_FRAME_BYTES = protocol.MAX_HEADER_BYTES + (1 << 20)
 
 
-class Request:
-    __slots__ = ("service", "identity", "env", "args", "answered", "received", "user_id", "source")
+class Answer:
+    """A request as its handler answers it: what a `Direct` one-step form hands the handler's
+    code (no user, no ACL: auth is off there); Request adds who sent it."""
+    __slots__ = ("service", "identity", "env", "args", "answered", "received")
 
-    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None,
-                 user_id: str | None = None, source: str | None = None):
+    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None):
         self.service = service
         self.identity = identity
         self.env = env
         self.args = args  # the request's schema object (quiver.wire.requests)
         self.answered = False
         self.received = time.monotonic()
+
+    def reply(self, code=ResponseCode.SUCCESS, remark: str = "", ext: Schema | dict | None = None, bodies=()) -> None:
+        """Answer (once) from the service thread. `ext`, if any, is built by a reply schema tied to
+        the request's code (quiver.wire.replies.REPLIES)."""
+        if self.answered:
+            return
+        if ext is not None:
+            ext = reply_ext(self.env.code, ext)
+        self.answered = True
+        self.service.request_stats.replied(self.env.code, code, self.received)
+        self.service.send_frames(self.identity, protocol.reply(code, self.env.id, remark, ext, bodies))
+
+
+class Request(Answer):
+    __slots__ = ("user_id", "source")
+
+    def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None,
+                 user_id: str | None = None, source: str | None = None):
+        super().__init__(service, identity, env, args)
         self.user_id = user_id  # who holds the connection's key (auth on), else None
         self.source = source    # the peer's IP address (auth on)
 
@@ -75,23 +95,12 @@ class Request:
     def ext(self) -> dict:
         return self.env.ext
 
-    def reply(self, code=ResponseCode.SUCCESS, remark: str = "", ext: Schema | dict | None = None, bodies=()) -> None:
-        """Answer (once) from the service thread. `ext`, if any, is built by a reply schema tied to
-        the request's code (quiver.wire.replies.REPLIES)."""
-        if self.answered:
-            return
-        if ext is not None:
-            ext = reply_ext(self.env.code, ext)
-        self.answered = True
-        self.service.request_stats.replied(self.env.code, code, self.received)
-        self.service.send_frames(self.identity, protocol.reply(code, self.env.id, remark, ext, bodies))
-
 
 class Direct:
     """A handler (called with the Request, the reference) with a one-step form for the plain case:
-    `direct(service, identity, envelope)` answers the request itself and returns True, or returns
-    False before it has stored or counted anything, and the handler runs. Only with auth off: the
-    ACL check is the handler path's."""
+    `direct(service, identity, envelope)` answers the request itself (through an Answer) and returns
+    True, or returns False before it has stored or counted anything, and the handler runs. Only
+    with auth off: the ACL check is the handler path's."""
     __slots__ = ("handler", "direct")
 
     def __init__(self, handler, direct):
