@@ -1,8 +1,9 @@
 """The Kafka gateway process: a TCP server speaking Kafka's protocol, PING/STATUS on --listen.
 
-One thread per Kafka connection reads requests and a second writes the answers in request
-order, as the protocol wants; a Produce's sends go to the brokers at once and its answer waits
-in that order for theirs, so a client's pipelined produces overlap. A frame over --max-request-bytes, or one whose
+One thread per Kafka connection reads requests and answers them in request order, as the
+protocol wants (outbox.py: the reader writes what is ready at once); a Produce's sends go to the
+brokers at once and its answer is written when their replies come, so a client's pipelined
+produces overlap. A frame over --max-request-bytes, or one whose
 header does not parse, closes that connection only; an API or version not served is answered
 with UNSUPPORTED_VERSION; a handler's failure is logged and answered as UNKNOWN_SERVER_ERROR
 in the API's own response. The gateway holds no messages: every call goes to the brokers
@@ -10,7 +11,6 @@ through the SDK (handlers.py).
 """
 
 import logging
-import queue
 import socket
 import ssl
 import struct
@@ -27,6 +27,7 @@ from .configs import Configs
 from .groups import Coordinator
 from .handlers import Gateway
 from .offsets import Offsets
+from .outbox import Deferred, Outbox
 from .sasl import ILLEGAL_SASL_STATE, MECHANISMS, SASL_AUTHENTICATION_FAILED, Session, load_users
 from .topics import Topics
 
@@ -36,7 +37,6 @@ _SIZE = struct.Struct(">i")
 ACCEPT_TIMEOUT_S = 0.5
 GROUP_EXPIRY_S = 1.0   # how often members past their session timeout are dropped
 TLS_HANDSHAKE_S = 10.0
-MAX_IN_FLIGHT = 64   # answers a connection may have pending (a pipelining client's produces); then it waits
 
 
 class App:
@@ -140,7 +140,7 @@ class App:
             threading.Thread(target=self._serve, args=(conn, peer), name=f"kafka-{peer[1]}", daemon=True).start()
 
     def _serve(self, conn: socket.socket, peer) -> None:
-        """Read requests; answers (some still being sent to the brokers) go to the writer in order."""
+        """Read requests and answer them in order (_Outbox: this thread writes what is ready)."""
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.tls is not None:
             raw = conn
@@ -157,9 +157,9 @@ class App:
             with self._lock:
                 self._conns.discard(raw)
                 self._conns.add(conn)
-        answers: queue.Queue = queue.Queue(MAX_IN_FLIGHT)
+        out = Outbox(conn)
         conn_state = _Conn(None, Session(self.users)) if self.users else _Conn(self.gateway, None)
-        writer = threading.Thread(target=self._write, args=(conn, answers), name=f"kafka-w-{peer[1]}", daemon=True)
+        writer = threading.Thread(target=out.write_rest, name=f"kafka-w-{peer[1]}", daemon=True)
         writer.start()
         try:
             while not self._stop.is_set():
@@ -175,40 +175,24 @@ class App:
                 frame = _read(conn, size)
                 if frame is None:
                     return
-                out = self.answer(frame, peer, conn_state)
-                if out is None:
+                answer = self.answer(frame, peer, conn_state)
+                if answer is None:
                     return
-                answers.put(out)
+                out.put(answer)
         except OSError:
             pass   # the client went away
         except Exception:   # a request that breaks the gateway's code: this connection ends, no other
             log.exception("closed %s: its request could not be answered", peer)
         finally:
-            answers.put(None)
-            writer.join(self.config.request_timeout_ms / 1000 + 5)
+            out.close(self.config.request_timeout_ms / 1000 + 5)
+            writer.join(5)
             with self._lock:
                 self._conns.discard(conn)
             _close(conn)
 
-    def _write(self, conn: socket.socket, answers: queue.Queue) -> None:
-        """Each answer in request order: bytes, or a callable waiting for the brokers first."""
-        broken = False
-        while (out := answers.get()) is not None:
-            try:
-                if callable(out):
-                    out = out()
-                if out and not broken:
-                    conn.sendall(out)
-            except OSError:
-                broken = True       # keep draining: the reader stops at its next recv
-            except Exception:       # an answer that cannot be written: this connection ends, no other
-                log.exception("an answer could not be written; closing the connection")
-                broken = True
-                _shutdown(conn)
-
     def answer(self, frame: bytes, peer=None, conn: "_Conn | None" = None):
-        """What answers one request frame: its bytes (b"" for none: acks=0), a callable giving them once
-        its sends are answered, or None: close the connection."""
+        """What answers one request frame: its bytes (b"" for none: acks=0), a Deferred giving them
+        once its sends are answered, or None: close the connection."""
         conn = conn or _Conn(self.gateway, None)
         try:
             req = protocol.parse(frame)
@@ -229,8 +213,9 @@ class App:
             self.gateway._count(api_key_map.get(req.api_key, str(req.api_key)), int(values["error_code"]))
         if values is None:
             return b""
-        if callable(values):
-            return lambda: protocol.response_frame(req, protocol.response(req, self._handle(req, peer, values)))
+        if callable(values):   # sends under way: answered once their futures are done
+            return Deferred(getattr(values, "futures", ()),
+                            lambda: protocol.response_frame(req, protocol.response(req, self._handle(req, peer, values))))
         return protocol.response_frame(req, protocol.response(req, values))
 
     def _sasl(self, req, peer, conn: "_Conn") -> dict:
@@ -262,13 +247,6 @@ def _read(conn: socket.socket, n: int) -> bytes | None:
             return None
         buf += chunk
     return bytes(buf)
-
-
-def _shutdown(conn: socket.socket) -> None:
-    try:
-        conn.shutdown(socket.SHUT_RDWR)   # the reader's recv returns: it stops
-    except OSError:
-        pass
 
 
 def _close(conn: socket.socket) -> None:

@@ -31,7 +31,7 @@ from .protocol import (API_VERSIONS, CORRUPT_MESSAGE, DESCRIBE_CLUSTER, FETCH, I
                        UNSUPPORTED_FOR_MESSAGE_FORMAT, Request, api_versions)
 from .idempotence import SEQ, TAIL_MESSAGES, Idempotence, seq_property
 from .readahead import AHEAD_BYTES, ReadAhead
-from .sending import QueueSender
+from .sending import QueueSender, Sent
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,18 @@ CLUSTER_ID = "quiver"
 EARLIEST, LATEST = -2, -1
 MAX_PULL_MSGS = 1024
 SENT, AHEAD = "sent", "ahead"   # how a partition's pull of a Fetch round was started
+
+
+class Awaiting:
+    """Values given by `fn()`, which waits for `futures` (call it once they are done not to wait)."""
+
+    __slots__ = ("futures", "fn")
+
+    def __init__(self, futures: list, fn):
+        self.futures, self.fn = futures, fn
+
+    def __call__(self):
+        return self.fn()
 
 
 def error_of(exc: Exception) -> int:
@@ -139,8 +151,9 @@ class Gateway:
                 "cluster_authorized_operations": -2147483648}   # not asked for (Kafka's INT32_MIN)
 
     def produce(self, body):
-        """The answer's values, None for acks=0, or - sends under way - a callable waiting for them
-        (the connection reads its next request meanwhile: a client's pipelined produces overlap)."""
+        """The answer's values, None for acks=0, or - sends under way - a callable giving them, whose
+        `futures` are the sends' replies it waits for (the connection reads its next request
+        meanwhile: a client's pipelined produces overlap)."""
         if body.acks not in (0, 1, -1):
             return self._produce_answer(body, {}, (INVALID_REQUIRED_ACKS, -1, None))
         if body.transactional_id is not None:
@@ -150,7 +163,8 @@ class Gateway:
                    for td in body.topic_data for pd in td.partition_data}
         if body.acks == 0:
             return None
-        return lambda: self._produce_answer(body, started)
+        return Awaiting([sent.future for got in started.values() if isinstance(got, list)
+                         for sent, _ in got if isinstance(sent, Sent)], lambda: self._produce_answer(body, started))
 
     def _produce_answer(self, body, started: dict, same=None) -> dict:
         responses = []

@@ -19,7 +19,7 @@ import io
 import struct
 import typing
 
-from kio.index import load_request_schema, load_response_schema
+from kio import index
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
@@ -89,6 +89,10 @@ UNSUPPORTED_COMPRESSION_TYPE = 76
 FENCED_INSTANCE_ID = 82
 INVALID_RECORD = 87
 UNKNOWN_SERVER_ERROR = -1
+
+# kio resolves a schema's module by name at each call: a fifth of a small Produce's time
+load_request_schema = functools.cache(index.load_request_schema)
+load_response_schema = functools.cache(index.load_response_schema)
 
 _FIXED = struct.Struct(">hhi")   # api key, api version, correlation id: every header starts so
 _SIZE = struct.Struct(">i")
@@ -205,13 +209,28 @@ def _hints(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def make(cls, values: dict):
-    hints, kw = _hints(cls), {}
+_MISSING = object()
+
+
+@functools.cache
+def _plan(cls) -> tuple:
+    """(field name, its coercion, its zero value or _MISSING when it has a default) per field of a
+    kio entity, worked out once per class: building an answer reads no type hints."""
+    hints, plan = _hints(cls), []
     for f in dataclasses.fields(cls):
-        if f.name in values:
-            kw[f.name] = _coerce(hints[f.name], values[f.name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            kw[f.name] = _zero(hints[f.name])
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        plan.append((f.name, _coercion(hints[f.name]), _zero(hints[f.name]) if required else _MISSING))
+    return tuple(plan)
+
+
+def make(cls, values: dict):
+    kw = {}
+    for name, coerce, zero in _plan(cls):
+        if name in values:
+            value = values[name]
+            kw[name] = None if value is None else coerce(value)
+        elif zero is not _MISSING:
+            kw[name] = zero
     return cls(**kw)
 
 
@@ -232,20 +251,25 @@ def _scalar(hint):
     return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
 
 
-def _coerce(hint, value):
-    if value is None:
-        return None
+def _same(value):
+    return value
+
+
+def _coercion(hint):
+    """What turns a given (non-None) value into the field's kio value."""
     entity, many = _entity_of(hint)
     if entity is not None:
-        return tuple(make(entity, v) for v in value) if many else make(entity, value)
+        if many:
+            return lambda value: tuple(make(entity, v) for v in value)
+        return lambda value: make(entity, value)
     t = _scalar(hint)
-    if isinstance(t, type) and issubclass(t, datetime.timedelta) and isinstance(value, int):
-        return datetime.timedelta(milliseconds=value)   # kio's phantom types take plain values
-    if isinstance(t, type) and issubclass(t, enum.Enum) and isinstance(value, int):
-        return t(value)
+    if isinstance(t, type) and issubclass(t, datetime.timedelta):   # kio's phantom types take plain values
+        return lambda value: datetime.timedelta(milliseconds=value) if isinstance(value, int) else value
+    if isinstance(t, type) and issubclass(t, enum.Enum):
+        return lambda value: t(value) if isinstance(value, int) else value
     if typing.get_origin(t) is tuple:
-        return tuple(value)
-    return value
+        return tuple
+    return _same
 
 
 def _zero(hint):

@@ -9,7 +9,7 @@ and the first is the batch's base offset.
 from quiver.client.base import MessageQueue
 from quiver.client.message import Message
 from quiver.client.producer import _STATUS, Producer
-from quiver.errors import MessageIllegalError
+from quiver.errors import MessageIllegalError, error_for
 from quiver.wire import requests as rq
 from quiver.wire.codes import RequestCode
 
@@ -57,4 +57,6 @@ class Sent:
 
     def offset(self) -> int:
         env = self.future.result(self.sender.send_timeout + 1.0)
-        return self.sender._result(env, self.mq, self.addr, [""] * self.count)[0].queue_offset
+        if env.code not in _STATUS:
+            raise error_for(env.code, env.remark or "")
+        return rq.SendReply.decode(env.ext).queue_offset
