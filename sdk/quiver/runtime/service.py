@@ -71,7 +71,12 @@ class Request(Answer):
 
     def __init__(self, service: "Service", identity: bytes, env: protocol.Envelope, args=None,
                  user_id: str | None = None, source: str | None = None):
-        super().__init__(service, identity, env, args)
+        self.service = service    # Answer's fields set here too: one frame less per request
+        self.identity = identity
+        self.env = env
+        self.args = args
+        self.answered = False
+        self.received = time.monotonic()
         self.user_id = user_id  # who holds the connection's key (auth on), else None
         self.source = source    # the peer's IP address (auth on)
 
