@@ -16,6 +16,7 @@ forged or truncated handle is INVALID_PARAMETER naming the field, never a crash.
 Owns the text layout only; what is in flight is the broker's (pop_state.py).
 """
 
+import re
 from dataclasses import dataclass
 
 from quiver.wire import names
@@ -26,6 +27,11 @@ MAX_HANDLE_CHARS = 600
 _MAX_INT = 2 ** 63 - 1
 MAX_INVISIBLE_MS = 12 * 3600 * 1000   # RocketMQ 5's longest invisible duration
 MIN_INVISIBLE_MS = 100
+# A handle whose names are plain (quiver.wire.names' characters and lengths) and whose numbers
+# have few enough digits; parse still ranges them, and anything else takes the field checks.
+_BROKER, _TOPIC = (p.pattern.removeprefix("^").removesuffix("+\\Z") for p in (names.BROKER_NAME_RE, names.TOPIC_RE))
+_PLAIN = re.compile(f"{VERSION} ({_BROKER}{{1,{names.BROKER_NAME_MAX_CHARS}}}) ({_TOPIC}{{1,{names.TOPIC_MAX_CHARS}}}) "
+                    r"(\d{1,4}) (\d{1,19}) (\d{1,19}) (\d{1,9}) (\d{1,10})", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,17 @@ class ReceiptHandle:
     @classmethod
     def parse(cls, text) -> "ReceiptHandle":
         """The handle of `text`, or ValueError saying which part is wrong."""
+        m = _PLAIN.fullmatch(text) if type(text) is str else None
+        if m is not None:   # every ack parses one: a handle the checks below would pass, in one match
+            broker, topic, q, off, pt, inv, rc = m.groups()
+            q, off, pt, inv, rc = int(q), int(off), int(pt), int(inv), int(rc)
+            if (q <= 1023 and off <= _MAX_INT and pt <= _MAX_INT and inv <= MAX_INVISIBLE_MS and rc <= 2 ** 31 - 1
+                    and broker != "." and broker != ".."):
+                return cls(broker, topic, q, off, pt, inv, rc)
+        return cls._parse_checked(text)
+
+    @classmethod
+    def _parse_checked(cls, text) -> "ReceiptHandle":
         if type(text) is not str or not 0 < len(text) <= MAX_HANDLE_CHARS or not text.isascii():
             raise ValueError(f"a receipt handle is an ASCII string of 1..{MAX_HANDLE_CHARS} characters")
         parts = text.split(" ")
