@@ -322,10 +322,10 @@ class PopRequests:
                 self.book.apply(rec, first + i)
         acked = len(a.handles) - len(failed)
         self.counters["acked_messages"] += acked
-        ext = rq.AckReply(acked=acked, failed=failed)
         if not failed:
-            req.reply(ResponseCode.SUCCESS, "", ext)
+            req.reply(ResponseCode.SUCCESS, "", rq.AckReply.wire(acked))
         else:
+            ext = rq.AckReply(acked=acked, failed=failed)
             i, code, remark = failed[0]
             more = f" (and {len(failed) - 1} more handle(s) not acked)" if len(failed) > 1 else ""
             req.reply(code, f"handle {i}: {remark}{more}; {acked} acked", ext)

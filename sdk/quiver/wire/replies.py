@@ -406,6 +406,15 @@ class AckReply(Schema):
     acked: int = wire("n", Int(0, 1024), 0)
     failed: list = wire("f", ListOf(Row(Int(0, 1023), Int(0, 2 ** 31 - 1), Str(1024, 0)), 1024), [])
 
+    class Wire(dict):
+        """`ext()` of an ack of 1 or more handles, none failed, built without the object: one ack
+        per message is answered (a test holds the two equal)."""
+        __slots__ = ()
+
+    @classmethod
+    def wire(cls, acked: int) -> "AckReply.Wire":
+        return cls.Wire(n=acked, f=[])
+
 
 @reply_to(RC.CHANGE_INVISIBLE_DURATION)
 @schema

@@ -54,3 +54,13 @@ def test_edges(text):
 def test_a_plain_handle_round_trips():
     h = ReceiptHandle("broker-a", "%RETRY%group", 1023, BIG - 1, BIG - 1, MAX_INVISIBLE_MS, 2 ** 31 - 1)
     assert ReceiptHandle.parse(h.encode()) == h == ReceiptHandle._parse_checked(h.encode())
+
+
+def test_the_ack_reply_map_equals_its_schema():
+    from quiver.runtime.service import reply_ext
+    from quiver.wire import requests as rq
+    from quiver.wire.codes import RequestCode
+    for n in (1, 2, 1024):
+        fast = rq.AckReply.wire(n)
+        assert fast == rq.AckReply(acked=n, failed=[]).ext() == {"n": n, "f": []}
+        assert reply_ext(RequestCode.ACK_MESSAGE, fast) is fast
