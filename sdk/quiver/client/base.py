@@ -449,7 +449,12 @@ class ClientBase:
     def _available(self, broker: str) -> bool:
         """False while `broker` is avoided after a slow or failed request (`_note_latency`)."""
         until = self._avoid.get(broker)
-        return until is None or until <= time.monotonic()
+        if until is None:
+            return True
+        if until > time.monotonic():
+            return False
+        self._avoid.pop(broker, None)   # served its time: an empty table lets the producer skip these checks
+        return True
 
     def _call_broker(self, addr: str, code: "int | rq.Schema", ext: dict[str, Any] | None = None,
                     bodies: Sequence[bytes] = (), timeout: float | None = None,

@@ -14,6 +14,7 @@ traced client's tracer factory: its trace queue sends through a Producer of its 
 """
 
 import itertools
+from itertools import repeat
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from quiver.wire.curve import Credentials
 from quiver.client.base import ClientBase, MessageQueue, Route
 from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
-from quiver.wire.futures import LightFuture
+from quiver.wire.futures import LightFuture, set_results
 from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enabled
 from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
 from quiver.client.request_reply import Requesting
@@ -60,6 +61,7 @@ _STATUS: dict[int, SendStatus] = {
 MASTERLESS_ROUTE_S = 1.0   # a route whose brokers have no master is asked for again after this long
 _SCHEDULED_AT = DELAY + NAME_SEP
 _TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
+_UNIQ_AT = UNIQ_KEY + NAME_SEP
 
 
 def _retryable(exc: Exception) -> bool:
@@ -118,6 +120,7 @@ class Producer(Requesting, ClientBase):
         self._rr = itertools.count()
         self._batchers: dict[MessageQueue, _Batcher] = {}
         self._batchers_lock = threading.Lock()
+        self._batcher_of: dict[int, tuple[MessageQueue, _Batcher]] = {}
         self._valid_topics: set[str] = set()
 
     # ---- message -> wire ------------------------------------------------------------
@@ -129,8 +132,13 @@ class Producer(Requesting, ClientBase):
             check_topic(msg.topic, for_send=True)
             if len(self._valid_topics) < 4096:
                 self._valid_topics.add(msg.topic)
-        check_body(msg.body, self.max_message_bytes, tombstone=bool(msg.keys))
+        body = msg.body
+        if type(body) is not bytes or not 0 < len(body) <= self.max_message_bytes:
+            check_body(body, self.max_message_bytes, tombstone=bool(msg.keys))
         msg_id = self._ids.next()
+        if not (msg.tags or msg.keys or msg.properties or msg.delay_level or system or self._traced
+                or msg.deliver_at is not None or msg.delay_ms is not None):
+            return msg_id, f"{_UNIQ_AT}{msg_id}{PROP_SEP}"   # most sends: the id alone, no map to format
         parts: dict[str, Any] = {UNIQ_KEY: msg_id}
         if msg.tags:
             parts[TAGS] = msg.tags
@@ -165,9 +173,10 @@ class Producer(Requesting, ClientBase):
             raise error_for(env.code, env.remark or "")
         sent = rq.SendReply.decode(env.ext)
         store_host = self._store_host(addr)
-        first, qid, topic = sent.queue_offset, sent.queue_id, sent.topic
-        return [SendResult(status, mid, mq.broker, qid, first + i, topic, store_host, p)
-                for i, (mid, p) in enumerate(zip(msg_ids, sent.phys_offsets))]
+        first, n = sent.queue_offset, len(msg_ids)
+        # map() calls the class from C: no comprehension frame per message of a batch
+        return list(map(SendResult, repeat(status, n), msg_ids, repeat(mq.broker, n), repeat(sent.queue_id, n),
+                        range(first, first + n), repeat(sent.topic, n), repeat(store_host, n), sent.phys_offsets))
 
     _host_cache: dict[str, bytes] = {}
 
@@ -194,6 +203,9 @@ class Producer(Requesting, ClientBase):
             return mq, route.addr(mq.broker)
         n = len(queues)
         start = next(self._rr)
+        if not self._avoid and avoid is None:   # no broker failed or was slow lately: the next queue
+            mq = queues[start % n]
+            return mq, route.addrs[mq.broker]  # type: ignore[return-value]  (write queues have one)
         fallback = None
         for i in range(n):
             mq = queues[(start + i) % n]
@@ -464,10 +476,16 @@ class Producer(Requesting, ClientBase):
         if not self._auto_batch or _SCHEDULED_AT in item[1] or _TIMER_AT in item[1]:
             self._dispatch(mq, addr, [item])  # a delayed message travels alone: batches carry no delay
             return
-        b = self._batchers.get(mq)
-        if b is None:
+        # by the queue object's id: a frozen dataclass hashes its three fields in Python, per message
+        hit = self._batcher_of.get(id(mq))
+        if hit is not None and hit[0] is mq:
+            b = hit[1]
+        else:
             with self._batchers_lock:
                 b = self._batchers.setdefault(mq, _Batcher())
+                if len(self._batcher_of) >= 4096:   # routes refreshed many times over: start again
+                    self._batcher_of.clear()
+                self._batcher_of[id(mq)] = (mq, b)   # holding mq keeps its id from being reused
         with b.lock:
             if b.in_flight >= self._batch_in_flight:
                 b.items.append(item)
@@ -519,8 +537,7 @@ class Producer(Requesting, ClientBase):
                 tracer = self.tracer
                 if tracer is not None:   # one tuple queued per batch: the encoding is the dispatcher's
                     tracer.pub(results, [i[1] for i in items], t0)
-                for item, res in zip(items, results):
-                    item[4].set_result(res)
+                set_results([i[4] for i in items], results)
                 return
         self._note_latency(mq.broker, 0, failed=True)
         for msg_id, props, body, flag, fut, attempt in items:

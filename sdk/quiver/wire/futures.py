@@ -68,3 +68,24 @@ class LightFuture(Future[Any]):
         if self._state == FINISHED:
             return self._exception
         return super().exception(timeout)
+
+
+def set_results(futures: list[Future[Any]], results: list[Any]) -> None:
+    """`futures[i].set_result(results[i])` for each, the LightFutures nobody waits on under one
+    take of the lock (a batch's replies complete hundreds at once); the others one by one."""
+    slow: list[int] = []
+    called: list[LightFuture] = []
+    with _create_lock:
+        for i, fut in enumerate(futures):
+            if type(fut) is not LightFuture or fut._cond is not None or fut._state != PENDING:
+                slow.append(i)
+                continue
+            fut._result = results[i]
+            fut._state = FINISHED
+            if fut._done_callbacks:
+                called.append(fut)
+    for fut in called:
+        fut._invoke_callbacks()
+    for i in slow:
+        futures[i].set_result(results[i])
+

@@ -15,3 +15,27 @@ def test_light_future_states_are_the_ones_future_uses():
     g = Future()
     g.set_result(1)
     assert g._state == futures.FINISHED
+
+
+def test_set_results_completes_each_future_with_its_result_waited_on_or_not():
+    import threading
+    import pytest
+    from concurrent.futures import InvalidStateError
+    seen = []
+    quiet = [futures.LightFuture() for _ in range(3)]
+    called = futures.LightFuture(lambda f: seen.append(f.result()))
+    waited = futures.LightFuture()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(waited.result(10)))
+    waiter.start()
+    while waited._cond is None:   # the waiter has built its Condition: the slow path must wake it
+        threading.Event().wait(0.001)
+    cancelled = futures.LightFuture()
+    cancelled.cancel()
+    plain = Future()
+    fs = [*quiet, called, waited, plain, cancelled]
+    with pytest.raises(InvalidStateError):   # as set_result on a cancelled future: after the others
+        futures.set_results(fs, list(range(len(fs))))
+    waiter.join(10)
+    assert [f.result(0) for f in fs[:6]] == [0, 1, 2, 3, 4, 5]
+    assert seen == [3] and got == [4] and cancelled.cancelled()
