@@ -39,7 +39,17 @@ NODE_ID = 0
 CLUSTER_ID = "quiver"
 EARLIEST, LATEST = -2, -1
 MAX_PULL_MSGS = 1024
-SENT, AHEAD = "sent", "ahead"   # how a partition's pull of a Fetch round was started
+SENT, AHEAD, HELD = "sent", "ahead", "held"   # how a partition's pull of a Fetch round was started
+STANDING_MS = (100, 4000)   # a standing pull's hold: twice the Fetch's max wait, within these
+
+
+class Held:
+    """A standing pull (its reply's future) as kept in ReadAhead: taken, it may still be held."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future):
+        self.future = future
 
 
 class Awaiting:
@@ -85,6 +95,7 @@ class Gateway:
                      FETCH: self.fetch, LIST_OFFSETS: self.list_offsets, DESCRIBE_CLUSTER: self.describe_cluster}   # offsets.py and groups.py add theirs
         self.idempotence = Idempotence()
         self.ahead = ReadAhead()   # a user's own: a pull made with one user's key is never another's
+        self._log_start: dict[tuple[str, int], int] = {}   # a partition's last known first offset
         self.apis.update(self.idempotence.apis())
 
     def shutdown(self) -> None:
@@ -254,14 +265,38 @@ class Gateway:
     def fetch(self, body) -> dict:
         """Every partition pulled at once; with less than min bytes found, held at the brokers
         until records come or max wait is over (holding.py)."""
-        deadline = time.monotonic() + max(0, body.max_wait.total_seconds())
-        total, responses = self._fetch_round(body)
+        wait_s = max(0, body.max_wait.total_seconds())
+        deadline = time.monotonic() + wait_s
+        standing: dict = {}   # (topic, partition) -> its standing pull, still held at its broker
+        total, responses = self._fetch_round(body, standing)
         if total < max(1, body.min_bytes) and time.monotonic() < deadline:
-            holding.hold(self, body, responses, deadline, max(1, body.min_bytes), total)
+            holding.hold(self, body, responses, deadline, max(1, body.min_bytes), total, standing)
+        for (topic, partition), fut in standing.items():   # not waited for: the next Fetch's
+            offset = next(p.fetch_offset for t in body.topics if t.topic == topic
+                          for p in t.partitions if p.partition == partition)
+            self.ahead.put(topic, partition, offset, Held(fut))
         return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
 
-    def _fetch_round(self, body):
+    @staticmethod
+    def standing_ms(body) -> int:
+        return min(STANDING_MS[1], max(STANDING_MS[0], 2 * int(body.max_wait.total_seconds() * 1000)))
+
+    def stand(self, topic: str, partition: int, offset: int, max_bytes: int, suspend_ms: int) -> None:
+        """A pull of a partition read up to its end, held at its broker until records come there:
+        kept for the next Fetch of `offset`, which so waits for no round trip to start holding."""
+        mq, _ = self.queue(topic, partition)
+        if mq is None:
+            return
+        try:
+            addr, req = self._pull_request(topic, mq, offset, min(max_bytes, AHEAD_BYTES), suspend_ms)
+            fut = self.admin._io().call_future(addr, req, None, (), suspend_ms / 1000 + holding.GRACE_S)
+        except Exception:
+            return   # the next Fetch pulls
+        self.ahead.put(topic, partition, offset, Held(fut))
+
+    def _fetch_round(self, body, standing: dict | None = None):
         total, responses, budget = 0, [], body.max_bytes if body.max_bytes > 0 else 1 << 30
+        suspend_ms = self.standing_ms(body) if standing is not None else 0
         # every partition's pull leaves at once (the brokers work while earlier answers are converted);
         # the answers are then read in request order, the response's byte budget applied to each
         started = [[self._pull_start(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
@@ -270,7 +305,7 @@ class Gateway:
             parts = []
             for p, pull in zip(t.partitions, pulls):
                 part = self._fetch_one(t.topic, p.partition, p.fetch_offset, min(p.partition_max_bytes, budget), pull,
-                                       p.partition_max_bytes)
+                                       p.partition_max_bytes, standing, suspend_ms)
                 size = len(part["records"] or b"")
                 total, budget = total + size, max(0, budget - size)
                 self._count("fetch", part["error_code"])
@@ -290,6 +325,8 @@ class Gateway:
         reports the error or reads from a slave."""
         if ahead:
             sent = self.ahead.take(topic, partition, offset)
+            if isinstance(sent, Held):
+                return sent.future, HELD
             if sent is not None:
                 return sent, AHEAD
         mq, _ = self.queue(topic, partition)
@@ -302,9 +339,12 @@ class Gateway:
             return None
 
     def _fetch_one(self, topic: str, partition: int, offset: int, max_bytes: int, pull=None,
-                   ahead_bytes: int = 0) -> dict:
-        """One partition's answer; `pull`: (its pull's future, SENT) or (what was read ahead, AHEAD),
-        or None. With `ahead_bytes`, records stored behind those answered are read ahead (readahead.py)."""
+                   ahead_bytes: int = 0, standing: dict | None = None, suspend_ms: int = 0) -> dict:
+        """One partition's answer; `pull`: (its pull's future, SENT), (what was read ahead, AHEAD),
+        (a standing pull, HELD) or None. With `ahead_bytes`, records stored behind those answered
+        are read ahead (readahead.py); with `suspend_ms`, a partition read to its end gets a
+        standing pull (stand). A standing pull still held goes to `standing`: nothing is stored
+        at `offset` yet, so the answer is empty and up to date."""
         out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
                "records": b""}   # empty, not null: librdkafka refuses a null record set
@@ -314,6 +354,13 @@ class Gateway:
         if offset < 0:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
         pulled = ready = None
+        if pull is not None and pull[1] is HELD and not pull[0].done():
+            if standing is None:
+                pull = None   # no one waits for it here: pulled now
+            else:
+                standing[(topic, partition)] = pull[0]
+                return {**out, "high_watermark": offset, "last_stable_offset": offset,
+                        "log_start_offset": self._log_start.get((topic, partition), -1)}
         if pull is not None:
             future, kind = pull
             try:
@@ -321,8 +368,8 @@ class Gateway:
                 pulled, ready = got if kind is AHEAD else (queue_puller.read(got), None)
             except Exception:
                 pulled = None   # pulled again below: a slave may answer, else its error is the answer
-            if kind is AHEAD and pulled is not None and pulled.body is None:
-                pulled = None   # read ahead and found nothing: what was stored since is pulled now
+            if kind is not SENT and pulled is not None and pulled.body is None:
+                pulled = None   # sent earlier and found nothing: what was stored since is pulled now
         if pulled is None:
             try:
                 request = self._pull_request(topic, mq, offset, max_bytes)
@@ -330,6 +377,7 @@ class Gateway:
             except Exception as exc:
                 return {**out, "error_code": error_of(exc)}
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
+        self._log_start[(topic, partition)] = pulled.min
         if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
         data, used, last = ready or self._converted(pulled, offset, max_bytes)
@@ -343,6 +391,8 @@ class Gateway:
                 sent = self._pull_start(topic, partition, following, size, ahead=False)
                 if sent is not None:
                     self.ahead.put(topic, partition, following, sent[0], lambda f: self._read_ahead(f, following, size))
+            elif suspend_ms and following >= pulled.max:
+                self.stand(topic, partition, following, ahead_bytes or max_bytes, suspend_ms)
         return out
 
     @staticmethod

@@ -12,45 +12,54 @@ import concurrent.futures as cf
 import time
 
 from quiver.client import queue_puller
-from quiver.wire.codes import ResponseCode
 
 from . import mapping
 from .protocol import NONE
 
 GRACE_S = 5.0   # a held pull's reply timeout past its suspend time
+RESENDS = 8     # held pulls sent again in one Fetch (ones it took from earlier Fetches run out first)
 
 
-def hold(gw, body, responses: list, deadline: float, min_bytes: int, total: int) -> int:
+def hold(gw, body, responses: list, deadline: float, min_bytes: int, total: int, standing: dict) -> int:
     """Wait for records at the partitions of `responses` (the Fetch's first answers, filled in
-    here) until `min_bytes` are there or `deadline`; the bytes answered in all."""
+    here) until `min_bytes` are there or `deadline`; the bytes answered in all. A partition with
+    a standing pull (`standing`, taken from it) waits on that one instead of sending another."""
     suspend_ms = int((deadline - time.monotonic()) * 1000)
     held: dict = {}   # held pull's future -> (topic, partition request, its answer)
     for t, answer in zip(body.topics, responses):
         for p, part in zip(t.partitions, answer["partitions"]):
             if suspend_ms > 0 and part["error_code"] == NONE and not part["records"]:
-                fut = _send(gw, t.topic, p, suspend_ms)
+                fut = standing.pop((t.topic, p.partition), None) or _send(gw, t.topic, p, suspend_ms)
                 if fut is not None:
                     held[fut] = (t.topic, p, part)
     budget = (body.max_bytes if body.max_bytes > 0 else 1 << 30) - total
-    pending = set(held)
+    pending, resent = set(held), 0
     while pending and total < min_bytes:
         done, pending = cf.wait(pending, max(0.0, deadline - time.monotonic()), cf.FIRST_COMPLETED)
         if not done:
             break   # max wait is over
         for fut in done:
-            topic, p, part = held[fut]
-            size = _answer(fut, p, part, min(p.partition_max_bytes, budget))
+            topic, p, part = held.pop(fut)
+            size, caught_up = _answer(fut, p, part, min(p.partition_max_bytes, budget))
             total, budget = total + size, max(0, budget - size)
-    for fut in pending:
+            if caught_up is not None:
+                gw.stand(topic, p.partition, caught_up, p.partition_max_bytes, gw.standing_ms(body))
+            elif size == 0 and resent < RESENDS:   # a pull held since an earlier Fetch ran out: hold anew
+                resent += 1
+                again = _send(gw, topic, p, int((deadline - time.monotonic()) * 1000))
+                if again is not None:
+                    held[again] = (topic, p, part)
+                    pending.add(again)
+    for fut in pending:   # still held at the broker: the next Fetch of the offset waits on it
         topic, p, _ = held[fut]
-        fut.add_done_callback(lambda f, topic=topic, p=p: _keep(gw, f, topic, p))
+        standing[(topic, p.partition)] = fut
     return total
 
 
 def _send(gw, topic: str, p, suspend_ms: int):
     """The held pull of one partition (its future), or None when it cannot be sent."""
     mq, _ = gw.queue(topic, p.partition)
-    if mq is None or p.fetch_offset < 0:
+    if mq is None or p.fetch_offset < 0 or suspend_ms <= 0:
         return None
     try:
         addr, req = gw._pull_request(topic, mq, p.fetch_offset, p.partition_max_bytes, suspend_ms)
@@ -59,23 +68,17 @@ def _send(gw, topic: str, p, suspend_ms: int):
         return None
 
 
-def _answer(fut, p, part: dict, max_bytes: int) -> int:
-    """A held pull's records put into its partition's answer; their size (0: none came)."""
+def _answer(fut, p, part: dict, max_bytes: int) -> tuple[int, int | None]:
+    """A held pull's records put into its partition's answer: their size (0: none came), and the
+    offset after them when they were all stored there (else None)."""
     try:
         pulled = queue_puller.read(fut.result(0))
     except Exception:
-        return 0   # the partition is answered empty: the client fetches it again
+        return 0, None   # the partition is answered empty: the client fetches it again
     if pulled.body is None:
-        return 0
-    data, used, _ = mapping.pulled_batch(pulled.body, p.fetch_offset, max_bytes)
+        return 0, None
+    data, used, last = mapping.pulled_batch(pulled.body, p.fetch_offset, max_bytes)
     if used:
         part.update(records=data, high_watermark=pulled.max, last_stable_offset=pulled.max,
                     log_start_offset=pulled.min)
-    return len(data)
-
-
-def _keep(gw, fut, topic: str, p) -> None:
-    """A held pull answered with records after its Fetch: kept as the read-ahead of its offset."""
-    if fut.exception() is None and fut.result().code == ResponseCode.SUCCESS:
-        size = p.partition_max_bytes
-        gw.ahead.put(topic, p.partition, p.fetch_offset, fut, lambda f: gw._read_ahead(f, p.fetch_offset, size))
+    return len(data), (last + 1 if used and last + 1 >= pulled.max else None)

@@ -12,6 +12,7 @@ from quiver.wire import record
 from quiver.wire.codes import ResponseCode
 from quiver.wire.property_string import format_properties
 from quiver_kafka import mapping, records
+from quiver_kafka.handlers import STANDING_MS
 from quiver_kafka.readahead import AHEAD_TTL_S, MAX_AHEAD, ReadAhead
 from quiver_kafka.records import Record
 
@@ -136,12 +137,14 @@ class _HeldPulls:
     answers any other at once with what is stored."""
 
     def __init__(self, g):
-        self.stored, self.held, self.sent = {}, [], []   # queue id -> body; (req, future) held
+        self.stored, self.at, self.held, self.sent = {}, {}, [], []   # queue id -> body, its offset; (req, future) held
         g.admin.read_addr, g.admin.request_timeout = (lambda topic, broker: "127.0.0.1:1"), 1.0
         g.admin._io = lambda: types.SimpleNamespace(call_future=self.call_future)
+        g.admin.call_broker = lambda addr, req, timeout=None, ok=None: self.call_future(addr, req, None, (), 1).result()
+        g.admin.broker_addr = lambda broker_name, topic: "127.0.0.1:1"
 
     def _env(self, req):
-        body = self.stored.get(req.queue_id)
+        body = self.stored.get(req.queue_id) if self.at.get(req.queue_id) == req.offset else None
         ext = {"next": req.offset + (1 if body else 0), "min": 0, "max": req.offset + (1 if body else 0)}
         return types.SimpleNamespace(code=ResponseCode.SUCCESS if body else ResponseCode.PULL_NOT_FOUND, remark="",
                                      bodies=(body,) if body else (), ext=ext)
@@ -149,7 +152,7 @@ class _HeldPulls:
     def call_future(self, addr, req, ext, bodies, timeout):
         self.sent.append((req.queue_id, req.offset, req.suspend_ms))
         fut = concurrent.futures.Future()
-        if req.suspend_ms and req.queue_id not in self.stored:
+        if req.suspend_ms and self.at.get(req.queue_id) != req.offset:
             self.held.append((req, fut))
         else:
             fut.set_result(self._env(req))
@@ -158,6 +161,7 @@ class _HeldPulls:
     def store(self, queue_id: int, offset: int) -> None:
         """A put to the queue: its held pulls are answered now."""
         self.stored[queue_id] = _stored([(mapping.Message("T", b"new"), 1000)], first_offset=offset)
+        self.at[queue_id] = offset
         for req, fut in [h for h in self.held if h[0].queue_id == queue_id]:
             self.held.remove((req, fut))
             fut.set_result(self._env(req))
@@ -179,10 +183,28 @@ def test_a_fetch_finding_nothing_is_held_at_the_broker_and_answered_when_a_put_l
     assert time.monotonic() - t0 < 10   # the put answered it, not the 30 s max wait
     p0, p1 = out["responses"][0]["partitions"]
     assert p0["records"] == b"" and [r.offset for b in records.decode(p1["records"]) for r in b.records] == [7]
-    assert {(q, o) for q, o, s in broker.sent if s > 0} == {(0, 5), (1, 7)}   # both held, suspend time given
-    # the pull of partition 0 is still held; a put answers it later: kept for the next Fetch of offset 5
+    # both held, suspend time given; partition 1, read to its end, has a pull standing at offset 8
+    assert {(q, o) for q, o, s in broker.sent if s > 0} == {(0, 5), (1, 7), (1, 8)}
+    # the pull of partition 0 is still held: kept for the next Fetch of offset 5, which waits on it
     broker.store(0, 5)
-    wait_for(lambda: g.ahead.take("T", 0, 5) is not None, 10, "the late held pull kept as a read-ahead")
+    sent = len(broker.sent)
+    out = g.fetch(_fetch_body([5, 8], 30))
+    assert [r.offset for b in records.decode(out["responses"][0]["partitions"][0]["records"]) for r in b.records] == [5]
+    assert (0, 5) not in {(q, o) for q, o, s in broker.sent[sent:]}   # not pulled again
+
+
+def test_a_fetch_waits_on_the_pull_standing_since_the_last_one_and_sends_none():
+    g = _gateway({"T": [MessageQueue("T", "a", 0)]})
+    broker = _HeldPulls(g)
+    broker.store(0, 3)
+    first = g.fetch(_fetch_body([3], 30))["responses"][0]["partitions"][0]
+    assert first["high_watermark"] == 4 and broker.sent[-1] == (0, 4, STANDING_MS[1])   # read to its end: a pull stands at 4
+    sent = len(broker.sent)
+    threading.Timer(0.3, broker.store, (0, 4)).start()
+    t0 = time.monotonic()
+    part = g.fetch(_fetch_body([4], 30))["responses"][0]["partitions"][0]
+    assert time.monotonic() - t0 < 10 and [r.offset for b in records.decode(part["records"]) for r in b.records] == [4]
+    assert (0, 4) not in {(q, o) for q, o, s in broker.sent[sent:]}   # the standing pull answered it
 
 
 def test_a_fetch_held_until_max_wait_answers_empty_records():
@@ -190,6 +212,9 @@ def test_a_fetch_held_until_max_wait_answers_empty_records():
     broker = _HeldPulls(g)
     out = g.fetch(_fetch_body([0], 0.2))
     assert out["responses"][0]["partitions"][0]["records"] == b""
-    [(req, fut)] = broker.held   # its suspend time runs out at the broker: nothing found, nothing kept
+    [(req, fut)] = broker.held   # its suspend time runs out at the broker: nothing found
     fut.set_result(broker._env(req))
-    assert g.ahead.take("T", 0, 0) is None
+    broker.held.clear()
+    broker.store(0, 0)   # stored since: the next Fetch does not take the empty answer for it
+    part = g.fetch(_fetch_body([0], 0.2))["responses"][0]["partitions"][0]
+    assert [r.offset for b in records.decode(part["records"]) for r in b.records] == [0]
