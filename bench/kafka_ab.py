@@ -15,11 +15,14 @@ Produce: each round the SDK's pipelined send_async and confluent-kafka's pipelin
 (acks=all, linger 5 ms) through the gateway, n x 1 KiB each to a fresh topic, alternating order.
 e2e: each round the SDK's and the gateway's e2e at the same rate, in alternating order, paced by
 the same schedule (base.paced_runs): the SDK one sync send at a time, librdkafka a produce() at
-each due time with its default linger.ms 5 (at linger.ms 0 every message is a Produce request of
-its own, 2,000 a second through the gateway's Python, and the producer falls behind the rate);
-consumers as the columns' (the gateway's a group consumer, fetch.wait.max.ms 50, fetching before
-the producer starts).
-Prints one JSON line per measurement and the medians with the gateway/SDK ratios.
+each due time with a latency-minded user's settings (bench.peers.kafka_gateway.E2E_PRODUCER:
+linger.ms 1, Nagle off; at linger.ms 0 every message is a Produce request of its own, 2,000 a
+second through the gateway's Python, and the producer falls behind the rate); consumers as the
+columns' (the gateway's a group consumer, fetch.min.bytes 1, fetch.wait.max.ms 50, Nagle off,
+fetching before the producer starts).
+`--only consume|produce|e2e` (repeatable) runs those parts alone.
+Prints one JSON line per measurement and the medians with the gateway/SDK ratios (and the
+lowest and highest ratio of one round, `_spread`).
 """
 
 import argparse
@@ -133,6 +136,12 @@ def sdk_e2e(system: KafkaGateway, sdk: SdkClient, rate: int, seconds: float) -> 
     return QuiverAsync.e2e(view, rate, seconds)
 
 
+def _spread(values: dict[str, list[float]]) -> list[float]:
+    """The lowest and highest gateway/SDK ratio of one round (each round's two runs side by side)."""
+    ratios = [k / s for s, k in zip(values["sdk"], values["kafka"])]
+    return [round(min(ratios), 2), round(max(ratios), 2)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.kafka_ab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,17 +150,20 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=int, default=2000, help="e2e messages per second")
     ap.add_argument("--seconds", type=float, default=10.0, help="e2e run length")
     ap.add_argument("--no-e2e", action="store_true")
+    ap.add_argument("--only", action="append", choices=("consume", "produce", "e2e"),
+                    help="run only these parts (repeatable)")
     args = ap.parse_args(argv)
+    parts = set(args.only or ("consume", "produce", "e2e")) - ({"e2e"} if args.no_e2e else set())
     rates: dict[str, list[float]] = {"sdk": [], "kafka": []}
     steady: dict[str, list[float]] = {"sdk": [], "kafka": []}
     cpus: dict[str, list[float]] = {"sdk": [], "kafka": []}   # CPU us a message, all processes
-    e2e: dict[str, list[float]] = {"sdk": [], "kafka": []}
+    e2e: dict[str, list[dict]] = {"sdk": [], "kafka": []}
     produced: dict[str, list[float]] = {"sdk": [], "kafka": []}
     with KafkaGateway() as system:
         sdk = SdkClient({"namesrv": system.cluster.namesrv})
         try:
             _prefill(sdk, system.new_topic(), 1000)   # routes and connections outside the timing
-            for r in range(args.rounds):
+            for r in range(args.rounds if "consume" in parts else 0):
                 order = ("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")
                 for who in order:
                     rate, after_first, cpu = (sdk_consume if who == "sdk" else kafka_consume)(system, sdk, args.n)
@@ -160,34 +172,43 @@ def main(argv=None) -> int:
                     cpus[who].append(sum(cpu.values()))
                     print(json.dumps({"round": r, "consume": who, "msgs_s": round(rate),
                                       "after_first_msgs_s": round(after_first), **cpu}), flush=True)
-            for r in range(args.rounds):
+            for r in range(args.rounds if "produce" in parts else 0):
                 for who in (("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")):
                     rate, cpu = (sdk_produce if who == "sdk" else kafka_produce)(system, sdk, args.n)
                     produced[who].append(rate)
                     print(json.dumps({"round": r, "produce": who, "msgs_s": round(rate), **cpu}), flush=True)
-            for r in range(0 if args.no_e2e else args.rounds):
+            for r in range(args.rounds if "e2e" in parts else 0):
                 for who in (("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")):
                     out = (sdk_e2e(system, sdk, args.rate, args.seconds) if who == "sdk"
                            else system.e2e(args.rate, args.seconds))
-                    e2e[who].append(out["e2e_p99_us"])
+                    e2e[who].append(out)
                     print(json.dumps({"round": r, "e2e": who, **{k: round(v) for k, v in out.items()}}), flush=True)
         finally:
             sdk.close()
-    med = {k: statistics.median(v) for k, v in rates.items()}
-    med_steady = {k: statistics.median(v) for k, v in steady.items()}
-    summary = {"consume_sdk_msgs_s": round(med["sdk"]), "consume_kafka_msgs_s": round(med["kafka"]),
-               "consume_ratio": round(med["kafka"] / med["sdk"], 2),
-               "after_first_sdk_msgs_s": round(med_steady["sdk"]), "after_first_kafka_msgs_s": round(med_steady["kafka"]),
-               "after_first_ratio": round(med_steady["kafka"] / med_steady["sdk"], 2),
-               "cpu_us_sdk": round(statistics.median(cpus["sdk"]), 1),
-               "cpu_us_kafka": round(statistics.median(cpus["kafka"]), 1),
-               "produce_sdk_msgs_s": round(statistics.median(produced["sdk"])),
-               "produce_kafka_msgs_s": round(statistics.median(produced["kafka"])),
-               "produce_ratio": round(statistics.median(produced["kafka"]) / statistics.median(produced["sdk"]), 2)}
-    if not args.no_e2e:
-        p99 = {k: statistics.median(v) for k, v in e2e.items()}
-        summary.update(e2e_p99_sdk_us=round(p99["sdk"]), e2e_p99_kafka_us=round(p99["kafka"]),
-                       e2e_p99_ratio=round(p99["kafka"] / p99["sdk"], 2))
+    summary: dict = {}
+    if "consume" in parts:
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        med_steady = {k: statistics.median(v) for k, v in steady.items()}
+        summary.update(consume_sdk_msgs_s=round(med["sdk"]), consume_kafka_msgs_s=round(med["kafka"]),
+                       consume_ratio=round(med["kafka"] / med["sdk"], 2),
+                       consume_ratio_spread=_spread(rates),
+                       after_first_sdk_msgs_s=round(med_steady["sdk"]),
+                       after_first_kafka_msgs_s=round(med_steady["kafka"]),
+                       after_first_ratio=round(med_steady["kafka"] / med_steady["sdk"], 2),
+                       after_first_ratio_spread=_spread(steady),
+                       cpu_us_sdk=round(statistics.median(cpus["sdk"]), 1),
+                       cpu_us_kafka=round(statistics.median(cpus["kafka"]), 1))
+    if "produce" in parts:
+        summary.update(produce_sdk_msgs_s=round(statistics.median(produced["sdk"])),
+                       produce_kafka_msgs_s=round(statistics.median(produced["kafka"])),
+                       produce_ratio=round(statistics.median(produced["kafka"]) / statistics.median(produced["sdk"]), 2),
+                       produce_ratio_spread=_spread(produced))
+    if "e2e" in parts:
+        for q in ("p50", "p99"):
+            med = {k: statistics.median(x[f"e2e_{q}_us"] for x in v) for k, v in e2e.items()}
+            summary.update({f"e2e_{q}_sdk_us": round(med["sdk"]), f"e2e_{q}_kafka_us": round(med["kafka"]),
+                            f"e2e_{q}_ratio": round(med["kafka"] / med["sdk"], 2)})
+        summary["e2e_p99_ratio_spread"] = _spread({k: [x["e2e_p99_us"] for x in v] for k, v in e2e.items()})
     print(json.dumps(summary), flush=True)
     return 0
 
