@@ -3,6 +3,7 @@ the reference handler path: the same requests, plain and hostile, to two brokers
 through each, give the same reply frames, the same stored files and the same counters."""
 
 import os
+import threading
 import time
 
 import pytest
@@ -49,8 +50,16 @@ def twins(tmp_path, monkeypatch):
     monkeypatch.setattr(time, "time", lambda: 1_800_000_000.123)  # store times equal in both stores
     apps = [_app(str(tmp_path / name), name == "direct") for name in ("direct", "reference")]
     yield apps
+    _close(*apps)
+
+
+def _close(*apps) -> None:
+    closing = [threading.Thread(target=app.transport.close) for app in apps]   # about 0.5 s each
+    for t in closing:
+        t.start()
+    for t in closing:
+        t.join()
     for app in apps:
-        app.transport.close()
         app.store.close()
         app.metadata.close()
 
@@ -156,9 +165,7 @@ def test_sync_flush_declines_to_the_handler(tmp_path):
         assert entry.direct(app.service, IDENTITY, env) is False
         assert app.counters["put_messages"] == 0 and app.store.commit_log.write_end == 0
     finally:
-        app.transport.close()
-        app.store.close()
-        app.metadata.close()
+        _close(app)
 
 
 def test_a_refused_put_is_answered_like_the_handler_answers_it(twins):
@@ -169,3 +176,24 @@ def test_a_refused_put_is_answered_like_the_handler_answers_it(twins):
     assert direct.service._sock.replies == reference.service._sock.replies
     assert protocol.decode(direct.service._sock.replies[0][1:]).code != ResponseCode.SUCCESS
     assert _counted(direct) == _counted(reference)
+
+
+class _DenyAll:
+    on_denied = None
+
+    def __init__(self):
+        self.checked = []
+
+    def check(self, user_id, source, access, args):
+        self.checked.append((user_id, args.topic))
+        return f"user {user_id} may not PUB to {args.topic}"
+
+
+def test_with_auth_on_a_send_is_checked_against_the_acl(twins):
+    app = twins[0]
+    app.service.security = security = _DenyAll()
+    app.service.handle(_frames(1, _ext([PLAIN]), [b"x"]), "alice", "10.0.0.7")
+    env = protocol.decode(app.service._sock.replies[-1][1:])
+    assert (env.code, env.remark) == (ResponseCode.NO_PERMISSION, f"user alice may not PUB to {TOPIC}")
+    assert security.checked == [("alice", TOPIC)]
+    assert app.counters["put_messages"] == 0 and app.service.counters["denied"] == 1
