@@ -15,6 +15,7 @@ traced client's tracer factory: its trace queue sends through a Producer of its 
 
 import itertools
 from itertools import repeat
+from operator import itemgetter
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ QueueSelector = Callable[[list[MessageQueue], Message, object], MessageQueue]
 Build = Callable[[Envelope, MessageQueue, str], Any]
 # one message of send_async waiting in a queue's buffer: (msg id, properties, body, flag, its Future, attempt)
 _Item = tuple[str, str, bytes, int, Future[SendResult], int]
+_ID, _PROPS, _BODY, _FLAG, _FUTURE = (itemgetter(i) for i in range(5))
 
 RETRYABLE = {ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
              ResponseCode.SYSTEM_BUSY, ResponseCode.NO_PERMISSION, ResponseCode.GO_AWAY}
@@ -489,13 +491,14 @@ class Producer(Requesting, ClientBase):
         with b.lock:
             if b.in_flight >= self._batch_in_flight:
                 b.items.append(item)
+                b.bytes += len(item[2])
                 return
             b.in_flight += 1
         self._dispatch(mq, addr, [item], b)
 
     def _dispatch(self, mq: MessageQueue, addr: str, items: list[_Item], batcher: _Batcher | None = None) -> None:
         code = RequestCode.SEND_BATCH_MESSAGE if len(items) > 1 else RequestCode.SEND_MESSAGE
-        req, frames = self._request(mq, [i[1] for i in items], [i[3] for i in items], [i[2] for i in items])
+        req, frames = self._request(mq, list(map(_PROPS, items)), list(map(_FLAG, items)), list(map(_BODY, items)))
         t0 = time.monotonic()
 
         def done(env: Envelope | Exception) -> None:
@@ -512,15 +515,19 @@ class Producer(Requesting, ClientBase):
             if not b.items:
                 b.in_flight -= 1
                 return
-            take: list[_Item] = []
-            size, n = 0, 0
-            for item in b.items:
-                if n >= self._batch_max_messages or (n and size + len(item[2]) > self._batch_max_bytes):
-                    break
-                take.append(item)
-                size += len(item[2])
-                n += 1
-            del b.items[:n]
+            if len(b.items) <= self._batch_max_messages and b.bytes <= self._batch_max_bytes:
+                take, b.items, b.bytes = b.items, [], 0   # all of it fits: no walk over the items
+            else:
+                take = []
+                size, n = 0, 0
+                for item in b.items:
+                    if n >= self._batch_max_messages or (n and size + len(item[2]) > self._batch_max_bytes):
+                        break
+                    take.append(item)
+                    size += len(item[2])
+                    n += 1
+                del b.items[:n]
+                b.bytes -= size
         self._dispatch(mq, addr, take, b)
 
     def _complete(self, mq: MessageQueue, addr: str, items: list[_Item], env: Envelope | Exception,
@@ -529,15 +536,15 @@ class Producer(Requesting, ClientBase):
             exc = env
         else:
             try:
-                results = self._result(env, mq, addr, [i[0] for i in items])
+                results = self._result(env, mq, addr, list(map(_ID, items)))
             except QuiverError as e:
                 exc = e
             else:
                 self._note_latency(mq.broker, (time.monotonic() - t0) * 1000)
                 tracer = self.tracer
                 if tracer is not None:   # one tuple queued per batch: the encoding is the dispatcher's
-                    tracer.pub(results, [i[1] for i in items], t0)
-                set_results([i[4] for i in items], results)
+                    tracer.pub(results, list(map(_PROPS, items)), t0)
+                set_results(list(map(_FUTURE, items)), results)
                 return
         self._note_latency(mq.broker, 0, failed=True)
         for msg_id, props, body, flag, fut, attempt in items:

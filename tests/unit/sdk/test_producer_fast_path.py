@@ -39,3 +39,20 @@ def test_an_avoided_broker_is_forgotten_once_its_time_is_served(producer):
     assert not producer._available("b1")
     producer._avoid["b1"] = 0.0   # its time served
     assert producer._available("b1") and not producer._avoid
+
+
+def test_a_queue_buffer_counts_its_bytes_through_partial_and_whole_takes(producer, monkeypatch):
+    from quiver.client.base import MessageQueue
+    from quiver.client.producer import _Batcher
+    sent = []
+    monkeypatch.setattr(producer, "_dispatch", lambda mq, addr, items, b: sent.append([i[2] for i in items]))
+    producer._batch_max_messages, producer._batch_max_bytes = 3, 10
+    b = _Batcher()
+    for body in (b"aaaa", b"bbbb", b"cccc", b"d", b"e"):
+        b.items.append(("id", "", body, 0, None, 0))
+        b.bytes += len(body)
+    mq = MessageQueue("T", "b", 0)
+    producer._next_batch(mq, "a:1", b)      # over the byte bound: the first two only
+    assert sent == [[b"aaaa", b"bbbb"]] and b.bytes == 6
+    producer._next_batch(mq, "a:1", b)      # the rest fits both bounds: all of it
+    assert sent[-1] == [b"cccc", b"d", b"e"] and b.items == [] and b.bytes == 0
