@@ -126,7 +126,7 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
                           "rusage": {k: after[k] - before[k] for k in after}},
              "consumer": {"gc": out["gc"], "stalls": out["stalls"], "rusage": out["rusage"]}}
     return {"points": points, "threads": out["threads"], "rate_done": rate_done, "sent": len(sent), "procs": procs,
-            "pull_gaps": gaps}
+            "pull_gaps": gaps, "pulls": out["pulls"]}
 
 
 def pull_gaps(pulls: list) -> dict | None:
@@ -246,7 +246,9 @@ def report(doc: dict) -> str:
                      f"{len(p['stalls'])} stall(s) of 30 ms or more that no thread ran in (a 5 ms ticker's gaps; "
                      f"longest {stall * 1e3:.0f} ms), "
                      f"{p['rusage']['involuntary']:,} involuntary context switches (preempted), "
-                     f"{p['rusage']['voluntary']:,} voluntary")
+                     f"{p['rusage']['voluntary']:,} voluntary"
+                     + (f", {p['rusage']['cpu_s'] / n * 1e6:.1f} µs CPU a message (all threads)"
+                        if "cpu_s" in p["rusage"] and (n := doc["analysis"]["count"]) else ""))
     lines.append("")
     if probe := doc.get("broker_probe"):
         lines += ["| broker service thread, thread CPU | count | 1 ms or more | longest (ms) |", "|---|---:|---:|---:|"]
@@ -302,6 +304,7 @@ def main(argv=None) -> int:
     ap.add_argument("--consumer", choices=MODES, default="push", help="how the consumer takes messages")
     ap.add_argument("--no-floor", action="store_true", help="skip the bare pyzmq floor of the same run")
     ap.add_argument("--out", default=RESULTS, help="directory for hops-<date>.json (default bench/results)")
+    ap.add_argument("--raw", action="store_true", help="keep every message's points and every pull in the JSON")
     ap.add_argument("--probe-broker", action="store_true",
                     help="time the broker's service-thread tasks and GC in thread CPU (bench.broker_probe)")
     args = ap.parse_args(argv)
@@ -328,6 +331,8 @@ def main(argv=None) -> int:
     doc = {"meta": meta, "rate_done": raw["rate_done"], "threads": raw["threads"], "floor": floor,
            "procs": raw["procs"], "analysis": analyse(raw["points"], raw["procs"]), "broker_probe": probe,
            "pull_gaps": raw["pull_gaps"]}
+    if args.raw:
+        doc["raw"] = {"points": raw["points"], "pulls": raw["pulls"]}
     print(report(doc))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"hops-{now.strftime('%Y-%m-%d-%H%M%S')}.json")

@@ -11,7 +11,8 @@ pulled). Then prints one JSON object: {"seen": [[i, t, born_ms, store_ms, queue 
 seconds], ...] (a ticker thread's gaps of 30 ms or more), "rusage",
 "pulls": [[queue id, sent, answered], ...] (the IO thread's pulls; not direct_poll's held ones)},
 t = time.time() when the listener (or poll) got it; "gc" the collector's pauses of 1 ms or
-more and "rusage" the context switches of this process (involuntary: it was preempted).
+more and "rusage" the context switches of this process (involuntary: it was preempted) and its CPU
+seconds ("cpu_s"), from the first timed message to the last.
 """
 
 import gc
@@ -84,8 +85,9 @@ def watch_pulls(client, pulls: list) -> None:
 
 
 def switches() -> dict:
+    """This process's context switches and CPU seconds (user + system, all threads) so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return {"voluntary": r.ru_nvcsw, "involuntary": r.ru_nivcsw}
+    return {"voluntary": r.ru_nvcsw, "involuntary": r.ru_nivcsw, "cpu_s": r.ru_utime + r.ru_stime}
 
 from quiver import ConsumeResult, PullConsumer, PushConsumer
 from quiver.client.access import broker_access
@@ -94,6 +96,7 @@ from quiver.wire.codes import RequestCode
 
 def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode: str) -> None:
     seen: list[list] = []
+    start: list[dict] = []     # switches() at the first timed message and at the last
     threads: dict[str, int] = {}
     warm: set[int] = set()
     done = threading.Event()
@@ -111,9 +114,12 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
                         if len(warm) == queues:
                             print("ready", flush=True)
                     continue
+                if not start:
+                    start.append(switches())
                 seen.append([i, now, m.born_timestamp, m.store_timestamp, m.queue_id])
                 threads[name] = threads.get(name, 0) + 1
-            if len(seen) >= count:
+            if len(seen) >= count and not done.is_set():
+                start.append(switches())   # the last timed message: shutdown is not counted
                 done.set()
 
     deadline = time.monotonic() + seconds
@@ -142,7 +148,8 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
                 if msgs:
                     got(msgs)
     print(json.dumps({"seen": seen, "threads": threads, "gc": pauses.close(), "stalls": stalls.close(),
-                      "rusage": switches(),
+                      "rusage": {k: (start[1] if len(start) > 1 else switches())[k] - v for k, v in start[0].items()}
+                      if start else switches(),
                       "pulls": pulls}), flush=True)
 
 

@@ -185,6 +185,9 @@ def test_bench_hops_timeline(tmp_path):
     assert "| sync send: send -> replied |" in proc.stdout and "## The slowest 2 by e2e" in proc.stdout
     assert "- consumer process: " in proc.stdout and "involuntary context switches" in proc.stdout
     assert sum(v["count"] for v in a["pull_waiting"].values()) == a["pulls_matched"]
+    gap = doc["pull_gaps"]   # a pull answered -> its queue's next pull sent, in the consumer
+    assert gap["count"] >= 50 and 0 < gap["p50_us"] <= gap["p99_us"] and gap["negative"] == 0, gap
+    assert doc["procs"]["consumer"]["rusage"]["cpu_s"] > 0 and "µs CPU a message" in proc.stdout
     from bench.hops_held import rounds   # a held pull's wake: answered with the put's reply, 3 rounds
     held = rounds(3)
     assert [len(v) for v in held.values()] == [3, 3, 3], held
