@@ -1755,6 +1755,60 @@ decline:
     NOT_IMPLEMENTED;
 }
 
+/* ---- send_results (quiver.client.producer.send_results) ----------------------------------
+   A send reply's SendResults, one per message of an answered batch: the class's slots filled
+   from C instead of a Python __init__ per message. Slots from layout "send_result". */
+enum { R_STATUS, R_MSG_ID, R_BROKER, R_QUEUE_ID, R_QOFF, R_TOPIC, R_STORE_HOST, R_PHYS, R_TXN, R_COUNT };
+static const char *const result_slots[R_COUNT] = {
+    "status", "msg_id", "broker", "queue_id", "queue_offset", "topic", "store_host", "commit_log_offset",
+    "transaction_id",
+};
+static Py_ssize_t RESULT_AT[R_COUNT];
+static PyTypeObject *result_type;
+static int result_ready;
+
+/* send_results(status, msg_ids, broker, queue_id, first, topic, store_host, phys_offsets) -> [SendResult, ...]:
+   queue offsets first, first + 1, ...; as many as the shorter list */
+static PyObject *send_results(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (!result_ready || nargs != 8 || !PyList_CheckExact(a[1]) || !PyList_CheckExact(a[7]) || !PyLong_CheckExact(a[4]))
+        NOT_IMPLEMENTED;
+    int overflow = 0;
+    long long first = PyLong_AsLongLongAndOverflow(a[4], &overflow);
+    Py_ssize_t n = Py_MIN(PyList_GET_SIZE(a[1]), PyList_GET_SIZE(a[7]));
+    if (overflow || (first == -1 && PyErr_Occurred()) || first > LLONG_MAX - n || first < LLONG_MIN + n) {
+        PyErr_Clear();
+        NOT_IMPLEMENTED;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *obj = result_type->tp_alloc(result_type, 0);
+        if (obj == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *item[R_COUNT] = {
+            [R_STATUS] = Py_NewRef(a[0]), [R_MSG_ID] = Py_NewRef(PyList_GET_ITEM(a[1], i)),
+            [R_BROKER] = Py_NewRef(a[2]), [R_QUEUE_ID] = Py_NewRef(a[3]), [R_QOFF] = PyLong_FromLongLong(first + i),
+            [R_TOPIC] = Py_NewRef(a[5]), [R_STORE_HOST] = Py_NewRef(a[6]),
+            [R_PHYS] = Py_NewRef(PyList_GET_ITEM(a[7], i)), [R_TXN] = Py_NewRef(Py_None),
+        };
+        int ok = 1;
+        for (int k = 0; k < R_COUNT; k++) {
+            ok &= item[k] != NULL;
+            *(PyObject **)((char *)obj + RESULT_AT[k]) = item[k];  /* a NULL slot is skipped when obj is freed */
+        }
+        PyList_SET_ITEM(out, i, obj);
+        if (!ok) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 /* ---- layout: the Python owners hand their layouts over ------------------------------------ */
 
 #define COUNT(a) ((Py_ssize_t)(sizeof(a) / sizeof((a)[0])))
@@ -1888,6 +1942,11 @@ static PyObject *layout(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
         if (!set_slots(name, a[3], msg_slots, M_COUNT, MSG_AT, &message_type))
             return NULL;
         message_ready = 1;
+    } else if (strcmp(name, "send_result") == 0) {
+        result_ready = 0;
+        if (!set_slots(name, a[3], result_slots, R_COUNT, RESULT_AT, &result_type))
+            return NULL;
+        result_ready = 1;
     } else if (strcmp(name, "envelope") == 0) {
         envelope_ready = 0;
         PyObject *loads = PyDict_GetItemString(a[3], "loads"), *version = PyDict_GetItemString(a[3], "version");
@@ -2310,6 +2369,7 @@ static PyMethodDef methods[] = {
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL, "quiver.wire.protocol.decode"},
     {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_FASTCALL, "quiver.client.message.decode_messages"},
+    {"send_results", (PyCFunction)(void (*)(void))send_results, METH_FASTCALL, "quiver.client.producer.send_results"},
     {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},
     {"settled_run", (PyCFunction)(void (*)(void))settled_run, METH_FASTCALL, "record.settled_run"},

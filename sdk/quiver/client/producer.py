@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from quiver.wire import requests as rq
+from quiver.wire import requests as rq, speedups
 from quiver.wire.protocol import Envelope
 from quiver.wire.transport import Transport
 from quiver.wire.curve import Credentials
@@ -64,6 +64,18 @@ MASTERLESS_ROUTE_S = 1.0   # a route whose brokers have no master is asked for a
 _SCHEDULED_AT = DELAY + NAME_SEP
 _TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
 _UNIQ_AT = UNIQ_KEY + NAME_SEP
+
+
+@speedups.fast
+def send_results(status: SendStatus, msg_ids: list[str], broker: str, queue_id: int, first: int, topic: str,
+                 store_host: bytes, phys_offsets: list[int]) -> list[SendResult]:
+    """A send reply's results: one per message, queue offsets from `first` on (as many as the shorter list)."""
+    n = len(msg_ids)   # map() calls the class from C: no comprehension frame per message
+    return list(map(SendResult, repeat(status, n), msg_ids, repeat(broker, n), repeat(queue_id, n),
+                    range(first, first + n), repeat(topic, n), repeat(store_host, n), phys_offsets))
+
+
+speedups.layout("send_result", (), type=SendResult)   # its slots, for the compiled send_results
 
 
 def _retryable(exc: Exception) -> bool:
@@ -175,10 +187,8 @@ class Producer(Requesting, ClientBase):
             raise error_for(env.code, env.remark or "")
         sent = rq.SendReply.decode(env.ext)
         store_host = self._store_host(addr)
-        first, n = sent.queue_offset, len(msg_ids)
-        # map() calls the class from C: no comprehension frame per message of a batch
-        return list(map(SendResult, repeat(status, n), msg_ids, repeat(mq.broker, n), repeat(sent.queue_id, n),
-                        range(first, first + n), repeat(sent.topic, n), repeat(store_host, n), sent.phys_offsets))
+        return send_results(status, msg_ids, mq.broker, sent.queue_id, sent.queue_offset, sent.topic, store_host,
+                            sent.phys_offsets)
 
     _host_cache: dict[str, bytes] = {}
 
