@@ -39,3 +39,19 @@ def test_set_results_completes_each_future_with_its_result_waited_on_or_not():
     waiter.join(10)
     assert [f.result(0) for f in fs[:6]] == [0, 1, 2, 3, 4, 5]
     assert seen == [3] and got == [4] and cancelled.cancelled()
+
+
+def test_light_futures_work_with_wait_and_callbacks_added_before_and_after():
+    import threading
+    from concurrent.futures import as_completed, wait
+    seen = []
+    fs = [futures.LightFuture(), futures.LightFuture(lambda f: seen.append("built")), futures.LightFuture()]
+    fs[0].add_done_callback(lambda f: seen.append("added"))   # builds the Condition: lists from here on
+    timer = threading.Timer(0.05, lambda: [f.set_result(i) for i, f in enumerate(fs)])
+    timer.start()
+    done, _ = wait(fs, timeout=10)
+    timer.join()
+    assert len(done) == 3 and sorted(f.result() for f in as_completed(fs)) == [0, 1, 2]
+    fs[2].add_done_callback(lambda f: seen.append("late"))    # finished: called at once
+    assert sorted(seen) == ["added", "built", "late"]
+    assert futures.LightFuture._waiters == () and futures.LightFuture._done_callbacks == ()
