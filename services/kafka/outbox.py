@@ -11,6 +11,7 @@ the writer thread (an SSL socket has no non-blocking send beside a blocking recv
 """
 
 import collections
+import itertools
 import logging
 import queue
 import socket
@@ -30,12 +31,21 @@ class Deferred:
     def __init__(self, futures, build):
         self.futures, self.build = futures, build
 
-    def when_done(self, then, i: int = 0) -> None:
-        """then() once futures[i:] are done, on the thread that completes the last (this one if none is pending)."""
-        if i == len(self.futures):
+    def when_done(self, then) -> None:
+        """then() once every future is done, on the thread that completes the last (this one if
+        none is pending). The futures' callbacks keep no path back to them once it ran: no
+        reference cycle per answer for the collector to find."""
+        futures, self.futures = self.futures, ()
+        if not futures:
             then()
-        else:
-            self.futures[i].add_done_callback(lambda _f: self.when_done(then, i + 1))
+            return
+        waiting, done, n = [then], itertools.count(1), len(futures)
+
+        def one(_f):
+            if next(done) == n:   # count's next is atomic: callbacks may run on two threads at once
+                waiting.pop()()
+        for f in futures:
+            f.add_done_callback(one)
 
 
 class Outbox:
