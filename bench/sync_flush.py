@@ -33,7 +33,7 @@ from quiver.tools.local import LocalCluster, free_port
 
 from bench.peers import base
 from bench.peers.ceilings import disk_append
-from bench.peers.quiver_system import Client
+from bench.peers.quiver_system import Client, cpu_s
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,11 +47,6 @@ def export_broker(rev: str, into: str) -> str:
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
     os.rename(os.path.join(into, "services", "broker-store"), os.path.join(into, "quiver_broker"))
     return into
-
-
-def cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sums(metrics_addr: str) -> dict:

@@ -25,6 +25,7 @@ LATENCY_ROWS = [
     ("e2e_p50_us", "e2e p50 at 2k msg/s (µs)"),
     ("e2e_p99_us", "e2e p99 at 2k msg/s (µs)"),
     ("produce_client_cpu_us", "client CPU per pipelined message, all threads (µs)"),
+    ("produce_broker_cpu_us", "broker CPU per pipelined message, all threads (µs)"),
 ]
 LOAD_RATES_SHOWN = (2, 10, 50)   # thousand msg/s: runner.Counts.load_rates
 LOAD_ROWS = [row for k in LOAD_RATES_SHOWN for row in (
