@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 LOCK_STALE_S = 30.0          # the client's view of its broker lock (broker lease: 60 s)
 SPLIT_WORTH_S = 0.002        # split a pulled batch over threads when its listener work exceeds this
+PULL_FIRST_S = 0.00005       # inline: a batch whose listener work exceeds this waits for its queue's next pull
 MAX_CONSUME_CONTINUOUSLY_S = 60.0
 
 # fn(msgs) -> ConsumeResult.SUCCESS, RECONSUME_LATER or ConsumeResult.later(...); raising counts as RECONSUME_LATER
@@ -61,7 +62,7 @@ class ConsumeService:
         self.running = True
         self._active = 0   # listener tasks under way
         self._active_cond = threading.Condition()
-        self._cost_per_msg_s = 0.0  # measured listener cost: decides how a pulled batch is split
+        self._cost_per_msg_s: float | None = None  # measured listener cost (None: not yet): how a batch is split
 
     def stop(self) -> None:
         """No new work from now on (a running listener call finishes)."""
@@ -91,12 +92,22 @@ class ConsumeService:
         bs = self.options.consume_batch_size
         n = len(msgs)
         tasks = 1
-        if n * self._cost_per_msg_s > SPLIT_WORTH_S:
+        if n * (self._cost_per_msg_s or 0.0) > SPLIT_WORTH_S:
             tasks = min(self.options.consume_threads, -(-n // bs))
         chunk = -(-n // tasks)
         chunk = -(-chunk // bs) * bs
         for i in range(0, n, chunk):
             self.submit(self._consume_concurrently, pq, msgs[i:i + chunk])
+
+    def hand_off_first(self, n: int) -> bool:
+        """Whether a pulled batch of `n` goes to the listener before its queue's next pull is sent.
+        On the consume threads the hand-off is one quick submit: first. Inline, the pull goes
+        first (it waits at the broker while the listener runs) unless the listener is known to
+        take less than sending it (PULL_FIRST_S): then the batch would only wait for the pull."""
+        if not self.options.consume_inline:
+            return True
+        cost = self._cost_per_msg_s
+        return cost is not None and n * cost < PULL_FIRST_S
 
     def submit(self, fn, *args) -> None:
         """`fn(*args)` on a consume thread (nothing once stopped)."""
@@ -171,7 +182,8 @@ class ConsumeService:
                 self._consumed(pq, pq.remove(finished))
                 # moving average of the listener's cost per message (races between threads only blur it)
                 per_msg = (clock() - started - sending) / done
-                self._cost_per_msg_s = 0.8 * self._cost_per_msg_s + 0.2 * per_msg
+                prev = self._cost_per_msg_s
+                self._cost_per_msg_s = per_msg if prev is None else 0.8 * prev + 0.2 * per_msg
 
     def _failed(self, pq: ProcessQueue, batch: list[MessageExt], later: ReconsumeLater, kept: set[int]) -> None:
         """A batch the listener did not consume: back to the broker, one message at a time; one

@@ -458,16 +458,22 @@ class PushConsumer(ClientBase):
         if pulled is None:
             self._timer.call_later(retry_s, self._pull, pq)
             return
-        # the next pull leaves before this batch is handed over: it waits at the broker while the
-        # listener runs (inline, or while a consume thread wakes), so what is stored meanwhile is
-        # answered at once instead of waiting for the pull. The batch is cached already: the
-        # flow control counts it and the pull starts past it.
+        # An inline listener that takes a while runs after the next pull has left: the pull waits
+        # at the broker meanwhile, so what is stored then is answered at once instead of after
+        # the listener and a round trip. The batch is cached already: the flow control counts it
+        # and the pull starts past it. A quick hand-off (a submit, a fast listener) goes first.
+        first = bool(msgs) and self._consume.hand_off_first(len(msgs))
+        if first:
+            self._dispatch(pq, msgs)
         self._pull(pq)
-        if msgs:   # outside the state lock: an inline listener must not hold up commits and resets
-            try:
-                self._consume.dispatch(pq, msgs)
-            except Exception:   # cached and uncommitted: a rebalance or restart delivers them again
-                log.exception("handing %d message(s) of %s to the listener failed", len(msgs), pq.mq)
+        if msgs and not first:
+            self._dispatch(pq, msgs)
+
+    def _dispatch(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        try:   # outside the state lock: an inline listener must not hold up commits and resets
+            self._consume.dispatch(pq, msgs)
+        except Exception:   # cached and uncommitted: a rebalance or restart delivers them again
+            log.exception("handing %d message(s) of %s to the listener failed", len(msgs), pq.mq)
 
     def _apply(self, pq: ProcessQueue, offset: int, single: bool, pulled: Pulled) -> list[MessageExt] | None:
         """Cache what a pull found, or move the queue's position: the messages to hand to the

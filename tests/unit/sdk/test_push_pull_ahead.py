@@ -1,6 +1,6 @@
-"""PushConsumer sends a queue's next pull before handing the batch to the listener, so a
-message stored while the listener runs finds a pull held at the broker; offsets, order and
-flow control stay as they were (quiver.testing's fake network, a real broker)."""
+"""PushConsumer sends a queue's next pull before an inline listener that takes a while gets the
+batch, so a message stored while the listener runs finds a pull held at the broker; offsets,
+order and flow control stay as they were (quiver.testing's fake network, a real broker)."""
 
 import threading
 
@@ -8,6 +8,8 @@ import pytest
 
 from quiver import ConsumeResult, Message, Producer, PushConsumer
 from quiver.client.access import broker_access
+from quiver.client.consume_service import ConsumeService
+from quiver.client.options import ConsumerOptions
 from quiver.wire.codes import RequestCode
 from quiver.testing import stub_cluster, wait_until
 
@@ -90,3 +92,21 @@ def test_flow_control_counts_the_batch_being_consumed(one):
         assert wait_until(lambda: len(seen) >= 2, 10)
     assert seen == [b"a", b"b"]
     assert 1 in pulls
+
+
+@pytest.mark.parametrize("inline, cost_s, n, first", [
+    (False, None, 1, True),       # the consume threads: the submit goes first, the pull right after
+    (False, 0.01, 32, True),
+    (True, None, 1, False),       # inline, the listener's cost not known yet: the pull first
+    (True, 0.000_005, 4, True),   # a listener quicker than sending the pull: the batch first
+    (True, 0.000_005, 32, False),
+    (True, 0.001, 1, False),      # one that takes a while runs with the next pull at the broker
+])
+def test_what_goes_first_the_batch_or_the_next_pull(inline, cost_s, n, first):
+    svc = ConsumeService("g", ConsumerOptions.build(None, consume_inline=inline), lambda msgs: None, orderly=False,
+                         broadcast=False, timer=None, call_broker=None, commit=None, relock=None)
+    try:
+        svc._cost_per_msg_s = cost_s
+        assert svc.hand_off_first(n) is first
+    finally:
+        svc.close()
