@@ -82,7 +82,7 @@ def _ready(child: subprocess.Popen, producer: Producer, topic: str, timeout_s: f
     raise RuntimeError("hops consumer did not get a message from every queue in time")
 
 
-def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
+def run_quiver(n: int, rate: int, mode: str, data_dir: str, work_us: int = 0) -> dict:
     """The raw points of n messages: {"points": {i: {point: seconds}}, "threads", "rate_done"}."""
     cluster = base.one_broker(data_dir, "--flush", "async")
     try:
@@ -91,7 +91,7 @@ def run_quiver(n: int, rate: int, mode: str, data_dir: str) -> dict:
         admin.shutdown()
         seconds = n / rate + 30
         child = subprocess.Popen([sys.executable, "-m", "bench.hops_listener", cluster.namesrv, "Hops", str(QUEUES),
-                                  str(n), str(seconds + 60), mode], stdout=subprocess.PIPE, text=True,
+                                  str(n), str(seconds + 60), mode, str(work_us)], stdout=subprocess.PIPE, text=True,
                                  cwd=base.ROOT, start_new_session=True)
         try:
             with Producer("hops", namesrv=cluster.namesrv) as p:
@@ -304,6 +304,8 @@ def main(argv=None) -> int:
     ap.add_argument("--consumer", choices=MODES, default="push", help="how the consumer takes messages")
     ap.add_argument("--no-floor", action="store_true", help="skip the bare pyzmq floor of the same run")
     ap.add_argument("--out", default=RESULTS, help="directory for hops-<date>.json (default bench/results)")
+    ap.add_argument("--listener-us", type=int, default=0,
+                    help="push listener's work per message, µs slept after noting it (default 0: a no-op)")
     ap.add_argument("--raw", action="store_true", help="keep every message's points and every pull in the JSON")
     ap.add_argument("--probe-broker", action="store_true",
                     help="time the broker's service-thread tasks and GC in thread CPU (bench.broker_probe)")
@@ -311,7 +313,8 @@ def main(argv=None) -> int:
     now = datetime.datetime.now()
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "messages": args.messages, "rate": args.rate,
-            "consumer": args.consumer, "machine": f"{os.cpu_count()} cores, load average at start {load}",
+            "consumer": args.consumer, "listener_us": args.listener_us,
+            "machine": f"{os.cpu_count()} cores, load average at start {load}",
             "command": "python -m bench.hops " + " ".join(sys.argv[1:] if argv is None else argv)}
     floor = None if args.no_floor else run_floor(min(5000, max(200, args.messages)), args.rate,
                                                  max(0.5, args.messages / args.rate))
@@ -319,11 +322,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="quiver-bench-hops-") as d:
         if args.probe_broker:
             with broker_probe.probing(os.path.join(d, "probe.json")):
-                raw = run_quiver(args.messages, args.rate, args.consumer, d)
+                raw = run_quiver(args.messages, args.rate, args.consumer, d, args.listener_us)
             with open(os.path.join(d, "probe.json")) as f:
                 probe = json.load(f)
         else:
-            raw = run_quiver(args.messages, args.rate, args.consumer, d)
+            raw = run_quiver(args.messages, args.rate, args.consumer, d, args.listener_us)
     if len(raw["points"]) < raw["sent"]:
         print(f"consumer saw {len(raw['points'])} of {raw['sent']} messages", file=sys.stderr)
     if not raw["points"]:

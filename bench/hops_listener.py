@@ -1,12 +1,12 @@
 """The consumer of bench.hops, in its own process: when each message reached the app.
 
-    python -m bench.hops_listener NAMESRV TOPIC QUEUES COUNT SECONDS MODE
+    python -m bench.hops_listener NAMESRV TOPIC QUEUES COUNT SECONDS MODE [WORK_US]
 
 MODE: push (PushConsumer, listener on the consume threads), push-inline (consume_inline:
 the listener on the IO thread), pull (PullConsumer.poll, as `python -m bench` e2e),
-pull-direct (direct_poll). Messages whose property "i" is -1 are warm-up: "ready" is
-printed once one has come from each of the topic's QUEUES queues (every queue owned and
-pulled). Then prints one JSON object: {"seen": [[i, t, born_ms, store_ms, queue id], ...],
+pull-direct (direct_poll); WORK_US: a push listener sleeps this long a message after noting
+it. Messages whose property "i" is -1 are warm-up: "ready" is printed once one has come
+from each of the topic's QUEUES queues (every queue owned and pulled). Then prints one JSON object: {"seen": [[i, t, born_ms, store_ms, queue id], ...],
 "threads": {thread name: messages}, "gc": [[start, seconds, generation], ...], "stalls": [[start,
 seconds], ...] (a ticker thread's gaps of 30 ms or more), "rusage",
 "pulls": [[queue id, sent, answered], ...] (the IO thread's pulls; not direct_poll's held ones)},
@@ -94,7 +94,7 @@ from quiver.client.access import broker_access
 from quiver.wire.codes import RequestCode
 
 
-def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode: str) -> None:
+def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode: str, work_s: float = 0.0) -> None:
     seen: list[list] = []
     start: list[dict] = []     # switches() at the first timed message and at the last
     threads: dict[str, int] = {}
@@ -130,6 +130,8 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
 
         def listener(msgs):
             got(msgs)
+            if work_s:
+                time.sleep(work_s * len(msgs))   # a listener's I/O (a database write): the GIL is free meanwhile
             return ConsumeResult.SUCCESS
         c.register(listener)
         c.start()
@@ -155,4 +157,4 @@ def main(namesrv: str, topic: str, queues: int, count: int, seconds: float, mode
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    main(a[0], a[1], int(a[2]), int(a[3]), float(a[4]), a[5])
+    main(a[0], a[1], int(a[2]), int(a[3]), float(a[4]), a[5], float(a[6]) / 1e6 if len(a) > 6 else 0.0)
