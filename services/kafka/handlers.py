@@ -40,16 +40,6 @@ CLUSTER_ID = "quiver"
 EARLIEST, LATEST = -2, -1
 MAX_PULL_MSGS = 1024
 SENT, AHEAD, HELD = "sent", "ahead", "held"   # how a partition's pull of a Fetch round was started
-STANDING_MS = (100, 4000)   # a standing pull's hold: twice the Fetch's max wait, within these
-
-
-class Held:
-    """A standing pull (its reply's future) as kept in ReadAhead: taken, it may still be held."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future):
-        self.future = future
 
 
 class Awaiting:
@@ -274,29 +264,12 @@ class Gateway:
         for (topic, partition), fut in standing.items():   # not waited for: the next Fetch's
             offset = next(p.fetch_offset for t in body.topics if t.topic == topic
                           for p in t.partitions if p.partition == partition)
-            self.ahead.put(topic, partition, offset, Held(fut))
+            self.ahead.put(topic, partition, offset, holding.Held(fut))
         return {"throttle_time": 0, "error_code": NONE, "session_id": 0, "responses": responses}
-
-    @staticmethod
-    def standing_ms(body) -> int:
-        return min(STANDING_MS[1], max(STANDING_MS[0], 2 * int(body.max_wait.total_seconds() * 1000)))
-
-    def stand(self, topic: str, partition: int, offset: int, max_bytes: int, suspend_ms: int) -> None:
-        """A pull of a partition read up to its end, held at its broker until records come there:
-        kept for the next Fetch of `offset`, which so waits for no round trip to start holding."""
-        mq, _ = self.queue(topic, partition)
-        if mq is None:
-            return
-        try:
-            addr, req = self._pull_request(topic, mq, offset, min(max_bytes, AHEAD_BYTES), suspend_ms)
-            fut = self.admin._io().call_future(addr, req, None, (), suspend_ms / 1000 + holding.GRACE_S)
-        except Exception:
-            return   # the next Fetch pulls
-        self.ahead.put(topic, partition, offset, Held(fut))
 
     def _fetch_round(self, body, standing: dict | None = None):
         total, responses, budget = 0, [], body.max_bytes if body.max_bytes > 0 else 1 << 30
-        suspend_ms = self.standing_ms(body) if standing is not None else 0
+        suspend_ms = holding.standing_ms(body) if standing is not None else 0
         # every partition's pull leaves at once (the brokers work while earlier answers are converted);
         # the answers are then read in request order, the response's byte budget applied to each
         started = [[self._pull_start(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
@@ -325,7 +298,7 @@ class Gateway:
         reports the error or reads from a slave."""
         if ahead:
             sent = self.ahead.take(topic, partition, offset)
-            if isinstance(sent, Held):
+            if isinstance(sent, holding.Held):
                 return sent.future, HELD
             if sent is not None:
                 return sent, AHEAD
@@ -343,7 +316,7 @@ class Gateway:
         """One partition's answer; `pull`: (its pull's future, SENT), (what was read ahead, AHEAD),
         (a standing pull, HELD) or None. With `ahead_bytes`, records stored behind those answered
         are read ahead (readahead.py); with `suspend_ms`, a partition read to its end gets a
-        standing pull (stand). A standing pull still held goes to `standing`: nothing is stored
+        standing pull (holding.stand). A standing pull still held goes to `standing`: nothing is stored
         at `offset` yet, so the answer is empty and up to date."""
         out = {"partition_index": partition, "error_code": NONE, "high_watermark": -1, "last_stable_offset": -1,
                "log_start_offset": -1, "aborted_transactions": None, "preferred_read_replica": -1,
@@ -392,7 +365,7 @@ class Gateway:
                 if sent is not None:
                     self.ahead.put(topic, partition, following, sent[0], lambda f: self._read_ahead(f, following, size))
             elif suspend_ms and following >= pulled.max:
-                self.stand(topic, partition, following, ahead_bytes or max_bytes, suspend_ms)
+                holding.stand(self, topic, partition, following, ahead_bytes or max_bytes, suspend_ms)
         return out
 
     @staticmethod

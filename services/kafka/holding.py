@@ -4,8 +4,10 @@ Each partition that answered no records (and no error) gets a pull that its brok
 records are stored at the fetch offset or the Fetch's max wait runs out - a broker answers a
 held pull the moment a put to its queue is visible, whoever sent the put. The Fetch is answered
 in the turn the held pull that brings enough records is answered. Held pulls still under way
-then are not wasted: one that brings records later is kept as the read-ahead of its offset
-(readahead.py), so the next Fetch from there takes it instead of pulling.
+then are not wasted: each is kept under its offset (readahead.py, as Held), and the
+next Fetch from there waits on it instead of pulling; so does a Fetch after one that read a
+partition to its end (the pull left standing for the next offset, stand). One that
+ran out at its broker meanwhile is sent again while the Fetch's max wait lasts.
 """
 
 import concurrent.futures as cf
@@ -15,9 +17,38 @@ from quiver.client import queue_puller
 
 from . import mapping
 from .protocol import NONE
+from .readahead import AHEAD_BYTES
 
 GRACE_S = 5.0   # a held pull's reply timeout past its suspend time
 RESENDS = 8     # held pulls sent again in one Fetch (ones it took from earlier Fetches run out first)
+STANDING_MS = (100, 4000)   # a standing pull's hold: twice the Fetch's max wait, within these
+
+
+class Held:
+    """A held pull (its reply's future) as kept in ReadAhead: taken, it may still be held."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future):
+        self.future = future
+
+
+def standing_ms(body) -> int:
+    return min(STANDING_MS[1], max(STANDING_MS[0], 2 * int(body.max_wait.total_seconds() * 1000)))
+
+
+def stand(gw, topic: str, partition: int, offset: int, max_bytes: int, suspend_ms: int) -> None:
+    """A pull of a partition read up to its end, held at its broker until records come there:
+    kept for the next Fetch of `offset`, which so waits for no round trip to start holding."""
+    mq, _ = gw.queue(topic, partition)
+    if mq is None:
+        return
+    try:
+        addr, req = gw._pull_request(topic, mq, offset, min(max_bytes, AHEAD_BYTES), suspend_ms)
+        fut = gw.admin._io().call_future(addr, req, None, (), suspend_ms / 1000 + GRACE_S)
+    except Exception:
+        return   # the next Fetch pulls
+    gw.ahead.put(topic, partition, offset, Held(fut))
 
 
 def hold(gw, body, responses: list, deadline: float, min_bytes: int, total: int, standing: dict) -> int:
@@ -43,7 +74,7 @@ def hold(gw, body, responses: list, deadline: float, min_bytes: int, total: int,
             size, caught_up = _answer(fut, p, part, min(p.partition_max_bytes, budget))
             total, budget = total + size, max(0, budget - size)
             if caught_up is not None:
-                gw.stand(topic, p.partition, caught_up, p.partition_max_bytes, gw.standing_ms(body))
+                stand(gw, topic, p.partition, caught_up, p.partition_max_bytes, standing_ms(body))
             elif size == 0 and resent < RESENDS:   # a pull held since an earlier Fetch ran out: hold anew
                 resent += 1
                 again = _send(gw, topic, p, int((deadline - time.monotonic()) * 1000))

@@ -12,7 +12,7 @@ from quiver.wire import record
 from quiver.wire.codes import ResponseCode
 from quiver.wire.property_string import format_properties
 from quiver_kafka import mapping, records
-from quiver_kafka.handlers import STANDING_MS
+from quiver_kafka.holding import STANDING_MS
 from quiver_kafka.readahead import AHEAD_TTL_S, MAX_AHEAD, ReadAhead
 from quiver_kafka.records import Record
 
