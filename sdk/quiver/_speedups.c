@@ -1755,7 +1755,7 @@ decline:
     NOT_IMPLEMENTED;
 }
 
-/* ---- send_results (quiver.client.producer.send_results) ----------------------------------
+/* ---- send_results (quiver.client.message.send_results) -----------------------------------
    A send reply's SendResults, one per message of an answered batch: the class's slots filled
    from C instead of a Python __init__ per message. Slots from layout "send_result". */
 enum { R_STATUS, R_MSG_ID, R_BROKER, R_QUEUE_ID, R_QOFF, R_TOPIC, R_STORE_HOST, R_PHYS, R_TXN, R_COUNT };
@@ -2369,7 +2369,7 @@ static PyMethodDef methods[] = {
     {"encode_run", (PyCFunction)(void (*)(void))encode_run, METH_FASTCALL, "record.encode_run"},
     {"decode", (PyCFunction)(void (*)(void))decode, METH_FASTCALL, "quiver.wire.protocol.decode"},
     {"decode_messages", (PyCFunction)(void (*)(void))decode_messages, METH_FASTCALL, "quiver.client.message.decode_messages"},
-    {"send_results", (PyCFunction)(void (*)(void))send_results, METH_FASTCALL, "quiver.client.producer.send_results"},
+    {"send_results", (PyCFunction)(void (*)(void))send_results, METH_FASTCALL, "quiver.client.message.send_results"},
     {"decode_fields", (PyCFunction)(void (*)(void))decode_fields, METH_FASTCALL, "record.decode_fields"},
     {"check_run", (PyCFunction)(void (*)(void))check_run, METH_FASTCALL, "record.check_run"},
     {"settled_run", (PyCFunction)(void (*)(void))settled_run, METH_FASTCALL, "record.settled_run"},

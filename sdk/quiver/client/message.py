@@ -12,6 +12,7 @@ A MessageExt's `properties` never hold the store's record CRC, `__CRC32#`
 
 import enum
 import itertools
+from itertools import repeat
 import os
 import socket
 import struct
@@ -270,6 +271,18 @@ class SendResult:
     def offset_msg_id(self) -> str:
         """Broker address + CommitLog offset (computed on demand: most callers never ask)."""
         return offset_msg_id(self.store_host, self.commit_log_offset)
+
+
+@fast
+def send_results(status: SendStatus, msg_ids: list[str], broker: str, queue_id: int, first: int, topic: str,
+                 store_host: bytes, phys_offsets: list[int]) -> list[SendResult]:
+    """A send reply's results: one per message, queue offsets from `first` on (as many as the shorter list)."""
+    n = len(msg_ids)   # map() calls the class from C: no comprehension frame per message
+    return list(map(SendResult, repeat(status, n), msg_ids, repeat(broker, n), repeat(queue_id, n),
+                    range(first, first + n), repeat(topic, n), repeat(store_host, n), phys_offsets))
+
+
+speedups.layout("send_result", (), type=SendResult)   # its slots, for the compiled send_results
 
 
 # ---- ids -------------------------------------------------------------------

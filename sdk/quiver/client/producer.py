@@ -14,7 +14,6 @@ traced client's tracer factory: its trace queue sends through a Producer of its 
 """
 
 import itertools
-from itertools import repeat
 from operator import itemgetter
 import logging
 import threading
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from quiver.wire import requests as rq, speedups
+from quiver.wire import requests as rq
 from quiver.wire.protocol import Envelope
 from quiver.wire.transport import Transport
 from quiver.wire.curve import Credentials
@@ -32,7 +31,7 @@ from quiver.wire.codes import RequestCode, ResponseCode
 from quiver.errors import ClientError, MessageIllegalError, QuiverError, error_for
 from quiver.wire.futures import LightFuture, set_results
 from quiver.client.tracing import ClientTrace, TraceQueue, enabled as trace_enabled
-from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker
+from quiver.client.message import Message, SendResult, SendStatus, UniqueIdMaker, send_results
 from quiver.client.request_reply import Requesting
 from quiver.client.metrics import ClientMetrics
 from quiver.wire.properties import (DELAY, KEYS, RESERVED_PROPERTIES, TAGS, TIMER_DELIVER_MS, TRACE_ON, UNIQ_KEY,
@@ -64,18 +63,6 @@ MASTERLESS_ROUTE_S = 1.0   # a route whose brokers have no master is asked for a
 _SCHEDULED_AT = DELAY + NAME_SEP
 _TIMER_AT = TIMER_DELIVER_MS + NAME_SEP
 _UNIQ_AT = UNIQ_KEY + NAME_SEP
-
-
-@speedups.fast
-def send_results(status: SendStatus, msg_ids: list[str], broker: str, queue_id: int, first: int, topic: str,
-                 store_host: bytes, phys_offsets: list[int]) -> list[SendResult]:
-    """A send reply's results: one per message, queue offsets from `first` on (as many as the shorter list)."""
-    n = len(msg_ids)   # map() calls the class from C: no comprehension frame per message
-    return list(map(SendResult, repeat(status, n), msg_ids, repeat(broker, n), repeat(queue_id, n),
-                    range(first, first + n), repeat(topic, n), repeat(store_host, n), phys_offsets))
-
-
-speedups.layout("send_result", (), type=SendResult)   # its slots, for the compiled send_results
 
 
 def _retryable(exc: Exception) -> bool:
@@ -146,9 +133,8 @@ class Producer(Requesting, ClientBase):
             check_topic(msg.topic, for_send=True)
             if len(self._valid_topics) < 4096:
                 self._valid_topics.add(msg.topic)
-        body = msg.body
-        if type(body) is not bytes or not 0 < len(body) <= self.max_message_bytes:
-            check_body(body, self.max_message_bytes, tombstone=bool(msg.keys))
+        if type(msg.body) is not bytes or not 0 < len(msg.body) <= self.max_message_bytes:
+            check_body(msg.body, self.max_message_bytes, tombstone=bool(msg.keys))
         msg_id = self._ids.next()
         if not (msg.tags or msg.keys or msg.properties or msg.delay_level or system or self._traced
                 or msg.deliver_at is not None or msg.delay_ms is not None):
@@ -186,9 +172,8 @@ class Producer(Requesting, ClientBase):
         if status is None:
             raise error_for(env.code, env.remark or "")
         sent = rq.SendReply.decode(env.ext)
-        store_host = self._store_host(addr)
-        return send_results(status, msg_ids, mq.broker, sent.queue_id, sent.queue_offset, sent.topic, store_host,
-                            sent.phys_offsets)
+        return send_results(status, msg_ids, mq.broker, sent.queue_id, sent.queue_offset, sent.topic,
+                            self._store_host(addr), sent.phys_offsets)
 
     _host_cache: dict[str, bytes] = {}
 
@@ -528,15 +513,13 @@ class Producer(Requesting, ClientBase):
             if len(b.items) <= self._batch_max_messages and b.bytes <= self._batch_max_bytes:
                 take, b.items, b.bytes = b.items, [], 0   # all of it fits: no walk over the items
             else:
-                take = []
-                size, n = 0, 0
+                take, size = [], 0
                 for item in b.items:
-                    if n >= self._batch_max_messages or (n and size + len(item[2]) > self._batch_max_bytes):
+                    if len(take) >= self._batch_max_messages or (take and size + len(item[2]) > self._batch_max_bytes):
                         break
                     take.append(item)
                     size += len(item[2])
-                    n += 1
-                del b.items[:n]
+                del b.items[:len(take)]
                 b.bytes -= size
         self._dispatch(mq, addr, take, b)
 

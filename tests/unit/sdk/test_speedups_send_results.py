@@ -1,4 +1,4 @@
-"""The compiled send_results (quiver._speedups) against producer.send_results: the SendResults of
+"""The compiled send_results (quiver._speedups) against message.send_results: the SendResults of
 a send reply, one per message. Generated and odd input (lists of other lengths, offsets near the
 ends of a 64-bit int and past them, tuples and other types where lists go): the twin builds
 exactly the reference's results (every slot equal and of the same type) or declines, and the
@@ -7,7 +7,7 @@ selected function then does what the reference does."""
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from quiver.client import producer
+from quiver.client import message
 from quiver.client.message import SendResult, SendStatus
 from quiver.wire import speedups
 
@@ -33,12 +33,12 @@ def _outcome(fn, *args):
 def _same(*args) -> bool:
     if C is None:
         pytest.skip("quiver._speedups is not built (test_speedups fails for that)")
-    want = _outcome(producer.send_results.reference, *args)
+    want = _outcome(message.send_results.reference, *args)
     got = C.send_results(*args)
     if got is not NotImplemented:
         assert all(type(r) is SendResult for r in got)
         assert want == _outcome(lambda: got)
-    assert _outcome(producer.send_results, *args) == want
+    assert _outcome(message.send_results, *args) == want
     return got is not NotImplemented
 
 
