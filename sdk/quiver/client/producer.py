@@ -202,7 +202,7 @@ class Producer(Requesting, ClientBase):
         start = next(self._rr)
         if not self._avoid and avoid is None:   # no broker failed or was slow lately: the next queue
             mq = queues[start % n]
-            return mq, route.addrs[mq.broker]  # type: ignore[return-value]  (write queues have one)
+            return mq, route.addrs[mq.broker]  # type: ignore[return-value]  # write queues have one
         fallback = None
         for i in range(n):
             mq = queues[(start + i) % n]

@@ -458,6 +458,7 @@ class PushConsumer(ClientBase):
         if pulled is None:
             self._timer.call_later(retry_s, self._pull, pq)
             return
+        assert msgs is not None   # a pull answered without an error gave a list
         # An inline listener that takes a while runs after the next pull has left: the pull waits
         # at the broker meanwhile, so what is stored then is answered at once instead of after
         # the listener and a round trip. The batch is cached already: the flow control counts it
