@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-from quiver.wire import protocol
+from quiver.wire import frames as wire_frames, protocol
 from quiver.errors import (ClientError, ProtocolError, QuiverError, RequestTimeoutError, VersionNotSupportedError,
                            error_for)
 from quiver.wire.codes import ResponseCode
@@ -365,14 +365,14 @@ class Transport:
         if sock is None or addr in self._down or addr in self._refused:
             return False
         try:
-            sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+            wire_frames.send(sock, frames)
         except Exception:   # zmq.Again (no connection yet) or worse: the flush decides
             return False
         return True
 
     def _send(self, addr, frames, req_id, since) -> None:
         try:
-            self._peer(addr).send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+            wire_frames.send(self._peer(addr), frames)
         except zmq.Again:
             # not connected (yet): retry until the request's deadline
             self._backlog.append((addr, frames, req_id, since or time.monotonic()))
@@ -383,9 +383,12 @@ class Transport:
 
     def _drain(self, sock) -> None:
         addr = self._by_socket.get(sock)
-        for _ in range(1000):
+        for i in range(1000):
+            # the poller saw this one readable; past the first, asking beats a raised zmq.Again
+            if i and not wire_frames.ready(sock):
+                return
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = wire_frames.recv(sock)
             except zmq.Again:
                 return
             try:
