@@ -311,7 +311,7 @@ def test_push_consumer_pulls_through_the_engine_with_its_commit_and_restores_ret
     c._pqs[pq.mq] = pq
     c._offsets.update(pq.mq, 3)
     dispatched = []
-    c._consume = SimpleNamespace(dispatch=lambda pq, msgs: dispatched.extend(msgs))
+    c._consume = SimpleNamespace(dispatch=lambda pq, msgs: dispatched.extend(msgs), hand_off_first=lambda n: True)
     c._pull(pq)
     assert c._transport.requests() == [rq.PullMessage(group="G", topic="%RETRY%G", queue_id=0, offset=0,
                                                      commit_offset=3, max_msgs=32, suspend_ms=15_000)]
