@@ -29,7 +29,7 @@ from typing import Any
 import zmq
 
 from quiver.errors import ProtocolError
-from quiver.wire import protocol
+from quiver.wire import frames as wire_frames, protocol
 from quiver.wire.curve import Credentials, secure_client
 
 _ids = itertools.count(1 << 48)   # apart from the transport's ids: never mistaken for them in logs
@@ -111,7 +111,7 @@ class DirectPolls:
         request id, or None when there is no live connection (or `addr` cannot be used)."""
         req_id = next(_ids)
         try:
-            held.socket(addr).send_multipart(protocol.request(req.CODE, req_id, req.ext(), ()), zmq.NOBLOCK)
+            wire_frames.send(held.socket(addr), protocol.request(req.CODE, req_id, req.ext(), ()))
         except zmq.ZMQError:   # zmq.Again: not connected; or an address zmq cannot take
             return None
         held.pending[req_id] = entry
@@ -130,9 +130,9 @@ class DirectPolls:
                 pass
         out = []
         for sock in held.sockets.values():
-            while True:
+            while wire_frames.ready(sock):   # asking beats a raised zmq.Again on every idle socket
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames = wire_frames.recv(sock)
                 except zmq.Again:
                     break
                 try:
