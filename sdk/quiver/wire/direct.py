@@ -29,7 +29,7 @@ import zmq
 
 from zmq.utils.monitor import parse_monitor_message
 
-from quiver.wire import protocol
+from quiver.wire import frames as wire_frames, protocol
 from quiver.errors import ClientError, ProtocolError, RequestTimeoutError, VersionNotSupportedError
 from quiver.wire.curve import secure_client
 
@@ -190,7 +190,7 @@ class DirectCalls:
         connect_by = min(deadline, now + CONNECT_WAIT_S)
         while True:
             try:
-                peer.sock.send_multipart(frames, zmq.NOBLOCK, copy=len(frames[-1]) < 65536)
+                wire_frames.send(peer.sock, frames)
                 peer.refused = None
                 break
             except zmq.Again:  # no live connection yet (IMMEDIATE)
