@@ -165,7 +165,9 @@ def test_bench_hops_timeline(tmp_path):
     [js] = list(tmp_path.glob("hops-*.json"))
     doc = json.loads(js.read_text())
     a, tasks = doc["analysis"], doc["broker_probe"]["tasks"]   # the broker's service thread, timed
-    assert tasks["socket drain"]["count"] >= 200 and "every pop_revive" in tasks, tasks
+    # a drain reads every request waiting: a sync send answered early in a drain can have its
+    # successor read by the same drain (175 drains for 200 sends seen under CI's load)
+    assert tasks["socket drain"]["count"] >= 50 and "every pop_revive" in tasks, tasks
     assert a["count"] == 200
     from bench.hops import HOPS, PULL_HOPS, SPLITS
     assert set(a["hops"]) == {name for name, _, _ in HOPS + PULL_HOPS}   # the push consumer's pulls are timed
