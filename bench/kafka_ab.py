@@ -27,7 +27,6 @@ lowest and highest ratio of one round, `_spread`).
 
 import argparse
 import json
-import os
 import statistics
 import time
 import types
@@ -91,13 +90,6 @@ def _produce_timed(system: KafkaGateway, produce, n: int) -> tuple[float, dict]:
         return n / (time.perf_counter() - t0), cpu.per_msg(n)
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) a process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class CpuMeter:
     """CPU microseconds per message of the broker, the gateway and this process (the consumer) over
     one run: what the reading costs whatever else the machine runs meanwhile."""
@@ -107,11 +99,11 @@ class CpuMeter:
         self.client = client   # what this process is in the run
 
     def __enter__(self):
-        self.start = {**{r: _cpu_s(p) for r, p in self.pids.items()}, self.client: time.process_time()}
+        self.start = {**{r: base.cpu_s(p) for r, p in self.pids.items()}, self.client: time.process_time()}
         return self
 
     def per_msg(self, n: int) -> dict:
-        now = {**{r: _cpu_s(p) for r, p in self.pids.items()}, self.client: time.process_time()}
+        now = {**{r: base.cpu_s(p) for r, p in self.pids.items()}, self.client: time.process_time()}
         return {f"cpu_us_{r}": round((now[r] - self.start[r]) / n * 1e6, 1) for r in now}
 
     def __exit__(self, *exc):

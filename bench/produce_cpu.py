@@ -31,7 +31,8 @@ from quiver.wire.codes import ResponseCode
 
 from bench.core import pipelined_batches
 from bench.peers import base
-from bench.peers.quiver_system import Client, cpu_s
+from bench.peers.base import cpu_s
+from bench.peers.quiver_system import Client
 
 
 def threads_cpu(pid: int) -> dict[str, float]:
@@ -40,8 +41,7 @@ def threads_cpu(pid: int) -> dict[str, float]:
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             name = "main" if tid == str(pid) else open(f"/proc/{pid}/task/{tid}/comm").read().strip()
-            fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
-            out[f"{name}#{tid}"] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            out[f"{name}#{tid}"] = base.stat_cpu_s(f"/proc/{pid}/task/{tid}/stat")
         except OSError:   # ended meanwhile
             pass
     return out

@@ -33,7 +33,8 @@ from quiver.tools.local import LocalCluster, free_port
 
 from bench.peers import base
 from bench.peers.ceilings import disk_append
-from bench.peers.quiver_system import Client, cpu_s
+from bench.peers.base import cpu_s
+from bench.peers.quiver_system import Client
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,6 +18,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 WINDOW = 1000
 
 
+def stat_cpu_s(path: str) -> float:
+    """User + system CPU seconds from a /proc stat file (a process's or one thread's)."""
+    with open(path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (every thread)."""
+    return stat_cpu_s(f"/proc/{pid}/stat")
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 

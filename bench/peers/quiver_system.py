@@ -23,12 +23,6 @@ from bench.core import pipelined_batches
 from bench.peers import base
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (every thread)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class Client:
     def __init__(self, conn: dict):
         self.p = Producer(base.unique("bench-p"), namesrv=conn["namesrv"], credentials=conn.get("credentials"),
@@ -110,12 +104,12 @@ class QuiverAsync(base.System):
         self.client.produce(topic, 10, size)           # route lookup outside the timing
         self.client.trace_drained()
         broker = next(s.pid for s in self.cluster.services if s.role == "broker")
-        c0, b0, t0 = time.process_time(), cpu_s(broker), time.perf_counter()
+        c0, b0, t0 = time.process_time(), base.cpu_s(broker), time.perf_counter()
         acked = self.client.produce(topic, n, size)
         rate = acked / (time.perf_counter() - t0)
         self.client.trace_drained()
         return {"msgs_s": rate, "client_cpu_us": (time.process_time() - c0) / n * 1e6,
-                "broker_cpu_us": (cpu_s(broker) - b0) / n * 1e6}
+                "broker_cpu_us": (base.cpu_s(broker) - b0) / n * 1e6}
 
     def batch(self, n: int) -> dict:
         topic = self.new_topic()
