@@ -47,15 +47,17 @@ def test_a_callbacks_request_leaves_without_a_wake_up_and_in_order():
         wake = t._wake
         t._wake = lambda: wakes.append(threading.current_thread().name) or wake()
         done = threading.Event()
-        sent: list[int] = []
+        second: list[int] = []
 
         def first(env):   # on the IO thread: the next request goes from here
             assert threading.current_thread() is t._thread
-            sent.append(t.send(echo.addr, RequestCode.PING, None, (), lambda env2: done.set()))
-        sent.append(t.send(echo.addr, RequestCode.PING, None, (), first))
+            second.append(t.send(echo.addr, RequestCode.PING, None, (), lambda env2: done.set()))
+        # The reply to the first can run `first` before send() returns here, so each id is
+        # kept by who made it, not by which append ran first.
+        first_id = t.send(echo.addr, RequestCode.PING, None, (), first)
         assert done.wait(5)
         assert wakes == ["MainThread"]     # the callback's request woke nobody
-        assert echo.ids[-2:] == sent       # and arrived after the one before it
+        assert echo.ids[-2:] == [first_id, *second]   # and arrived after the one before it
     finally:
         t.close()
         echo.close()
