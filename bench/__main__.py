@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workloads", help=f"comma-separated, from: {', '.join(runner.WORKLOADS)} (default: all)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each measurement (default 3)")
     ap.add_argument("--smoke", action="store_true", help="tiny counts (a check that everything runs)")
-    ap.add_argument("--messages", type=int, help="messages per produce/consume measurement (default 20000)")
+    ap.add_argument("--messages", type=int, help="messages per produce/consume measurement (default 20000 produce, 100000 consume)")
     ap.add_argument("--out", default=RESULTS, help="directory for <date>.json/.md/.png (default bench/results)")
     ap.add_argument("--no-install", action="store_true", help="do not apt-get missing peer servers")
     ap.add_argument("--auth", action="store_true",
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
             ap.error(f"unknown workload {w!r}")
     counts = runner.SMOKE if args.smoke else runner.Counts()
     if args.messages:
-        counts = runner.Counts(**{**counts.__dict__, "n": args.messages})
+        counts = runner.Counts(**{**counts.__dict__, "n": args.messages, "consume_n": args.messages})
     peers = [registry.PACKAGES[s] for s in systems if s in registry.PACKAGES]
     if peers and not args.no_install:
         servers.ensure_packages(peers)
