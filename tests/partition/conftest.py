@@ -27,7 +27,9 @@ def cluster(request):
         pytest.skip(why)
     acks = getattr(request, "param", "sync")
     root = tempfile.mkdtemp(prefix=f"quiver-partition-{request.node.name[:40]}-")
-    c = PartitionCluster(root, brokers=3, broker_args=("--ha-acks", acks))
+    # slaves fetch the master's topics every second, not every 10: each case waits for every
+    # broker to know the topic before its cut (the replication links' timers stay the default)
+    c = PartitionCluster(root, brokers=3, broker_args=("--ha-acks", acks, "--ha-sync-interval-ms", "1000"))
     c.acks = acks
 
     def remove():
