@@ -22,7 +22,7 @@ from kio.schema.index import api_key_map
 from quiver.runtime.settings import advertised_addr
 from quiver.wire.curve import read_credentials
 
-from . import protocol
+from . import fetchframe, protocol
 from .configs import Configs
 from .groups import Coordinator
 from .handlers import Gateway
@@ -216,6 +216,8 @@ class App:
         if callable(values):   # sends under way: answered once their futures are done
             return Deferred(getattr(values, "futures", ()),
                             lambda: protocol.response_frame(req, protocol.response(req, self._handle(req, peer, values))))
+        if req.api_key == protocol.FETCH:   # its records sent from where they are, not copied into one buffer
+            return fetchframe.frame(req, values) or protocol.response_frame(req, protocol.response(req, values))
         return protocol.response_frame(req, protocol.response(req, values))
 
     def _sasl(self, req, peer, conn: "_Conn") -> dict:

@@ -21,6 +21,16 @@ import threading
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64   # answers a connection may have pending (a pipelining client's produces); then it waits
+IOV_MAX = 512        # buffers in one sendmsg (Linux takes up to 1024)
+
+
+def _after(bufs: list, sent: int) -> list:
+    """What is left of `bufs` once their first `sent` bytes went."""
+    for i, b in enumerate(bufs):
+        if sent < len(b):
+            return [memoryview(b)[sent:], *bufs[i + 1:]] if sent else bufs[i:]
+        sent -= len(b)
+    return []
 
 
 class Deferred:
@@ -60,7 +70,7 @@ class Outbox:
         self.rest: queue.SimpleQueue = queue.SimpleQueue()   # the writer thread's: bytes not taken at once
 
     def put(self, answer) -> None:
-        """On the reader, in request order: a frame (b"" for none) or a Deferred."""
+        """On the reader, in request order: a frame (b"" for none; or a list of buffers) or a Deferred."""
         slot = [None if isinstance(answer, Deferred) else answer]
         with self.cond:
             while len(self.slots) >= self.limit and not self.broken:
@@ -102,28 +112,37 @@ class Outbox:
                     return
                 if self.broken:
                     continue   # dropped: the reader ends at its next recv
-            data = ready[0] if len(ready) == 1 else b"".join(ready)
-            if not data:
+            bufs = [b for frame in ready for b in (frame if isinstance(frame, list) else (frame,)) if len(b)]
+            if not bufs:
                 continue
             try:
                 if block:
-                    self.conn.sendall(data)
+                    self._send_all(bufs)
                     continue
-                sent = self._try_send(data)
+                sent = self._try_send(bufs)
             except OSError:
                 self._break()
                 continue
-            if sent < len(data):
-                self.rest.put(memoryview(data)[sent:])   # the writer thread owns the sending from here
+            rest = _after(bufs, sent)
+            if rest:
+                self.rest.put(rest)   # the writer thread owns the sending from here
                 return
 
-    def _try_send(self, data) -> int:
+    def _try_send(self, bufs: list) -> int:
         if not self.nonblocking:
             return 0
         try:
-            return self.conn.send(data, socket.MSG_DONTWAIT)
+            return self.conn.sendmsg(bufs[:IOV_MAX], (), socket.MSG_DONTWAIT)
         except BlockingIOError:
             return 0
+
+    def _send_all(self, bufs: list) -> None:
+        """Every buffer, in order: one sendmsg for several (a Fetch answer's records are not joined)."""
+        if not self.nonblocking:   # an SSL socket has no sendmsg
+            self.conn.sendall(b"".join(bufs))
+            return
+        while bufs:
+            bufs = _after(bufs, self.conn.sendmsg(bufs[:IOV_MAX]))
 
     def _break(self) -> None:
         with self.cond:
@@ -138,7 +157,7 @@ class Outbox:
         """The writer thread: what the socket did not take at once, then what became ready meanwhile."""
         while (rest := self.rest.get()) is not None:
             try:
-                self.conn.sendall(rest)
+                self._send_all(rest)
             except OSError:
                 self._break()
             self._write_ready(block=True)
