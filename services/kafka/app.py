@@ -68,7 +68,8 @@ class App:
                 "closed_oversize": self.closed_oversize, "closed_bad": self.closed_bad,
                 "groups": {name: len(g.members) for name, g in list(self.groups.groups.items())},
                 "answers": {f"{api}/{err}": n for (api, err), n in sorted(self.gateway.counts.items())}
-                if self.gateway else {}}
+                if self.gateway else {},
+                "fetch": dict(self.gateway.fetched) if self.gateway else {}}
 
     def bind(self) -> None:
         host, port = self.config.kafka_listen.rsplit(":", 1)

@@ -86,6 +86,7 @@ class Gateway:
         self.idempotence = Idempotence()
         self.ahead = ReadAhead()   # a user's own: a pull made with one user's key is never another's
         self._log_start: dict[tuple[str, int], int] = {}   # a partition's last known first offset
+        self.fetched = shared.fetched if shared else {"pulls": 0, "pulled": 0, "answered": 0}   # Fetch's broker work
         self.apis.update(self.idempotence.apis())
 
     def shutdown(self) -> None:
@@ -287,6 +288,7 @@ class Gateway:
         return total, responses
 
     def _pull_request(self, topic: str, mq, offset: int, max_bytes: int, suspend_ms: int = 0):
+        self.tally("pulls", 1)
         access = broker_access(self.admin)
         addr = access.read_addr(topic, mq.broker) or access.broker_addr(mq.broker, topic)
         return addr, queue_puller.request(topic, mq.queue_id, offset, max_msgs=MAX_PULL_MSGS,
@@ -351,6 +353,8 @@ class Gateway:
                 return {**out, "error_code": error_of(exc)}
         out.update(high_watermark=pulled.max, last_stable_offset=pulled.max, log_start_offset=pulled.min)
         self._log_start[(topic, partition)] = pulled.min
+        if ready is None:
+            self.tally_pulled(pulled, offset)
         if pulled.status is queue_puller.OFFSET_ILLEGAL or offset > pulled.max:
             return {**out, "error_code": OFFSET_OUT_OF_RANGE}
         data, used, last = ready or self._converted(pulled, offset, max_bytes)
@@ -358,6 +362,7 @@ class Gateway:
             if len(data) > max_bytes and used > 1:   # read ahead for a larger budget than this answer's
                 data, used, last = self._converted(pulled, offset, max_bytes)   # the first goes whatever its size
             out["records"] = data
+            self.tally("answered", used)
             following = last + 1
             if ahead_bytes and following < pulled.max:
                 size = min(ahead_bytes, AHEAD_BYTES)
@@ -376,6 +381,7 @@ class Gateway:
     def _read_ahead(self, future, offset: int, max_bytes: int):
         """(the answer, its conversion) of a pull sent ahead: on the read-ahead worker thread."""
         pulled = queue_puller.read(future.result(self.admin.request_timeout + 1.0))
+        self.tally_pulled(pulled, offset)
         return pulled, self._converted(pulled, offset, max_bytes) if pulled.body is not None else None
 
     def list_offsets(self, body) -> dict:
@@ -405,6 +411,15 @@ class Gateway:
             return NONE, self.admin.search_offset(mq, ts), ts
         except Exception as exc:
             return error_of(exc), -1, -1
+
+    def tally(self, what: str, n: int) -> None:
+        """Count Fetch's broker work: pull requests sent, records they brought, records answered."""
+        with self._lock:
+            self.fetched[what] += n
+
+    def tally_pulled(self, pulled, offset: int) -> None:
+        if pulled.body is not None and pulled.next > offset:
+            self.tally("pulled", pulled.next - offset)
 
     def _count(self, api: str, err: int) -> None:
         with self._lock:

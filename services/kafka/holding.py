@@ -71,7 +71,7 @@ def hold(gw, body, responses: list, deadline: float, min_bytes: int, total: int,
             break   # max wait is over
         for fut in done:
             topic, p, part = held.pop(fut)
-            size, caught_up = _answer(fut, p, part, min(p.partition_max_bytes, budget))
+            size, caught_up = _answer(gw, fut, p, part, min(p.partition_max_bytes, budget))
             total, budget = total + size, max(0, budget - size)
             if caught_up is not None:
                 stand(gw, topic, p.partition, caught_up, p.partition_max_bytes, standing_ms(body))
@@ -99,7 +99,7 @@ def _send(gw, topic: str, p, suspend_ms: int):
         return None
 
 
-def _answer(fut, p, part: dict, max_bytes: int) -> tuple[int, int | None]:
+def _answer(gw, fut, p, part: dict, max_bytes: int) -> tuple[int, int | None]:
     """A held pull's records put into its partition's answer: their size (0: none came), and the
     offset after them when they were all stored there (else None)."""
     try:
@@ -108,8 +108,10 @@ def _answer(fut, p, part: dict, max_bytes: int) -> tuple[int, int | None]:
         return 0, None   # the partition is answered empty: the client fetches it again
     if pulled.body is None:
         return 0, None
+    gw.tally_pulled(pulled, p.fetch_offset)
     data, used, last = mapping.pulled_batch(pulled.body, p.fetch_offset, max_bytes)
     if used:
+        gw.tally("answered", used)
         part.update(records=data, high_watermark=pulled.max, last_stable_offset=pulled.max,
                     log_start_offset=pulled.min)
     return len(data), (last + 1 if used and last + 1 >= pulled.max else None)

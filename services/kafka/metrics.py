@@ -21,6 +21,9 @@ class KafkaMetrics(ServiceCollector):
             rows = sorted(((api, str(err)), n) for (api, err), n in gw.counts.items())
         yield counter("quiver_kafka_answers_total", "Kafka API answers per partition (or group call), by API and "
                       "Kafka error code (0: none)", ("api", "error_code"), rows)
+        yield counter("quiver_kafka_fetch_broker_total", "Fetch's work at the brokers: pull requests sent (pulls), "
+                      "records they brought (pulled; more than answered: read twice or read ahead for nothing), "
+                      "records answered", ("what",), sorted(((k,), n) for k, n in dict(gw.fetched).items()))
         yield gauge("quiver_kafka_connections", "open Kafka client connections", rows=[((), len(self.app._conns))])
         yield counter("quiver_kafka_connections_closed_total", "connections closed for a frame over "
                       "--max-request-bytes or a garbled header", ("reason",),

@@ -550,3 +550,4 @@ def test_metrics_count_answers_by_api_and_error_and_the_groups_members(env):
                     and 'quiver_kafka_answers_total{api="produce",error_code="0"}' in t and t, 20, "produce counted")
     assert 'quiver_kafka_answers_total{api="metadata"' not in text   # Metadata is not counted per call
     assert "quiver_kafka_connections " in text and "quiver_kafka_connections_closed_total" in text
+    assert all(f'quiver_kafka_fetch_broker_total{{what="{w}"}}' in text for w in ("pulls", "pulled", "answered"))

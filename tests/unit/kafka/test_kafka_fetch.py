@@ -119,6 +119,7 @@ def test_a_fetch_pulls_the_next_records_ahead_and_the_next_fetch_takes_them():
     assert _fetch(g, 2) == [2, 3] and broker.sent == [0, 2, 4]     # taken, not pulled again; 4 ahead
     assert _fetch(g, 4) == [4] and broker.sent == [0, 2, 4]        # the last: nothing more to pull ahead
     assert g.ahead.taken == 2
+    assert g.fetched == {"pulls": 3, "pulled": 5, "answered": 5}   # no record read twice
 
 
 def test_a_read_ahead_that_found_nothing_is_pulled_again():
@@ -130,6 +131,7 @@ def test_a_read_ahead_that_found_nothing_is_pulled_again():
     g.admin.call_broker = lambda addr, req, timeout=None, ok=None: broker.call_future(addr, req, None, (), 1).result()
     g.admin.broker_addr = lambda broker_name, topic: "127.0.0.1:1"
     assert _fetch(g, 0) == [0, 1]
+    assert g.fetched["pulled"] == g.fetched["answered"] == 2
 
 
 class _HeldPulls:

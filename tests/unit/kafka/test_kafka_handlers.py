@@ -43,6 +43,7 @@ def _gateway(queues):
     g.config, g.host, g.port = types.SimpleNamespace(max_request_bytes=1 << 20), "h", 9092
     g.admin, g.sender, g.counts, g.idempotence = _Admin(queues), _Sender(), {}, Idempotence()
     g._lock, g.ahead, g._log_start = threading.Lock(), ReadAhead(), {}
+    g.fetched = {"pulls": 0, "pulled": 0, "answered": 0}
     return g
 
 
