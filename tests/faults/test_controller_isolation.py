@@ -37,7 +37,8 @@ def _leads(rig, ns) -> bool | None:
 
 @pytest.mark.parametrize("acks", ["sync", "async"])
 def test_an_isolated_controller_leader_grants_no_lease(tmp_path, acks):
-    rig = Rig(str(tmp_path), broker_args=("--ha-acks", acks))
+    # the replicas fetch the new topic within a second, not the default 10 s (wait_topics below)
+    rig = Rig(str(tmp_path), broker_args=("--ha-acks", acks, "--ha-sync-interval-ms", "1000"))
     load = None
     followers = []
     try:
