@@ -4,10 +4,12 @@ from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config
+from .heap import keep_large_buffers
 from .metrics import collector
 
 
 def main(argv=None) -> None:
+    keep_large_buffers()
     run_service(Config, App, "quiver_kafka", argv, collector, bind_first=True)
 
 
