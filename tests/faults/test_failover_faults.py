@@ -18,6 +18,7 @@ from quiver.client.base import MessageQueue
 from quiver.errors import QuiverError
 from quiver.wire.codes import RequestCode, ResponseCode
 from support.failover import GROUP, Load, Rig, pause, resume, send_acked
+from support.ha import HA_FAST
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -26,8 +27,9 @@ QUEUES = 2
 
 
 @pytest.fixture
-def rig(tmp_path):
-    r = Rig(str(tmp_path))
+def rig(tmp_path, request):
+    """request.param (indirect): extra broker arguments."""
+    r = Rig(str(tmp_path), getattr(request, "param", ()))
     yield r
     r.stop()
 
@@ -54,6 +56,9 @@ def check_acked(rig: Rig, acked: dict) -> dict:
     return served
 
 
+# a killed replica leaves the set once the master has heard nothing from it for --ha-housekeeping-ms
+# (20 s by default; 3 s here, with heartbeats every 0.3 s)
+@pytest.mark.parametrize("rig", [HA_FAST], ids=["ha-fast"], indirect=True)
 def test_replica_behind_by_an_older_epoch_catches_up_and_rejoins(rig):
     g, ns = start(rig)
     master = rig.broker_at(g["master"])
