@@ -3,6 +3,7 @@
 import dataclasses
 import sys
 
+from quiver.runtime.heap import keep_large_buffers
 from quiver.runtime.settings import run_service
 
 from .app import App
@@ -21,6 +22,7 @@ def make_app(config: Config) -> App:
 
 
 def main(argv=None) -> None:
+    keep_large_buffers()   # pull answers of megabytes: no page faults each
     try:
         run_service(Config, make_app, "quiver_broker", argv, collector)
     except FormatError as exc:  # one line an operator (or an orchestrator's event log) can act on

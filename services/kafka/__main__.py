@@ -1,10 +1,10 @@
 """python -m quiver_kafka"""
 
+from quiver.runtime.heap import keep_large_buffers
 from quiver.runtime.settings import run_service
 
 from .app import App
 from .config import Config
-from .heap import keep_large_buffers
 from .metrics import collector
 
 

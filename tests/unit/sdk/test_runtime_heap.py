@@ -1,4 +1,4 @@
-"""The gateway keeps large buffers in the heap (heap.py): freed and allocated again, no page faults."""
+"""The broker and the Kafka gateway keep large buffers in the heap (quiver.runtime.heap): freed and allocated again, no page faults."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import pytest
 
 _CHURN = """
 import resource, sys, threading
-from quiver_kafka import heap
+from quiver.runtime import heap
 kept = heap.keep_large_buffers() if sys.argv[1] == "kept" else None
 def churn():   # a Fetch's buffers: pull answers, conversions, answers of varying sizes, on two threads
     for i in range(100):
