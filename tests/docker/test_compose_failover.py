@@ -55,13 +55,14 @@ def test_kill_9_of_the_master_container_fails_over_and_loses_nothing(failover_pr
                "a master and all three members in sync")
     members = [m["addr"] for m in g["members"]]
     p.client("fo_create", topic=TOPIC, members=members)
-    deadline = time.monotonic() + 60   # replicas learn topics by the metadata sync (10 s)
+    before = p.client("fo_send", topic=TOPIC, prefix="before", count=300)
+    assert len(before["acked"]) == 300
+    # replicas learn topics by the metadata sync: every 10 s, or at once when a replicated record
+    # names a topic they do not know (the sends above); the kill waits until all know it
+    deadline = time.monotonic() + 60
     while not all(v is True for v in p.client("fo_create", topic=TOPIC, members=members, create=False)["known"].values()):
         assert time.monotonic() < deadline, "the replicas never learned the topic"
         time.sleep(2)
-
-    before = p.client("fo_send", topic=TOPIC, prefix="before", count=300)
-    assert len(before["acked"]) == 300
 
     old_master, old_epoch = g["master"], g["epoch"]
     victim = _container_of(p, old_master)
