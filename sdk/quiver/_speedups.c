@@ -2168,8 +2168,11 @@ static PyObject *kafka_records(PyObject *self, PyObject *const *a, Py_ssize_t na
 /* kafka_pulled(body, offset, room, prefix, skip, keys_name) -> what kafka_records returns: the records of a pull reply from queue offset `offset` as kafka_records lays
    them out, straight from the reply's bytes (records.kafka_pulled: pulled_rows over
    decode_fields). A record's key is its `keys_name` property, its headers the other properties
-   not in `skip`. Declines a reply with a property of the gateway's own (kafka.*), a non-ASCII
-   or repeated property name or value, or a record it cannot walk. */
+   not in `skip`; a kafka.ts property of 1-18 digits is its timestamp (what the gateway writes
+   for a record whose time differs from its batch's). Declines a record with any other property
+   of the gateway's own (kafka.*), a non-ASCII or repeated property name or value, or a record
+   it cannot walk. The reference reads a kafka.* record's key and headers by KEYS and
+   NOT_HEADERS: the gateway's call passes those. */
 
 #define KZ_NAMES 16   /* property names whose `skip` membership is remembered within one call */
 
@@ -2199,12 +2202,13 @@ static int kz_skipped(const unsigned char *b, Py_ssize_t len, PyObject *skip, kz
    header (name, value) spans into h (at most hmax). -1 to decline, -2 on error, else the header count. */
 static int kz_props(const unsigned char *p, Py_ssize_t n, PyObject *skip, const char *keys_name, Py_ssize_t keys_len,
                     kz_name *seen, int *nseen, const unsigned char **key, Py_ssize_t *key_len,
-                    const unsigned char **h, Py_ssize_t *hl, int hmax)
+                    const unsigned char **h, Py_ssize_t *hl, int hmax, int64_t *ts)
 {
     static const char crc_head[] = "__CRC32#\x01";
     int nh = 0, have_keys = 0;
     *key = NULL;
     *key_len = 0;
+    *ts = -1;
     for (Py_ssize_t i = 0; i < n; i++)
         if (p[i] >= 0x80)
             return -1;
@@ -2224,6 +2228,18 @@ static int kz_props(const unsigned char *p, Py_ssize_t n, PyObject *skip, const 
         for (int k = 0; k < nh; k++)   /* a repeated name: the dict keeps the first place, the last value */
             if (hl[2 * k] == klen && memcmp(h[2 * k], item, (size_t)klen) == 0)
                 return -1;
+        if (klen >= 6 && memcmp(item, "kafka.", 6) == 0) {   /* the gateway's own: only kafka.ts is read here */
+            if (klen != 8 || memcmp(item, "kafka.ts", 8) != 0 || *ts >= 0 || vlen < 1 || vlen > 18)
+                return -1;
+            int64_t t = 0;
+            for (Py_ssize_t d = 0; d < vlen; d++) {
+                if (v[d] < '0' || v[d] > '9')
+                    return -1;
+                t = t * 10 + (v[d] - '0');
+            }
+            *ts = t;
+            continue;
+        }
         if (klen == keys_len && memcmp(item, keys_name, (size_t)klen) == 0) {
             if (have_keys++)
                 return -1;
@@ -2270,8 +2286,6 @@ static PyObject *kafka_pulled(PyObject *self, PyObject *const *a, Py_ssize_t nar
     int64_t base = -1, base_ts = -1, last = -1, max_ts = -1;
     PyObject *out = NULL;
     char *w = NULL;
-    if (memmem(b, (size_t)end, "kafka.", 6) != NULL)   /* a property of the gateway's own somewhere */
-        goto decline;
     for (pass = 0; pass < 2; pass++) {   /* sizes, then the bytes */
         Py_ssize_t n = 0;
         pos = 0;
@@ -2291,12 +2305,15 @@ static PyObject *kafka_pulled(PyObject *self, PyObject *const *a, Py_ssize_t nar
             pos = s.end;
             if (qoff < offset)
                 continue;
+            int64_t own_ts;
             int nh = kz_props(b + s.props_at, s.plen, a[4], keys_name, keys_len, seen, &nseen, &key, &key_len, h, hl,
-                              KZ_HEADERS);
+                              KZ_HEADERS, &own_ts);
             if (nh == -2)
                 goto fail;
             if (nh < 0)
                 goto decline;
+            if (own_ts >= 0)
+                ts = own_ts;
             if (n == 0 && pass == 0) {
                 base = qoff;
                 base_ts = ts;

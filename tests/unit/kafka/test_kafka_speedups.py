@@ -86,6 +86,24 @@ def test_kafka_pulled_reads_pull_answers_as_its_reference():
 
 
 @needs_c
+def test_kafka_pulled_reads_the_gateways_own_timestamp_and_declines_its_other_properties():
+    """What a Kafka producer's batch stores: each record after the first with kafka.ts (its own
+    time), read by the twin; kafka.key / kafka.value / kafka.headers are left to the reference."""
+    from quiver import _speedups
+    args = (mapping.NOT_HEADERS, KEYS)
+    body = b"".join(record.encode(b"v" * 100, topic=b"T", queue_offset=i, born_ts=1000,
+                                  props=format_properties({"UNIQ_KEY": f"ID{i}", **({"kafka.ts": str(1000 + 3 * i)}
+                                                                                    if i else {})}).encode())
+                    for i in range(5))
+    got = _speedups.kafka_pulled(body, 0, 1 << 20, 61, *args)
+    assert got is not NotImplemented and got == mapping.kafka_pulled.reference(body, 0, 1 << 20, 61, *args)
+    assert got[3:] == (1000, 4, 1012)   # base timestamp, last offset, max timestamp: kafka.ts taken
+    for props in ({"kafka.key": "AA=="}, {"kafka.value": "null"}, {"kafka.ts": "1x"}, {"kafka.ts": "9" * 19}):
+        one = record.encode(b"v", topic=b"T", queue_offset=0, born_ts=1, props=format_properties(props).encode())
+        assert _speedups.kafka_pulled(one, 0, 1 << 20, 61, *args) is NotImplemented
+
+
+@needs_c
 def test_kafka_pulled_declines_a_body_it_cannot_walk_and_the_reference_says_why():
     body = record.encode(b"v", topic=b"T", props=b"UNIQ_KEY\x01a\x02", queue_offset=0, born_ts=1)
     from quiver import _speedups
