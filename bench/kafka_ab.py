@@ -20,7 +20,9 @@ linger.ms 1, Nagle off; at linger.ms 0 every message is a Produce request of its
 second through the gateway's Python, and the producer falls behind the rate); consumers as the
 columns' (the gateway's a group consumer, fetch.min.bytes 1, fetch.wait.max.ms 50, Nagle off,
 fetching before the producer starts).
-`--only consume|produce|e2e` (repeatable) runs those parts alone.
+`--only consume|produce|e2e` (repeatable) runs those parts alone; `--kafka-prefill` writes the
+Kafka consumer's topic through the gateway (as the bench's consume does: records with their own
+times) instead of with the SDK.
 Prints one JSON line per measurement and the medians with the gateway/SDK ratios (and the
 lowest and highest ratio of one round, `_spread`).
 """
@@ -56,10 +58,15 @@ def sdk_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, fl
             return (*_timed(lambda: len(pc.poll(0.5)), n, t0), cpu.per_msg(n))
 
 
-def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int) -> tuple[float, float, dict]:
-    """The same of a confluent-kafka group consumer through the gateway (the kafka-gateway column's)."""
+def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int, kafka_prefill: bool = False) -> tuple[float, float, dict]:
+    """The same of a confluent-kafka group consumer through the gateway (the kafka-gateway column's);
+    `kafka_prefill`: its topic written by confluent-kafka through the gateway, as the bench's is."""
     topic = system.new_topic()
-    _prefill(sdk, topic, n)
+    if kafka_prefill:
+        if system.client.produce(topic, n, 1024) != n:
+            raise RuntimeError("prefill not fully acked")
+    else:
+        _prefill(sdk, topic, n)
     c = _consumer(system.conn(), base.unique("ab-c"))
     try:
         with CpuMeter(system) as cpu:
@@ -142,6 +149,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=int, default=2000, help="e2e messages per second")
     ap.add_argument("--seconds", type=float, default=10.0, help="e2e run length")
     ap.add_argument("--no-e2e", action="store_true")
+    ap.add_argument("--kafka-prefill", action="store_true",
+                    help="the Kafka consumer's topic written through the gateway (records with their own times)")
     ap.add_argument("--only", action="append", choices=("consume", "produce", "e2e"),
                     help="run only these parts (repeatable)")
     args = ap.parse_args(argv)
@@ -158,7 +167,8 @@ def main(argv=None) -> int:
             for r in range(args.rounds if "consume" in parts else 0):
                 order = ("sdk", "kafka") if r % 2 == 0 else ("kafka", "sdk")
                 for who in order:
-                    rate, after_first, cpu = (sdk_consume if who == "sdk" else kafka_consume)(system, sdk, args.n)
+                    rate, after_first, cpu = (sdk_consume(system, sdk, args.n) if who == "sdk"
+                                             else kafka_consume(system, sdk, args.n, args.kafka_prefill))
                     rates[who].append(rate)
                     steady[who].append(after_first)
                     cpus[who].append(sum(cpu.values()))
