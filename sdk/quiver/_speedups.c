@@ -2169,9 +2169,9 @@ static PyObject *kafka_records(PyObject *self, PyObject *const *a, Py_ssize_t na
    them out, straight from the reply's bytes (records.kafka_pulled: pulled_rows over
    decode_fields). A record's key is its `keys_name` property, its headers the other properties
    not in `skip`; a kafka.ts property of 1-18 digits is its timestamp (what the gateway writes
-   for a record whose time differs from its batch's). Declines a record with any other property
-   of the gateway's own (kafka.*), a non-ASCII or repeated property name or value, or a record
-   it cannot walk. The reference reads a kafka.* record's key and headers by KEYS and
+   for a record whose time differs from its batch's), other kafka.* properties but kafka.key,
+   kafka.value and kafka.headers are no headers. Declines a record with one of those three, a
+   non-ASCII or repeated property name or value, or a record it cannot walk. The reference reads a kafka.* record's key and headers by KEYS and
    NOT_HEADERS: the gateway's call passes those. */
 
 #define KZ_NAMES 16   /* property names whose `skip` membership is remembered within one call */
@@ -2228,8 +2228,13 @@ static int kz_props(const unsigned char *p, Py_ssize_t n, PyObject *skip, const 
         for (int k = 0; k < nh; k++)   /* a repeated name: the dict keeps the first place, the last value */
             if (hl[2 * k] == klen && memcmp(h[2 * k], item, (size_t)klen) == 0)
                 return -1;
-        if (klen >= 6 && memcmp(item, "kafka.", 6) == 0) {   /* the gateway's own: only kafka.ts is read here */
-            if (klen != 8 || memcmp(item, "kafka.ts", 8) != 0 || *ts >= 0 || vlen < 1 || vlen > 18)
+        if (klen >= 6 && memcmp(item, "kafka.", 6) == 0) {   /* the gateway's own: never a header */
+            if ((klen == 9 && memcmp(item, "kafka.key", 9) == 0) || (klen == 11 && memcmp(item, "kafka.value", 11) == 0)
+                    || (klen == 13 && memcmp(item, "kafka.headers", 13) == 0))
+                return -1;   /* the reference decodes these */
+            if (klen != 8 || memcmp(item, "kafka.ts", 8) != 0)
+                continue;    /* kafka.seq (an idempotent batch's first record) and the like */
+            if (*ts >= 0 || vlen < 1 || vlen > 18)
                 return -1;
             int64_t t = 0;
             for (Py_ssize_t d = 0; d < vlen; d++) {

@@ -52,7 +52,9 @@ def _props(rnd: random.Random) -> dict:
     if rnd.random() < 0.5:
         props[KEYS] = rnd.choice(["k1", "a b", ""])
     if rnd.random() < 0.05:
-        props["kafka.ts"] = "12"
+        props["kafka.ts"] = rnd.choice(["12", "1x", ""])
+    if rnd.random() < 0.05:
+        props["kafka.seq"] = "7,0,3,5"
     return props
 
 
@@ -88,12 +90,13 @@ def test_kafka_pulled_reads_pull_answers_as_its_reference():
 @needs_c
 def test_kafka_pulled_reads_the_gateways_own_timestamp_and_declines_its_other_properties():
     """What a Kafka producer's batch stores: each record after the first with kafka.ts (its own
-    time), read by the twin; kafka.key / kafka.value / kafka.headers are left to the reference."""
+    time), an idempotent batch's first with kafka.seq (not a header), read by the twin;
+    kafka.key / kafka.value / kafka.headers are left to the reference."""
     from quiver import _speedups
     args = (mapping.NOT_HEADERS, KEYS)
     body = b"".join(record.encode(b"v" * 100, topic=b"T", queue_offset=i, born_ts=1000,
                                   props=format_properties({"UNIQ_KEY": f"ID{i}", **({"kafka.ts": str(1000 + 3 * i)}
-                                                                                    if i else {})}).encode())
+                                                                                    if i else {"kafka.seq": "7,0,0,5"})}).encode())
                     for i in range(5))
     got = _speedups.kafka_pulled(body, 0, 1 << 20, 61, *args)
     assert got is not NotImplemented and got == mapping.kafka_pulled.reference(body, 0, 1 << 20, 61, *args)
