@@ -32,7 +32,10 @@ def test_bench_smoke_quiver_only(tmp_path):
         assert entry["errors"] == {}, (name, entry["errors"])
         assert entry["metrics"], name
         for metric, m in entry["metrics"].items():
-            assert m["median"] > 0 and m["min"] <= m["median"] <= m["max"], (name, metric, m)
+            # /proc counts another process's CPU in 10 ms ticks: a smoke run's 300 16 KiB messages
+            # can cost the broker less than one, so a CPU figure may read 0, never below
+            positive = m["median"] >= 0 if metric.endswith("_cpu_us") else m["median"] > 0
+            assert positive and m["min"] <= m["median"] <= m["max"], (name, metric, m)
     a = doc["results"]["quiver-async"]["metrics"]
     for metric in ("produce_msgs_s", "batch_msgs_s", "consume_msgs_s", "sync_p50_us", "e2e_p99_us",
                    "produce_64b_msgs_s", "produce_16k_msgs_s", "procs1_msgs_s", "procs4_msgs_s",
