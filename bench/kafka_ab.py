@@ -40,8 +40,9 @@ from bench.peers.kafka_gateway import KafkaGateway, _consumer
 from bench.peers.quiver_system import Client as SdkClient, QuiverAsync
 
 
-def _prefill(sdk: SdkClient, topic: str, n: int) -> None:
-    if sdk.produce(topic, n, 1024) != n:
+def _prefill(client, topic: str, n: int) -> None:
+    """n x 1 KiB into `topic` by `client` (the SDK's, or confluent-kafka's through the gateway)."""
+    if client.produce(topic, n, 1024) != n:
         raise RuntimeError("prefill not fully acked")
 
 
@@ -62,11 +63,7 @@ def kafka_consume(system: KafkaGateway, sdk: SdkClient, n: int, kafka_prefill: b
     """The same of a confluent-kafka group consumer through the gateway (the kafka-gateway column's);
     `kafka_prefill`: its topic written by confluent-kafka through the gateway, as the bench's is."""
     topic = system.new_topic()
-    if kafka_prefill:
-        if system.client.produce(topic, n, 1024) != n:
-            raise RuntimeError("prefill not fully acked")
-    else:
-        _prefill(sdk, topic, n)
+    _prefill(system.client if kafka_prefill else sdk, topic, n)
     c = _consumer(system.conn(), base.unique("ab-c"))
     try:
         with CpuMeter(system) as cpu:
